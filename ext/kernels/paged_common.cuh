@@ -1,0 +1,278 @@
+// Shared device helpers for the paged-attention kernels.
+//
+// Compiled by NVRTC as the `header` of every kernel (MLX's fast::cuda_kernel
+// puts it after its own prelude, which already includes cuda_bf16.h,
+// cuda_fp16.h and cuda/std/limits). Everything lives in namespace pagecheck so
+// it cannot collide with MLX's names; MLX's prelude defines the macros `inf`
+// and WARP_SIZE, so neither name is used as an identifier here.
+//
+// Softmax runs in base 2: queries are multiplied by scale * log2(e) once, so
+// every exponential is an exp2f and every running maximum is in log2 units.
+#ifndef PAGECHECK_PAGED_COMMON_CUH
+#define PAGECHECK_PAGED_COMMON_CUH
+
+namespace pagecheck {
+
+constexpr int WARP_LANES = 32;
+constexpr unsigned ALL_LANES = 0xffffffffu;
+constexpr float LOG2_E = 1.4426950408889634f;
+constexpr float NEG_INF = -cuda::std::numeric_limits<float>::infinity();
+
+__host__ __device__ constexpr int ceil_div(int a, int b) {
+  return (a + b - 1) / b;
+}
+
+__host__ __device__ constexpr int next_pow2(int x) {
+  int p = 1;
+  while (p < x) {
+    p *= 2;
+  }
+  return p;
+}
+
+// ---- Storage dtype <-> float32 ---------------------------------------------
+
+__device__ __forceinline__ float to_float(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_float(__half x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// Widen one 32-bit word holding two 16-bit values (low half first).
+__device__ __forceinline__ void widen_pair(
+    unsigned word, __nv_bfloat16, float& lo, float& hi) {
+  lo = __uint_as_float(word << 16);
+  hi = __uint_as_float(word & 0xffff0000u);
+}
+__device__ __forceinline__ void widen_pair(
+    unsigned word, __half, float& lo, float& hi) {
+  __half2 pair = *reinterpret_cast<__half2*>(&word);
+  float2 wide = __half22float2(pair);
+  lo = wide.x;
+  hi = wide.y;
+}
+
+// Widen the 16 bytes at `src` (16-byte aligned, shared or global) into
+// 16 / sizeof(T) floats.
+template <typename T>
+__device__ __forceinline__ void widen16(const T* src, float* out) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(src);
+  if constexpr (sizeof(T) == 4) {
+    out[0] = __uint_as_float(raw.x);
+    out[1] = __uint_as_float(raw.y);
+    out[2] = __uint_as_float(raw.z);
+    out[3] = __uint_as_float(raw.w);
+  } else {
+    widen_pair(raw.x, T{}, out[0], out[1]);
+    widen_pair(raw.y, T{}, out[2], out[3]);
+    widen_pair(raw.z, T{}, out[4], out[5]);
+    widen_pair(raw.w, T{}, out[6], out[7]);
+  }
+}
+
+// ---- Asynchronous global -> shared copies (sm_80+) ---------------------------
+
+// Copy 16 bytes; when `fill` is false nothing is read and the 16 bytes are
+// zeroed, so unmapped or past-the-context slots never reach shared memory.
+__device__ __forceinline__ void copy_async16(
+    void* shared_dst, const void* global_src, bool fill) {
+  const unsigned dst =
+      static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  const int src_bytes = fill ? 16 : 0;
+  asm volatile(
+      "cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+      "l"(global_src),
+      "r"(src_bytes)
+      : "memory");
+}
+
+__device__ __forceinline__ void commit_async() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Wait until at most `PENDING` committed groups of this thread are in flight.
+template <int PENDING>
+__device__ __forceinline__ void wait_async() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
+
+__device__ __forceinline__ bool is_aligned16(const void* p) {
+  return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
+}
+
+// Dynamic shared memory the launch actually provided, for the guard below.
+__device__ __forceinline__ unsigned dynamic_shared_bytes() {
+  unsigned bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+  return bytes;
+}
+
+// A launch with less dynamic shared memory than the kernel's layout needs
+// would corrupt memory silently; stop it loudly instead.
+__device__ __forceinline__ void require_shared_bytes(unsigned needed) {
+  if (dynamic_shared_bytes() < needed) {
+    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) {
+      printf(
+          "pagecheck: kernel launched with %u bytes of shared memory, needs %u\n",
+          dynamic_shared_bytes(),
+          needed);
+    }
+    __trap();
+  }
+}
+
+// ---- Warp reductions ---------------------------------------------------------
+
+// Sum over aligned groups of GROUP consecutive lanes; every lane of a group
+// ends with the group's total.
+template <int GROUP>
+__device__ __forceinline__ float group_sum(float x) {
+#pragma unroll
+  for (int offset = GROUP / 2; offset > 0; offset /= 2) {
+    x += __shfl_xor_sync(ALL_LANES, x, offset);
+  }
+  return x;
+}
+
+template <int GROUP>
+__device__ __forceinline__ float group_max(float x) {
+#pragma unroll
+  for (int offset = GROUP / 2; offset > 0; offset /= 2) {
+    x = fmaxf(x, __shfl_xor_sync(ALL_LANES, x, offset));
+  }
+  return x;
+}
+
+// A running maximum that is still -inf means no key was visible yet; using 0
+// in its place keeps exp2f(-inf - max) at 0 instead of NaN.
+__device__ __forceinline__ float usable_max(float running_max) {
+  return running_max == NEG_INF ? 0.0f : running_max;
+}
+
+// ---- Problem geometry ----------------------------------------------------------
+
+// Sizes read from the shapes MLX passes next to each input.
+struct PagedGeometry {
+  int batch;
+  int num_q_heads;
+  int num_queries;
+  int head_dim;
+  int num_kv_heads;
+  int page_size;
+  int max_pages;
+  int group; // query heads per kv head
+  int rows; // query rows per (request, kv head): group * num_queries
+};
+
+__device__ __forceinline__ PagedGeometry make_geometry(
+    const int* query_shape,
+    const int* key_pages_shape,
+    const int* block_table_shape) {
+  PagedGeometry g;
+  g.batch = query_shape[0];
+  g.num_q_heads = query_shape[1];
+  g.num_queries = query_shape[2];
+  g.head_dim = query_shape[3];
+  g.num_kv_heads = key_pages_shape[1];
+  g.page_size = key_pages_shape[2];
+  g.max_pages = block_table_shape[1];
+  g.group = g.num_q_heads / g.num_kv_heads;
+  g.rows = g.group * g.num_queries;
+  return g;
+}
+
+// Rows of one (request, kv head) are numbered position-major:
+// row = query_idx * group + head_in_group. Consecutive rows then share a
+// query position range, which keeps causal limits of a row tile tight.
+struct QueryRow {
+  bool valid;
+  int q_head_idx;
+  int query_idx;
+  long long offset; // element offset of the row in query / out
+  int key_limit; // last visible key position (causal), or context_len - 1
+};
+
+__device__ __forceinline__ QueryRow query_row(
+    const PagedGeometry& g,
+    int request_idx,
+    int kv_head_idx,
+    int row_idx,
+    int context_len,
+    bool causal) {
+  QueryRow r;
+  r.valid = row_idx < g.rows;
+  const int row = r.valid ? row_idx : 0;
+  r.query_idx = row / g.group;
+  r.q_head_idx = kv_head_idx * g.group + row % g.group;
+  r.offset = ((static_cast<long long>(request_idx) * g.num_q_heads +
+               r.q_head_idx) *
+                  g.num_queries +
+              r.query_idx) *
+      g.head_dim;
+  r.key_limit = causal ? r.query_idx + context_len - g.num_queries
+                       : context_len - 1;
+  if (!r.valid) {
+    r.key_limit = -1;
+  }
+  return r;
+}
+
+// ---- Page tiles ---------------------------------------------------------------
+
+// A tile is up to TILE consecutive positions inside ONE page, so a tile needs
+// exactly one block-table entry. Tiles are numbered page by page from
+// `page_begin`; a page of page_size slots holds ceil(page_size / TILE) tiles.
+struct PageTile {
+  int page_idx; // column of the block table
+  int slot_begin; // first slot inside the page
+  int pos_begin; // logical position of the first slot
+  int count; // positions in the tile (<= 0: past the range)
+};
+
+__device__ __forceinline__ PageTile page_tile(
+    int tile_idx,
+    int tile_tokens,
+    int page_begin,
+    int tiles_per_page,
+    int page_size,
+    int pos_end) {
+  PageTile t;
+  t.page_idx = page_begin + tile_idx / tiles_per_page;
+  t.slot_begin = (tile_idx % tiles_per_page) * tile_tokens;
+  t.pos_begin = t.page_idx * page_size + t.slot_begin;
+  t.count = min(min(tile_tokens, page_size - t.slot_begin), pos_end - t.pos_begin);
+  return t;
+}
+
+// Element offset of (page, kv head, slot 0) in a [P, H_kv, page_size, D] pool:
+// 64-bit, since page ids near 2^20 times the page stride pass 2^31.
+__device__ __forceinline__ long long page_offset(
+    const PagedGeometry& g,
+    int page_id,
+    int kv_head_idx) {
+  return (static_cast<long long>(page_id) * g.num_kv_heads + kv_head_idx) *
+      static_cast<long long>(g.page_size) * g.head_dim;
+}
+
+} // namespace pagecheck
+
+#endif // PAGECHECK_PAGED_COMMON_CUH

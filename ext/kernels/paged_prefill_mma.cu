@@ -1,0 +1,247 @@
+// paged_prefill_mma: attention for long queries (L > 8) on tensor cores.
+//
+// Body of an MLX fast::cuda_kernel (headers: paged_common.cuh,
+// paged_decode_walk.cuh, paged_mma.cuh). Template arguments: T (bfloat16 or
+// float16), HEAD_DIM (a multiple of 16, at most 128), KEY_TILE (16, 32 or
+// 64), CAUSAL. Inputs and output as paged_decode.
+//
+// Ownership: block x owns (request_idx, kv_head_idx, row_tile_idx): the
+// PREFILL_ROW_TILE query rows [row_tile_idx * 64, +64) of that kv head's G * L
+// rows (numbered position-major), and writes exactly those rows of `out`.
+// Warp w owns rows 16w..16w+15 of the tile; lane (group, pair) holds rows
+// group and group + 8 of them in the mma fragment layouts of paged_mma.cuh:
+// the query fragments for all of HEAD_DIM, the running output (float32, all
+// HEAD_DIM columns), and a per-lane partial of each row's running sum; the
+// running max is shared by the 4 lanes of a group.
+// The block walks the request's pages in key tiles of KEY_TILE slots that
+// never cross a page, so each key tile has one page id. All threads copy the
+// tile's K and V rows with cp.async into a two-stage ring (rows padded by 8
+// elements so ldmatrix is free of bank conflicts), one barrier before and one
+// after each tile. Under the causal mask the walk stops after the last key the
+// tile's last row can see.
+// Launch: 128 threads per block, blocks = B * H_kv * ceil(G * L / 64),
+// dynamic shared memory 4 * KEY_TILE * (HEAD_DIM + 8) * sizeof(T).
+using namespace pagecheck;
+constexpr int THREADS = 128;
+constexpr int ROW_TILE = 64;
+constexpr int ROW_STRIDE = HEAD_DIM + 8;
+constexpr int S_TILES = KEY_TILE / 8;
+constexpr int QK_CHUNKS = HEAD_DIM / 16;
+constexpr int O_TILES = HEAD_DIM / 8;
+constexpr int PV_CHUNKS = KEY_TILE / 16;
+constexpr int VECS_PER_ROW = HEAD_DIM / 8;
+constexpr int STAGE_ELEMS = KEY_TILE * ROW_STRIDE;
+constexpr int SHARED_BYTES = 4 * STAGE_ELEMS * static_cast<int>(sizeof(T));
+static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 128, "HEAD_DIM");
+static_assert(KEY_TILE % 16 == 0 && KEY_TILE <= 64, "KEY_TILE");
+require_shared_bytes(SHARED_BYTES);
+extern __shared__ __align__(16) unsigned char shared[];
+T* k_ring = reinterpret_cast<T*>(shared);
+T* v_ring = k_ring + 2 * STAGE_ELEMS;
+
+// ---- Positions -----------------------------------------------------------------
+const PagedGeometry geo = make_geometry(
+    query_shape.data(), key_pages_shape.data(), block_table_shape.data());
+const int row_tiles = ceil_div(geo.rows, ROW_TILE);
+const int request_idx = blockIdx.x / (geo.num_kv_heads * row_tiles);
+const int kv_head_idx = (blockIdx.x / row_tiles) % geo.num_kv_heads;
+const int row_tile_idx = blockIdx.x % row_tiles;
+const int lane_idx = threadIdx.x % WARP_LANES;
+const int warp_idx = threadIdx.x / WARP_LANES;
+const int group_idx = lane_idx / 4;
+const int pair_idx = lane_idx % 4;
+const int context_len = context_lens[request_idx];
+const int row_first = row_tile_idx * ROW_TILE;
+const QueryRow rows[2] = {
+    query_row(geo, request_idx, kv_head_idx, row_first + warp_idx * 16 + group_idx,
+              context_len, CAUSAL),
+    query_row(geo, request_idx, kv_head_idx, row_first + warp_idx * 16 + group_idx + 8,
+              context_len, CAUSAL)};
+
+// ---- Query fragments (raw; the scale is applied to the float32 scores) -----------
+unsigned q_frag[QK_CHUNKS][4];
+#pragma unroll
+for (int kc = 0; kc < QK_CHUNKS; ++kc) {
+#pragma unroll
+  for (int part = 0; part < 4; ++part) {
+    const QueryRow& row = rows[part % 2];
+    const int dim = kc * 16 + (part / 2) * 8 + 2 * pair_idx;
+    q_frag[kc][part] = row.valid
+        ? *reinterpret_cast<const unsigned*>(query + row.offset + dim)
+        : 0u;
+  }
+}
+const float score_scale = scale[0] * LOG2_E;
+
+// ---- Key range: the causal limit of the tile's last row bounds the walk ------------
+const int last_row = min(row_first + ROW_TILE, geo.rows) - 1;
+const int tile_key_limit = query_row(
+    geo, request_idx, kv_head_idx, last_row, context_len, CAUSAL).key_limit;
+const int pos_end = min(context_len, tile_key_limit + 1);
+const int tiles_per_page = ceil_div(geo.page_size, KEY_TILE);
+const int num_tiles =
+    count_tiles(0, pos_end, geo.page_size, KEY_TILE, tiles_per_page);
+const int32_t* table_row =
+    block_table + static_cast<long long>(request_idx) * geo.max_pages;
+const bool vector_copy = is_aligned16(key_pages) && is_aligned16(value_pages);
+
+auto tile_of = [&](int tile_idx) {
+  return page_tile(tile_idx, KEY_TILE, 0, tiles_per_page, geo.page_size, pos_end);
+};
+
+// All threads copy one tile's K and V rows into ring stage `stage`.
+auto issue = [&](int tile_idx, int stage) {
+  const PageTile tile = tile_of(tile_idx);
+  const int page_id = table_row[tile.page_idx];
+  const long long base = page_offset(geo, page_id, kv_head_idx) +
+      static_cast<long long>(tile.slot_begin) * HEAD_DIM;
+  T* stage_k = k_ring + stage * STAGE_ELEMS;
+  T* stage_v = v_ring + stage * STAGE_ELEMS;
+  for (int idx = threadIdx.x; idx < KEY_TILE * VECS_PER_ROW; idx += THREADS) {
+    const int token = idx / VECS_PER_ROW;
+    const int elem = (idx % VECS_PER_ROW) * 8;
+    const bool live = page_id >= 0 && token < tile.count;
+    const long long src =
+        live ? base + static_cast<long long>(token) * HEAD_DIM + elem : 0;
+    T* dst_k = stage_k + token * ROW_STRIDE + elem;
+    T* dst_v = stage_v + token * ROW_STRIDE + elem;
+    if (vector_copy) {
+      copy_async16(dst_k, key_pages + src, live);
+      copy_async16(dst_v, value_pages + src, live);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        dst_k[e] = live ? key_pages[src + e] : from_float<T>(0.0f);
+        dst_v[e] = live ? value_pages[src + e] : from_float<T>(0.0f);
+      }
+    }
+  }
+};
+
+float out_acc[O_TILES][4];
+#pragma unroll
+for (int nt = 0; nt < O_TILES; ++nt) {
+#pragma unroll
+  for (int part = 0; part < 4; ++part) {
+    out_acc[nt][part] = 0.0f;
+  }
+}
+float run_max[2] = {NEG_INF, NEG_INF};
+float run_sum[2] = {0.0f, 0.0f};
+
+// ---- Walk the key tiles, one copy in flight ahead of the one consumed ---------------
+if (num_tiles > 0) {
+  issue(0, 0);
+}
+commit_async();
+for (int tile_idx = 0; tile_idx < num_tiles; ++tile_idx) {
+  if (tile_idx + 1 < num_tiles) {
+    issue(tile_idx + 1, (tile_idx + 1) % 2);
+  }
+  commit_async();
+  wait_async<1>();
+  __syncthreads();
+
+  const PageTile tile = tile_of(tile_idx);
+  const T* stage_k = k_ring + (tile_idx % 2) * STAGE_ELEMS;
+  const T* stage_v = v_ring + (tile_idx % 2) * STAGE_ELEMS;
+
+  // Scores S = Q K^T for this warp's 16 rows and the tile's KEY_TILE keys.
+  float score[S_TILES][4];
+#pragma unroll
+  for (int nt = 0; nt < S_TILES; ++nt) {
+#pragma unroll
+    for (int part = 0; part < 4; ++part) {
+      score[nt][part] = 0.0f;
+    }
+    const T* key_row = stage_k + (nt * 8 + lane_idx % 8) * ROW_STRIDE;
+#pragma unroll
+    for (int kc = 0; kc + 1 < QK_CHUNKS; kc += 2) {
+      unsigned b[4];
+      load_matrix_x4(b, key_row + kc * 16 + (lane_idx / 8) * 8);
+      mma_16816(score[nt], q_frag[kc], b[0], b[1], T{});
+      mma_16816(score[nt], q_frag[kc + 1], b[2], b[3], T{});
+    }
+    if constexpr (QK_CHUNKS % 2 == 1) {
+      unsigned b[2];
+      load_matrix_x2(b, key_row + (QK_CHUNKS - 1) * 16 + ((lane_idx / 8) % 2) * 8);
+      mma_16816(score[nt], q_frag[QK_CHUNKS - 1], b[0], b[1], T{});
+    }
+  }
+
+  // Mask, then the online softmax update of both rows of this lane.
+  float tile_max[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+  for (int nt = 0; nt < S_TILES; ++nt) {
+#pragma unroll
+    for (int part = 0; part < 4; ++part) {
+      const int half = part / 2;
+      const int token = nt * 8 + 2 * pair_idx + part % 2;
+      const bool visible = token < tile.count &&
+          tile.pos_begin + token <= rows[half].key_limit;
+      score[nt][part] = visible ? score[nt][part] * score_scale : NEG_INF;
+      tile_max[half] = fmaxf(tile_max[half], score[nt][part]);
+    }
+  }
+  float base[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float new_max = fmaxf(run_max[half], group_max<4>(tile_max[half]));
+    base[half] = usable_max(new_max);
+    const float rescale = exp2f(run_max[half] - base[half]);
+    run_max[half] = new_max;
+    run_sum[half] *= rescale;
+#pragma unroll
+    for (int nt = 0; nt < O_TILES; ++nt) {
+      out_acc[nt][2 * half] *= rescale;
+      out_acc[nt][2 * half + 1] *= rescale;
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < S_TILES; ++nt) {
+#pragma unroll
+    for (int part = 0; part < 4; ++part) {
+      score[nt][part] = exp2f(score[nt][part] - base[part / 2]);
+      run_sum[part / 2] += score[nt][part];
+    }
+  }
+
+  // Output += P V: the score accumulators of key tiles 2kc, 2kc+1 are the A
+  // fragment of key chunk kc.
+#pragma unroll
+  for (int kc = 0; kc < PV_CHUNKS; ++kc) {
+    const unsigned p_frag[4] = {
+        pack_pair(score[2 * kc][0], score[2 * kc][1], T{}),
+        pack_pair(score[2 * kc][2], score[2 * kc][3], T{}),
+        pack_pair(score[2 * kc + 1][0], score[2 * kc + 1][1], T{}),
+        pack_pair(score[2 * kc + 1][2], score[2 * kc + 1][3], T{})};
+    const T* value_row = stage_v +
+        (kc * 16 + lane_idx % 8 + ((lane_idx / 8) % 2) * 8) * ROW_STRIDE;
+#pragma unroll
+    for (int nt = 0; nt < O_TILES; nt += 2) {
+      unsigned b[4];
+      load_matrix_x4_trans(b, value_row + (nt + lane_idx / 16) * 8);
+      mma_16816(out_acc[nt], p_frag, b[0], b[1], T{});
+      mma_16816(out_acc[nt + 1], p_frag, b[2], b[3], T{});
+    }
+  }
+  __syncthreads();
+}
+wait_async<0>();
+
+// ---- Normalise and store: each lane writes 2 adjacent dims per row and tile ----------
+#pragma unroll
+for (int half = 0; half < 2; ++half) {
+  const float total = group_sum<4>(run_sum[half]);
+  const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
+  if (rows[half].valid) {
+#pragma unroll
+    for (int nt = 0; nt < O_TILES; ++nt) {
+      const int dim = nt * 8 + 2 * pair_idx;
+      *reinterpret_cast<unsigned*>(out + rows[half].offset + dim) = pack_pair(
+          out_acc[nt][2 * half] * inv_total,
+          out_acc[nt][2 * half + 1] * inv_total,
+          T{});
+    }
+  }
+}

@@ -1,0 +1,329 @@
+"""GPU benchmark of paged attention against gather-then-dense and dense SDPA baselines.
+
+Shapes: decode for B in {1, 16, 64} x context {128, 1024, 4096, 16384} and one
+prefill (L=512 over a 4096 context); H_q 32, H_kv 8, D 128, bfloat16, pages
+of 128 (the Qwen3-4B decode heads). Variants:
+
+- paged:            the direct paged kernels (automatic schedule)
+- paged[decode]:    the one-pass decode kernel forced, where the automatic
+                    schedule splits the context
+- gather+mlx_sdpa:  gather K/V from the pages into dense tensors, then MLX SDPA
+- mlx_sdpa:         MLX SDPA on K/V gathered beforehand
+- torch_cudnn:      PyTorch SDPA, cuDNN backend, enable_gqa=True, on dense
+                    K/V of the same shapes (prefill: no mask, cuDNN's causal
+                    mask aligns to the top left, which is less work)
+
+Two times per variant: `per_call`, the median of synchronized single calls
+(host overhead included), and `kernel`, the time of many back-to-back calls
+divided by their count, rotating among enough input sets that the L2 cache
+cannot serve them. Bandwidth is the K/V bytes the attention must read over
+the kernel time, also as a fraction of a device-to-device copy measured in
+the same run. A program, not a test:
+
+    python -m pagecheck.bench_gpu [--json PATH] [--only decode|prefill] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import mlx.core as mx
+
+from pagecheck import gpu_kernels
+
+NUM_Q_HEADS = 32
+NUM_KV_HEADS = 8
+HEAD_DIM = 128
+PAGE_SIZE = 128
+DECODE_BATCHES = (1, 16, 64)
+DECODE_CONTEXTS = (128, 1024, 4096, 16384)
+PREFILL_SHAPE = (1, 512, 4096)  # (batch, queries, context)
+L2_FALLBACK_BYTES = 60 * 2**20
+# Rotating input sets must cover this multiple of the L2 cache.
+L2_MULTIPLE = 3
+MAX_SETS = 256
+KERNEL_TARGET_SECONDS = 0.05
+PER_CALL_REPEATS = 15
+
+
+@dataclass
+class Row:
+    kind: str
+    batch: int
+    queries: int
+    context: int
+    variant: str
+    per_call_us: float
+    kernel_us: float
+    kv_bytes: int
+    tb_per_s: float
+    copy_fraction: float
+    tflop_per_s: float
+    note: str = ""
+
+
+@dataclass
+class InputSet:
+    query: mx.array
+    key_pages: mx.array
+    value_pages: mx.array
+    block_table: mx.array
+    context_lens: mx.array
+    dense_k: mx.array
+    dense_v: mx.array
+
+
+def make_set(batch: int, queries: int, context: int, key: mx.array) -> InputSet:
+    """Random bf16 pages in a shuffled page order, and the same K/V gathered densely."""
+    pages_per_row = context // PAGE_SIZE
+    num_pages = batch * pages_per_row
+    k1, k2, k3, k4 = mx.random.split(key, 4)
+    shape = (num_pages, NUM_KV_HEADS, PAGE_SIZE, HEAD_DIM)
+    key_pages = mx.random.normal(shape, key=k1).astype(mx.bfloat16)
+    value_pages = mx.random.normal(shape, key=k2).astype(mx.bfloat16)
+    table = mx.random.permutation(num_pages, key=k3).astype(mx.int32).reshape(batch, pages_per_row)
+    query = mx.random.normal((batch, NUM_Q_HEADS, queries, HEAD_DIM), key=k4).astype(mx.bfloat16)
+    lens = mx.full((batch,), context, dtype=mx.int32)
+    dense_k, dense_v = gather(key_pages, value_pages, table)
+    mx.eval(query, key_pages, value_pages, table, lens, dense_k, dense_v)
+    return InputSet(query, key_pages, value_pages, table, lens, dense_k, dense_v)
+
+
+def gather(key_pages: mx.array, value_pages: mx.array, table: mx.array) -> tuple[mx.array, mx.array]:
+    """Pages [P, H_kv, page, D] through table [B, n] -> dense [B, H_kv, n * page, D]."""
+    batch, width = table.shape
+
+    def one(pages: mx.array) -> mx.array:
+        picked = pages[table.reshape(-1)].reshape(batch, width, NUM_KV_HEADS, PAGE_SIZE, HEAD_DIM)
+        return picked.transpose(0, 2, 1, 3, 4).reshape(batch, NUM_KV_HEADS, width * PAGE_SIZE, HEAD_DIM)
+
+    return one(key_pages), one(value_pages)
+
+
+def l2_bytes() -> int:
+    try:
+        import torch
+
+        return int(torch.cuda.get_device_properties(0).L2_cache_size)
+    except Exception:
+        return L2_FALLBACK_BYTES
+
+
+def time_mlx(call: Callable[[InputSet], mx.array], sets: list[InputSet]) -> tuple[float, float]:
+    """(median synchronized per-call seconds, back-to-back seconds per call)."""
+    mx.eval(call(sets[0]))  # compile and warm up
+    mx.synchronize()
+    singles = []
+    for i in range(PER_CALL_REPEATS):
+        start = time.perf_counter()
+        mx.eval(call(sets[i % len(sets)]))
+        mx.synchronize()
+        singles.append(time.perf_counter() - start)
+    per_call = statistics.median(singles)
+    count = max(len(sets), min(2000, math.ceil(KERNEL_TARGET_SECONDS / per_call)))
+    count = math.ceil(count / len(sets)) * len(sets)
+    runs = []
+    for _ in range(3):
+        outs = [call(sets[i % len(sets)]) for i in range(count)]
+        mx.synchronize()
+        start = time.perf_counter()
+        mx.eval(outs)
+        mx.synchronize()
+        runs.append((time.perf_counter() - start) / count)
+        del outs
+    return per_call, min(runs)
+
+
+def time_torch(call: Callable[[int], Any], num_sets: int) -> tuple[float, float]:
+    import torch
+
+    call(0)
+    torch.cuda.synchronize()
+    singles = []
+    for i in range(PER_CALL_REPEATS):
+        start = time.perf_counter()
+        call(i % num_sets)
+        torch.cuda.synchronize()
+        singles.append(time.perf_counter() - start)
+    per_call = statistics.median(singles)
+    count = max(num_sets, min(2000, math.ceil(KERNEL_TARGET_SECONDS / per_call)))
+    count = math.ceil(count / num_sets) * num_sets
+    runs = []
+    for _ in range(3):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for i in range(count):
+            call(i % num_sets)
+        end.record()
+        torch.cuda.synchronize()
+        runs.append(begin.elapsed_time(end) / 1e3 / count)
+    return per_call, min(runs)
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy, bytes read plus written per second (torch)."""
+    import torch
+
+    src = torch.empty(2 * 2**30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(10):
+        dst.copy_(src)
+    end.record()
+    torch.cuda.synchronize()
+    seconds = begin.elapsed_time(end) / 1e3 / 10
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * 2 * 2**30 / seconds
+
+
+def torch_sdpa(batch: int, queries: int, context: int, num_sets: int, causal: bool) -> tuple[Callable[[int], Any], str, list[Any]]:
+    """A cuDNN SDPA call over `num_sets` random dense inputs; falls back to the default backend."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    tensors = [
+        (
+            torch.randn(batch, NUM_Q_HEADS, queries, HEAD_DIM, device="cuda", dtype=torch.bfloat16),
+            torch.randn(batch, NUM_KV_HEADS, context, HEAD_DIM, device="cuda", dtype=torch.bfloat16),
+            torch.randn(batch, NUM_KV_HEADS, context, HEAD_DIM, device="cuda", dtype=torch.bfloat16),
+        )
+        for _ in range(num_sets)
+    ]
+    del causal  # see the module docstring: the baseline runs unmasked
+
+    def run(backend: Any) -> Callable[[int], Any]:
+        def call(i: int) -> Any:
+            q, k, v = tensors[i]
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+        return call
+
+    try:
+        call = run(SDPBackend.CUDNN_ATTENTION)
+        call(0)
+        return call, "cudnn", tensors
+    except Exception as err:  # report which backend actually ran
+        call = run([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+        return call, f"fallback ({type(err).__name__})", tensors
+
+
+def attention_flops(batch: int, queries: int, context: int, causal: bool) -> int:
+    """2 flops per multiply-add, Q K^T and P V, over the visible (query, key) pairs."""
+    if causal:
+        pairs = queries * (context - queries) + queries * (queries + 1) // 2
+    else:
+        pairs = queries * context
+    return 4 * batch * NUM_Q_HEADS * HEAD_DIM * pairs
+
+
+def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: float, use_torch: bool) -> list[Row]:
+    kv_bytes = batch * context * NUM_KV_HEADS * HEAD_DIM * 2 * 2
+    # Each variant reads one copy of K/V per call (pages or dense), so the sets
+    # rotate through at least L2_MULTIPLE times the L2 cache of it.
+    num_sets = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2_bytes() / kv_bytes)))
+    sets = [make_set(batch, queries, context, mx.random.key(i)) for i in range(num_sets)]
+    mask = "causal" if kind == "prefill" else None
+    flops = attention_flops(batch, queries, context, mask == "causal")
+    scale = HEAD_DIM**-0.5
+
+    def paged(schedule: str | None) -> Callable[[InputSet], mx.array]:
+        return lambda s: gpu_kernels.paged_attention(
+            s.query, s.key_pages, s.value_pages, s.block_table, s.context_lens, PAGE_SIZE,
+            scale=scale, mask=mask, schedule=schedule,
+        )
+
+    def sdpa(s: InputSet, k: mx.array, v: mx.array) -> mx.array:
+        return mx.fast.scaled_dot_product_attention(s.query, k, v, scale=scale, mask=mask)
+
+    variants: list[tuple[str, Callable[[InputSet], mx.array]]] = [("paged", paged(None))]
+    group = NUM_Q_HEADS // NUM_KV_HEADS
+    rows = gpu_kernels.decode_rows(group * queries)
+    blocks = batch * NUM_KV_HEADS * -(-(group * queries) // rows)
+    if kind == "decode" and gpu_kernels.choose_splits(blocks, context) > 1:
+        variants.append(("paged[decode]", paged("decode")))
+    variants += [
+        ("gather+mlx_sdpa", lambda s: sdpa(s, *gather(s.key_pages, s.value_pages, s.block_table))),
+        ("mlx_sdpa", lambda s: sdpa(s, s.dense_k, s.dense_v)),
+    ]
+
+    out = []
+    for name, call in variants:
+        per_call, kernel = time_mlx(call, sets)
+        out.append(Row(kind, batch, queries, context, name, per_call * 1e6, kernel * 1e6, kv_bytes,
+                       kv_bytes / kernel / 1e12, kv_bytes / kernel / copy_bw, flops / kernel / 1e12))
+    del sets
+    mx.clear_cache()
+    if use_torch:
+        import torch
+
+        torch_sets = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2_bytes() / kv_bytes)))
+        call, backend, tensors = torch_sdpa(batch, queries, context, torch_sets, kind == "prefill")
+        per_call, kernel = time_torch(call, torch_sets)
+        note = backend + (", no mask" if kind == "prefill" else "")
+        torch_flops = attention_flops(batch, queries, context, False)
+        out.append(Row(kind, batch, queries, context, "torch_cudnn", per_call * 1e6, kernel * 1e6, kv_bytes,
+                       kv_bytes / kernel / 1e12, kv_bytes / kernel / copy_bw, torch_flops / kernel / 1e12, note))
+        del tensors, call
+        torch.cuda.empty_cache()
+    return out
+
+
+def print_rows(rows: list[Row]) -> None:
+    head = (f"{'kind':8} {'B':>3} {'L':>4} {'ctx':>6} {'variant':18} {'per_call_us':>11} {'kernel_us':>10} "
+            f"{'TB/s':>6} {'of copy':>7} {'TFLOP/s':>8}  note")
+    print(head)
+    for r in rows:
+        print(f"{r.kind:8} {r.batch:>3} {r.queries:>4} {r.context:>6} {r.variant:18} {r.per_call_us:>11.1f} "
+              f"{r.kernel_us:>10.1f} {r.tb_per_s:>6.2f} {r.copy_fraction:>7.0%} {r.tflop_per_s:>8.1f}  {r.note}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--only", choices=("decode", "prefill"), default=None)
+    parser.add_argument("--quick", action="store_true", help="the goal shapes only")
+    parser.add_argument("--no-torch", action="store_true")
+    args = parser.parse_args(argv)
+    if not mx.cuda.is_available():
+        print("no CUDA device: mlx.core.cuda.is_available() is False")
+        return 2
+    use_torch = not args.no_torch
+    copy_bw = copy_bandwidth() if use_torch else float("nan")
+    print(f"copy bandwidth {copy_bw / 1e12:.2f} TB/s (read + write)")
+    shapes: list[tuple[str, int, int, int]] = []
+    if args.only in (None, "decode"):
+        pairs = ((1, 16384), (16, 1024), (16, 16384), (64, 1024), (64, 4096)) if args.quick else tuple(
+            (b, c) for b in DECODE_BATCHES for c in DECODE_CONTEXTS
+        )
+        shapes += [("decode", b, 1, c) for b, c in pairs]
+    if args.only in (None, "prefill"):
+        shapes.append(("prefill", *PREFILL_SHAPE))
+    rows: list[Row] = []
+    for kind, batch, queries, context in shapes:
+        found = bench_shape(kind, batch, queries, context, copy_bw, use_torch)
+        print_rows(found)
+        rows += found
+    print("\nsummary")
+    print_rows(rows)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"copy_tb_per_s": copy_bw / 1e12, "rows": [asdict(r) for r in rows]}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

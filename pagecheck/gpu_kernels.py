@@ -1,0 +1,273 @@
+"""Launch the paged-attention CUDA kernels of ext/kernels from Python.
+
+The C++ extension is the production route (its eval_gpu picks a schedule by
+query length). This module drives the very same kernel files through
+mx.fast.cuda_kernel one schedule at a time, so a check or a benchmark can pin
+a schedule and a split count that the automatic choice would not take. Its
+launch geometry (threads, shared-memory sizes, split rule) mirrors
+ext/src's GPU dispatch; both follow the layouts documented in the kernels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+KERNEL_DIR = Path(__file__).resolve().parent.parent / "ext" / "kernels"
+
+# Queries per row up to this count take the decode schedules.
+DECODE_MAX_QUERIES = 8
+# Largest head dim the GPU kernels take (register and shared-memory budgets).
+MAX_HEAD_DIM = 256
+# Tensor-core prefill: 16-bit dtypes, head dims that are multiples of 16 up to this.
+MMA_MAX_HEAD_DIM = 128
+THREADS_PER_BLOCK = 128
+DECODE_MAX_ROWS = 8
+DECODE_STAGES = 3
+DECODE_STEPS_PER_TILE = 4
+PREFILL_ROW_TILE = 64
+REDUCE_ROWS_PER_BLOCK = 4
+# Split rule: an H200 has 132 multiprocessors and keeps about four decode
+# blocks resident on each; fewer than two blocks per multiprocessor leaves
+# bandwidth unused, so the context is split until about four per one exist.
+SM_COUNT = 132
+SPLIT_BELOW_BLOCKS = 2 * SM_COUNT
+SPLIT_TARGET_BLOCKS = 4 * SM_COUNT
+MIN_SPLIT_POSITIONS = 256
+
+SCHEDULES = ("decode", "split", "prefill", "prefill_mma")
+PAGED_INPUTS = ("query", "key_pages", "value_pages", "block_table", "context_lens", "scale")
+WALK_HEADERS = ("paged_common.cuh", "paged_decode_walk.cuh")
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    stem: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    headers: tuple[str, ...]
+
+    def read(self) -> tuple[str, str]:
+        """(header, body) exactly as fast::cuda_kernel receives them."""
+        header = "\n".join((KERNEL_DIR / name).read_text() for name in self.headers)
+        return header, (KERNEL_DIR / f"{self.stem}.cu").read_text()
+
+
+KERNELS: dict[str, KernelSource] = {
+    "paged_decode": KernelSource("paged_decode", PAGED_INPUTS, ("out",), WALK_HEADERS),
+    "paged_decode_split": KernelSource(
+        "paged_decode_split", PAGED_INPUTS, ("partial_out", "partial_stats"), WALK_HEADERS
+    ),
+    "paged_decode_reduce": KernelSource(
+        "paged_decode_reduce", ("partial_out", "partial_stats"), ("out",), ("paged_common.cuh",)
+    ),
+    "paged_prefill": KernelSource("paged_prefill", PAGED_INPUTS, ("out",), WALK_HEADERS),
+    "paged_prefill_mma": KernelSource(
+        "paged_prefill_mma", PAGED_INPUTS, ("out",), WALK_HEADERS + ("paged_mma.cuh",)
+    ),
+}
+
+
+def kernel_name(source: KernelSource) -> str:
+    """A name that changes with the source: MLX caches compiled kernels by name on disk."""
+    header, body = source.read()
+    digest = hashlib.sha1((header + body).encode()).hexdigest()[:12]
+    return f"pagecheck_{source.stem}_{digest}"
+
+
+@cache
+def compiled(stem: str, shared_bytes: int) -> Any:
+    source = KERNELS[stem]
+    header, body = source.read()
+    return mx.fast.cuda_kernel(
+        name=kernel_name(source),
+        input_names=list(source.inputs),
+        output_names=list(source.outputs),
+        source=body,
+        header=header,
+        ensure_row_contiguous=True,
+        shared_memory=shared_bytes,
+    )
+
+
+@cache
+def scale_array(scale: float) -> mx.array:
+    """One float32 [1] array per scale value, made once: a fresh host-made scalar
+    per call would cost a transfer in front of every launch."""
+    value = mx.array([scale], dtype=mx.float32)
+    mx.eval(value)
+    return value
+
+
+def next_pow2(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+# ---- Launch geometry (the kernels' layouts, see each kernel's comment) -------
+
+
+def decode_rows(rows: int) -> int:
+    """Query rows per decode block: all of a kv head's rows, up to DECODE_MAX_ROWS."""
+    return min(next_pow2(rows), DECODE_MAX_ROWS)
+
+
+def decode_shared_bytes(itemsize: int, head_dim: int, rows: int) -> int:
+    """DecodeLayout<T, HEAD_DIM, ROWS>::SHARED_BYTES."""
+    vec = 16 // itemsize
+    num_vecs = -(-head_dim // vec)
+    vecs_per_lane = -(-num_vecs // 32)
+    lanes_per_token = next_pow2(-(-num_vecs // vecs_per_lane))
+    tile_tokens = (32 // lanes_per_token) * DECODE_STEPS_PER_TILE
+    ring = 4 * DECODE_STAGES * 2 * tile_tokens * num_vecs * vec * itemsize
+    merge = 4 * rows * (lanes_per_token * vecs_per_lane * vec + 2) * 4
+    return max(ring, merge)
+
+
+def prefill_shared_bytes(head_dim: int) -> int:
+    stride = head_dim + 1 if head_dim % 2 == 0 else head_dim
+    return 4 * (96 * stride + 32 * head_dim + 64 * 33)
+
+
+def prefill_key_tile(page_size: int) -> int:
+    """Tensor-core key tile: the largest of 64, 32, 16 that a page fills."""
+    return 64 if page_size >= 64 else 32 if page_size >= 32 else 16
+
+
+def prefill_mma_shared_bytes(itemsize: int, head_dim: int, key_tile: int) -> int:
+    return 4 * key_tile * (head_dim + 8) * itemsize
+
+
+def takes_mma(dtype: mx.Dtype, head_dim: int) -> bool:
+    return dtype in (mx.bfloat16, mx.float16) and head_dim % 16 == 0 and head_dim <= MMA_MAX_HEAD_DIM
+
+
+def choose_splits(blocks: int, capacity: int) -> int:
+    """Splits of the context for `blocks` decode blocks over `capacity` positions."""
+    if blocks >= SPLIT_BELOW_BLOCKS:
+        return 1
+    wanted = -(-SPLIT_TARGET_BLOCKS // blocks)
+    return max(1, min(wanted, capacity // MIN_SPLIT_POSITIONS))
+
+
+def choose_schedule(num_queries: int, num_splits: int, dtype: mx.Dtype, head_dim: int) -> str:
+    if num_queries <= DECODE_MAX_QUERIES:
+        return "split" if num_splits > 1 else "decode"
+    return "prefill_mma" if takes_mma(dtype, head_dim) else "prefill"
+
+
+# ---- Launch ---------------------------------------------------------------------
+
+
+def paged_attention(
+    query: mx.array,
+    key_pages: mx.array,
+    value_pages: mx.array,
+    block_table: mx.array,
+    context_lens: mx.array,
+    page_size: int,
+    scale: float | None = None,
+    mask: str | None = None,
+    *,
+    schedule: str | None = None,
+    num_splits: int | None = None,
+    poison_output: bool = False,
+) -> mx.array:
+    """Paged attention on the GPU with a chosen (or the automatic) schedule.
+
+    Inputs follow reference/attention.py and must already be valid.
+    `poison_output` fills outputs with NaN before the kernels run, so an
+    element no thread writes shows up as NaN.
+    """
+    if mask not in (None, "causal"):
+        raise NotImplementedError(f"mask={mask!r} is not supported (use None or 'causal')")
+    batch, num_q_heads, num_queries, head_dim = query.shape
+    num_kv_heads = key_pages.shape[1]
+    if key_pages.shape[2] != page_size:
+        raise ValueError(f"key_pages page axis={key_pages.shape[2]} differs from page_size={page_size}")
+    if head_dim > MAX_HEAD_DIM:
+        raise ValueError(f"head_dim={head_dim} is above the GPU kernels' limit {MAX_HEAD_DIM}")
+    if query.size == 0:
+        return mx.zeros(query.shape, dtype=query.dtype)
+    group = num_q_heads // num_kv_heads
+    rows = decode_rows(group * num_queries)
+    row_chunks = -(-(group * num_queries) // rows)
+    decode_blocks = batch * num_kv_heads * row_chunks
+    capacity = block_table.shape[1] * page_size
+    splits = num_splits if num_splits is not None else choose_splits(decode_blocks, capacity)
+    chosen = schedule or choose_schedule(num_queries, splits, query.dtype, head_dim)
+    if chosen not in SCHEDULES:
+        raise ValueError(f"schedule={chosen!r} is not one of {SCHEDULES}")
+
+    causal = mask == "causal"
+    scale = head_dim**-0.5 if scale is None else scale
+    inputs = [
+        query, key_pages, value_pages,
+        block_table.astype(mx.int32), context_lens.astype(mx.int32),
+        scale_array(float(scale)),
+    ]
+    init = {"init_value": float("nan")} if poison_output else {}
+    threads = THREADS_PER_BLOCK
+    itemsize = query.dtype.size
+
+    if chosen == "decode":
+        (out,) = compiled("paged_decode", decode_shared_bytes(itemsize, head_dim, rows))(
+            inputs=inputs,
+            template=[("T", query.dtype), ("HEAD_DIM", head_dim), ("ROWS", rows), ("CAUSAL", causal)],
+            grid=(threads * decode_blocks, 1, 1),
+            threadgroup=(threads, 1, 1),
+            output_shapes=[query.shape],
+            output_dtypes=[query.dtype],
+            **init,
+        )
+        return out
+
+    if chosen == "split":
+        total_rows = batch * num_q_heads * num_queries
+        partial_out, partial_stats = compiled(
+            "paged_decode_split", decode_shared_bytes(itemsize, head_dim, rows)
+        )(
+            inputs=inputs,
+            template=[("T", query.dtype), ("HEAD_DIM", head_dim), ("ROWS", rows), ("CAUSAL", causal)],
+            grid=(threads * decode_blocks, splits, 1),
+            threadgroup=(threads, 1, 1),
+            output_shapes=[(total_rows, splits, head_dim), (total_rows, splits, 2)],
+            output_dtypes=[mx.float32, mx.float32],
+            **init,
+        )
+        (out,) = compiled("paged_decode_reduce", 0)(
+            inputs=[partial_out, partial_stats],
+            template=[("T", query.dtype)],
+            grid=(threads * math.ceil(total_rows / REDUCE_ROWS_PER_BLOCK), 1, 1),
+            threadgroup=(threads, 1, 1),
+            output_shapes=[query.shape],
+            output_dtypes=[query.dtype],
+            **init,
+        )
+        return out
+
+    prefill_blocks = batch * num_kv_heads * -(-(group * num_queries) // PREFILL_ROW_TILE)
+    if chosen == "prefill_mma":
+        if not takes_mma(query.dtype, head_dim):
+            raise ValueError(f"prefill_mma takes bfloat16/float16 with head_dim % 16 == 0 <= {MMA_MAX_HEAD_DIM}")
+        key_tile = prefill_key_tile(page_size)
+        kernel = compiled("paged_prefill_mma", prefill_mma_shared_bytes(itemsize, head_dim, key_tile))
+        template = [("T", query.dtype), ("HEAD_DIM", head_dim), ("KEY_TILE", key_tile), ("CAUSAL", causal)]
+    else:
+        kernel = compiled("paged_prefill", prefill_shared_bytes(head_dim))
+        template = [("T", query.dtype), ("HEAD_DIM", head_dim), ("CAUSAL", causal)]
+    (out,) = kernel(
+        inputs=inputs,
+        template=template,
+        grid=(threads * prefill_blocks, 1, 1),
+        threadgroup=(threads, 1, 1),
+        output_shapes=[query.shape],
+        output_dtypes=[query.dtype],
+        **init,
+    )
+    return out
