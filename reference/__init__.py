@@ -1,0 +1,1 @@
+"""Ground truth for pagecheck: float64 and mlx.core attention oracles, a pure-Python pool and cache."""

@@ -1,0 +1,30 @@
+"""The reference as a subject: the float64 oracle behind the same checks as any implementation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from reference import attention
+from reference.cache import PagedKvMetadata, TinyKvPagedCache
+from reference.pool import TinyKvPagedPool
+from reference.validation import check_paged_inputs
+
+__all__ = ["PagedKvMetadata", "TinyKvPagedCache", "TinyKvPagedPool", "paged_attention"]
+
+
+def paged_attention(
+    query: Any,
+    key_pages: Any,
+    value_pages: Any,
+    block_table: Any,
+    context_lens: Any,
+    page_size: int,
+    scale: float | None = None,
+    mask: str | None = None,
+) -> np.ndarray:
+    check_paged_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
+    return attention.paged_attention(
+        query, key_pages, value_pages, block_table, context_lens, page_size, scale=scale, mask=mask
+    )

@@ -1,0 +1,85 @@
+"""The paged-attention input contract as a readable list of rejections.
+
+Every rule raises ValueError naming the field and the bad value, before any
+arithmetic happens. A block-table entry is "live" when it maps a position
+below its row's context; every other entry must be -1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from reference.arrays import to_numpy
+
+
+def _dtype(x: Any) -> str:
+    return str(x.dtype).rsplit(".", 1)[-1]
+
+
+def check_paged_inputs(
+    query: Any,
+    key_pages: Any,
+    value_pages: Any,
+    block_table: Any,
+    context_lens: Any,
+    page_size: int,
+    mask: str | None = None,
+) -> None:
+    if mask not in (None, "causal"):
+        raise NotImplementedError(f"mask={mask!r} is not supported (use None or 'causal')")
+    if not isinstance(page_size, (int, np.integer)) or page_size <= 0:
+        raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+    if len(query.shape) != 4:
+        raise ValueError(f"query shape={tuple(query.shape)} must be [B, H_q, L, D]")
+    if len(key_pages.shape) != 4:
+        raise ValueError(f"key_pages shape={tuple(key_pages.shape)} must be [P, H_kv, page_size, D]")
+    if tuple(value_pages.shape) != tuple(key_pages.shape):
+        raise ValueError(f"value_pages shape={tuple(value_pages.shape)} differs from key_pages {tuple(key_pages.shape)}")
+    batch, num_q_heads, num_queries, head_dim = query.shape
+    num_pages, num_kv_heads, slots, kv_dim = key_pages.shape
+    if slots != page_size:
+        raise ValueError(f"key_pages page axis={slots} differs from page_size={page_size}")
+    if kv_dim != head_dim:
+        raise ValueError(f"key_pages head dim={kv_dim} differs from query head dim={head_dim}")
+    if num_kv_heads == 0 or num_q_heads % num_kv_heads:
+        raise ValueError(f"H_q={num_q_heads} is not a multiple of H_kv={num_kv_heads}")
+    if not (_dtype(query) == _dtype(key_pages) == _dtype(value_pages)):
+        raise ValueError(
+            f"dtypes differ: query {_dtype(query)}, key_pages {_dtype(key_pages)}, value_pages {_dtype(value_pages)}"
+        )
+    table = to_numpy(block_table)
+    lens = to_numpy(context_lens)
+    if table.ndim != 2 or table.shape[0] != batch:
+        raise ValueError(f"block_table shape={table.shape} must be [B={batch}, max_pages]")
+    if not np.issubdtype(table.dtype, np.integer):
+        raise ValueError(f"block_table dtype={table.dtype} must be an integer type")
+    if lens.shape != (batch,):
+        raise ValueError(f"context_lens shape={lens.shape} must be [B={batch}]")
+    if not np.issubdtype(lens.dtype, np.integer):
+        raise ValueError(f"context_lens dtype={lens.dtype} must be an integer type")
+
+    seen: dict[int, int] = {}
+    for b in range(batch):
+        n = int(lens[b])
+        if n < 0:
+            raise ValueError(f"context_lens[{b}]={n} is negative")
+        if 0 < n < num_queries:
+            raise ValueError(f"context_lens[{b}]={n} is shorter than the query length L={num_queries}")
+        live = -(-n // page_size)
+        if live > table.shape[1]:
+            raise ValueError(
+                f"context_lens[{b}]={n} needs {live} pages but block_table has {table.shape[1]} columns"
+            )
+        for col in range(table.shape[1]):
+            page = int(table[b, col])
+            if col >= live:
+                if page != -1:
+                    raise ValueError(f"block_table[{b}, {col}]={page} is past the context and must be -1")
+                continue
+            if not 0 <= page < num_pages:
+                raise ValueError(f"block_table[{b}, {col}]={page} is not a page id in [0, {num_pages})")
+            if page in seen:
+                raise ValueError(f"block_table[{b}, {col}]={page} is aliased: row {seen[page]} uses it too")
+            seen[page] = b
