@@ -180,3 +180,23 @@ def test_build_info_names_flags_and_versions() -> None:
     assert "-ffast-math" not in info["kernel_flags"]
     assert info["mlx_version_built"] == info["mlx_version_runtime"] == mx.__version__
     assert info["num_threads"] >= 1
+
+
+def test_two_cpu_streams_share_the_worker_pool_without_deadlock() -> None:
+    # Both stream threads reach the pool at once: one gets the workers, the
+    # other runs its items inline; both results must be right.
+    rng = np.random.default_rng(18)
+    layout = random_layout(
+        rng, context_lens=[1500, 900], page_size=32, num_queries=1, num_q_heads=8, num_kv_heads=2, head_dim=128,
+        dtype="bfloat16",
+    )
+    inputs = layout.as_mx()
+    del inputs["mask"]
+    streams = [mx.new_stream(mx.cpu), mx.new_stream(mx.cpu)]
+    outputs = [
+        ext.paged_attention(*inputs.values(), None, False, stream=stream) for stream in streams for _ in range(3)
+    ]
+    mx.eval(outputs)
+    want = layout.reference_output()
+    for out in outputs:
+        assert compare(out, want, "bfloat16").passed
