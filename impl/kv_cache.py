@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from impl.page_pool import TinyKvPagedPool, is_int
+from impl.page_pool import TinyKvPagedPool, check_kv_pair, is_int
 from impl.paged_kv_cache import TinyKvPagedCache
 from impl.paged_metadata import PagedKvMetadata
 
@@ -88,17 +88,11 @@ class BatchingKvCache:
     def _check_batch(
         self, keys: mx.array, values: mx.array, mask_length: int | None
     ) -> list[tuple[int, TinyKvPagedCache]]:
-        for name, array in (("keys", keys), ("values", values)):
-            if not isinstance(array, mx.array):
-                raise ValueError(f"{name} must be an mlx.core.array, got {type(array).__name__}")
+        check_kv_pair(keys, values, ("keys", "values"))
         if keys.ndim != 4 or keys.shape[0] != self.max_active_requests:
             raise ValueError(
-                f"keys shape={tuple(keys.shape)} must be [B={self.max_active_requests}, H_kv, L, D]"
-            )
-        if values.shape != keys.shape:
-            raise ValueError(
-                f"keys and values must have the same shape: keys shape={tuple(keys.shape)}, "
-                f"values shape={tuple(values.shape)}"
+                f"keys shape={tuple(keys.shape)} must be [B, H_kv, L, D] with B = max_active_requests="
+                f"{self.max_active_requests}"
             )
         length = keys.shape[2]
         if mask_length is not None and (not is_int(mask_length) or mask_length != length):

@@ -26,6 +26,7 @@ a sequence of allocations and writes as one step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import mlx.core as mx
 
@@ -145,16 +146,9 @@ class TinyKvPagedPool:
     # -- data ---------------------------------------------------------------
     def check_chunk(self, key: mx.array, value: mx.array) -> None:
         """Reject a K/V chunk that this pool could not store; changes nothing."""
-        for name, array in (("key", key), ("value", value)):
-            if not isinstance(array, mx.array):
-                raise ValueError(f"{name} must be an mlx.core.array, got {type(array).__name__}")
+        check_kv_pair(key, value)
         if key.ndim != 4 or key.shape[0] != 1:
             raise ValueError(f"key shape={tuple(key.shape)} must be [1, H_kv, S, D]")
-        if value.shape != key.shape:
-            raise ValueError(
-                f"key and value must have the same shape: key shape={tuple(key.shape)}, "
-                f"value shape={tuple(value.shape)}"
-            )
         _, num_heads, length, head_dim = key.shape
         if num_heads == 0 or head_dim == 0:
             raise ValueError(f"key shape={tuple(key.shape)} needs H_kv >= 1 and D >= 1")
@@ -272,6 +266,18 @@ class TinyKvPagedPool:
 
 def _nan_rows(shape: tuple[int, ...], dtype: mx.Dtype) -> mx.array:
     return mx.full(shape, float("nan"), dtype=dtype)
+
+
+def check_kv_pair(key: Any, value: Any, names: tuple[str, str] = ("key", "value")) -> None:
+    """Both must be mlx arrays of one shape; `names` are the caller's argument names."""
+    for name, array in zip(names, (key, value)):
+        if not isinstance(array, mx.array):
+            raise ValueError(f"{name} must be an mlx.core.array, got {type(array).__name__}")
+    if value.shape != key.shape:
+        raise ValueError(
+            f"{names[0]} and {names[1]} must have the same shape: {names[0]} shape={tuple(key.shape)}, "
+            f"{names[1]} shape={tuple(value.shape)}"
+        )
 
 
 def is_int(x: object) -> bool:

@@ -22,6 +22,15 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(7)
 
 
+def _pool_of_written_pages(rng: np.random.Generator, num_pages: int) -> TinyKvPagedPool:
+    """A pool with `num_pages` live pages, one token written at slot 0 of each."""
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    key, value = random_chunk(rng, 1)
+    for _ in range(num_pages):
+        pool.write_page_slice(pool.allocate_page(), 0, key, value)
+    return pool
+
+
 def _bytes_per_page(dtype: mx.Dtype = mx.float32) -> int:
     return HEADS * PAGE_SIZE * HEAD_DIM * dtype.size
 
@@ -100,10 +109,7 @@ def test_first_write_after_many_allocations_sizes_storage_for_every_issued_page(
 
 
 def test_reused_ids_do_not_grow_storage(rng: np.random.Generator) -> None:
-    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
-    key, value = random_chunk(rng, 1)
-    for _ in range(4):
-        pool.write_page_slice(pool.allocate_page(), 0, key, value)
+    pool = _pool_of_written_pages(rng, 4)
     for page_id in range(4):
         pool.free_page(page_id)
     for _ in range(4):
@@ -215,10 +221,7 @@ def test_reading_needs_a_live_written_page(rng: np.random.Generator) -> None:
 
 
 def test_reset_refuses_live_pages_then_forgets_everything(rng: np.random.Generator) -> None:
-    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
-    key, value = random_chunk(rng, 1)
-    for _ in range(5):
-        pool.write_page_slice(pool.allocate_page(), 0, key, value)
+    pool = _pool_of_written_pages(rng, 5)
     for page_id in range(4):
         pool.free_page(page_id)
     pool.allocate_page()
@@ -234,11 +237,9 @@ def test_reset_refuses_live_pages_then_forgets_everything(rng: np.random.Generat
 
 
 def test_rollback_restores_ids_counters_storage_and_contents(rng: np.random.Generator) -> None:
-    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
-    key, value = random_chunk(rng, 1)
-    for _ in range(4):
-        pool.write_page_slice(pool.allocate_page(), 0, key, value)
+    pool = _pool_of_written_pages(rng, 4)
     pool.free_page(2)
+    key, value = random_chunk(rng, 1)
     before = pool_state(pool)
     checkpoint = pool.checkpoint()
     pool.write_page_slice(pool.allocate_page(), 1, key, value)  # reuses page 2

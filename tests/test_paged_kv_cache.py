@@ -22,6 +22,11 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(11)
 
 
+@pytest.fixture
+def cache() -> TinyKvPagedCache:
+    return TinyKvPagedCache(TinyKvPagedPool(page_size=PAGE_SIZE))
+
+
 def _fill(cache: TinyKvPagedCache, rng: np.random.Generator, lengths: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """Append chunks of the given lengths; return their concatenation as NumPy."""
     keys, values = [], []
@@ -44,9 +49,10 @@ def _assert_gathers(cache: TinyKvPagedCache, keys: np.ndarray, values: np.ndarra
     [[3, 2, 5], [4, 4], [1] * 9, [9], [2, 2, 4, 1], [5, 3], [3, 1, 1, 7]],
     ids=lambda lengths: "-".join(map(str, lengths)),
 )
-def test_appends_fill_the_tail_page_before_allocating(rng: np.random.Generator, lengths: list[int]) -> None:
-    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
-    cache = TinyKvPagedCache(pool)
+def test_appends_fill_the_tail_page_before_allocating(
+    rng: np.random.Generator, lengths: list[int], cache: TinyKvPagedCache
+) -> None:
+    pool = cache.pool
     total = 0
     keys, values = [], []
     for length in lengths:
@@ -81,9 +87,8 @@ def test_a_chunk_spanning_pages_lands_slot_by_slot(rng: np.random.Generator) -> 
 
 @pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.float16])
 def test_gather_dense_and_update_and_fetch_return_the_written_tokens(
-    rng: np.random.Generator, dtype: mx.Dtype
+    rng: np.random.Generator, cache: TinyKvPagedCache, dtype: mx.Dtype
 ) -> None:
-    cache = TinyKvPagedCache(TinyKvPagedPool(page_size=PAGE_SIZE))
     first_key, first_value = random_chunk(rng, 6, dtype=dtype)
     cache.update_and_fetch(first_key, first_value)
     key, value = random_chunk(rng, 3, dtype=dtype)
@@ -94,8 +99,9 @@ def test_gather_dense_and_update_and_fetch_return_the_written_tokens(
     np.testing.assert_array_equal(to_numpy(values), to_numpy(mx.concatenate([first_value, value], axis=2)))
 
 
-def test_block_table_is_one_object_until_the_page_list_changes(rng: np.random.Generator) -> None:
-    cache = TinyKvPagedCache(TinyKvPagedPool(page_size=PAGE_SIZE))
+def test_block_table_is_one_object_until_the_page_list_changes(
+    rng: np.random.Generator, cache: TinyKvPagedCache
+) -> None:
     _fill(cache, rng, [3])
     first = cache.block_table()
     assert cache.block_table() is first
@@ -115,8 +121,9 @@ def test_block_table_is_one_object_until_the_page_list_changes(rng: np.random.Ge
     assert cache.block_table().shape == (1, 0)
 
 
-def test_block_table_pads_with_minus_one_and_rejects_narrow_widths(rng: np.random.Generator) -> None:
-    cache = TinyKvPagedCache(TinyKvPagedPool(page_size=PAGE_SIZE))
+def test_block_table_pads_with_minus_one_and_rejects_narrow_widths(
+    rng: np.random.Generator, cache: TinyKvPagedCache
+) -> None:
     _fill(cache, rng, [9])
     table = cache.block_table(max_pages=5)
     assert table.dtype == mx.int32
@@ -148,9 +155,8 @@ def test_paged_metadata_describes_the_pool_and_this_request(rng: np.random.Gener
         metadata.page_size = 8  # type: ignore[misc]
 
 
-def test_rewind_across_page_boundaries_frees_emptied_pages(rng: np.random.Generator) -> None:
-    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
-    cache = TinyKvPagedCache(pool)
+def test_rewind_across_page_boundaries_frees_emptied_pages(rng: np.random.Generator, cache: TinyKvPagedCache) -> None:
+    pool = cache.pool
     keys, values = _fill(cache, rng, [4, 3, 2])
     assert cache.page_lens == [4, 4, 1]
     cache.rewind(3)
@@ -173,8 +179,9 @@ def test_rewind_across_page_boundaries_frees_emptied_pages(rng: np.random.Genera
 
 
 @pytest.mark.parametrize("n", [4, -1, 1.0, True])
-def test_rewind_rejects_counts_outside_the_context(rng: np.random.Generator, n: Any) -> None:
-    cache = TinyKvPagedCache(TinyKvPagedPool(page_size=PAGE_SIZE))
+def test_rewind_rejects_counts_outside_the_context(
+    rng: np.random.Generator, cache: TinyKvPagedCache, n: Any
+) -> None:
     _fill(cache, rng, [3])
     before = (cache_state(cache), pool_state(cache.pool))
     with pytest.raises(ValueError, match="rewind n"):
@@ -183,10 +190,9 @@ def test_rewind_rejects_counts_outside_the_context(rng: np.random.Generator, n: 
 
 
 def test_release_frees_each_page_once_and_leaves_a_reusable_cache(
-    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, cache: TinyKvPagedCache
 ) -> None:
-    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
-    cache = TinyKvPagedCache(pool)
+    pool = cache.pool
     _fill(cache, rng, [10])
     freed: list[int] = []
     original_free = pool.free_page
@@ -201,9 +207,10 @@ def test_release_frees_each_page_once_and_leaves_a_reusable_cache(
     _assert_gathers(cache, keys, values)
 
 
-def test_release_refuses_when_a_page_was_freed_behind_its_back(rng: np.random.Generator) -> None:
-    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
-    cache = TinyKvPagedCache(pool)
+def test_release_refuses_when_a_page_was_freed_behind_its_back(
+    rng: np.random.Generator, cache: TinyKvPagedCache
+) -> None:
+    pool = cache.pool
     _fill(cache, rng, [6])
     pool.free_page(1)
     before = (cache_state(cache), pool_state(pool))
@@ -248,10 +255,9 @@ def test_a_failed_second_page_write_undoes_the_whole_append(
 
 
 def test_a_failed_append_undoes_the_storage_growth_it_caused(
-    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, cache: TinyKvPagedCache
 ) -> None:
-    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
-    cache = TinyKvPagedCache(pool)
+    pool = cache.pool
     _fill(cache, rng, [4 * PAGE_SIZE - 1])  # four pages, one free slot in the tail
     before = (cache_state(cache), pool_state(pool))
     original_write = pool.write_page_slice
@@ -272,10 +278,9 @@ def test_a_failed_append_undoes_the_storage_growth_it_caused(
 
 
 def test_a_failed_first_append_leaves_the_pool_without_storage(
-    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, cache: TinyKvPagedCache
 ) -> None:
-    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
-    cache = TinyKvPagedCache(pool)
+    pool = cache.pool
     fail_on_call(pool, "write_page_slice", 2, monkeypatch)
     with pytest.raises(RuntimeError, match="injected failure"):
         cache.update_and_fetch_paged(*random_chunk(rng, 6))
@@ -283,8 +288,7 @@ def test_a_failed_first_append_leaves_the_pool_without_storage(
     assert cache_state(cache) == ((), (), 0, 0)
 
 
-def test_invalid_appends_change_nothing(rng: np.random.Generator) -> None:
-    cache = TinyKvPagedCache(TinyKvPagedPool(page_size=PAGE_SIZE))
+def test_invalid_appends_change_nothing(rng: np.random.Generator, cache: TinyKvPagedCache) -> None:
     _fill(cache, rng, [4])
     before = (cache_state(cache), pool_state(cache.pool))
     key, value = random_chunk(rng, 1)
@@ -301,10 +305,9 @@ def test_invalid_appends_change_nothing(rng: np.random.Generator) -> None:
 
 
 def test_materialize_evaluates_page_storage_without_gathering(
-    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, cache: TinyKvPagedCache
 ) -> None:
-    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
-    cache = TinyKvPagedCache(pool)
+    pool = cache.pool
     _fill(cache, rng, [5])
 
     def no_gather() -> None:
