@@ -1,0 +1,13 @@
+"""The MLX implementation of tiny-llm's Week 3 paged KV cache and paged attention API."""
+
+from impl.kv_cache import BatchingKvCache
+from impl.page_pool import TinyKvPagedPool
+from impl.paged_kv_cache import TinyKvPagedCache
+from impl.paged_metadata import PagedKvMetadata
+
+__all__ = [
+    "BatchingKvCache",
+    "PagedKvMetadata",
+    "TinyKvPagedCache",
+    "TinyKvPagedPool",
+]
