@@ -4,9 +4,14 @@ Shapes: decode for B in {1, 16, 64} x context {128, 1024, 4096, 16384} and one
 prefill (L=512 over a 4096 context); H_q 32, H_kv 8, D 128, bfloat16, pages
 of 128 (the Qwen3-4B decode heads). Variants:
 
-- paged:            the direct paged kernels (automatic schedule)
-- paged[decode]:    the one-pass decode kernel forced, where the automatic
+- paged:            the direct paged kernels through pagecheck.gpu_kernels
+                    (automatic schedule)
+- paged[one pass]:  the one-pass decode kernel forced, where the automatic
                     schedule splits the context
+- paged[cuda cores]: the CUDA-core decode walk forced (the automatic choice
+                    for bfloat16 is the tensor-core walk)
+- paged[ext op]:    ext.paged_attention, the C++ op (same kernels, chosen by
+                    its eval_gpu)
 - gather+mlx_sdpa:  gather K/V from the pages into dense tensors, then MLX SDPA
 - mlx_sdpa:         MLX SDPA on K/V gathered beforehand
 - torch_cudnn:      PyTorch SDPA, cuDNN backend, enable_gqa=True, on dense
@@ -14,11 +19,15 @@ of 128 (the Qwen3-4B decode heads). Variants:
                     mask aligns to the top left, which is less work)
 
 Two times per variant: `per_call`, the median of synchronized single calls
-(host overhead included), and `kernel`, the time of many back-to-back calls
-divided by their count, rotating among enough input sets that the L2 cache
-cannot serve them. Bandwidth is the K/V bytes the attention must read over
-the kernel time, also as a fraction of a device-to-device copy measured in
-the same run. A program, not a test:
+(host overhead included), and `kernel`, the time per call of many calls run
+back to back on the device, rotating among enough input sets that the L2
+cache cannot serve them. MLX runs independent graph nodes concurrently, so
+the MLX calls are chained (each query is the set's query plus 0 x the
+previous output) and the measured cost of that chain alone is subtracted;
+the torch calls are captured in one CUDA graph and replayed. Bandwidth is
+the K/V bytes the attention must read over the kernel time, also as a
+fraction of a device-to-device copy measured in the same run. A program, not
+a test:
 
     python -m pagecheck.bench_gpu [--json PATH] [--only decode|prefill] [--quick]
 """
@@ -36,6 +45,7 @@ from typing import Any, Callable
 
 import mlx.core as mx
 
+from impl.page_gather import gather_pages_dense
 from pagecheck import gpu_kernels
 
 NUM_Q_HEADS = 32
@@ -91,20 +101,9 @@ def make_set(batch: int, queries: int, context: int, key: mx.array) -> InputSet:
     table = mx.random.permutation(num_pages, key=k3).astype(mx.int32).reshape(batch, pages_per_row)
     query = mx.random.normal((batch, NUM_Q_HEADS, queries, HEAD_DIM), key=k4).astype(mx.bfloat16)
     lens = mx.full((batch,), context, dtype=mx.int32)
-    dense_k, dense_v = gather(key_pages, value_pages, table)
+    dense_k, dense_v = gather_pages_dense(key_pages, table), gather_pages_dense(value_pages, table)
     mx.eval(query, key_pages, value_pages, table, lens, dense_k, dense_v)
     return InputSet(query, key_pages, value_pages, table, lens, dense_k, dense_v)
-
-
-def gather(key_pages: mx.array, value_pages: mx.array, table: mx.array) -> tuple[mx.array, mx.array]:
-    """Pages [P, H_kv, page, D] through table [B, n] -> dense [B, H_kv, n * page, D]."""
-    batch, width = table.shape
-
-    def one(pages: mx.array) -> mx.array:
-        picked = pages[table.reshape(-1)].reshape(batch, width, NUM_KV_HEADS, PAGE_SIZE, HEAD_DIM)
-        return picked.transpose(0, 2, 1, 3, 4).reshape(batch, NUM_KV_HEADS, width * PAGE_SIZE, HEAD_DIM)
-
-    return one(key_pages), one(value_pages)
 
 
 def l2_bytes() -> int:
@@ -116,32 +115,56 @@ def l2_bytes() -> int:
         return L2_FALLBACK_BYTES
 
 
-def time_mlx(call: Callable[[InputSet], mx.array], sets: list[InputSet]) -> tuple[float, float]:
-    """(median synchronized per-call seconds, back-to-back seconds per call)."""
-    mx.eval(call(sets[0]))  # compile and warm up
-    mx.synchronize()
-    singles = []
-    for i in range(PER_CALL_REPEATS):
-        start = time.perf_counter()
-        mx.eval(call(sets[i % len(sets)]))
-        mx.synchronize()
-        singles.append(time.perf_counter() - start)
-    per_call = statistics.median(singles)
-    count = max(len(sets), min(2000, math.ceil(KERNEL_TARGET_SECONDS / per_call)))
-    count = math.ceil(count / len(sets)) * len(sets)
+def chained(query: mx.array, previous: mx.array | None) -> mx.array:
+    """The query made to depend on the previous call's output (values unchanged)."""
+    return query if previous is None else query + previous * 0
+
+
+def time_chain(calls: Callable[[mx.array | None, int], mx.array], count: int) -> float:
+    """Seconds per link of `count` chained calls evaluated as one graph (best of 3)."""
     runs = []
     for _ in range(3):
-        outs = [call(sets[i % len(sets)]) for i in range(count)]
+        previous = None
+        outs = []
+        for i in range(count):
+            previous = calls(previous, i)
+            outs.append(previous)
         mx.synchronize()
         start = time.perf_counter()
         mx.eval(outs)
         mx.synchronize()
         runs.append((time.perf_counter() - start) / count)
-        del outs
-    return per_call, min(runs)
+        del outs, previous
+    return min(runs)
 
 
-def time_torch(call: Callable[[int], Any], num_sets: int) -> tuple[float, float]:
+def time_mlx(call: Callable[[InputSet, mx.array], mx.array], sets: list[InputSet]) -> tuple[float, float]:
+    """(median synchronized per-call seconds, chained device seconds per call)."""
+    mx.eval(call(sets[0], sets[0].query))  # compile and warm up
+    mx.synchronize()
+    singles = []
+    for i in range(PER_CALL_REPEATS):
+        s = sets[i % len(sets)]
+        start = time.perf_counter()
+        mx.eval(call(s, s.query))
+        mx.synchronize()
+        singles.append(time.perf_counter() - start)
+    per_call = statistics.median(singles)
+    count = max(len(sets), min(1000, math.ceil(KERNEL_TARGET_SECONDS / per_call)))
+    count = math.ceil(count / len(sets)) * len(sets)
+
+    def attention(previous: mx.array | None, i: int) -> mx.array:
+        s = sets[i % len(sets)]
+        return call(s, chained(s.query, previous))
+
+    def chain_only(previous: mx.array | None, i: int) -> mx.array:
+        return chained(sets[i % len(sets)].query, previous)
+
+    return per_call, time_chain(attention, count) - time_chain(chain_only, count)
+
+
+def time_torch(call: Callable[[int], Any], num_sets: int) -> tuple[float, float, str]:
+    """(median synchronized per-call seconds, device seconds per call, how)."""
     import torch
 
     call(0)
@@ -153,18 +176,39 @@ def time_torch(call: Callable[[int], Any], num_sets: int) -> tuple[float, float]
         torch.cuda.synchronize()
         singles.append(time.perf_counter() - start)
     per_call = statistics.median(singles)
-    count = max(num_sets, min(2000, math.ceil(KERNEL_TARGET_SECONDS / per_call)))
+    count = max(num_sets, min(1000, math.ceil(KERNEL_TARGET_SECONDS / per_call)))
     count = math.ceil(count / num_sets) * num_sets
+
+    def replay() -> Callable[[], None]:
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for i in range(num_sets):  # warm-up on the capture stream
+                call(i)
+        torch.cuda.current_stream().wait_stream(stream)
+        with torch.cuda.graph(graph):
+            for i in range(count):
+                call(i % num_sets)
+        return graph.replay
+
+    try:
+        run, how = replay(), "graph"
+    except Exception as err:  # eager launches still serialize on one stream
+        def run() -> None:
+            for i in range(count):
+                call(i % num_sets)
+
+        how = f"eager ({type(err).__name__})"
     runs = []
     for _ in range(3):
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         begin.record()
-        for i in range(count):
-            call(i % num_sets)
+        run()
         end.record()
         torch.cuda.synchronize()
         runs.append(begin.elapsed_time(end) / 1e3 / count)
-    return per_call, min(runs)
+    return per_call, min(runs), how
 
 
 def copy_bandwidth() -> float:
@@ -230,7 +274,8 @@ def attention_flops(batch: int, queries: int, context: int, causal: bool) -> int
     return 4 * batch * NUM_Q_HEADS * HEAD_DIM * pairs
 
 
-def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: float, use_torch: bool) -> list[Row]:
+def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: float, use_torch: bool,
+                extension_paged_attention: Callable[..., mx.array] | None) -> list[Row]:
     kv_bytes = batch * context * NUM_KV_HEADS * HEAD_DIM * 2 * 2
     # Each variant reads one copy of K/V per call (pages or dense), so the sets
     # rotate through at least L2_MULTIPLE times the L2 cache of it.
@@ -240,24 +285,29 @@ def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: floa
     flops = attention_flops(batch, queries, context, mask == "causal")
     scale = HEAD_DIM**-0.5
 
-    def paged(schedule: str | None) -> Callable[[InputSet], mx.array]:
-        return lambda s: gpu_kernels.paged_attention(
-            s.query, s.key_pages, s.value_pages, s.block_table, s.context_lens, PAGE_SIZE,
-            scale=scale, mask=mask, schedule=schedule,
+    def paged(schedule: str | None = None, mma: bool | None = None) -> Callable[[InputSet, mx.array], mx.array]:
+        return lambda s, q: gpu_kernels.paged_attention(
+            q, s.key_pages, s.value_pages, s.block_table, s.context_lens, PAGE_SIZE,
+            scale=scale, mask=mask, schedule=schedule, mma=mma,
         )
 
-    def sdpa(s: InputSet, k: mx.array, v: mx.array) -> mx.array:
-        return mx.fast.scaled_dot_product_attention(s.query, k, v, scale=scale, mask=mask)
+    def sdpa(q: mx.array, k: mx.array, v: mx.array) -> mx.array:
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
 
-    variants: list[tuple[str, Callable[[InputSet], mx.array]]] = [("paged", paged(None))]
-    group = NUM_Q_HEADS // NUM_KV_HEADS
-    rows = gpu_kernels.decode_rows(group * queries)
-    blocks = batch * NUM_KV_HEADS * -(-(group * queries) // rows)
-    if kind == "decode" and gpu_kernels.choose_splits(blocks, context) > 1:
-        variants.append(("paged[decode]", paged("decode")))
+    variants: list[tuple[str, Callable[[InputSet, mx.array], mx.array]]] = [("paged", paged())]
+    plan = gpu_kernels.plan_launch((batch, NUM_Q_HEADS, queries, HEAD_DIM), mx.bfloat16, NUM_KV_HEADS,
+                                   PAGE_SIZE, context // PAGE_SIZE)
+    if kind == "decode":
+        if plan.schedule == "split":
+            variants.append(("paged[one pass]", paged("decode")))
+        variants.append(("paged[cuda cores]", paged(mma=False)))
+    if extension_paged_attention is not None:
+        variants.append(("paged[ext op]", lambda s, q: extension_paged_attention(
+            q, s.key_pages, s.value_pages, s.block_table, s.context_lens, PAGE_SIZE, scale, mask == "causal")))
     variants += [
-        ("gather+mlx_sdpa", lambda s: sdpa(s, *gather(s.key_pages, s.value_pages, s.block_table))),
-        ("mlx_sdpa", lambda s: sdpa(s, s.dense_k, s.dense_v)),
+        ("gather+mlx_sdpa", lambda s, q: sdpa(
+            q, gather_pages_dense(s.key_pages, s.block_table), gather_pages_dense(s.value_pages, s.block_table))),
+        ("mlx_sdpa", lambda s, q: sdpa(q, s.dense_k, s.dense_v)),
     ]
 
     out = []
@@ -272,8 +322,8 @@ def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: floa
 
         torch_sets = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2_bytes() / kv_bytes)))
         call, backend, tensors = torch_sdpa(batch, queries, context, torch_sets, kind == "prefill")
-        per_call, kernel = time_torch(call, torch_sets)
-        note = backend + (", no mask" if kind == "prefill" else "")
+        per_call, kernel, how = time_torch(call, torch_sets)
+        note = f"{backend}, {how}" + (", no mask" if kind == "prefill" else "")
         torch_flops = attention_flops(batch, queries, context, False)
         out.append(Row(kind, batch, queries, context, "torch_cudnn", per_call * 1e6, kernel * 1e6, kv_bytes,
                        kv_bytes / kernel / 1e12, kv_bytes / kernel / copy_bw, torch_flops / kernel / 1e12, note))
@@ -297,11 +347,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("decode", "prefill"), default=None)
     parser.add_argument("--quick", action="store_true", help="the goal shapes only")
     parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--no-ext", action="store_true", help="leave out the C++ extension's op")
     args = parser.parse_args(argv)
     if not mx.cuda.is_available():
         print("no CUDA device: mlx.core.cuda.is_available() is False")
         return 2
     use_torch = not args.no_torch
+    extension_paged_attention = None
+    if not args.no_ext:
+        try:
+            import ext
+
+            extension_paged_attention = ext.paged_attention
+        except ImportError as err:
+            print(f"extension not importable, its row is left out: {err}")
     copy_bw = copy_bandwidth() if use_torch else float("nan")
     print(f"copy bandwidth {copy_bw / 1e12:.2f} TB/s (read + write)")
     shapes: list[tuple[str, int, int, int]] = []
@@ -314,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         shapes.append(("prefill", *PREFILL_SHAPE))
     rows: list[Row] = []
     for kind, batch, queries, context in shapes:
-        found = bench_shape(kind, batch, queries, context, copy_bw, use_torch)
+        found = bench_shape(kind, batch, queries, context, copy_bw, use_torch, extension_paged_attention)
         print_rows(found)
         rows += found
     print("\nsummary")

@@ -30,10 +30,14 @@ import numpy as np
 from reference.layouts import DTYPES, PagedLayout, random_layout
 from reference.tolerance import compare
 
-# (schedule, forced split count or None for the automatic one)
-Run = tuple[str | None, int | None]
-DECODE_RUNS: tuple[Run, ...] = (("decode", None), ("split", 3), ("split", 16), (None, None))
-PREFILL_RUNS: tuple[Run, ...] = (("prefill", None), (None, None))
+# (schedule, forced split count, forced decode walk: True tensor cores, False
+# CUDA cores); None means the automatic choice. Runs that force the tensor-core
+# walk are skipped where it does not apply (float32, odd head dims).
+Run = tuple[str | None, int | None, bool | None]
+DECODE_RUNS: tuple[Run, ...] = (
+    ("decode", None, False), ("split", 3, False), ("decode", None, True), ("split", 16, True), (None, None, None),
+)
+PREFILL_RUNS: tuple[Run, ...] = (("prefill", None, None), (None, None, None), ("prefill_mma", None, None))
 
 
 @dataclass(frozen=True)
@@ -89,35 +93,33 @@ def decode_cases() -> list[Case]:
     out.append(Case("decode float32 large logits", "float32", (64, 700), 16, 1, 4, 128, None,
                     DECODE_RUNS, logit_scale=8.0))
     out.append(Case("decode bfloat16 ctx=32768", "bfloat16", (32768, 20001), 128, 1, 4, 128, None,
-                    ((None, None), ("decode", None), ("split", 64))))
+                    ((None, None, None), ("decode", None, None), ("split", 64, False))))
     out.append(Case("decode float16 ctx=32768 causal L=3", "float16", (32768,), 16, 3, 8, 128, "causal",
-                    ((None, None),)))
+                    ((None, None, None), ("split", 7, False))))
     return out
 
 
 def prefill_cases() -> list[Case]:
     out = []
     for dtype in DTYPES:
-        mma_run = (("prefill_mma", None),) if dtype != "float32" else ()
         for page_size in (1, 5, 16, 128):
             for group, n in ((1, 9), (4, 70)):
                 contexts = (0, n, n + 33, 400) if page_size > 1 else (0, n, 120)
                 out.append(Case(
                     f"prefill {dtype} page={page_size} G={group} L={n} causal", dtype, contexts,
-                    page_size, n, group, 128, "causal", PREFILL_RUNS + mma_run,
+                    page_size, n, group, 128, "causal", PREFILL_RUNS,
                 ))
         for head_dim in (5, 16, 48, 64, 256):
-            runs = PREFILL_RUNS + (mma_run if head_dim % 16 == 0 and head_dim <= 128 else ())
             out.append(Case(
-                f"prefill {dtype} D={head_dim}", dtype, (0, 40, 333), 16, 40, 2, head_dim, "causal", runs,
+                f"prefill {dtype} D={head_dim}", dtype, (0, 40, 333), 16, 40, 2, head_dim, "causal", PREFILL_RUNS,
             ))
         out.append(Case(f"prefill {dtype} no mask", dtype, (20, 300), 64, 20, 4, 128, None, PREFILL_RUNS))
     out.append(Case("prefill bfloat16 G=8 L=160 ctx=2500", "bfloat16", (2500, 700), 128, 160, 8, 128, "causal",
-                    (("prefill_mma", None), ("prefill", None))))
+                    PREFILL_RUNS))
     out.append(Case("prefill bfloat16 long L=64 ctx=32768", "bfloat16", (32768,), 128, 64, 4, 128, "causal",
-                    ((None, None),)))
+                    ((None, None, None),)))
     out.append(Case("decode schedules with L=12", "bfloat16", (12, 200), 16, 12, 2, 128, "causal",
-                    (("decode", None), ("split", 5))))
+                    (("decode", None, False), ("split", 5, False), ("decode", None, True), ("split", 5, True))))
     return out
 
 
@@ -140,10 +142,14 @@ def run_layout(label: str, layout: PagedLayout, want: np.ndarray, runs: tuple[Ru
     from pagecheck import gpu_kernels
 
     args = kwargs if kwargs is not None else layout.as_mx()
+    head_dim = layout.query.shape[3]
     outcomes = []
-    for schedule, splits in runs:
+    for schedule, splits, mma in runs:
+        needs_mma = mma or schedule == "prefill_mma"
+        if needs_mma and not gpu_kernels.takes_mma(args["query"].dtype, head_dim):
+            continue
         start = time.perf_counter()
-        got = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, num_splits=splits,
+        got = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, num_splits=splits, mma=mma,
                                           poison_output=True)
         mx.eval(got)
         seconds = time.perf_counter() - start
@@ -151,12 +157,13 @@ def run_layout(label: str, layout: PagedLayout, want: np.ndarray, runs: tuple[Ru
         extra: dict[str, Any] = {}
         passed = result.passed
         if schedule == "split":
-            again = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, num_splits=splits)
+            again = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, num_splits=splits, mma=mma)
             same = bool(mx.array_equal(got, again, equal_nan=True).item())
             extra["repeatable"] = same
             passed = passed and same
+        walk = "" if mma is None else ("/mma" if mma else "/lanes")
         outcomes.append(Outcome(
-            label, schedule or "auto", splits, passed, result.summary(), result.rel_l2_error,
+            label, (schedule or "auto") + walk, splits, passed, result.summary(), result.rel_l2_error,
             result.max_abs_error, seconds, extra,
         ))
     return outcomes
@@ -180,8 +187,11 @@ def big_pool_outcomes(rng: np.random.Generator, filler: int = (1 << 20) - 4) -> 
     kwargs = small.as_mx()
     kwargs.update(key_pages=pools[0], value_pages=pools[1], block_table=mx.array(table))
     label = f"float16 page ids from {filler}, {num_pages * 2 * 8 * 128} elements per pool"
-    return run_layout(label, small, small.reference_output(), (("decode", None), ("split", 4), ("prefill_mma", None), ("prefill", None)),
-                      None, kwargs)
+    runs: tuple[Run, ...] = (
+        ("decode", None, False), ("split", 4, False), ("decode", None, True), ("split", 4, True),
+        ("prefill_mma", None, None), ("prefill", None, None),
+    )
+    return run_layout(label, small, small.reference_output(), runs, None, kwargs)
 
 
 def print_table(outcomes: list[Outcome]) -> None:

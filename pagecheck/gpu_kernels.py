@@ -41,9 +41,15 @@ SPLIT_BELOW_BLOCKS = 2 * SM_COUNT
 SPLIT_TARGET_BLOCKS = 4 * SM_COUNT
 MIN_SPLIT_POSITIONS = 256
 
+DECODE_MMA_ROWS = 16
+DECODE_MMA_STAGES = 2
+
 SCHEDULES = ("decode", "split", "prefill", "prefill_mma")
 PAGED_INPUTS = ("query", "key_pages", "value_pages", "block_table", "context_lens", "scale")
-WALK_HEADERS = ("paged_common.cuh", "paged_decode_walk.cuh")
+DECODE_HEADERS = (
+    "paged_common.cuh", "paged_mma.cuh", "paged_decode_merge.cuh", "paged_decode_walk.cuh",
+    "paged_decode_mma_walk.cuh", "paged_decode_walker.cuh",
+)
 
 
 @dataclass(frozen=True)
@@ -60,16 +66,16 @@ class KernelSource:
 
 
 KERNELS: dict[str, KernelSource] = {
-    "paged_decode": KernelSource("paged_decode", PAGED_INPUTS, ("out",), WALK_HEADERS),
+    "paged_decode": KernelSource("paged_decode", PAGED_INPUTS, ("out",), DECODE_HEADERS),
     "paged_decode_split": KernelSource(
-        "paged_decode_split", PAGED_INPUTS, ("partial_out", "partial_stats"), WALK_HEADERS
+        "paged_decode_split", PAGED_INPUTS, ("partial_out", "partial_stats"), DECODE_HEADERS
     ),
     "paged_decode_reduce": KernelSource(
         "paged_decode_reduce", ("partial_out", "partial_stats"), ("out",), ("paged_common.cuh",)
     ),
-    "paged_prefill": KernelSource("paged_prefill", PAGED_INPUTS, ("out",), WALK_HEADERS),
+    "paged_prefill": KernelSource("paged_prefill", PAGED_INPUTS, ("out",), ("paged_common.cuh",)),
     "paged_prefill_mma": KernelSource(
-        "paged_prefill_mma", PAGED_INPUTS, ("out",), WALK_HEADERS + ("paged_mma.cuh",)
+        "paged_prefill_mma", PAGED_INPUTS, ("out",), ("paged_common.cuh", "paged_mma.cuh")
     ),
 }
 
@@ -112,13 +118,22 @@ def next_pow2(x: int) -> int:
 # ---- Launch geometry (the kernels' layouts, see each kernel's comment) -------
 
 
-def decode_rows(rows: int) -> int:
-    """Query rows per decode block: all of a kv head's rows, up to DECODE_MAX_ROWS."""
-    return min(next_pow2(rows), DECODE_MAX_ROWS)
+def takes_mma(dtype: mx.Dtype, head_dim: int) -> bool:
+    """Tensor-core kernels: 16-bit dtypes, head dims that are multiples of 16 up to MMA_MAX_HEAD_DIM."""
+    return dtype in (mx.bfloat16, mx.float16) and head_dim % 16 == 0 and head_dim <= MMA_MAX_HEAD_DIM
 
 
-def decode_shared_bytes(itemsize: int, head_dim: int, rows: int) -> int:
-    """DecodeLayout<T, HEAD_DIM, ROWS>::SHARED_BYTES."""
+def decode_rows(rows: int, mma: bool) -> int:
+    """Query rows per decode block: 16 for the tensor-core walk, else all of a
+    kv head's rows up to DECODE_MAX_ROWS (a power of two)."""
+    return DECODE_MMA_ROWS if mma else min(next_pow2(rows), DECODE_MAX_ROWS)
+
+
+def decode_shared_bytes(itemsize: int, head_dim: int, rows: int, mma: bool) -> int:
+    """DecodeWalker<...>::Layout::SHARED_BYTES: the staging ring or the merge region."""
+    if mma:
+        ring = 4 * DECODE_MMA_STAGES * 2 * 16 * (head_dim + 8) * itemsize
+        return max(ring, 4 * rows * (head_dim + 2) * 4)
     vec = 16 // itemsize
     num_vecs = -(-head_dim // vec)
     vecs_per_lane = -(-num_vecs // 32)
@@ -143,10 +158,6 @@ def prefill_mma_shared_bytes(itemsize: int, head_dim: int, key_tile: int) -> int
     return 4 * key_tile * (head_dim + 8) * itemsize
 
 
-def takes_mma(dtype: mx.Dtype, head_dim: int) -> bool:
-    return dtype in (mx.bfloat16, mx.float16) and head_dim % 16 == 0 and head_dim <= MMA_MAX_HEAD_DIM
-
-
 def choose_splits(blocks: int, capacity: int) -> int:
     """Splits of the context for `blocks` decode blocks over `capacity` positions."""
     if blocks >= SPLIT_BELOW_BLOCKS:
@@ -155,10 +166,51 @@ def choose_splits(blocks: int, capacity: int) -> int:
     return max(1, min(wanted, capacity // MIN_SPLIT_POSITIONS))
 
 
-def choose_schedule(num_queries: int, num_splits: int, dtype: mx.Dtype, head_dim: int) -> str:
-    if num_queries <= DECODE_MAX_QUERIES:
-        return "split" if num_splits > 1 else "decode"
-    return "prefill_mma" if takes_mma(dtype, head_dim) else "prefill"
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Which kernels run for one call, and their geometry."""
+
+    schedule: str
+    mma: bool
+    rows: int  # query rows per decode block
+    blocks: int  # decode or prefill blocks (grid x / THREADS_PER_BLOCK)
+    splits: int
+    shared_bytes: int
+    key_tile: int  # tensor-core prefill only
+
+
+def plan_launch(
+    query_shape: tuple[int, ...], dtype: mx.Dtype, num_kv_heads: int, page_size: int, table_width: int,
+    schedule: str | None = None, num_splits: int | None = None, mma: bool | None = None,
+) -> LaunchPlan:
+    """The automatic plan, or one with the schedule, split count or decode walk pinned."""
+    batch, num_q_heads, num_queries, head_dim = query_shape
+    group_rows = num_q_heads // num_kv_heads * num_queries
+    if mma and not takes_mma(dtype, head_dim):
+        raise ValueError(f"the tensor-core kernels take bfloat16/float16 with head_dim % 16 == 0 <= {MMA_MAX_HEAD_DIM}")
+    mma = takes_mma(dtype, head_dim) if mma is None else mma
+    rows = decode_rows(group_rows, mma)
+    decode_blocks = batch * num_kv_heads * -(-group_rows // rows)
+    splits = num_splits if num_splits is not None else choose_splits(decode_blocks, table_width * page_size)
+    if schedule is None:
+        if num_queries <= DECODE_MAX_QUERIES:
+            schedule = "split" if splits > 1 else "decode"
+        else:
+            schedule = "prefill_mma" if mma else "prefill"
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule={schedule!r} is not one of {SCHEDULES}")
+    itemsize = dtype.size
+    if schedule in ("decode", "split"):
+        return LaunchPlan(schedule, mma, rows, decode_blocks, splits,
+                          decode_shared_bytes(itemsize, head_dim, rows, mma), 0)
+    prefill_blocks = batch * num_kv_heads * -(-group_rows // PREFILL_ROW_TILE)
+    if schedule == "prefill_mma":
+        if not takes_mma(dtype, head_dim):
+            raise ValueError(f"prefill_mma takes bfloat16/float16 with head_dim % 16 == 0 <= {MMA_MAX_HEAD_DIM}")
+        key_tile = prefill_key_tile(page_size)
+        return LaunchPlan(schedule, True, 0, prefill_blocks, 1,
+                          prefill_mma_shared_bytes(itemsize, head_dim, key_tile), key_tile)
+    return LaunchPlan(schedule, False, 0, prefill_blocks, 1, prefill_shared_bytes(head_dim), 0)
 
 
 # ---- Launch ---------------------------------------------------------------------
@@ -176,6 +228,7 @@ def paged_attention(
     *,
     schedule: str | None = None,
     num_splits: int | None = None,
+    mma: bool | None = None,
     poison_output: bool = False,
 ) -> mx.array:
     """Paged attention on the GPU with a chosen (or the automatic) schedule.
@@ -187,23 +240,14 @@ def paged_attention(
     if mask not in (None, "causal"):
         raise NotImplementedError(f"mask={mask!r} is not supported (use None or 'causal')")
     batch, num_q_heads, num_queries, head_dim = query.shape
-    num_kv_heads = key_pages.shape[1]
     if key_pages.shape[2] != page_size:
         raise ValueError(f"key_pages page axis={key_pages.shape[2]} differs from page_size={page_size}")
     if head_dim > MAX_HEAD_DIM:
         raise ValueError(f"head_dim={head_dim} is above the GPU kernels' limit {MAX_HEAD_DIM}")
     if query.size == 0:
         return mx.zeros(query.shape, dtype=query.dtype)
-    group = num_q_heads // num_kv_heads
-    rows = decode_rows(group * num_queries)
-    row_chunks = -(-(group * num_queries) // rows)
-    decode_blocks = batch * num_kv_heads * row_chunks
-    capacity = block_table.shape[1] * page_size
-    splits = num_splits if num_splits is not None else choose_splits(decode_blocks, capacity)
-    chosen = schedule or choose_schedule(num_queries, splits, query.dtype, head_dim)
-    if chosen not in SCHEDULES:
-        raise ValueError(f"schedule={chosen!r} is not one of {SCHEDULES}")
-
+    plan = plan_launch(query.shape, query.dtype, key_pages.shape[1], page_size, block_table.shape[1],
+                       schedule, num_splits, mma)
     causal = mask == "causal"
     scale = head_dim**-0.5 if scale is None else scale
     inputs = [
@@ -213,13 +257,15 @@ def paged_attention(
     ]
     init = {"init_value": float("nan")} if poison_output else {}
     threads = THREADS_PER_BLOCK
-    itemsize = query.dtype.size
+    decode_template = [
+        ("T", query.dtype), ("HEAD_DIM", head_dim), ("ROWS", plan.rows), ("CAUSAL", causal), ("MMA", plan.mma),
+    ]
 
-    if chosen == "decode":
-        (out,) = compiled("paged_decode", decode_shared_bytes(itemsize, head_dim, rows))(
+    if plan.schedule == "decode":
+        (out,) = compiled("paged_decode", plan.shared_bytes)(
             inputs=inputs,
-            template=[("T", query.dtype), ("HEAD_DIM", head_dim), ("ROWS", rows), ("CAUSAL", causal)],
-            grid=(threads * decode_blocks, 1, 1),
+            template=decode_template,
+            grid=(threads * plan.blocks, 1, 1),
             threadgroup=(threads, 1, 1),
             output_shapes=[query.shape],
             output_dtypes=[query.dtype],
@@ -227,16 +273,14 @@ def paged_attention(
         )
         return out
 
-    if chosen == "split":
+    if plan.schedule == "split":
         total_rows = batch * num_q_heads * num_queries
-        partial_out, partial_stats = compiled(
-            "paged_decode_split", decode_shared_bytes(itemsize, head_dim, rows)
-        )(
+        partial_out, partial_stats = compiled("paged_decode_split", plan.shared_bytes)(
             inputs=inputs,
-            template=[("T", query.dtype), ("HEAD_DIM", head_dim), ("ROWS", rows), ("CAUSAL", causal)],
-            grid=(threads * decode_blocks, splits, 1),
+            template=decode_template,
+            grid=(threads * plan.blocks, plan.splits, 1),
             threadgroup=(threads, 1, 1),
-            output_shapes=[(total_rows, splits, head_dim), (total_rows, splits, 2)],
+            output_shapes=[(total_rows, plan.splits, head_dim), (total_rows, plan.splits, 2)],
             output_dtypes=[mx.float32, mx.float32],
             **init,
         )
@@ -251,20 +295,14 @@ def paged_attention(
         )
         return out
 
-    prefill_blocks = batch * num_kv_heads * -(-(group * num_queries) // PREFILL_ROW_TILE)
-    if chosen == "prefill_mma":
-        if not takes_mma(query.dtype, head_dim):
-            raise ValueError(f"prefill_mma takes bfloat16/float16 with head_dim % 16 == 0 <= {MMA_MAX_HEAD_DIM}")
-        key_tile = prefill_key_tile(page_size)
-        kernel = compiled("paged_prefill_mma", prefill_mma_shared_bytes(itemsize, head_dim, key_tile))
-        template = [("T", query.dtype), ("HEAD_DIM", head_dim), ("KEY_TILE", key_tile), ("CAUSAL", causal)]
+    if plan.schedule == "prefill_mma":
+        template = [("T", query.dtype), ("HEAD_DIM", head_dim), ("KEY_TILE", plan.key_tile), ("CAUSAL", causal)]
     else:
-        kernel = compiled("paged_prefill", prefill_shared_bytes(head_dim))
         template = [("T", query.dtype), ("HEAD_DIM", head_dim), ("CAUSAL", causal)]
-    (out,) = kernel(
+    (out,) = compiled(f"paged_{plan.schedule}", plan.shared_bytes)(
         inputs=inputs,
         template=template,
-        grid=(threads * prefill_blocks, 1, 1),
+        grid=(threads * plan.blocks, 1, 1),
         threadgroup=(threads, 1, 1),
         output_shapes=[query.shape],
         output_dtypes=[query.dtype],

@@ -98,11 +98,15 @@ def variants() -> list[Variant]:
         for head_dim in (128, 64, 96, 256, 5):
             for rows in (1, 4, 8):
                 for stem in ("paged_decode", "paged_decode_split"):
-                    out.append(Variant(stem, dtype, (("HEAD_DIM", head_dim), ("ROWS", rows), ("CAUSAL", True))))
+                    template = (("HEAD_DIM", head_dim), ("ROWS", rows), ("CAUSAL", True), ("MMA", False))
+                    out.append(Variant(stem, dtype, template))
             out.append(Variant("paged_prefill", dtype, (("HEAD_DIM", head_dim), ("CAUSAL", True))))
         out.append(Variant("paged_decode_reduce", dtype, ()))
     for dtype in ("bfloat16", "float16"):
         for head_dim in (128, 64, 48, 16):
+            for stem in ("paged_decode", "paged_decode_split"):
+                template = (("HEAD_DIM", head_dim), ("ROWS", 16), ("CAUSAL", True), ("MMA", True))
+                out.append(Variant(stem, dtype, template))
             for key_tile in (16, 32, 64):
                 out.append(
                     Variant("paged_prefill_mma", dtype, (("HEAD_DIM", head_dim), ("KEY_TILE", key_tile), ("CAUSAL", True)))

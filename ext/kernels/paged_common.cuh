@@ -176,6 +176,7 @@ struct PagedGeometry {
   int num_q_heads;
   int num_queries;
   int head_dim;
+  int num_pages;
   int num_kv_heads;
   int page_size;
   int max_pages;
@@ -192,6 +193,7 @@ __device__ __forceinline__ PagedGeometry make_geometry(
   g.num_q_heads = query_shape[1];
   g.num_queries = query_shape[2];
   g.head_dim = query_shape[3];
+  g.num_pages = key_pages_shape[0];
   g.num_kv_heads = key_pages_shape[1];
   g.page_size = key_pages_shape[2];
   g.max_pages = block_table_shape[1];
@@ -239,8 +241,9 @@ __device__ __forceinline__ QueryRow query_row(
 // ---- Page tiles ---------------------------------------------------------------
 
 // A tile is up to TILE consecutive positions inside ONE page, so a tile needs
-// exactly one block-table entry. Tiles are numbered page by page from
-// `page_begin`; a page of page_size slots holds ceil(page_size / TILE) tiles.
+// exactly one block-table entry. Tiles are numbered page by page from page 0;
+// a page of page_size slots holds ceil(page_size / TILE) tiles, the last one
+// short when TILE does not divide page_size.
 struct PageTile {
   int page_idx; // column of the block table
   int slot_begin; // first slot inside the page
@@ -251,16 +254,39 @@ struct PageTile {
 __device__ __forceinline__ PageTile page_tile(
     int tile_idx,
     int tile_tokens,
-    int page_begin,
     int tiles_per_page,
     int page_size,
     int pos_end) {
   PageTile t;
-  t.page_idx = page_begin + tile_idx / tiles_per_page;
+  t.page_idx = tile_idx / tiles_per_page;
   t.slot_begin = (tile_idx % tiles_per_page) * tile_tokens;
   t.pos_begin = t.page_idx * page_size + t.slot_begin;
   t.count = min(min(tile_tokens, page_size - t.slot_begin), pos_end - t.pos_begin);
   return t;
+}
+
+// Tiles needed to cover positions [0, pos_end).
+__device__ __forceinline__ int count_tiles(
+    int pos_end,
+    int page_size,
+    int tile_tokens,
+    int tiles_per_page) {
+  if (pos_end <= 0) {
+    return 0;
+  }
+  const int last_page = (pos_end - 1) / page_size;
+  return last_page * tiles_per_page +
+      ceil_div(pos_end - last_page * page_size, tile_tokens);
+}
+
+// The block-table entry of a tile, or -1 when it names no page of the pool
+// (the op validates tables; this keeps a bad one from reading out of bounds).
+__device__ __forceinline__ int tile_page_id(
+    const PagedGeometry& g,
+    const int32_t* table_row,
+    const PageTile& tile) {
+  const int page_id = table_row[tile.page_idx];
+  return page_id >= 0 && page_id < g.num_pages ? page_id : -1;
 }
 
 // Element offset of (page, kv head, slot 0) in a [P, H_kv, page_size, D] pool:

@@ -1,9 +1,11 @@
 // paged_decode: attention for short queries (L <= 8) in one pass per row.
 //
 // Body of an MLX fast::cuda_kernel (MLX writes the signature from the input
-// and output names; headers: paged_common.cuh, paged_decode_walk.cuh).
+// and output names; headers: paged_common.cuh, paged_mma.cuh and the
+// paged_decode_*.cuh walk headers).
 // Template arguments: T (storage dtype), HEAD_DIM, ROWS (query rows per
-// block, a power of two), CAUSAL.
+// block: a power of two up to 8 for the CUDA-core walk, 16 for the tensor-core
+// walk), CAUSAL, MMA (which walk, paged_decode_walker.cuh).
 // Inputs: query [B, H_q, L, D], key_pages / value_pages [P, H_kv, page, D],
 // block_table int32 [B, max_pages], context_lens int32 [B], scale float32 [1].
 // Output: out [B, H_q, L, D] in T.
@@ -14,9 +16,10 @@
 // pages' K/V slots once, for all its rows, and writes exactly its rows of
 // `out`; no other block touches them. A context of 0 writes zeros.
 // Launch: DECODE_THREADS threads per block, blocks = B * H_kv * row_chunks,
-// dynamic shared memory DecodeLayout<T, HEAD_DIM, ROWS>::SHARED_BYTES.
+// dynamic shared memory DecodeWalker<...>::Layout::SHARED_BYTES.
 using namespace pagecheck;
-using Layout = DecodeLayout<T, HEAD_DIM, ROWS>;
+using Walker = DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, MMA>;
+using Layout = typename Walker::Layout;
 require_shared_bytes(Layout::SHARED_BYTES);
 extern __shared__ __align__(16) unsigned char shared[];
 
@@ -30,20 +33,22 @@ const int chunk_idx = blockIdx.x % row_chunks;
 const int row_begin = chunk_idx * ROWS;
 const int context_len = context_lens[request_idx];
 
-// ---- Walk every page of the context ----------------------------------------------
-decode_walk<T, HEAD_DIM, ROWS, CAUSAL>(
+// ---- Walk every tile of the context ----------------------------------------------
+const TileRange tiles = split_tiles(context_len, geo.page_size, Layout::TILE_TOKENS, 0, 1);
+Walker::walk(
     query, key_pages, value_pages, block_table, geo, scale[0],
     request_idx, kv_head_idx, row_begin, context_len,
-    0, ceil_div(context_len, geo.page_size), shared);
+    tiles.begin, tiles.end, shared);
 
 // ---- Normalise and store this block's rows ------------------------------------------
+const typename Layout::Merge merge(shared);
 for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += blockDim.x) {
   const int r = idx / HEAD_DIM;
   const int dim = idx % HEAD_DIM;
   const QueryRow row = query_row(
       geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
   if (row.valid) {
-    const MergedState s = decode_merged<T, HEAD_DIM, ROWS>(shared, r, dim);
+    const MergedState s = merge.merged(r, dim);
     out[row.offset + dim] = from_float<T>(s.sum > 0.0f ? s.acc / s.sum : 0.0f);
   }
 }

@@ -1,22 +1,23 @@
 // paged_decode_split: first pass of split-context decode (L <= 8).
 //
-// Body of an MLX fast::cuda_kernel (headers: paged_common.cuh,
-// paged_decode_walk.cuh). Template arguments: T, HEAD_DIM, ROWS, CAUSAL.
+// Body of an MLX fast::cuda_kernel (headers as paged_decode). Template
+// arguments: T, HEAD_DIM, ROWS, CAUSAL, MMA, as paged_decode.
 // Inputs: as paged_decode. Outputs: partial_out float32 [B * H_q * L, S, D]
 // (unnormalised outputs) and partial_stats float32 [B * H_q * L, S, 2]
 // ((max in log2 units, sum of weights) per split); paged_decode_reduce merges
 // them. S = gridDim.y splits.
 //
 // Ownership: block (x, y) owns (request_idx, kv_head_idx, chunk_idx) as in
-// paged_decode and split y: the pages [y * pages_per_split, (y + 1) *
-// pages_per_split) of the request's context, split by whole pages so a page is
-// read by one block only. It writes slot y of its rows' partial outputs and
+// paged_decode and split y: an equal share of the context's tiles (whole
+// tiles, so every K/V slot is read by one block only; split_tiles in
+// paged_decode_walker.cuh). It writes slot y of its rows' partial outputs and
 // stats and nothing else; a split past the context writes the empty state
 // (max -inf, sum 0, output 0), which the reduce weighs by zero.
 // Launch: DECODE_THREADS threads per block, grid (blocks, S), dynamic shared
-// memory DecodeLayout<T, HEAD_DIM, ROWS>::SHARED_BYTES.
+// memory DecodeWalker<...>::Layout::SHARED_BYTES.
 using namespace pagecheck;
-using Layout = DecodeLayout<T, HEAD_DIM, ROWS>;
+using Walker = DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, MMA>;
+using Layout = typename Walker::Layout;
 require_shared_bytes(Layout::SHARED_BYTES);
 extern __shared__ __align__(16) unsigned char shared[];
 
@@ -31,25 +32,24 @@ const int split_idx = blockIdx.y;
 const int num_splits = gridDim.y;
 const int row_begin = chunk_idx * ROWS;
 const int context_len = context_lens[request_idx];
-const int context_pages = ceil_div(context_len, geo.page_size);
-const int pages_per_split = ceil_div(context_pages, num_splits);
-const int page_begin = min(context_pages, split_idx * pages_per_split);
-const int page_end = min(context_pages, page_begin + pages_per_split);
 
-// ---- Walk this split's pages --------------------------------------------------------
-decode_walk<T, HEAD_DIM, ROWS, CAUSAL>(
+// ---- Walk this split's tiles --------------------------------------------------------
+const TileRange tiles = split_tiles(
+    context_len, geo.page_size, Layout::TILE_TOKENS, split_idx, num_splits);
+Walker::walk(
     query, key_pages, value_pages, block_table, geo, scale[0],
     request_idx, kv_head_idx, row_begin, context_len,
-    page_begin, page_end, shared);
+    tiles.begin, tiles.end, shared);
 
 // ---- Store the unnormalised partial state --------------------------------------------
+const typename Layout::Merge merge(shared);
 for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += blockDim.x) {
   const int r = idx / HEAD_DIM;
   const int dim = idx % HEAD_DIM;
   const QueryRow row = query_row(
       geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
   if (row.valid) {
-    const MergedState s = decode_merged<T, HEAD_DIM, ROWS>(shared, r, dim);
+    const MergedState s = merge.merged(r, dim);
     const long long slot = (row.offset / HEAD_DIM) * num_splits + split_idx;
     partial_out[slot * HEAD_DIM + dim] = s.acc;
     if (dim == 0) {

@@ -1,11 +1,12 @@
-// The page walk shared by paged_decode and paged_decode_split.
+// The CUDA-core page walk of paged_decode and paged_decode_split (any dtype,
+// any head dim).
 //
-// One thread block of DECODE_WARPS warps walks a range of pages of one
+// One thread block of DECODE_WARPS warps walks a range of tiles of one
 // (request, kv head) for up to ROWS query rows of that kv head (the GQA group
 // times the query positions), so every K/V element it loads serves all of
-// those rows. The range is split into tiles of TILE_TOKENS positions that never
-// cross a page; warp w takes tiles w, w + DECODE_WARPS, ... and streams each
-// into its own ring of DECODE_STAGES shared-memory stages with cp.async.
+// those rows. Tiles hold TILE_TOKENS positions and never cross a page; warp w
+// takes tiles tile_begin + w, + DECODE_WARPS, ... and streams each into its
+// own ring of DECODE_STAGES shared-memory stages with cp.async.
 //
 // Inside a warp, a group of LANES_PER_TOKEN lanes owns one token of a step:
 // lane token_lane holds the contiguous dims
@@ -16,16 +17,13 @@
 // products are reduced across the group with xor shuffles; each group keeps
 // its own running (max, sum, output) per row in float32 registers.
 //
-// At the end the groups of a warp merge by shuffles, the warps merge through
-// shared memory (the ring's bytes, reused), and decode_merged() gives the
-// block's (max, sum, unnormalised output) for any (row, dim) to the epilogue.
+// At the end the groups of a warp merge by shuffles and each warp publishes
+// its state to DecodeMerge (paged_decode_merge.cuh) for the epilogue.
 #ifndef PAGECHECK_PAGED_DECODE_WALK_CUH
 #define PAGECHECK_PAGED_DECODE_WALK_CUH
 
 namespace pagecheck {
 
-constexpr int DECODE_WARPS = 4;
-constexpr int DECODE_THREADS = DECODE_WARPS * WARP_LANES;
 constexpr int DECODE_STAGES = 3;
 constexpr int DECODE_STEPS_PER_TILE = 4;
 
@@ -46,26 +44,11 @@ struct DecodeLayout {
   static constexpr int STAGE_ELEMS = 2 * TILE_TOKENS * ROW_ELEMS;
   static constexpr int RING_BYTES = DECODE_WARPS * DECODE_STAGES *
       STAGE_ELEMS * static_cast<int>(sizeof(T));
-  static constexpr int MERGE_BYTES = DECODE_WARPS * ROWS * (ACC_ELEMS + 2) *
-      static_cast<int>(sizeof(float));
+  using Merge = DecodeMerge<ROWS, ACC_ELEMS>;
+  static constexpr int MERGE_BYTES = Merge::BYTES;
   static constexpr int SHARED_BYTES =
       RING_BYTES > MERGE_BYTES ? RING_BYTES : MERGE_BYTES;
 };
-
-// Tiles needed to cover positions [page_begin * page_size, pos_end).
-__device__ __forceinline__ int count_tiles(
-    int page_begin,
-    int pos_end,
-    int page_size,
-    int tile_tokens,
-    int tiles_per_page) {
-  if (pos_end <= page_begin * page_size) {
-    return 0;
-  }
-  const int last_page = (pos_end - 1) / page_size;
-  return (last_page - page_begin) * tiles_per_page +
-      ceil_div(pos_end - last_page * page_size, tile_tokens);
-}
 
 template <typename T, int HEAD_DIM, int ROWS, bool CAUSAL>
 __device__ void decode_walk(
@@ -79,8 +62,8 @@ __device__ void decode_walk(
     int kv_head_idx,
     int row_begin,
     int context_len,
-    int page_begin,
-    int page_end,
+    int tile_begin,
+    int tile_end,
     unsigned char* shared) {
   using L = DecodeLayout<T, HEAD_DIM, ROWS>;
   constexpr int DPL = L::DIMS_PER_LANE;
@@ -126,13 +109,8 @@ __device__ void decode_walk(
   }
 
   // ---- This warp's tiles ---------------------------------------------------------
-  const int pos_end = min(context_len, page_end * geo.page_size);
   const int tiles_per_page = ceil_div(geo.page_size, L::TILE_TOKENS);
-  const int num_tiles = count_tiles(
-      page_begin, pos_end, geo.page_size, L::TILE_TOKENS, tiles_per_page);
-  const int my_tiles = num_tiles > warp_idx
-      ? ceil_div(num_tiles - warp_idx, DECODE_WARPS)
-      : 0;
+  const int my_tiles = warp_tile_count(tile_begin, tile_end, warp_idx);
   T* ring = reinterpret_cast<T*>(shared) +
       warp_idx * DECODE_STAGES * L::STAGE_ELEMS;
   const bool vector_copy = HEAD_DIM % VEC == 0 && is_aligned16(key_pages) &&
@@ -142,19 +120,18 @@ __device__ void decode_walk(
 
   auto tile_of = [&](int local) {
     return page_tile(
-        warp_idx + local * DECODE_WARPS,
+        tile_begin + warp_idx + local * DECODE_WARPS,
         L::TILE_TOKENS,
-        page_begin,
         tiles_per_page,
         geo.page_size,
-        pos_end);
+        context_len);
   };
 
   // Copy the local-th tile of this warp into its ring stage; slots past the
   // tile's count are zero-filled instead of read.
   auto issue = [&](int local) {
     const PageTile tile = tile_of(local);
-    const int page_id = table_row[tile.page_idx];
+    const int page_id = tile_page_id(geo, table_row, tile);
     const long long base = page_offset(geo, page_id, kv_head_idx) +
         static_cast<long long>(tile.slot_begin) * HEAD_DIM;
     T* stage_k = ring + (local % DECODE_STAGES) * L::STAGE_ELEMS;
@@ -306,58 +283,20 @@ __device__ void decode_walk(
 
   // ---- Publish each warp's state; the ring's bytes are reused ----------------------
   __syncthreads();
-  float* merge_max = reinterpret_cast<float*>(shared);
-  float* merge_sum = merge_max + DECODE_WARPS * ROWS;
-  float* merge_acc = merge_sum + DECODE_WARPS * ROWS;
+  typename L::Merge merge(shared);
   if (token_group == 0) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
 #pragma unroll
       for (int e = 0; e < DPL; ++e) {
-        merge_acc[(warp_idx * ROWS + r) * L::ACC_ELEMS + token_lane * DPL + e] =
-            acc[r][e];
+        merge.acc(warp_idx, r, token_lane * DPL + e) = acc[r][e];
       }
       if (token_lane == 0) {
-        merge_max[warp_idx * ROWS + r] = run_max[r];
-        merge_sum[warp_idx * ROWS + r] = run_sum[r];
+        merge.publish_stats(warp_idx, r, run_max[r], run_sum[r]);
       }
     }
   }
   __syncthreads();
-}
-
-// The block's merged state for (row r of the block, dim d): the running max
-// (log2 units), the sum of weights and the unnormalised output, all relative
-// to that max.
-struct MergedState {
-  float max;
-  float sum;
-  float acc;
-};
-
-template <typename T, int HEAD_DIM, int ROWS>
-__device__ __forceinline__ MergedState
-decode_merged(const unsigned char* shared, int r, int dim) {
-  using L = DecodeLayout<T, HEAD_DIM, ROWS>;
-  const float* merge_max = reinterpret_cast<const float*>(shared);
-  const float* merge_sum = merge_max + DECODE_WARPS * ROWS;
-  const float* merge_acc = merge_sum + DECODE_WARPS * ROWS;
-  MergedState s;
-  s.max = NEG_INF;
-#pragma unroll
-  for (int w = 0; w < DECODE_WARPS; ++w) {
-    s.max = fmaxf(s.max, merge_max[w * ROWS + r]);
-  }
-  const float base = usable_max(s.max);
-  s.sum = 0.0f;
-  s.acc = 0.0f;
-#pragma unroll
-  for (int w = 0; w < DECODE_WARPS; ++w) {
-    const float weight = exp2f(merge_max[w * ROWS + r] - base);
-    s.sum += merge_sum[w * ROWS + r] * weight;
-    s.acc += merge_acc[(w * ROWS + r) * L::ACC_ELEMS + dim] * weight;
-  }
-  return s;
 }
 
 } // namespace pagecheck

@@ -1,7 +1,7 @@
 // paged_prefill: attention for long queries (L > 8) on CUDA cores, any dtype.
 //
-// Body of an MLX fast::cuda_kernel (headers: paged_common.cuh,
-// paged_decode_walk.cuh). Template arguments: T, HEAD_DIM (at most 256),
+// Body of an MLX fast::cuda_kernel (header: paged_common.cuh). Template
+// arguments: T, HEAD_DIM (at most 256),
 // CAUSAL. Inputs and output as paged_decode. Used for float32 and for head
 // dims the tensor-core variant (paged_prefill_mma) does not take.
 //
@@ -76,8 +76,7 @@ const int tile_key_limit = query_row(
     geo, request_idx, kv_head_idx, last_row, context_len, CAUSAL).key_limit;
 const int pos_end = min(context_len, tile_key_limit + 1);
 const int tiles_per_page = ceil_div(geo.page_size, KEY_TILE);
-const int num_tiles =
-    count_tiles(0, pos_end, geo.page_size, KEY_TILE, tiles_per_page);
+const int num_tiles = count_tiles(pos_end, geo.page_size, KEY_TILE, tiles_per_page);
 const int32_t* table_row =
     block_table + static_cast<long long>(request_idx) * geo.max_pages;
 
@@ -96,8 +95,8 @@ for (int i = 0; i < ROWS_PER_THREAD; ++i) {
 
 for (int tile_idx = 0; tile_idx < num_tiles; ++tile_idx) {
   const PageTile tile =
-      page_tile(tile_idx, KEY_TILE, 0, tiles_per_page, geo.page_size, pos_end);
-  const int page_id = table_row[tile.page_idx];
+      page_tile(tile_idx, KEY_TILE, tiles_per_page, geo.page_size, pos_end);
+  const int page_id = tile_page_id(geo, table_row, tile);
   const long long base = page_offset(geo, page_id, kv_head_idx) +
       static_cast<long long>(tile.slot_begin) * HEAD_DIM;
 

@@ -1,7 +1,7 @@
 // paged_prefill_mma: attention for long queries (L > 8) on tensor cores.
 //
 // Body of an MLX fast::cuda_kernel (headers: paged_common.cuh,
-// paged_decode_walk.cuh, paged_mma.cuh). Template arguments: T (bfloat16 or
+// paged_mma.cuh). Template arguments: T (bfloat16 or
 // float16), HEAD_DIM (a multiple of 16, at most 128), KEY_TILE (16, 32 or
 // 64), CAUSAL. Inputs and output as paged_decode.
 //
@@ -79,20 +79,19 @@ const int tile_key_limit = query_row(
     geo, request_idx, kv_head_idx, last_row, context_len, CAUSAL).key_limit;
 const int pos_end = min(context_len, tile_key_limit + 1);
 const int tiles_per_page = ceil_div(geo.page_size, KEY_TILE);
-const int num_tiles =
-    count_tiles(0, pos_end, geo.page_size, KEY_TILE, tiles_per_page);
+const int num_tiles = count_tiles(pos_end, geo.page_size, KEY_TILE, tiles_per_page);
 const int32_t* table_row =
     block_table + static_cast<long long>(request_idx) * geo.max_pages;
 const bool vector_copy = is_aligned16(key_pages) && is_aligned16(value_pages);
 
 auto tile_of = [&](int tile_idx) {
-  return page_tile(tile_idx, KEY_TILE, 0, tiles_per_page, geo.page_size, pos_end);
+  return page_tile(tile_idx, KEY_TILE, tiles_per_page, geo.page_size, pos_end);
 };
 
 // All threads copy one tile's K and V rows into ring stage `stage`.
 auto issue = [&](int tile_idx, int stage) {
   const PageTile tile = tile_of(tile_idx);
-  const int page_id = table_row[tile.page_idx];
+  const int page_id = tile_page_id(geo, table_row, tile);
   const long long base = page_offset(geo, page_id, kv_head_idx) +
       static_cast<long long>(tile.slot_begin) * HEAD_DIM;
   T* stage_k = k_ring + stage * STAGE_ELEMS;

@@ -1,0 +1,271 @@
+// The tensor-core page walk of paged_decode and paged_decode_split
+// (bfloat16 / float16, head dims that are multiples of 16 up to 128).
+//
+// Same block as the CUDA-core walk (paged_decode_walk.cuh): DECODE_WARPS warps
+// over a tile range of one (request, kv head), sharing each K/V load among
+// the block's query rows, each warp streaming its own tiles through its own
+// cp.async ring. What changes is who computes: a warp holds the block's 16
+// query rows as one mma.sync A operand (rows past the valid ones are zero)
+// and each tile of 16 positions costs 2 x HEAD_DIM/16 mma for the scores and
+// HEAD_DIM/8 for the output, with no conversion of K/V to float32 and no
+// shuffle reductions. The per-token instruction count drops well below what
+// the memory system needs per token, which the lane-per-dims walk does not.
+//
+// Ownership inside a warp (fragment layouts in paged_mma.cuh): lane
+// (group, pair) holds rows group and group + 8 of the 16: their query
+// fragments, their running output for dims nt*8 + 2 pair, +1 of every n-tile
+// nt, a per-lane partial of each row's sum; the running max is the same in
+// the 4 lanes of a group. All lanes of a warp copy its tiles (rows padded by
+// 8 elements so ldmatrix is conflict-free) and read each other's copies, so a
+// __syncwarp follows each wait and precedes each reuse of a stage.
+#ifndef PAGECHECK_PAGED_DECODE_MMA_WALK_CUH
+#define PAGECHECK_PAGED_DECODE_MMA_WALK_CUH
+
+namespace pagecheck {
+
+constexpr int DECODE_MMA_ROWS = 16;
+constexpr int DECODE_MMA_STAGES = 2;
+
+template <typename T, int HEAD_DIM>
+struct DecodeMmaLayout {
+  static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 128, "HEAD_DIM");
+  static constexpr int TILE_TOKENS = 16;
+  static constexpr int ROW_STRIDE = HEAD_DIM + 8;
+  static constexpr int VECS_PER_ROW = HEAD_DIM / 8;
+  static constexpr int QK_CHUNKS = HEAD_DIM / 16;
+  static constexpr int O_TILES = HEAD_DIM / 8;
+  static constexpr int ACC_ELEMS = HEAD_DIM;
+  static constexpr int STAGE_ELEMS = 2 * TILE_TOKENS * ROW_STRIDE;
+  static constexpr int RING_BYTES = DECODE_WARPS * DECODE_MMA_STAGES *
+      STAGE_ELEMS * static_cast<int>(sizeof(T));
+  using Merge = DecodeMerge<DECODE_MMA_ROWS, ACC_ELEMS>;
+  static constexpr int MERGE_BYTES = Merge::BYTES;
+  static constexpr int SHARED_BYTES =
+      RING_BYTES > MERGE_BYTES ? RING_BYTES : MERGE_BYTES;
+};
+
+template <typename T, int HEAD_DIM, bool CAUSAL>
+__device__ void decode_walk_mma(
+    const T* query,
+    const T* key_pages,
+    const T* value_pages,
+    const int32_t* block_table,
+    const PagedGeometry& geo,
+    float scale,
+    int request_idx,
+    int kv_head_idx,
+    int row_begin,
+    int context_len,
+    int tile_begin,
+    int tile_end,
+    unsigned char* shared) {
+  using L = DecodeMmaLayout<T, HEAD_DIM>;
+  constexpr int TILE = L::TILE_TOKENS;
+
+  // ---- Positions -------------------------------------------------------------
+  const int lane_idx = threadIdx.x % WARP_LANES;
+  const int warp_idx = threadIdx.x / WARP_LANES;
+  const int group_idx = lane_idx / 4;
+  const int pair_idx = lane_idx % 4;
+  const QueryRow rows[2] = {
+      query_row(geo, request_idx, kv_head_idx, row_begin + group_idx, context_len, CAUSAL),
+      query_row(geo, request_idx, kv_head_idx, row_begin + group_idx + 8, context_len, CAUSAL)};
+
+  // ---- Query fragments (raw; the scale is applied to the float32 scores) -----
+  unsigned q_frag[L::QK_CHUNKS][4];
+#pragma unroll
+  for (int kc = 0; kc < L::QK_CHUNKS; ++kc) {
+#pragma unroll
+    for (int part = 0; part < 4; ++part) {
+      const QueryRow& row = rows[part % 2];
+      const int dim = kc * 16 + (part / 2) * 8 + 2 * pair_idx;
+      q_frag[kc][part] = row.valid
+          ? *reinterpret_cast<const unsigned*>(query + row.offset + dim)
+          : 0u;
+    }
+  }
+  const float score_scale = scale * LOG2_E;
+
+  float out_acc[L::O_TILES][4];
+#pragma unroll
+  for (int nt = 0; nt < L::O_TILES; ++nt) {
+#pragma unroll
+    for (int part = 0; part < 4; ++part) {
+      out_acc[nt][part] = 0.0f;
+    }
+  }
+  float run_max[2] = {NEG_INF, NEG_INF};
+  float run_sum[2] = {0.0f, 0.0f};
+
+  // ---- This warp's tiles ---------------------------------------------------------
+  const int tiles_per_page = ceil_div(geo.page_size, TILE);
+  const int my_tiles = warp_tile_count(tile_begin, tile_end, warp_idx);
+  T* ring = reinterpret_cast<T*>(shared) +
+      warp_idx * DECODE_MMA_STAGES * L::STAGE_ELEMS;
+  const bool vector_copy = is_aligned16(key_pages) && is_aligned16(value_pages);
+  const int32_t* table_row =
+      block_table + static_cast<long long>(request_idx) * geo.max_pages;
+
+  auto tile_of = [&](int local) {
+    return page_tile(
+        tile_begin + warp_idx + local * DECODE_WARPS,
+        TILE,
+        tiles_per_page,
+        geo.page_size,
+        context_len);
+  };
+
+  // All lanes copy the local-th tile's K and V rows into its ring stage.
+  auto issue = [&](int local) {
+    const PageTile tile = tile_of(local);
+    const int page_id = tile_page_id(geo, table_row, tile);
+    const long long base = page_offset(geo, page_id, kv_head_idx) +
+        static_cast<long long>(tile.slot_begin) * HEAD_DIM;
+    T* stage_k = ring + (local % DECODE_MMA_STAGES) * L::STAGE_ELEMS;
+    T* stage_v = stage_k + TILE * L::ROW_STRIDE;
+#pragma unroll
+    for (int idx = lane_idx; idx < TILE * L::VECS_PER_ROW; idx += WARP_LANES) {
+      const int token = idx / L::VECS_PER_ROW;
+      const int elem = (idx % L::VECS_PER_ROW) * 8;
+      const bool live = page_id >= 0 && token < tile.count;
+      const long long src =
+          live ? base + static_cast<long long>(token) * HEAD_DIM + elem : 0;
+      T* dst_k = stage_k + token * L::ROW_STRIDE + elem;
+      T* dst_v = stage_v + token * L::ROW_STRIDE + elem;
+      if (vector_copy) {
+        copy_async16(dst_k, key_pages + src, live);
+        copy_async16(dst_v, value_pages + src, live);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          dst_k[e] = live ? key_pages[src + e] : from_float<T>(0.0f);
+          dst_v[e] = live ? value_pages[src + e] : from_float<T>(0.0f);
+        }
+      }
+    }
+  };
+
+  auto consume = [&](int local) {
+    const PageTile tile = tile_of(local);
+    const T* stage_k = ring + (local % DECODE_MMA_STAGES) * L::STAGE_ELEMS;
+    const T* stage_v = stage_k + TILE * L::ROW_STRIDE;
+
+    // Scores: 16 rows x 16 keys as two n-tiles of 8 keys.
+    float score[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int part = 0; part < 4; ++part) {
+        score[nt][part] = 0.0f;
+      }
+      const T* key_row = stage_k + (nt * 8 + lane_idx % 8) * L::ROW_STRIDE;
+#pragma unroll
+      for (int kc = 0; kc + 1 < L::QK_CHUNKS; kc += 2) {
+        unsigned b[4];
+        load_matrix_x4(b, key_row + kc * 16 + (lane_idx / 8) * 8);
+        mma_16816(score[nt], q_frag[kc], b[0], b[1], T{});
+        mma_16816(score[nt], q_frag[kc + 1], b[2], b[3], T{});
+      }
+      if constexpr (L::QK_CHUNKS % 2 == 1) {
+        unsigned b[2];
+        load_matrix_x2(b, key_row + (L::QK_CHUNKS - 1) * 16 + ((lane_idx / 8) % 2) * 8);
+        mma_16816(score[nt], q_frag[L::QK_CHUNKS - 1], b[0], b[1], T{});
+      }
+    }
+
+    // Mask, then the online softmax update of this lane's two rows.
+    float tile_max[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int part = 0; part < 4; ++part) {
+        const int half = part / 2;
+        const int token = nt * 8 + 2 * pair_idx + part % 2;
+        const bool visible = token < tile.count &&
+            tile.pos_begin + token <= rows[half].key_limit;
+        score[nt][part] = visible ? score[nt][part] * score_scale : NEG_INF;
+        tile_max[half] = fmaxf(tile_max[half], score[nt][part]);
+      }
+    }
+    float base[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float new_max = fmaxf(run_max[half], group_max<4>(tile_max[half]));
+      base[half] = usable_max(new_max);
+      const float rescale = exp2f(run_max[half] - base[half]);
+      run_max[half] = new_max;
+      run_sum[half] *= rescale;
+#pragma unroll
+      for (int nt = 0; nt < L::O_TILES; ++nt) {
+        out_acc[nt][2 * half] *= rescale;
+        out_acc[nt][2 * half + 1] *= rescale;
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int part = 0; part < 4; ++part) {
+        score[nt][part] = exp2f(score[nt][part] - base[part / 2]);
+        run_sum[part / 2] += score[nt][part];
+      }
+    }
+
+    // Output += P V over the tile's 16 keys (one k-chunk).
+    const unsigned p_frag[4] = {
+        pack_pair(score[0][0], score[0][1], T{}),
+        pack_pair(score[0][2], score[0][3], T{}),
+        pack_pair(score[1][0], score[1][1], T{}),
+        pack_pair(score[1][2], score[1][3], T{})};
+    const T* value_row =
+        stage_v + (lane_idx % 8 + ((lane_idx / 8) % 2) * 8) * L::ROW_STRIDE;
+#pragma unroll
+    for (int nt = 0; nt < L::O_TILES; nt += 2) {
+      unsigned b[4];
+      load_matrix_x4_trans(b, value_row + (nt + lane_idx / 16) * 8);
+      mma_16816(out_acc[nt], p_frag, b[0], b[1], T{});
+      mma_16816(out_acc[nt + 1], p_frag, b[2], b[3], T{});
+    }
+  };
+
+  // ---- Pipeline: DECODE_MMA_STAGES - 1 tiles in flight ahead of the one consumed --
+#pragma unroll
+  for (int local = 0; local < DECODE_MMA_STAGES - 1; ++local) {
+    if (local < my_tiles) {
+      issue(local);
+    }
+    commit_async();
+  }
+  for (int local = 0; local < my_tiles; ++local) {
+    if (local + DECODE_MMA_STAGES - 1 < my_tiles) {
+      issue(local + DECODE_MMA_STAGES - 1);
+    }
+    commit_async();
+    wait_async<DECODE_MMA_STAGES - 1>();
+    __syncwarp();
+    consume(local);
+    __syncwarp();
+  }
+  wait_async<0>();
+
+  // ---- Publish each warp's state; the ring's bytes are reused ----------------------
+  __syncthreads();
+  typename L::Merge merge(shared);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = group_idx + 8 * half;
+    const float total = group_sum<4>(run_sum[half]);
+#pragma unroll
+    for (int nt = 0; nt < L::O_TILES; ++nt) {
+      merge.acc(warp_idx, row, nt * 8 + 2 * pair_idx) = out_acc[nt][2 * half];
+      merge.acc(warp_idx, row, nt * 8 + 2 * pair_idx + 1) = out_acc[nt][2 * half + 1];
+    }
+    if (pair_idx == 0) {
+      merge.publish_stats(warp_idx, row, run_max[half], total);
+    }
+  }
+  __syncthreads();
+}
+
+} // namespace pagecheck
+
+#endif // PAGECHECK_PAGED_DECODE_MMA_WALK_CUH
