@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -43,3 +43,26 @@ def same_array(a: Any, b: Any) -> bool:
     if np.issubdtype(x.dtype, np.floating):
         return bool(np.array_equal(x, y, equal_nan=True))
     return bool(np.array_equal(x, y))
+
+
+def expect_value_error(invariant: str, what: str, call: Callable[[], object], contains: str | None = None) -> str:
+    """Run `call`, which must raise ValueError (mentioning `contains`, if given); return the message."""
+    try:
+        call()
+    except ValueError as exc:
+        message = str(exc)
+        if contains is not None and contains.lower() not in message.lower():
+            raise InvariantViolation(invariant, f"{what}: ValueError without {contains!r}: {message!r}") from None
+        return message
+    raise InvariantViolation(invariant, f"{what}: no ValueError was raised")
+
+
+def expect_reference(
+    invariant: str, what: str, paged_attention: Callable[..., Any], layout: PagedLayout, scale: float | None = None
+) -> Comparison:
+    """The subject's output for `layout` must match the float64 reference within the layout dtype's tolerance."""
+    from invariants.calls import attention_output
+
+    return expect_close(
+        invariant, what, attention_output(paged_attention, layout, scale), layout.reference_output(scale), layout
+    )
