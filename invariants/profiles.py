@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, Phase, settings
 
 PROFILES: dict[str, dict[str, object]] = {
-    "default": {"max_examples": 12, "stateful_step_count": 12},
+    "default": {"max_examples": 30, "stateful_step_count": 15},
     "thorough": {"max_examples": 300, "stateful_step_count": 40},
 }
 
