@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -20,7 +21,7 @@ from tests.mutants.eager_page_allocation import TinyKvPagedCache
 """
 
 
-def run_invariants(tmp_path: Path, subject: str, *options: str) -> dict:
+def run_invariants(tmp_path: Path, subject: str, *options: str) -> dict[str, Any]:
     results = tmp_path / "results.json"
     command = [
         sys.executable, "-m", "pytest", "invariants", "-q", "-p", "no:randomly", "--assert=plain",
