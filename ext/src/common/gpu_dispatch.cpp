@@ -1,22 +1,177 @@
 #include "common/gpu_dispatch.h"
 
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
+
+#include "common/gpu_plan.h"
+#include "common/kernel_sources.h"
+#include "mlx/allocator.h"
+#include "mlx/fast.h"
+#include "mlx/primitives.h"
 
 namespace pagecheck {
 
-const char* gpu_schedule_name(const AttentionShape& shape) {
-  return shape.query_len <= kDecodeMaxQueryLen ? "paged_decode" : "paged_prefill";
+namespace mx = mlx::core;
+
+namespace {
+
+using TemplateArgs = std::vector<std::pair<std::string, mx::fast::TemplateArg>>;
+
+constexpr int kReduceRowsPerBlock = 4;
+
+// One kernel file: its argument names as the body uses them, and its headers.
+struct KernelSpec {
+  const char* stem;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  std::vector<const char*> headers;
+};
+
+const std::vector<std::string> kPagedInputs{
+    "query", "key_pages", "value_pages", "block_table", "context_lens", "scale"};
+
+#ifdef __APPLE__
+constexpr const char* kBodyExtension = ".metal";
+const std::vector<const char*> kDecodeHeaders{"paged_common.metal.h", "paged_decode_walk.metal.h"};
+const std::vector<const char*> kCommonHeaders{"paged_common.metal.h"};
+const std::vector<const char*> kMmaHeaders{};
+#else
+constexpr const char* kBodyExtension = ".cu";
+const std::vector<const char*> kDecodeHeaders{
+    "paged_common.cuh", "paged_mma.cuh", "paged_decode_merge.cuh", "paged_decode_walk.cuh",
+    "paged_decode_mma_walk.cuh", "paged_decode_walker.cuh"};
+const std::vector<const char*> kCommonHeaders{"paged_common.cuh"};
+const std::vector<const char*> kMmaHeaders{"paged_common.cuh", "paged_mma.cuh"};
+#endif
+
+const KernelSpec kDecode{"paged_decode", kPagedInputs, {"out"}, kDecodeHeaders};
+const KernelSpec kDecodeSplit{"paged_decode_split", kPagedInputs, {"partial_out", "partial_stats"}, kDecodeHeaders};
+const KernelSpec kDecodeReduce{"paged_decode_reduce", {"partial_out", "partial_stats"}, {"out"}, kCommonHeaders};
+const KernelSpec kPrefill{"paged_prefill", kPagedInputs, {"out"}, kCommonHeaders};
+const KernelSpec kPrefillMma{"paged_prefill_mma", kPagedInputs, {"out"}, kMmaHeaders};
+
+// The kernel object of one file and shared-memory size, created on first use.
+// MLX caches compiled kernels by name, so the name carries the sources' digest.
+mx::fast::CustomKernelFunction& kernel_for(const KernelSpec& spec, int shared_bytes) {
+  static std::mutex mutex;
+  static std::map<std::string, mx::fast::CustomKernelFunction> kernels;
+  const std::string key = std::string(spec.stem) + ":" + std::to_string(shared_bytes);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = kernels.find(key);
+  if (it != kernels.end()) {
+    return it->second;
+  }
+  std::string header;
+  for (const char* name : spec.headers) {
+    header += kernel_file(name) + "\n";
+  }
+  const std::string& body = kernel_file(std::string(spec.stem) + kBodyExtension);
+  const std::string name = std::string("pagecheck_") + spec.stem + "_" + kernel_sources_digest();
+  try {
+#ifdef __APPLE__
+    auto kernel = mx::fast::metal_kernel(name, spec.inputs, spec.outputs, body, header, true, false);
+#else
+    auto kernel = mx::fast::cuda_kernel(name, spec.inputs, spec.outputs, body, header, true, shared_bytes);
+#endif
+    return kernels.emplace(key, std::move(kernel)).first->second;
+  } catch (const std::exception& error) {
+    throw std::runtime_error(
+        std::string("pagecheck: the GPU attention kernels need MLX's ") +
+#ifdef __APPLE__
+        "Metal" +
+#else
+        "CUDA back-end (mlx[cuda13])" +
+#endif
+        std::string(", and this libmlx could not create one (") + error.what() + "); run on the CPU stream");
+  }
+}
+
+// Runs one kernel into `outputs` now. fast::cuda_kernel returns lazy arrays;
+// their primitive is evaluated straight into this primitive's outputs, with
+// this primitive's inputs, which are already computed.
+void run_kernel(
+    mx::fast::CustomKernelFunction& kernel,
+    const std::vector<mx::array>& inputs,
+    std::vector<mx::array> outputs,
+    std::tuple<int, int, int> grid,
+    const TemplateArgs& template_args,
+    mx::Stream stream) {
+  std::vector<mx::Shape> shapes;
+  std::vector<mx::Dtype> dtypes;
+  for (const mx::array& out : outputs) {
+    shapes.push_back(out.shape());
+    dtypes.push_back(out.dtype());
+  }
+  std::vector<mx::array> lazy = kernel(
+      inputs, shapes, dtypes, grid, {kGpuThreadsPerBlock, 1, 1}, template_args, std::nullopt, false, stream);
+  lazy[0].primitive().eval_gpu(lazy[0].inputs(), outputs);
+}
+
+} // namespace
+
+bool gpu_has_tensor_cores() {
+#ifdef __APPLE__
+  return false;
+#else
+  return true;
+#endif
 }
 
 void eval_attention_gpu(
     const AttentionShape& shape,
-    const std::vector<mlx::core::array>& inputs,
-    mlx::core::array& out,
-    mlx::core::Stream stream) {
-  throw std::runtime_error(
-      std::string("pagecheck: GPU kernels not built/available (schedule ") + gpu_schedule_name(shape) +
-      "); run on the CPU stream");
+    const std::vector<mx::array>& inputs,
+    std::vector<mx::array>& outputs,
+    mx::Stream stream) {
+  check_gpu_shape(shape);
+  const mx::Dtype dtype = inputs[0].dtype();
+  const GpuPlan plan = plan_gpu_call(shape, dtype, gpu_has_tensor_cores());
+  if (outputs.size() != 3 ||
+      static_cast<int64_t>(outputs[1].size()) != plan.scratch_rows * plan.splits * shape.head_dim) {
+    throw std::logic_error("pagecheck: GPU outputs do not match the launch plan");
+  }
+  if (plan.scratch_rows == 0) {
+    outputs[1].set_data(mx::allocator::malloc(0));
+    outputs[2].set_data(mx::allocator::malloc(0));
+  }
+  if (outputs[0].size() == 0) {
+    outputs[0].set_data(mx::allocator::malloc(0));
+    return;
+  }
+  const std::vector<mx::array> paged_inputs(inputs.begin(), inputs.begin() + 6);
+  const int grid_x = static_cast<int>(plan.blocks * kGpuThreadsPerBlock);
+  const TemplateArgs decode_args{
+      {"T", dtype},
+      {"HEAD_DIM", shape.head_dim},
+      {"ROWS", plan.rows},
+      {"CAUSAL", shape.causal},
+      {"MMA", plan.tensor_cores}};
+  switch (plan.schedule) {
+    case GpuSchedule::kDecode:
+      run_kernel(kernel_for(kDecode, plan.shared_bytes), paged_inputs, {outputs[0]}, {grid_x, 1, 1}, decode_args,
+                 stream);
+      return;
+    case GpuSchedule::kSplitDecode: {
+      run_kernel(kernel_for(kDecodeSplit, plan.shared_bytes), paged_inputs, {outputs[1], outputs[2]},
+                 {grid_x, plan.splits, 1}, decode_args, stream);
+      const int64_t reduce_blocks = (plan.scratch_rows + kReduceRowsPerBlock - 1) / kReduceRowsPerBlock;
+      run_kernel(kernel_for(kDecodeReduce, 0), {outputs[1], outputs[2]}, {outputs[0]},
+                 {static_cast<int>(reduce_blocks * kGpuThreadsPerBlock), 1, 1}, {{"T", dtype}}, stream);
+      return;
+    }
+    case GpuSchedule::kPrefillMma:
+      run_kernel(kernel_for(kPrefillMma, plan.shared_bytes), paged_inputs, {outputs[0]}, {grid_x, 1, 1},
+                 {{"T", dtype}, {"HEAD_DIM", shape.head_dim}, {"KEY_TILE", plan.key_tile}, {"CAUSAL", shape.causal}},
+                 stream);
+      return;
+    case GpuSchedule::kPrefill:
+      run_kernel(kernel_for(kPrefill, plan.shared_bytes), paged_inputs, {outputs[0]}, {grid_x, 1, 1},
+                 {{"T", dtype}, {"HEAD_DIM", shape.head_dim}, {"CAUSAL", shape.causal}}, stream);
+      return;
+  }
+  throw std::logic_error("pagecheck: unknown GPU schedule");
 }
 
 } // namespace pagecheck

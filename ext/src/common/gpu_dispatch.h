@@ -1,8 +1,12 @@
-// The GPU seam. eval_gpu of both attention primitives comes here; the schedule
-// is chosen by query length as on the CPU (decode vs prefill). The kernels
-// themselves will be JIT-compiled through mlx::core::fast::cuda_kernel from
-// sources in ext/kernels/, one file per schedule; until they exist every GPU
-// call throws std::runtime_error naming the schedule it would have run.
+// The GPU side of the attention primitives: eval_gpu comes here and runs the
+// kernels of ext/kernels/ that plan_gpu_call (gpu_plan.h) picks by query
+// length: decode (L <= 8) in one pass, or split across blocks and merged by a
+// second small kernel; prefill (L > 8) on tensor cores or CUDA cores.
+//
+// The kernels are JIT-compiled through mlx::core::fast::cuda_kernel
+// (fast::metal_kernel on macOS) from the embedded sources, each created on
+// its first use. A libmlx without that back-end turns the first call into a
+// std::runtime_error that says so.
 #pragma once
 
 #include <vector>
@@ -13,13 +17,16 @@
 
 namespace pagecheck {
 
-// The name of the GPU schedule for this shape: "paged_decode" or "paged_prefill".
-const char* gpu_schedule_name(const AttentionShape& shape);
+// Whether this build has tensor-core kernels (CUDA) or only the CUDA-core
+// algorithm's mirror (Metal).
+bool gpu_has_tensor_cores();
 
+// inputs: query, key_pages, value_pages, block_table, context_lens, scale
+// (float32 scalar); outputs as gpu_output_shapes (gpu_plan.h).
 void eval_attention_gpu(
     const AttentionShape& shape,
     const std::vector<mlx::core::array>& inputs,
-    mlx::core::array& out,
+    std::vector<mlx::core::array>& outputs,
     mlx::core::Stream stream);
 
 } // namespace pagecheck

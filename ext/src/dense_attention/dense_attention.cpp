@@ -10,6 +10,7 @@
 #include "dense_attention/primitive.h"
 #include "mlx/ops.h"
 #include "paged_attention/metadata_validation.h"
+#include "paged_attention/paged_attention.h"
 
 namespace pagecheck {
 
@@ -58,6 +59,17 @@ mx::array dense_attention(
     if (const int32_t* ready_contexts = ready_int32_values(context_values)) {
       validate_context_lens(shape, ready_contexts, key_len, "key length S");
     }
+  }
+
+  if (mx::to_stream(stream).device == mx::Device::gpu) {
+    // The GPU kernels are the paged ones, over the view the CPU schedules use
+    // too: request b's keys are page b of S slots.
+    if (key_len == 0) {
+      return mx::zeros(query.shape(), query.dtype(), stream);
+    }
+    const mx::array block_table = mx::reshape(mx::arange(batch, mx::int32, stream), {batch, 1}, stream);
+    const mx::array lens = context_lens ? *context_lens : mx::full({batch}, key_len, mx::int32, stream);
+    return paged_attention(query, key, value, block_table, lens, key_len, resolved_scale, causal, stream);
   }
 
   const mx::Dtype storage_dtype = key.dtype();

@@ -6,7 +6,6 @@
 
 #include "common/cpu_eval.h"
 #include "common/dtype_dispatch.h"
-#include "common/gpu_dispatch.h"
 #include "paged_attention/cpu_schedules.h"
 #include "paged_attention/metadata_validation.h"
 
@@ -57,7 +56,9 @@ void DenseAttention::eval_cpu(const std::vector<mx::array>& inputs, mx::array& o
 }
 
 void DenseAttention::eval_gpu(const std::vector<mx::array>& inputs, mx::array& out) {
-  eval_attention_gpu(dense_shape(inputs[0], inputs[1], scale_, causal_), inputs, out, stream());
+  throw std::logic_error(
+      "pagecheck: DenseAttention has no GPU kernel; dense_attention on a GPU stream runs paged_attention over "
+      "one page per request");
 }
 
 bool DenseAttention::is_equivalent(const mx::Primitive& other) const {

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/gpu_dispatch.h"
+#include "common/gpu_plan.h"
 #include "common/input_checks.h"
 #include "common/ready_inputs.h"
 #include "mlx/ops.h"
@@ -73,16 +75,25 @@ mx::array paged_attention(
   }
 
   const mx::Dtype storage_dtype = key_pages.dtype();
-  auto primitive = std::make_shared<PagedAttention>(mx::to_stream(stream), page_size, resolved_scale, causal);
-  mx::array out = mx::array(
-      query.shape(),
-      storage_dtype,
-      primitive,
-      {row_contiguous_input(mx::astype(query, storage_dtype, stream), stream),
-       row_contiguous_input(key_pages, stream),
-       row_contiguous_input(value_pages, stream),
-       row_contiguous_input(block_table, stream),
-       row_contiguous_input(context_lens, stream)});
+  const mx::Stream resolved_stream = mx::to_stream(stream);
+  auto primitive = std::make_shared<PagedAttention>(resolved_stream, page_size, resolved_scale, causal);
+  std::vector<mx::array> inputs{
+      row_contiguous_input(mx::astype(query, storage_dtype, stream), stream),
+      row_contiguous_input(key_pages, stream),
+      row_contiguous_input(value_pages, stream),
+      row_contiguous_input(block_table, stream),
+      row_contiguous_input(context_lens, stream)};
+  mx::array out = [&] {
+    if (resolved_stream.device != mx::Device::gpu) {
+      return mx::array(query.shape(), storage_dtype, primitive, std::move(inputs));
+    }
+    const AttentionShape shape = paged_shape(query, key_pages, block_table, page_size, resolved_scale, causal);
+    check_gpu_shape(shape);
+    const GpuPlan plan = plan_gpu_call(shape, storage_dtype, gpu_has_tensor_cores());
+    inputs.push_back(mx::array(resolved_scale, mx::float32));
+    return mx::array::make_arrays(
+        gpu_output_shapes(shape, plan), gpu_output_dtypes(storage_dtype), primitive, inputs)[0];
+  }();
   return query.dtype() == storage_dtype ? out : mx::astype(out, query.dtype(), stream);
 }
 

@@ -5,6 +5,7 @@
 #include "common/cpu_eval.h"
 #include "common/dtype_dispatch.h"
 #include "common/gpu_dispatch.h"
+#include "common/gpu_plan.h"
 #include "paged_attention/cpu_schedules.h"
 #include "paged_attention/metadata_validation.h"
 
@@ -33,7 +34,8 @@ AttentionShape paged_shape(
   return shape;
 }
 
-void PagedAttention::eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) {
+void PagedAttention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+  mx::array& out = outputs[0];
   const AttentionShape shape = paged_shape(inputs[0], inputs[1], inputs[3], page_size_, scale_, causal_);
   auto& encoder = begin_cpu_eval("PagedAttention", inputs, out, stream());
   dispatch_storage_dtype(out.dtype(), [&](auto tag) {
@@ -48,8 +50,17 @@ void PagedAttention::eval_cpu(const std::vector<mx::array>& inputs, mx::array& o
   });
 }
 
-void PagedAttention::eval_gpu(const std::vector<mx::array>& inputs, mx::array& out) {
-  eval_attention_gpu(paged_shape(inputs[0], inputs[1], inputs[3], page_size_, scale_, causal_), inputs, out, stream());
+void PagedAttention::eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+  eval_attention_gpu(
+      paged_shape(inputs[0], inputs[1], inputs[3], page_size_, scale_, causal_), inputs, outputs, stream());
+}
+
+std::vector<mx::Shape> PagedAttention::output_shapes(const std::vector<mx::array>& inputs) {
+  if (stream().device != mx::Device::gpu) {
+    return {inputs[0].shape()};
+  }
+  const AttentionShape shape = paged_shape(inputs[0], inputs[1], inputs[3], page_size_, scale_, causal_);
+  return gpu_output_shapes(shape, plan_gpu_call(shape, inputs[1].dtype(), gpu_has_tensor_cores()));
 }
 
 bool PagedAttention::is_equivalent(const mx::Primitive& other) const {

@@ -18,22 +18,24 @@ AttentionShape paged_shape(
     float scale,
     bool causal);
 
-class PagedAttention : public mlx::core::UnaryPrimitive {
+// Inputs: query, key_pages, value_pages, block_table, context_lens; on a GPU
+// stream also the scale as a float32 scalar (the kernels read it from memory).
+// Outputs: the attention output; on a GPU stream also the split-decode scratch
+// (common/gpu_plan.h), outputs so that it lives until the kernels that read it
+// have run.
+class PagedAttention : public mlx::core::Primitive {
  public:
   PagedAttention(mlx::core::Stream stream, int page_size, float scale, bool causal)
-      : mlx::core::UnaryPrimitive(stream), page_size_(page_size), scale_(scale), causal_(causal) {}
+      : mlx::core::Primitive(stream), page_size_(page_size), scale_(scale), causal_(causal) {}
 
-  // Inputs: query, key_pages, value_pages, block_table, context_lens.
-  void eval_cpu(const std::vector<mlx::core::array>& inputs, mlx::core::array& out) override;
-  void eval_gpu(const std::vector<mlx::core::array>& inputs, mlx::core::array& out) override;
+  void eval_cpu(const std::vector<mlx::core::array>& inputs, std::vector<mlx::core::array>& outputs) override;
+  void eval_gpu(const std::vector<mlx::core::array>& inputs, std::vector<mlx::core::array>& outputs) override;
 
   const char* name() const override {
     return "PagedAttention";
   }
   bool is_equivalent(const mlx::core::Primitive& other) const override;
-  std::vector<mlx::core::Shape> output_shapes(const std::vector<mlx::core::array>& inputs) override {
-    return {inputs[0].shape()};
-  }
+  std::vector<mlx::core::Shape> output_shapes(const std::vector<mlx::core::array>& inputs) override;
 
   int page_size() const {
     return page_size_;

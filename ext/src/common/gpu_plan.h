@@ -1,0 +1,52 @@
+// Which GPU kernels one attention call runs, and their launch geometry.
+//
+// Chosen from shapes and dtype only, never from values, so the op knows at
+// graph-construction time which outputs the call has (the split-decode
+// scratch is an output of the primitive, which keeps it alive until the
+// kernels that read it have run). The rules and layouts are those of the
+// kernels in ext/kernels/ (see each kernel's comment) and of the Python
+// launcher pagecheck/gpu_kernels.py, which drives the same files.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/attention_shape.h"
+#include "mlx/array.h"
+
+namespace pagecheck {
+
+constexpr int kGpuThreadsPerBlock = 128;
+// Largest head dim the GPU kernels take (register and shared-memory budgets).
+constexpr int kGpuMaxHeadDim = 256;
+// Tensor-core kernels: bfloat16/float16, head dims multiple of 16 up to this.
+constexpr int kGpuMmaMaxHeadDim = 128;
+
+enum class GpuSchedule { kDecode, kSplitDecode, kPrefill, kPrefillMma };
+
+struct GpuPlan {
+  GpuSchedule schedule = GpuSchedule::kDecode;
+  bool tensor_cores = false; // decode walk (prefill: the schedule says)
+  int rows = 0; // query rows per decode block
+  int64_t blocks = 0; // thread blocks along grid x
+  int splits = 1; // context splits of the split decode
+  int shared_bytes = 0; // dynamic shared memory of the main kernel
+  int key_tile = 0; // key tile of the tensor-core prefill
+  int64_t scratch_rows = 0; // B * H_q * L rows of split scratch, 0 unless split
+};
+
+// `tensor_cores_available`: false where no mma kernels exist (Metal).
+GpuPlan plan_gpu_call(const AttentionShape& shape, mlx::core::Dtype dtype, bool tensor_cores_available);
+
+const char* gpu_schedule_name(GpuSchedule schedule);
+
+// The outputs of a GPU call: the attention output, then the split-decode
+// partial outputs [R, S, D] and stats [R, S, 2] in float32 (R = B * H_q * L;
+// zero-sized when the plan does not split).
+std::vector<mlx::core::Shape> gpu_output_shapes(const AttentionShape& shape, const GpuPlan& plan);
+std::vector<mlx::core::Dtype> gpu_output_dtypes(mlx::core::Dtype dtype);
+
+// Throws std::invalid_argument for shapes the GPU kernels do not take.
+void check_gpu_shape(const AttentionShape& shape);
+
+} // namespace pagecheck

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# On a CUDA machine with MLX's CUDA back-end importable: build the extension in
+# place (once), then run the named GPU steps, each under a time limit, with
+# logs in LOGDIR.
+#
+#   bash scripts/gpu_verify.sh LOGDIR STEP...
+#
+# Steps: tests (the test suite; the default device is the GPU, so the GPU
+# tests run and the op tests go through eval_gpu), invariants (the invariants
+# suite with --device gpu), harness (every kernel schedule against the
+# float64 reference), bench (the GPU benchmark). Each step prints its exit
+# status and the tail of its log.
+set -uo pipefail
+out=${1:?usage: gpu_verify.sh LOGDIR STEP...}
+shift
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc after $((SECONDS - start)) s"
+  tail -n "${TAIL:-12}" "$out/$name.log"
+}
+
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+if ! ls ext/_ext*.so > /dev/null 2>&1; then
+  step build 240 python3 setup.py build_ext --inplace
+fi
+for name in "$@"; do
+  case $name in
+    tests) step tests 200 python3 -m pytest -q --maxfail=20 -p no:cacheprovider tests ;;
+    invariants) step invariants 200 python3 -m pytest -q -n 8 invariants --device gpu --subject impl ;;
+    harness) step harness 330 python3 -m pagecheck.gpu_harness --json "$out/harness.json" ;;
+    bench) TAIL=45 step bench 500 python3 -m pagecheck.bench_gpu --json "$out/bench.json" ;;
+    *) echo "unknown step $name" ;;
+  esac
+done
