@@ -33,13 +33,17 @@ DECODE_STAGES = 3
 DECODE_STEPS_PER_TILE = 4
 PREFILL_ROW_TILE = 64
 REDUCE_ROWS_PER_BLOCK = 4
-# Split rule: an H200 has 132 multiprocessors and keeps about four decode
-# blocks resident on each; fewer than two blocks per multiprocessor leaves
-# bandwidth unused, so the context is split until about four per one exist.
+# Split rule (see choose_splits): an H200 has 132 multiprocessors; a split
+# covers at least MIN_SPLIT_POSITIONS positions of the table's capacity; a
+# block's fixed cost (prologue, merge, epilogue) and the reduce pass are
+# counted as BLOCK_COST_POSITIONS and REDUCE_COST_POSITIONS positions of work.
 SM_COUNT = 132
-SPLIT_BELOW_BLOCKS = 2 * SM_COUNT
-SPLIT_TARGET_BLOCKS = 4 * SM_COUNT
 MIN_SPLIT_POSITIONS = 256
+MAX_SPLITS = 64
+BLOCK_COST_POSITIONS = 128
+REDUCE_COST_POSITIONS = 256
+SM_SHARED_BYTES = 228 * 1024
+SM_REGISTERS = 65536
 
 DECODE_MMA_ROWS = 16
 DECODE_MMA_STAGES = 2
@@ -158,12 +162,38 @@ def prefill_mma_shared_bytes(itemsize: int, head_dim: int, key_tile: int) -> int
     return 4 * key_tile * (head_dim + 8) * itemsize
 
 
-def choose_splits(blocks: int, capacity: int) -> int:
-    """Splits of the context for `blocks` decode blocks over `capacity` positions."""
-    if blocks >= SPLIT_BELOW_BLOCKS:
-        return 1
-    wanted = -(-SPLIT_TARGET_BLOCKS // blocks)
-    return max(1, min(wanted, capacity // MIN_SPLIT_POSITIONS))
+def decode_registers(mma: bool, head_dim: int, rows: int) -> int:
+    """Registers per thread of the decode kernels as ptxas reports them (gpu_nvcc_check)."""
+    if mma:
+        return 168 if head_dim > 64 else 128
+    return 128 if rows <= 4 else 255
+
+
+def resident_blocks(shared_bytes: int, registers: int) -> int:
+    """Decode blocks one multiprocessor holds at once (shared memory and registers)."""
+    by_shared = SM_SHARED_BYTES // (shared_bytes + 1024)
+    by_registers = SM_REGISTERS // (registers * THREADS_PER_BLOCK)
+    return max(1, min(by_shared, by_registers))
+
+
+def choose_splits(blocks: int, capacity: int, resident: int) -> int:
+    """Splits of each (request, kv head, rows) block's context.
+
+    Blocks run in waves of SM_COUNT * resident slots, so the time is about
+    waves x (positions per block + a block's fixed cost), plus the reduce pass
+    when split. The count minimising that fills an under-occupied GPU and
+    evens out a last, partial wave (512 blocks on 396 slots run as two waves
+    unsplit, as four of a third the length split in three).
+    """
+    slots = SM_COUNT * resident
+    most = max(1, min(MAX_SPLITS, capacity // MIN_SPLIT_POSITIONS))
+
+    def cost(splits: int) -> float:
+        waves = -(-(blocks * splits) // slots)
+        reduce = REDUCE_COST_POSITIONS if splits > 1 else 0
+        return waves * (capacity / splits + BLOCK_COST_POSITIONS) + reduce
+
+    return min(range(1, most + 1), key=lambda splits: (cost(splits), splits))
 
 
 @dataclass(frozen=True)
@@ -191,7 +221,11 @@ def plan_launch(
     mma = takes_mma(dtype, head_dim) if mma is None else mma
     rows = decode_rows(group_rows, mma)
     decode_blocks = batch * num_kv_heads * -(-group_rows // rows)
-    splits = num_splits if num_splits is not None else choose_splits(decode_blocks, table_width * page_size)
+    shared_bytes = decode_shared_bytes(dtype.size, head_dim, rows, mma)
+    if num_splits is None:
+        resident = resident_blocks(shared_bytes, decode_registers(mma, head_dim, rows))
+        num_splits = choose_splits(decode_blocks, table_width * page_size, resident)
+    splits = num_splits
     if schedule is None:
         if num_queries <= DECODE_MAX_QUERIES:
             schedule = "split" if splits > 1 else "decode"
@@ -201,8 +235,7 @@ def plan_launch(
         raise ValueError(f"schedule={schedule!r} is not one of {SCHEDULES}")
     itemsize = dtype.size
     if schedule in ("decode", "split"):
-        return LaunchPlan(schedule, mma, rows, decode_blocks, splits,
-                          decode_shared_bytes(itemsize, head_dim, rows, mma), 0)
+        return LaunchPlan(schedule, mma, rows, decode_blocks, splits, shared_bytes, 0)
     prefill_blocks = batch * num_kv_heads * -(-group_rows // PREFILL_ROW_TILE)
     if schedule == "prefill_mma":
         if not takes_mma(dtype, head_dim):
@@ -234,8 +267,11 @@ def paged_attention(
     """Paged attention on the GPU with a chosen (or the automatic) schedule.
 
     Inputs follow reference/attention.py and must already be valid.
-    `poison_output` fills outputs with NaN before the kernels run, so an
-    element no thread writes shows up as NaN.
+    Outputs are filled before the kernels run (MLX's fill gives them device
+    memory; without a fill fast::cuda_kernel allocates managed memory, and
+    recycling a device buffer as managed costs a synchronizing copy): with
+    zeros, or with NaN when `poison_output`, so an element no thread writes
+    shows up as NaN.
     """
     if mask not in (None, "causal"):
         raise NotImplementedError(f"mask={mask!r} is not supported (use None or 'causal')")
@@ -255,7 +291,7 @@ def paged_attention(
         block_table.astype(mx.int32), context_lens.astype(mx.int32),
         scale_array(float(scale)),
     ]
-    init = {"init_value": float("nan")} if poison_output else {}
+    init = {"init_value": float("nan") if poison_output else 0.0}
     threads = THREADS_PER_BLOCK
     decode_template = [
         ("T", query.dtype), ("HEAD_DIM", head_dim), ("ROWS", plan.rows), ("CAUSAL", causal), ("MMA", plan.mma),

@@ -5,8 +5,9 @@
 #
 #   bash scripts/gpu_verify.sh LOGDIR STEP...
 #
-# Steps: tests (the test suite; the default device is the GPU, so the GPU
-# tests run and the op tests go through eval_gpu), invariants (the invariants
+# Steps: tests (the test suite, one process per file so a crash names its
+# file; the default device is the GPU, so the GPU tests run and the op tests
+# go through eval_gpu), invariants (the invariants
 # suite with --device gpu), harness (every kernel schedule against the
 # float64 reference), bench (the GPU benchmark). Each step prints its exit
 # status and the tail of its log.
@@ -33,7 +34,9 @@ if ! ls ext/_ext*.so > /dev/null 2>&1; then
 fi
 for name in "$@"; do
   case $name in
-    tests) step tests 200 python3 -m pytest -q --maxfail=20 -p no:cacheprovider tests ;;
+    tests) step tests 300 bash -c 'for f in tests/test_*.py; do
+             echo "## $f"; timeout 120 python3 -m pytest -q -p no:cacheprovider "$f" 2>&1 | tail -n 40
+             echo "## $f exit ${PIPESTATUS[0]}"; done' ;;
     invariants) step invariants 200 python3 -m pytest -q -n 8 invariants --device gpu --subject impl ;;
     harness) step harness 330 python3 -m pagecheck.gpu_harness --json "$out/harness.json" ;;
     bench) TAIL=45 step bench 500 python3 -m pagecheck.bench_gpu --json "$out/bench.json" ;;

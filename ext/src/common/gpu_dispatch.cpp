@@ -91,7 +91,10 @@ mx::fast::CustomKernelFunction& kernel_for(const KernelSpec& spec, int shared_by
 
 // Runs one kernel into `outputs` now. fast::cuda_kernel returns lazy arrays;
 // their primitive is evaluated straight into this primitive's outputs, with
-// this primitive's inputs, which are already computed.
+// this primitive's inputs, which are already computed. The outputs are
+// zero-filled first: that is what gives them device memory (without an
+// initial value the custom kernel allocates managed memory, and recycling a
+// device buffer as managed costs a synchronizing copy on every call).
 void run_kernel(
     mx::fast::CustomKernelFunction& kernel,
     const std::vector<mx::array>& inputs,
@@ -106,7 +109,7 @@ void run_kernel(
     dtypes.push_back(out.dtype());
   }
   std::vector<mx::array> lazy = kernel(
-      inputs, shapes, dtypes, grid, {kGpuThreadsPerBlock, 1, 1}, template_args, std::nullopt, false, stream);
+      inputs, shapes, dtypes, grid, {kGpuThreadsPerBlock, 1, 1}, template_args, 0.0f, false, stream);
   lazy[0].primitive().eval_gpu(lazy[0].inputs(), outputs);
 }
 

@@ -11,14 +11,16 @@ namespace mx = mlx::core;
 
 namespace {
 
-// Split rule: an H200 has 132 multiprocessors and keeps about four decode
-// blocks resident on each; below two blocks per multiprocessor the context is
-// split until there are about four, with at least kMinSplitPositions
-// positions of capacity per split.
+// Split rule (choose_splits): an H200 has 132 multiprocessors; a split covers
+// at least kMinSplitPositions positions of the table's capacity; a block's
+// fixed cost and the reduce pass count as that many positions of work.
 constexpr int kSmCount = 132;
-constexpr int kSplitBelowBlocks = 2 * kSmCount;
-constexpr int kSplitTargetBlocks = 4 * kSmCount;
 constexpr int kMinSplitPositions = 256;
+constexpr int kMaxSplits = 64;
+constexpr int kBlockCostPositions = 128;
+constexpr int kReduceCostPositions = 256;
+constexpr int kSmSharedBytes = 228 * 1024;
+constexpr int kSmRegisters = 65536;
 
 constexpr int kDecodeMaxRows = 8;
 constexpr int kDecodeMmaRows = 16;
@@ -61,12 +63,43 @@ int decode_shared_bytes(int itemsize, int head_dim, int rows, bool tensor_cores)
   return std::max(ring, merge);
 }
 
-int choose_splits(int64_t blocks, int64_t capacity) {
-  if (blocks >= kSplitBelowBlocks) {
-    return 1;
+// Registers per thread of the decode kernels as ptxas reports them
+// (python -m pagecheck.gpu_nvcc_check).
+int decode_registers(bool tensor_cores, int head_dim, int rows) {
+  if (tensor_cores) {
+    return head_dim > 64 ? 168 : 128;
   }
-  const int64_t wanted = ceil_div(kSplitTargetBlocks, blocks);
-  return static_cast<int>(std::max<int64_t>(1, std::min(wanted, capacity / kMinSplitPositions)));
+  return rows <= 4 ? 128 : 255;
+}
+
+// Decode blocks one multiprocessor holds at once.
+int resident_blocks(int shared_bytes, int registers) {
+  const int by_shared = kSmSharedBytes / (shared_bytes + 1024);
+  const int by_registers = kSmRegisters / (registers * kGpuThreadsPerBlock);
+  return std::max(1, std::min(by_shared, by_registers));
+}
+
+// Blocks run in waves of kSmCount * resident slots, so the time is about
+// waves x (positions per block + a block's fixed cost), plus the reduce pass
+// when split. The count minimising that fills an under-occupied GPU and evens
+// out a last, partial wave (512 blocks on 396 slots run as two waves
+// unsplit, as four of a third the length split in three).
+int choose_splits(int64_t blocks, int64_t capacity, int resident) {
+  const int64_t slots = static_cast<int64_t>(kSmCount) * resident;
+  const int most = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, capacity / kMinSplitPositions)));
+  int best = 1;
+  double best_cost = 0.0;
+  for (int splits = 1; splits <= most; ++splits) {
+    const int64_t waves = ceil_div(blocks * splits, slots);
+    const double cost = static_cast<double>(waves) *
+            (static_cast<double>(capacity) / splits + kBlockCostPositions) +
+        (splits > 1 ? kReduceCostPositions : 0);
+    if (splits == 1 || cost < best_cost) {
+      best = splits;
+      best_cost = cost;
+    }
+  }
+  return best;
 }
 
 } // namespace
@@ -89,9 +122,11 @@ GpuPlan plan_gpu_call(const AttentionShape& shape, mx::Dtype dtype, bool tensor_
     plan.tensor_cores = mma;
     plan.rows = mma ? kDecodeMmaRows : std::min(next_pow2(group_rows), kDecodeMaxRows);
     plan.blocks = static_cast<int64_t>(shape.batch) * shape.num_kv_heads * ceil_div(group_rows, plan.rows);
-    plan.splits = choose_splits(plan.blocks, static_cast<int64_t>(shape.pages_per_request) * shape.page_size);
-    plan.schedule = plan.splits > 1 ? GpuSchedule::kSplitDecode : GpuSchedule::kDecode;
     plan.shared_bytes = decode_shared_bytes(itemsize, shape.head_dim, plan.rows, mma);
+    const int resident = resident_blocks(plan.shared_bytes, decode_registers(mma, shape.head_dim, plan.rows));
+    plan.splits =
+        choose_splits(plan.blocks, static_cast<int64_t>(shape.pages_per_request) * shape.page_size, resident);
+    plan.schedule = plan.splits > 1 ? GpuSchedule::kSplitDecode : GpuSchedule::kDecode;
     if (plan.splits > 1) {
       plan.scratch_rows = static_cast<int64_t>(shape.batch) * shape.num_q_heads * shape.query_len;
     }
