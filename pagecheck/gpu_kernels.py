@@ -11,7 +11,6 @@ ext/src's GPU dispatch; both follow the layouts documented in the kernels.
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -32,7 +31,9 @@ DECODE_MAX_ROWS = 8
 DECODE_STAGES = 3
 DECODE_STEPS_PER_TILE = 4
 PREFILL_ROW_TILE = 64
-REDUCE_ROWS_PER_BLOCK = 4
+# Where the kernels find pages and contexts (TABLE in paged_common.cuh): this
+# launcher always passes a block table and context lengths.
+TABLE_PAGED = 0
 # Split rule (see choose_splits): an H200 has 132 multiprocessors; a split
 # covers at least MIN_SPLIT_POSITIONS positions of the table's capacity; a
 # block's fixed cost (prologue, merge, epilogue) and the reduce pass are
@@ -71,12 +72,8 @@ class KernelSource:
 
 KERNELS: dict[str, KernelSource] = {
     "paged_decode": KernelSource("paged_decode", PAGED_INPUTS, ("out",), DECODE_HEADERS),
-    "paged_decode_split": KernelSource(
-        "paged_decode_split", PAGED_INPUTS, ("partial_out", "partial_stats"), DECODE_HEADERS
-    ),
-    "paged_decode_reduce": KernelSource(
-        "paged_decode_reduce", ("partial_out", "partial_stats"), ("out",), ("paged_common.cuh",)
-    ),
+    "paged_decode_split": KernelSource("paged_decode_split", PAGED_INPUTS, ("partial",), DECODE_HEADERS),
+    "paged_decode_reduce": KernelSource("paged_decode_reduce", ("partial",), ("out",), ("paged_common.cuh",)),
     "paged_prefill": KernelSource("paged_prefill", PAGED_INPUTS, ("out",), ("paged_common.cuh",)),
     "paged_prefill_mma": KernelSource(
         "paged_prefill_mma", PAGED_INPUTS, ("out",), ("paged_common.cuh", "paged_mma.cuh")
@@ -295,6 +292,7 @@ def paged_attention(
     threads = THREADS_PER_BLOCK
     decode_template = [
         ("T", query.dtype), ("HEAD_DIM", head_dim), ("ROWS", plan.rows), ("CAUSAL", causal), ("MMA", plan.mma),
+        ("TABLE", TABLE_PAGED),
     ]
 
     if plan.schedule == "decode":
@@ -311,19 +309,19 @@ def paged_attention(
 
     if plan.schedule == "split":
         total_rows = batch * num_q_heads * num_queries
-        partial_out, partial_stats = compiled("paged_decode_split", plan.shared_bytes)(
+        (partial,) = compiled("paged_decode_split", plan.shared_bytes)(
             inputs=inputs,
             template=decode_template,
             grid=(threads * plan.blocks, plan.splits, 1),
             threadgroup=(threads, 1, 1),
-            output_shapes=[(total_rows, plan.splits, head_dim), (total_rows, plan.splits, 2)],
-            output_dtypes=[mx.float32, mx.float32],
+            output_shapes=[(total_rows, plan.splits, head_dim + 2)],
+            output_dtypes=[mx.float32],
             **init,
         )
         (out,) = compiled("paged_decode_reduce", 0)(
-            inputs=[partial_out, partial_stats],
+            inputs=[partial],
             template=[("T", query.dtype)],
-            grid=(threads * math.ceil(total_rows / REDUCE_ROWS_PER_BLOCK), 1, 1),
+            grid=(threads * total_rows, 1, 1),
             threadgroup=(threads, 1, 1),
             output_shapes=[query.shape],
             output_dtypes=[query.dtype],
@@ -332,9 +330,12 @@ def paged_attention(
         return out
 
     if plan.schedule == "prefill_mma":
-        template = [("T", query.dtype), ("HEAD_DIM", head_dim), ("KEY_TILE", plan.key_tile), ("CAUSAL", causal)]
+        template = [
+            ("T", query.dtype), ("HEAD_DIM", head_dim), ("KEY_TILE", plan.key_tile), ("CAUSAL", causal),
+            ("TABLE", TABLE_PAGED),
+        ]
     else:
-        template = [("T", query.dtype), ("HEAD_DIM", head_dim), ("CAUSAL", causal)]
+        template = [("T", query.dtype), ("HEAD_DIM", head_dim), ("CAUSAL", causal), ("TABLE", TABLE_PAGED)]
     (out,) = compiled(f"paged_{plan.schedule}", plan.shared_bytes)(
         inputs=inputs,
         template=template,

@@ -58,13 +58,13 @@ class Variant:
 
 
 def input_type(source: KernelSource, name: str, dtype: str) -> str:
-    if name.startswith("partial_"):
+    if name.startswith("partial"):
         return "float"
     return PAGED_INPUT_TYPES.get(name, CUDA_TYPES[dtype])
 
 
 def output_type(name: str, dtype: str) -> str:
-    return "float" if name.startswith("partial_") else CUDA_TYPES[dtype]
+    return "float" if name.startswith("partial") else CUDA_TYPES[dtype]
 
 
 def wrap(variant: Variant) -> str:
@@ -98,18 +98,19 @@ def variants() -> list[Variant]:
         for head_dim in (128, 64, 96, 256, 5):
             for rows in (1, 4, 8):
                 for stem in ("paged_decode", "paged_decode_split"):
-                    template = (("HEAD_DIM", head_dim), ("ROWS", rows), ("CAUSAL", True), ("MMA", False))
+                    template = (("HEAD_DIM", head_dim), ("ROWS", rows), ("CAUSAL", True), ("MMA", False), ("TABLE", 0))
                     out.append(Variant(stem, dtype, template))
-            out.append(Variant("paged_prefill", dtype, (("HEAD_DIM", head_dim), ("CAUSAL", True))))
+            out.append(Variant("paged_prefill", dtype, (("HEAD_DIM", head_dim), ("CAUSAL", True), ("TABLE", 0))))
         out.append(Variant("paged_decode_reduce", dtype, ()))
     for dtype in ("bfloat16", "float16"):
         for head_dim in (128, 64, 48, 16):
             for stem in ("paged_decode", "paged_decode_split"):
-                template = (("HEAD_DIM", head_dim), ("ROWS", 16), ("CAUSAL", True), ("MMA", True))
+                template = (("HEAD_DIM", head_dim), ("ROWS", 16), ("CAUSAL", True), ("MMA", True), ("TABLE", 0))
                 out.append(Variant(stem, dtype, template))
             for key_tile in (16, 32, 64):
                 out.append(
-                    Variant("paged_prefill_mma", dtype, (("HEAD_DIM", head_dim), ("KEY_TILE", key_tile), ("CAUSAL", True)))
+                    Variant("paged_prefill_mma", dtype,
+                            (("HEAD_DIM", head_dim), ("KEY_TILE", key_tile), ("CAUSAL", True), ("TABLE", 0)))
                 )
     return out
 

@@ -73,7 +73,8 @@ def test_each_schedule_matches_reference(schedule: str, splits: int | None, mma:
 
 @pytest.mark.invariant("matches_reference")
 @pytest.mark.parametrize("num_queries", [1, 12])
-def test_dense_attention_on_gpu_matches_reference(num_queries: int) -> None:
+@pytest.mark.parametrize("with_lens", [True, False])
+def test_dense_attention_on_gpu_matches_reference(num_queries: int, with_lens: bool) -> None:
     import ext
     from reference.attention import dense_attention
 
@@ -81,10 +82,28 @@ def test_dense_attention_on_gpu_matches_reference(num_queries: int) -> None:
     query = rng.standard_normal((2, 8, num_queries, 64)).astype(np.float32)
     key = rng.standard_normal((2, 2, 50, 64)).astype(np.float32)
     value = rng.standard_normal((2, 2, 50, 64)).astype(np.float32)
-    lens = np.array([50, 17], dtype=np.int32)
+    lens = np.array([50, 17], dtype=np.int32) if with_lens else None
     with mx.stream(mx.gpu):
-        got = ext.dense_attention(mx.array(query), mx.array(key), mx.array(value), None, True, mx.array(lens))
+        got = ext.dense_attention(
+            mx.array(query), mx.array(key), mx.array(value), None, True, None if lens is None else mx.array(lens)
+        )
         mx.eval(got)
     want = dense_attention(query, key, value, mask="causal", context_lens=lens)
     result = compare(got, want, "float32")
     assert result.passed, result.summary()
+
+
+def test_dense_attention_on_gpu_under_shapeless_compile() -> None:
+    # The dense view holds no shape-dependent constant (no arange over the
+    # batch), so a graph compiled for one batch size stays right for another.
+    import ext
+
+    rng = np.random.default_rng(4)
+    compiled = mx.compile(lambda q, k, v: ext.dense_attention(q, k, v, None, False), shapeless=True)
+    with mx.stream(mx.gpu):
+        for batch in (1, 3):
+            q, k, v = (mx.array(rng.standard_normal(s).astype(np.float32))
+                       for s in [(batch, 4, 1, 32), (batch, 2, 40, 32), (batch, 2, 40, 32)])
+            got = compiled(q, k, v)
+            want = ext.dense_attention(q, k, v, None, False)
+            np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-6, atol=1e-6)

@@ -170,6 +170,15 @@ __device__ __forceinline__ float usable_max(float running_max) {
 
 // ---- Problem geometry ----------------------------------------------------------
 
+// Where a request's pages and context length come from (template argument
+// TABLE of every attention kernel): the block table and context_lens, or the
+// dense view of a [B, H_kv, S, D] K/V as one page of S slots per request
+// (page id = request index; block_table is a placeholder), with context_lens
+// given or every context S.
+constexpr int TABLE_PAGED = 0;
+constexpr int TABLE_DENSE_WITH_LENS = 1;
+constexpr int TABLE_DENSE_FULL = 2;
+
 // Sizes read from the shapes MLX passes next to each input.
 struct PagedGeometry {
   int batch;
@@ -182,13 +191,16 @@ struct PagedGeometry {
   int max_pages;
   int group; // query heads per kv head
   int rows; // query rows per (request, kv head): group * num_queries
+  int table; // TABLE_PAGED, TABLE_DENSE_WITH_LENS or TABLE_DENSE_FULL
 };
 
 __device__ __forceinline__ PagedGeometry make_geometry(
     const int* query_shape,
     const int* key_pages_shape,
-    const int* block_table_shape) {
+    const int* block_table_shape,
+    int table) {
   PagedGeometry g;
+  g.table = table;
   g.batch = query_shape[0];
   g.num_q_heads = query_shape[1];
   g.num_queries = query_shape[2];
@@ -200,6 +212,13 @@ __device__ __forceinline__ PagedGeometry make_geometry(
   g.group = g.num_q_heads / g.num_kv_heads;
   g.rows = g.group * g.num_queries;
   return g;
+}
+
+__device__ __forceinline__ int request_context(
+    const PagedGeometry& g,
+    const int32_t* context_lens,
+    int request_idx) {
+  return g.table == TABLE_DENSE_FULL ? g.page_size : context_lens[request_idx];
 }
 
 // Rows of one (request, kv head) are numbered position-major:
@@ -279,13 +298,16 @@ __device__ __forceinline__ int count_tiles(
       ceil_div(pos_end - last_page * page_size, tile_tokens);
 }
 
-// The block-table entry of a tile, or -1 when it names no page of the pool
-// (the op validates tables; this keeps a bad one from reading out of bounds).
+// The page id of a tile: its block-table entry (table_row is the request's
+// row), or the request index in the dense view; -1 when it names no page of
+// the pool (the op validates tables; this keeps a bad one from reading out of
+// bounds).
 __device__ __forceinline__ int tile_page_id(
     const PagedGeometry& g,
     const int32_t* table_row,
+    int request_idx,
     const PageTile& tile) {
-  const int page_id = table_row[tile.page_idx];
+  const int page_id = g.table == TABLE_PAGED ? table_row[tile.page_idx] : request_idx;
   return page_id >= 0 && page_id < g.num_pages ? page_id : -1;
 }
 

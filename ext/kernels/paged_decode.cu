@@ -5,7 +5,8 @@
 // paged_decode_*.cuh walk headers).
 // Template arguments: T (storage dtype), HEAD_DIM, ROWS (query rows per
 // block: a power of two up to 8 for the CUDA-core walk, 16 for the tensor-core
-// walk), CAUSAL, MMA (which walk, paged_decode_walker.cuh).
+// walk), CAUSAL, MMA (which walk, paged_decode_walker.cuh), TABLE (where
+// pages and contexts come from, paged_common.cuh).
 // Inputs: query [B, H_q, L, D], key_pages / value_pages [P, H_kv, page, D],
 // block_table int32 [B, max_pages], context_lens int32 [B], scale float32 [1].
 // Output: out [B, H_q, L, D] in T.
@@ -25,13 +26,13 @@ extern __shared__ __align__(16) unsigned char shared[];
 
 // ---- Positions -----------------------------------------------------------------
 const PagedGeometry geo = make_geometry(
-    query_shape.data(), key_pages_shape.data(), block_table_shape.data());
+    query_shape.data(), key_pages_shape.data(), block_table_shape.data(), TABLE);
 const int row_chunks = ceil_div(geo.rows, ROWS);
 const int request_idx = blockIdx.x / (geo.num_kv_heads * row_chunks);
 const int kv_head_idx = (blockIdx.x / row_chunks) % geo.num_kv_heads;
 const int chunk_idx = blockIdx.x % row_chunks;
 const int row_begin = chunk_idx * ROWS;
-const int context_len = context_lens[request_idx];
+const int context_len = request_context(geo, context_lens, request_idx);
 
 // ---- Walk every tile of the context ----------------------------------------------
 const TileRange tiles = split_tiles(context_len, geo.page_size, Layout::TILE_TOKENS, 0, 1);

@@ -118,7 +118,7 @@ __device__ void decode_walk_mma(
   // All lanes copy the local-th tile's K and V rows into its ring stage.
   auto issue = [&](int local) {
     const PageTile tile = tile_of(local);
-    const int page_id = tile_page_id(geo, table_row, tile);
+    const int page_id = tile_page_id(geo, table_row, request_idx, tile);
     const long long base = page_offset(geo, page_id, kv_head_idx) +
         static_cast<long long>(tile.slot_begin) * HEAD_DIM;
     T* stage_k = ring + (local % DECODE_MMA_STAGES) * L::STAGE_ELEMS;

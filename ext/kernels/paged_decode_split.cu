@@ -1,18 +1,17 @@
 // paged_decode_split: first pass of split-context decode (L <= 8).
 //
 // Body of an MLX fast::cuda_kernel (headers as paged_decode). Template
-// arguments: T, HEAD_DIM, ROWS, CAUSAL, MMA, as paged_decode.
-// Inputs: as paged_decode. Outputs: partial_out float32 [B * H_q * L, S, D]
-// (unnormalised outputs) and partial_stats float32 [B * H_q * L, S, 2]
-// ((max in log2 units, sum of weights) per split); paged_decode_reduce merges
-// them. S = gridDim.y splits.
+// arguments: T, HEAD_DIM, ROWS, CAUSAL, MMA, TABLE, as paged_decode.
+// Inputs: as paged_decode. Output: partial float32 [B * H_q * L, S, D + 2]:
+// per row and split the unnormalised output, then the max (log2 units) and
+// the sum of weights; paged_decode_reduce merges the splits. S = gridDim.y.
 //
 // Ownership: block (x, y) owns (request_idx, kv_head_idx, chunk_idx) as in
 // paged_decode and split y: an equal share of the context's tiles (whole
 // tiles, so every K/V slot is read by one block only; split_tiles in
-// paged_decode_walker.cuh). It writes slot y of its rows' partial outputs and
-// stats and nothing else; a split past the context writes the empty state
-// (max -inf, sum 0, output 0), which the reduce weighs by zero.
+// paged_decode_walker.cuh). It writes slot y of its rows of `partial` and
+// nothing else; a split past the context writes the empty state (max -inf,
+// sum 0, output 0), which the reduce weighs by zero.
 // Launch: DECODE_THREADS threads per block, grid (blocks, S), dynamic shared
 // memory DecodeWalker<...>::Layout::SHARED_BYTES.
 using namespace pagecheck;
@@ -23,7 +22,7 @@ extern __shared__ __align__(16) unsigned char shared[];
 
 // ---- Positions -----------------------------------------------------------------
 const PagedGeometry geo = make_geometry(
-    query_shape.data(), key_pages_shape.data(), block_table_shape.data());
+    query_shape.data(), key_pages_shape.data(), block_table_shape.data(), TABLE);
 const int row_chunks = ceil_div(geo.rows, ROWS);
 const int request_idx = blockIdx.x / (geo.num_kv_heads * row_chunks);
 const int kv_head_idx = (blockIdx.x / row_chunks) % geo.num_kv_heads;
@@ -31,7 +30,7 @@ const int chunk_idx = blockIdx.x % row_chunks;
 const int split_idx = blockIdx.y;
 const int num_splits = gridDim.y;
 const int row_begin = chunk_idx * ROWS;
-const int context_len = context_lens[request_idx];
+const int context_len = request_context(geo, context_lens, request_idx);
 
 // ---- Walk this split's tiles --------------------------------------------------------
 const TileRange tiles = split_tiles(
@@ -51,10 +50,11 @@ for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += blockDim.x) {
   if (row.valid) {
     const MergedState s = merge.merged(r, dim);
     const long long slot = (row.offset / HEAD_DIM) * num_splits + split_idx;
-    partial_out[slot * HEAD_DIM + dim] = s.acc;
+    float* entry = partial + slot * (HEAD_DIM + 2);
+    entry[dim] = s.acc;
     if (dim == 0) {
-      partial_stats[slot * 2] = s.max;
-      partial_stats[slot * 2 + 1] = s.sum;
+      entry[HEAD_DIM] = s.max;
+      entry[HEAD_DIM + 1] = s.sum;
     }
   }
 }

@@ -131,7 +131,7 @@ __device__ void decode_walk(
   // tile's count are zero-filled instead of read.
   auto issue = [&](int local) {
     const PageTile tile = tile_of(local);
-    const int page_id = tile_page_id(geo, table_row, tile);
+    const int page_id = tile_page_id(geo, table_row, request_idx, tile);
     const long long base = page_offset(geo, page_id, kv_head_idx) +
         static_cast<long long>(tile.slot_begin) * HEAD_DIM;
     T* stage_k = ring + (local % DECODE_STAGES) * L::STAGE_ELEMS;

@@ -1,8 +1,8 @@
 // paged_prefill: attention for long queries (L > 8) on CUDA cores, any dtype.
 //
 // Body of an MLX fast::cuda_kernel (header: paged_common.cuh). Template
-// arguments: T, HEAD_DIM (at most 256),
-// CAUSAL. Inputs and output as paged_decode. Used for float32 and for head
+// arguments: T, HEAD_DIM (at most 256), CAUSAL, TABLE (paged_common.cuh).
+// Inputs and output as paged_decode. Used for float32 and for head
 // dims the tensor-core variant (paged_prefill_mma) does not take.
 //
 // Ownership: block x owns (request_idx, kv_head_idx, row_tile_idx): the
@@ -42,14 +42,14 @@ float* p_tile = v_tile + KEY_TILE * HEAD_DIM;
 
 // ---- Positions -----------------------------------------------------------------
 const PagedGeometry geo = make_geometry(
-    query_shape.data(), key_pages_shape.data(), block_table_shape.data());
+    query_shape.data(), key_pages_shape.data(), block_table_shape.data(), TABLE);
 const int row_tiles = ceil_div(geo.rows, ROW_TILE);
 const int request_idx = blockIdx.x / (geo.num_kv_heads * row_tiles);
 const int kv_head_idx = (blockIdx.x / row_tiles) % geo.num_kv_heads;
 const int row_tile_idx = blockIdx.x % row_tiles;
 const int row_group = threadIdx.x / KEY_LANES;
 const int key_lane = threadIdx.x % KEY_LANES;
-const int context_len = context_lens[request_idx];
+const int context_len = request_context(geo, context_lens, request_idx);
 const int row_first = row_tile_idx * ROW_TILE;
 
 // ---- Query tile into shared memory, pre-scaled for base-2 softmax -----------------
@@ -96,7 +96,7 @@ for (int i = 0; i < ROWS_PER_THREAD; ++i) {
 for (int tile_idx = 0; tile_idx < num_tiles; ++tile_idx) {
   const PageTile tile =
       page_tile(tile_idx, KEY_TILE, tiles_per_page, geo.page_size, pos_end);
-  const int page_id = tile_page_id(geo, table_row, tile);
+  const int page_id = tile_page_id(geo, table_row, request_idx, tile);
   const long long base = page_offset(geo, page_id, kv_head_idx) +
       static_cast<long long>(tile.slot_begin) * HEAD_DIM;
 

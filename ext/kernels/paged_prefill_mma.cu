@@ -3,7 +3,7 @@
 // Body of an MLX fast::cuda_kernel (headers: paged_common.cuh,
 // paged_mma.cuh). Template arguments: T (bfloat16 or
 // float16), HEAD_DIM (a multiple of 16, at most 128), KEY_TILE (16, 32 or
-// 64), CAUSAL. Inputs and output as paged_decode.
+// 64), CAUSAL, TABLE (paged_common.cuh). Inputs and output as paged_decode.
 //
 // Ownership: block x owns (request_idx, kv_head_idx, row_tile_idx): the
 // PREFILL_ROW_TILE query rows [row_tile_idx * 64, +64) of that kv head's G * L
@@ -41,7 +41,7 @@ T* v_ring = k_ring + 2 * STAGE_ELEMS;
 
 // ---- Positions -----------------------------------------------------------------
 const PagedGeometry geo = make_geometry(
-    query_shape.data(), key_pages_shape.data(), block_table_shape.data());
+    query_shape.data(), key_pages_shape.data(), block_table_shape.data(), TABLE);
 const int row_tiles = ceil_div(geo.rows, ROW_TILE);
 const int request_idx = blockIdx.x / (geo.num_kv_heads * row_tiles);
 const int kv_head_idx = (blockIdx.x / row_tiles) % geo.num_kv_heads;
@@ -50,7 +50,7 @@ const int lane_idx = threadIdx.x % WARP_LANES;
 const int warp_idx = threadIdx.x / WARP_LANES;
 const int group_idx = lane_idx / 4;
 const int pair_idx = lane_idx % 4;
-const int context_len = context_lens[request_idx];
+const int context_len = request_context(geo, context_lens, request_idx);
 const int row_first = row_tile_idx * ROW_TILE;
 const QueryRow rows[2] = {
     query_row(geo, request_idx, kv_head_idx, row_first + warp_idx * 16 + group_idx,
@@ -91,7 +91,7 @@ auto tile_of = [&](int tile_idx) {
 // All threads copy one tile's K and V rows into ring stage `stage`.
 auto issue = [&](int tile_idx, int stage) {
   const PageTile tile = tile_of(tile_idx);
-  const int page_id = tile_page_id(geo, table_row, tile);
+  const int page_id = tile_page_id(geo, table_row, request_idx, tile);
   const long long base = page_offset(geo, page_id, kv_head_idx) +
       static_cast<long long>(tile.slot_begin) * HEAD_DIM;
   T* stage_k = k_ring + stage * STAGE_ELEMS;

@@ -20,8 +20,6 @@ namespace {
 
 using TemplateArgs = std::vector<std::pair<std::string, mx::fast::TemplateArg>>;
 
-constexpr int kReduceRowsPerBlock = 4;
-
 // One kernel file: its argument names as the body uses them, and its headers.
 struct KernelSpec {
   const char* stem;
@@ -48,8 +46,8 @@ const std::vector<const char*> kMmaHeaders{"paged_common.cuh", "paged_mma.cuh"};
 #endif
 
 const KernelSpec kDecode{"paged_decode", kPagedInputs, {"out"}, kDecodeHeaders};
-const KernelSpec kDecodeSplit{"paged_decode_split", kPagedInputs, {"partial_out", "partial_stats"}, kDecodeHeaders};
-const KernelSpec kDecodeReduce{"paged_decode_reduce", {"partial_out", "partial_stats"}, {"out"}, kCommonHeaders};
+const KernelSpec kDecodeSplit{"paged_decode_split", kPagedInputs, {"partial"}, kDecodeHeaders};
+const KernelSpec kDecodeReduce{"paged_decode_reduce", {"partial"}, {"out"}, kCommonHeaders};
 const KernelSpec kPrefill{"paged_prefill", kPagedInputs, {"out"}, kCommonHeaders};
 const KernelSpec kPrefillMma{"paged_prefill_mma", kPagedInputs, {"out"}, kMmaHeaders};
 
@@ -125,19 +123,19 @@ bool gpu_has_tensor_cores() {
 
 void eval_attention_gpu(
     const AttentionShape& shape,
+    GpuTable table,
     const std::vector<mx::array>& inputs,
     std::vector<mx::array>& outputs,
     mx::Stream stream) {
   check_gpu_shape(shape);
   const mx::Dtype dtype = inputs[0].dtype();
   const GpuPlan plan = plan_gpu_call(shape, dtype, gpu_has_tensor_cores());
-  if (outputs.size() != 3 ||
-      static_cast<int64_t>(outputs[1].size()) != plan.scratch_rows * plan.splits * shape.head_dim) {
+  if (outputs.size() != 2 ||
+      static_cast<int64_t>(outputs[1].size()) != plan.scratch_rows * plan.splits * (shape.head_dim + 2)) {
     throw std::logic_error("pagecheck: GPU outputs do not match the launch plan");
   }
   if (plan.scratch_rows == 0) {
     outputs[1].set_data(mx::allocator::malloc(0));
-    outputs[2].set_data(mx::allocator::malloc(0));
   }
   if (outputs[0].size() == 0) {
     outputs[0].set_data(mx::allocator::malloc(0));
@@ -145,33 +143,38 @@ void eval_attention_gpu(
   }
   const std::vector<mx::array> paged_inputs(inputs.begin(), inputs.begin() + 6);
   const int grid_x = static_cast<int>(plan.blocks * kGpuThreadsPerBlock);
+  const int table_kind = static_cast<int>(table);
   const TemplateArgs decode_args{
       {"T", dtype},
       {"HEAD_DIM", shape.head_dim},
       {"ROWS", plan.rows},
       {"CAUSAL", shape.causal},
-      {"MMA", plan.tensor_cores}};
+      {"MMA", plan.tensor_cores},
+      {"TABLE", table_kind}};
   switch (plan.schedule) {
     case GpuSchedule::kDecode:
       run_kernel(kernel_for(kDecode, plan.shared_bytes), paged_inputs, {outputs[0]}, {grid_x, 1, 1}, decode_args,
                  stream);
       return;
-    case GpuSchedule::kSplitDecode: {
-      run_kernel(kernel_for(kDecodeSplit, plan.shared_bytes), paged_inputs, {outputs[1], outputs[2]},
+    case GpuSchedule::kSplitDecode:
+      run_kernel(kernel_for(kDecodeSplit, plan.shared_bytes), paged_inputs, {outputs[1]},
                  {grid_x, plan.splits, 1}, decode_args, stream);
-      const int64_t reduce_blocks = (plan.scratch_rows + kReduceRowsPerBlock - 1) / kReduceRowsPerBlock;
-      run_kernel(kernel_for(kDecodeReduce, 0), {outputs[1], outputs[2]}, {outputs[0]},
-                 {static_cast<int>(reduce_blocks * kGpuThreadsPerBlock), 1, 1}, {{"T", dtype}}, stream);
+      run_kernel(kernel_for(kDecodeReduce, 0), {outputs[1]}, {outputs[0]},
+                 {static_cast<int>(plan.scratch_rows * kGpuThreadsPerBlock), 1, 1}, {{"T", dtype}}, stream);
       return;
-    }
     case GpuSchedule::kPrefillMma:
       run_kernel(kernel_for(kPrefillMma, plan.shared_bytes), paged_inputs, {outputs[0]}, {grid_x, 1, 1},
-                 {{"T", dtype}, {"HEAD_DIM", shape.head_dim}, {"KEY_TILE", plan.key_tile}, {"CAUSAL", shape.causal}},
+                 {{"T", dtype},
+                  {"HEAD_DIM", shape.head_dim},
+                  {"KEY_TILE", plan.key_tile},
+                  {"CAUSAL", shape.causal},
+                  {"TABLE", table_kind}},
                  stream);
       return;
     case GpuSchedule::kPrefill:
       run_kernel(kernel_for(kPrefill, plan.shared_bytes), paged_inputs, {outputs[0]}, {grid_x, 1, 1},
-                 {{"T", dtype}, {"HEAD_DIM", shape.head_dim}, {"CAUSAL", shape.causal}}, stream);
+                 {{"T", dtype}, {"HEAD_DIM", shape.head_dim}, {"CAUSAL", shape.causal}, {"TABLE", table_kind}},
+                 stream);
       return;
   }
   throw std::logic_error("pagecheck: unknown GPU schedule");

@@ -21,10 +21,20 @@ namespace pagecheck {
 // algorithm's mirror (Metal).
 bool gpu_has_tensor_cores();
 
+// Where the kernels find pages and contexts (TABLE in ext/kernels/paged_common.cuh).
+enum class GpuTable {
+  kPaged = 0, // block_table and context_lens
+  kDenseWithLens = 1, // K/V [B, H_kv, S, D] as page b of S slots; context_lens given
+  kDenseFull = 2, // as above, every context S
+};
+
 // inputs: query, key_pages, value_pages, block_table, context_lens, scale
-// (float32 scalar); outputs as gpu_output_shapes (gpu_plan.h).
+// (float32 scalar); for the dense tables block_table (and context_lens of
+// kDenseFull) are int32 placeholders the kernels do not read. outputs as
+// gpu_output_shapes (gpu_plan.h).
 void eval_attention_gpu(
     const AttentionShape& shape,
+    GpuTable table,
     const std::vector<mlx::core::array>& inputs,
     std::vector<mlx::core::array>& outputs,
     mlx::core::Stream stream);

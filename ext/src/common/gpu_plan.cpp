@@ -142,7 +142,7 @@ GpuPlan plan_gpu_call(const AttentionShape& shape, mx::Dtype dtype, bool tensor_
       plan.shared_bytes = 4 * (96 * stride + 32 * shape.head_dim + 64 * 33);
     }
   }
-  if (plan.blocks * kGpuThreadsPerBlock > INT_MAX) {
+  if (plan.blocks * kGpuThreadsPerBlock > INT_MAX || plan.scratch_rows * kGpuThreadsPerBlock > INT_MAX) {
     throw std::invalid_argument("pagecheck: the GPU launch for this shape exceeds the int32 grid range");
   }
   return plan;
@@ -165,14 +165,14 @@ const char* gpu_schedule_name(GpuSchedule schedule) {
 std::vector<mx::Shape> gpu_output_shapes(const AttentionShape& shape, const GpuPlan& plan) {
   const mx::Shape out{shape.batch, shape.num_q_heads, shape.query_len, shape.head_dim};
   if (plan.scratch_rows == 0) {
-    return {out, mx::Shape{0}, mx::Shape{0}};
+    return {out, mx::Shape{0}};
   }
   const int rows = static_cast<int>(plan.scratch_rows);
-  return {out, mx::Shape{rows, plan.splits, shape.head_dim}, mx::Shape{rows, plan.splits, 2}};
+  return {out, mx::Shape{rows, plan.splits, shape.head_dim + 2}};
 }
 
 std::vector<mx::Dtype> gpu_output_dtypes(mx::Dtype dtype) {
-  return {dtype, mx::float32, mx::float32};
+  return {dtype, mx::float32};
 }
 
 } // namespace pagecheck

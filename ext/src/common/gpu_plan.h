@@ -41,8 +41,9 @@ GpuPlan plan_gpu_call(const AttentionShape& shape, mlx::core::Dtype dtype, bool 
 const char* gpu_schedule_name(GpuSchedule schedule);
 
 // The outputs of a GPU call: the attention output, then the split-decode
-// partial outputs [R, S, D] and stats [R, S, 2] in float32 (R = B * H_q * L;
-// zero-sized when the plan does not split).
+// scratch, float32 [R, S, D + 2] (R = B * H_q * L; per row and split the
+// unnormalised output, its max and its sum of weights; zero-sized when the
+// plan does not split).
 std::vector<mlx::core::Shape> gpu_output_shapes(const AttentionShape& shape, const GpuPlan& plan);
 std::vector<mlx::core::Dtype> gpu_output_dtypes(mlx::core::Dtype dtype);
 

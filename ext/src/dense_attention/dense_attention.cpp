@@ -9,8 +9,9 @@
 #include "common/ready_inputs.h"
 #include "dense_attention/primitive.h"
 #include "mlx/ops.h"
+#include "common/gpu_dispatch.h"
+#include "common/gpu_plan.h"
 #include "paged_attention/metadata_validation.h"
-#include "paged_attention/paged_attention.h"
 
 namespace pagecheck {
 
@@ -61,28 +62,34 @@ mx::array dense_attention(
     }
   }
 
-  if (mx::to_stream(stream).device == mx::Device::gpu) {
-    // The GPU kernels are the paged ones, over the view the CPU schedules use
-    // too: request b's keys are page b of S slots.
-    if (key_len == 0) {
-      return mx::zeros(query.shape(), query.dtype(), stream);
-    }
-    const mx::array block_table = mx::reshape(mx::arange(batch, mx::int32, stream), {batch, 1}, stream);
-    const mx::array lens = context_lens ? *context_lens : mx::full({batch}, key_len, mx::int32, stream);
-    return paged_attention(query, key, value, block_table, lens, key_len, resolved_scale, causal, stream);
-  }
-
   const mx::Dtype storage_dtype = key.dtype();
+  const mx::Stream resolved_stream = mx::to_stream(stream);
   std::vector<mx::array> inputs{
       row_contiguous_input(mx::astype(query, storage_dtype, stream), stream),
       row_contiguous_input(key, stream),
       row_contiguous_input(value, stream)};
-  if (context_lens) {
-    inputs.push_back(row_contiguous_input(*context_lens, stream));
+  auto primitive =
+      std::make_shared<DenseAttention>(resolved_stream, resolved_scale, causal, context_lens.has_value());
+  if (resolved_stream.device != mx::Device::gpu) {
+    if (context_lens) {
+      inputs.push_back(row_contiguous_input(*context_lens, stream));
+    }
+    mx::array out = mx::array(query.shape(), storage_dtype, primitive, std::move(inputs));
+    return query.dtype() == storage_dtype ? out : mx::astype(out, query.dtype(), stream);
   }
-  auto primitive = std::make_shared<DenseAttention>(mx::to_stream(stream), resolved_scale, causal,
-                                                    context_lens.has_value());
-  mx::array out = mx::array(query.shape(), storage_dtype, primitive, std::move(inputs));
+  if (key_len == 0) {
+    return mx::zeros(query.shape(), query.dtype(), stream);
+  }
+  check_gpu_shape(shape);
+  // The kernels' signature has a block table and context lengths; in the
+  // dense view they read neither placeholder, which the host makes (no launch).
+  const std::vector<int32_t> zero{0};
+  inputs.push_back(mx::array(zero.begin(), {1, 1}, mx::int32));
+  inputs.push_back(context_lens ? row_contiguous_input(*context_lens, stream) : mx::array(zero.begin(), {1}, mx::int32));
+  inputs.push_back(mx::array(resolved_scale, mx::float32));
+  const GpuPlan plan = plan_gpu_call(shape, storage_dtype, gpu_has_tensor_cores());
+  mx::array out =
+      mx::array::make_arrays(gpu_output_shapes(shape, plan), gpu_output_dtypes(storage_dtype), primitive, inputs)[0];
   return query.dtype() == storage_dtype ? out : mx::astype(out, query.dtype(), stream);
 }
 

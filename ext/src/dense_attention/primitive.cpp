@@ -6,6 +6,8 @@
 
 #include "common/cpu_eval.h"
 #include "common/dtype_dispatch.h"
+#include "common/gpu_dispatch.h"
+#include "common/gpu_plan.h"
 #include "paged_attention/cpu_schedules.h"
 #include "paged_attention/metadata_validation.h"
 
@@ -30,7 +32,8 @@ AttentionShape dense_shape(const mx::array& query, const mx::array& key, float s
   return shape;
 }
 
-void DenseAttention::eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) {
+void DenseAttention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+  mx::array& out = outputs[0];
   const AttentionShape shape = dense_shape(inputs[0], inputs[1], scale_, causal_);
   const int key_len = inputs[1].shape(2);
   const int32_t* given_context_lens = has_context_lens_ ? inputs[3].data<int32_t>() : nullptr;
@@ -55,10 +58,22 @@ void DenseAttention::eval_cpu(const std::vector<mx::array>& inputs, mx::array& o
   });
 }
 
-void DenseAttention::eval_gpu(const std::vector<mx::array>& inputs, mx::array& out) {
-  throw std::logic_error(
-      "pagecheck: DenseAttention has no GPU kernel; dense_attention on a GPU stream runs paged_attention over "
-      "one page per request");
+// The paged kernels over the view the CPU schedules use too: request b's
+// keys are page b of S slots. The table kind tells the kernels so; the view
+// needs no block-table array, so the graph holds no shape-dependent constant
+// and shapeless compilation stays correct.
+void DenseAttention::eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+  eval_attention_gpu(
+      dense_shape(inputs[0], inputs[1], scale_, causal_),
+      has_context_lens_ ? GpuTable::kDenseWithLens : GpuTable::kDenseFull, inputs, outputs, stream());
+}
+
+std::vector<mx::Shape> DenseAttention::output_shapes(const std::vector<mx::array>& inputs) {
+  if (stream().device != mx::Device::gpu) {
+    return {inputs[0].shape()};
+  }
+  const AttentionShape shape = dense_shape(inputs[0], inputs[1], scale_, causal_);
+  return gpu_output_shapes(shape, plan_gpu_call(shape, inputs[1].dtype(), gpu_has_tensor_cores()));
 }
 
 bool DenseAttention::is_equivalent(const mx::Primitive& other) const {

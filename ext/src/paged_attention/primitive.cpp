@@ -52,7 +52,8 @@ void PagedAttention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<
 
 void PagedAttention::eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   eval_attention_gpu(
-      paged_shape(inputs[0], inputs[1], inputs[3], page_size_, scale_, causal_), inputs, outputs, stream());
+      paged_shape(inputs[0], inputs[1], inputs[3], page_size_, scale_, causal_), GpuTable::kPaged, inputs, outputs,
+      stream());
 }
 
 std::vector<mx::Shape> PagedAttention::output_shapes(const std::vector<mx::array>& inputs) {
