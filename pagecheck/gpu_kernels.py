@@ -288,47 +288,34 @@ def paged_attention(
         block_table.astype(mx.int32), context_lens.astype(mx.int32),
         scale_array(float(scale)),
     ]
-    init = {"init_value": float("nan") if poison_output else 0.0}
-    threads = THREADS_PER_BLOCK
-    decode_template = [
-        ("T", query.dtype), ("HEAD_DIM", head_dim), ("ROWS", plan.rows), ("CAUSAL", causal), ("MMA", plan.mma),
-        ("TABLE", TABLE_PAGED),
-    ]
+    fill = float("nan") if poison_output else 0.0
 
-    if plan.schedule == "decode":
-        (out,) = compiled("paged_decode", plan.shared_bytes)(
-            inputs=inputs,
-            template=decode_template,
-            grid=(threads * plan.blocks, 1, 1),
-            threadgroup=(threads, 1, 1),
-            output_shapes=[query.shape],
-            output_dtypes=[query.dtype],
-            **init,
+    def launch(stem: str, shared_bytes: int, args: list[mx.array], template: list[tuple[str, Any]],
+               blocks: tuple[int, int], shape: tuple[int, ...], dtype: mx.Dtype) -> mx.array:
+        (result,) = compiled(stem, shared_bytes)(
+            inputs=args,
+            template=template,
+            grid=(THREADS_PER_BLOCK * blocks[0], blocks[1], 1),
+            threadgroup=(THREADS_PER_BLOCK, 1, 1),
+            output_shapes=[shape],
+            output_dtypes=[dtype],
+            init_value=fill,
         )
-        return out
+        return result
 
-    if plan.schedule == "split":
+    if plan.schedule in ("decode", "split"):
+        template = [
+            ("T", query.dtype), ("HEAD_DIM", head_dim), ("ROWS", plan.rows), ("CAUSAL", causal),
+            ("MMA", plan.mma), ("TABLE", TABLE_PAGED),
+        ]
+        if plan.schedule == "decode":
+            return launch("paged_decode", plan.shared_bytes, inputs, template, (plan.blocks, 1),
+                          query.shape, query.dtype)
         total_rows = batch * num_q_heads * num_queries
-        (partial,) = compiled("paged_decode_split", plan.shared_bytes)(
-            inputs=inputs,
-            template=decode_template,
-            grid=(threads * plan.blocks, plan.splits, 1),
-            threadgroup=(threads, 1, 1),
-            output_shapes=[(total_rows, plan.splits, head_dim + 2)],
-            output_dtypes=[mx.float32],
-            **init,
-        )
-        (out,) = compiled("paged_decode_reduce", 0)(
-            inputs=[partial],
-            template=[("T", query.dtype)],
-            grid=(threads * total_rows, 1, 1),
-            threadgroup=(threads, 1, 1),
-            output_shapes=[query.shape],
-            output_dtypes=[query.dtype],
-            **init,
-        )
-        return out
-
+        partial = launch("paged_decode_split", plan.shared_bytes, inputs, template, (plan.blocks, plan.splits),
+                         (total_rows, plan.splits, head_dim + 2), mx.float32)
+        return launch("paged_decode_reduce", 0, [partial], [("T", query.dtype)], (total_rows, 1),
+                      query.shape, query.dtype)
     if plan.schedule == "prefill_mma":
         template = [
             ("T", query.dtype), ("HEAD_DIM", head_dim), ("KEY_TILE", plan.key_tile), ("CAUSAL", causal),
@@ -336,13 +323,5 @@ def paged_attention(
         ]
     else:
         template = [("T", query.dtype), ("HEAD_DIM", head_dim), ("CAUSAL", causal), ("TABLE", TABLE_PAGED)]
-    (out,) = compiled(f"paged_{plan.schedule}", plan.shared_bytes)(
-        inputs=inputs,
-        template=template,
-        grid=(threads * plan.blocks, 1, 1),
-        threadgroup=(threads, 1, 1),
-        output_shapes=[query.shape],
-        output_dtypes=[query.dtype],
-        **init,
-    )
-    return out
+    return launch(f"paged_{plan.schedule}", plan.shared_bytes, inputs, template, (plan.blocks, 1),
+                  query.shape, query.dtype)

@@ -214,6 +214,24 @@ __device__ __forceinline__ PagedGeometry make_geometry(
   return g;
 }
 
+// The block of query rows a thread block owns: blocks are numbered
+// request-major, then kv head, then block of `rows_per_block` of that kv
+// head's rows.
+struct RowBlock {
+  int request_idx;
+  int kv_head_idx;
+  int row_begin;
+};
+
+__device__ __forceinline__ RowBlock row_block(const PagedGeometry& g, int block_idx, int rows_per_block) {
+  const int blocks_per_head = ceil_div(g.rows, rows_per_block);
+  RowBlock b;
+  b.request_idx = block_idx / (g.num_kv_heads * blocks_per_head);
+  b.kv_head_idx = (block_idx / blocks_per_head) % g.num_kv_heads;
+  b.row_begin = (block_idx % blocks_per_head) * rows_per_block;
+  return b;
+}
+
 __device__ __forceinline__ int request_context(
     const PagedGeometry& g,
     const int32_t* context_lens,
@@ -255,6 +273,22 @@ __device__ __forceinline__ QueryRow query_row(
     r.key_limit = -1;
   }
   return r;
+}
+
+// The end of the key positions the query rows [row_first, row_first +
+// row_tile) need: the context, cut after the causal limit of the last row
+// (rows are position-major, so the last row sees the most).
+__device__ __forceinline__ int row_tile_key_end(
+    const PagedGeometry& g,
+    int request_idx,
+    int kv_head_idx,
+    int row_first,
+    int row_tile,
+    int context_len,
+    bool causal) {
+  const int last_row = min(row_first + row_tile, g.rows) - 1;
+  const QueryRow row = query_row(g, request_idx, kv_head_idx, last_row, context_len, causal);
+  return min(context_len, row.key_limit + 1);
 }
 
 // ---- Page tiles ---------------------------------------------------------------

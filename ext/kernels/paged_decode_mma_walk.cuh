@@ -31,7 +31,6 @@ struct DecodeMmaLayout {
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 128, "HEAD_DIM");
   static constexpr int TILE_TOKENS = 16;
   static constexpr int ROW_STRIDE = HEAD_DIM + 8;
-  static constexpr int VECS_PER_ROW = HEAD_DIM / 8;
   static constexpr int QK_CHUNKS = HEAD_DIM / 16;
   static constexpr int O_TILES = HEAD_DIM / 8;
   static constexpr int ACC_ELEMS = HEAD_DIM;
@@ -123,26 +122,9 @@ __device__ void decode_walk_mma(
         static_cast<long long>(tile.slot_begin) * HEAD_DIM;
     T* stage_k = ring + (local % DECODE_MMA_STAGES) * L::STAGE_ELEMS;
     T* stage_v = stage_k + TILE * L::ROW_STRIDE;
-#pragma unroll
-    for (int idx = lane_idx; idx < TILE * L::VECS_PER_ROW; idx += WARP_LANES) {
-      const int token = idx / L::VECS_PER_ROW;
-      const int elem = (idx % L::VECS_PER_ROW) * 8;
-      const bool live = page_id >= 0 && token < tile.count;
-      const long long src =
-          live ? base + static_cast<long long>(token) * HEAD_DIM + elem : 0;
-      T* dst_k = stage_k + token * L::ROW_STRIDE + elem;
-      T* dst_v = stage_v + token * L::ROW_STRIDE + elem;
-      if (vector_copy) {
-        copy_async16(dst_k, key_pages + src, live);
-        copy_async16(dst_v, value_pages + src, live);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          dst_k[e] = live ? key_pages[src + e] : from_float<T>(0.0f);
-          dst_v[e] = live ? value_pages[src + e] : from_float<T>(0.0f);
-        }
-      }
-    }
+    copy_tile_rows<T, HEAD_DIM, TILE, L::ROW_STRIDE>(
+        stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy, lane_idx,
+        WARP_LANES);
   };
 
   auto consume = [&](int local) {
@@ -173,42 +155,7 @@ __device__ void decode_walk_mma(
       }
     }
 
-    // Mask, then the online softmax update of this lane's two rows.
-    float tile_max[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-      for (int part = 0; part < 4; ++part) {
-        const int half = part / 2;
-        const int token = nt * 8 + 2 * pair_idx + part % 2;
-        const bool visible = token < tile.count &&
-            tile.pos_begin + token <= rows[half].key_limit;
-        score[nt][part] = visible ? score[nt][part] * score_scale : NEG_INF;
-        tile_max[half] = fmaxf(tile_max[half], score[nt][part]);
-      }
-    }
-    float base[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float new_max = fmaxf(run_max[half], group_max<4>(tile_max[half]));
-      base[half] = usable_max(new_max);
-      const float rescale = exp2f(run_max[half] - base[half]);
-      run_max[half] = new_max;
-      run_sum[half] *= rescale;
-#pragma unroll
-      for (int nt = 0; nt < L::O_TILES; ++nt) {
-        out_acc[nt][2 * half] *= rescale;
-        out_acc[nt][2 * half + 1] *= rescale;
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-      for (int part = 0; part < 4; ++part) {
-        score[nt][part] = exp2f(score[nt][part] - base[part / 2]);
-        run_sum[part / 2] += score[nt][part];
-      }
-    }
+    fragment_softmax(score, out_acc, run_max, run_sum, rows, tile, pair_idx, score_scale);
 
     // Output += P V over the tile's 16 keys (one k-chunk).
     const unsigned p_frag[4] = {

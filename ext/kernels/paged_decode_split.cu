@@ -23,13 +23,12 @@ extern __shared__ __align__(16) unsigned char shared[];
 // ---- Positions -----------------------------------------------------------------
 const PagedGeometry geo = make_geometry(
     query_shape.data(), key_pages_shape.data(), block_table_shape.data(), TABLE);
-const int row_chunks = ceil_div(geo.rows, ROWS);
-const int request_idx = blockIdx.x / (geo.num_kv_heads * row_chunks);
-const int kv_head_idx = (blockIdx.x / row_chunks) % geo.num_kv_heads;
-const int chunk_idx = blockIdx.x % row_chunks;
+const RowBlock block = row_block(geo, blockIdx.x, ROWS);
+const int request_idx = block.request_idx;
+const int kv_head_idx = block.kv_head_idx;
 const int split_idx = blockIdx.y;
 const int num_splits = gridDim.y;
-const int row_begin = chunk_idx * ROWS;
+const int row_begin = block.row_begin;
 const int context_len = request_context(geo, context_lens, request_idx);
 
 // ---- Walk this split's tiles --------------------------------------------------------

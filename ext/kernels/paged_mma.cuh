@@ -73,6 +73,96 @@ __device__ __forceinline__ unsigned pack_pair(float lo, float hi, __half) {
   return *reinterpret_cast<unsigned*>(&pair);
 }
 
+// Copy the K and V rows of one tile into shared rows of ROW_STRIDE elements
+// (16-byte chunks of 8 elements; chunk idx goes to thread `first + k *
+// stride`). Rows at or past `count`, or of an unmapped page, are zero-filled
+// instead of read. With `vector_copy` the chunks travel by cp.async (the
+// caller commits and waits); otherwise by plain loads and stores.
+template <typename T, int HEAD_DIM, int TILE, int ROW_STRIDE>
+__device__ __forceinline__ void copy_tile_rows(
+    T* stage_k,
+    T* stage_v,
+    const T* key_pages,
+    const T* value_pages,
+    long long base,
+    int count,
+    bool mapped,
+    bool vector_copy,
+    int first,
+    int stride) {
+  constexpr int VECS_PER_ROW = HEAD_DIM / 8;
+  for (int idx = first; idx < TILE * VECS_PER_ROW; idx += stride) {
+    const int token = idx / VECS_PER_ROW;
+    const int elem = (idx % VECS_PER_ROW) * 8;
+    const bool live = mapped && token < count;
+    const long long src = live ? base + static_cast<long long>(token) * HEAD_DIM + elem : 0;
+    T* dst_k = stage_k + token * ROW_STRIDE + elem;
+    T* dst_v = stage_v + token * ROW_STRIDE + elem;
+    if (vector_copy) {
+      copy_async16(dst_k, key_pages + src, live);
+      copy_async16(dst_v, value_pages + src, live);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        dst_k[e] = live ? key_pages[src + e] : from_float<T>(0.0f);
+        dst_v[e] = live ? value_pages[src + e] : from_float<T>(0.0f);
+      }
+    }
+  }
+}
+
+// One online-softmax step on the score fragments of a 16-row warp tile: mask
+// the keys past the tile or past the row's causal limit, scale to base 2,
+// update the running max (shared by the 4 lanes of a group) and the per-lane
+// running sum of this lane's two rows (group and group + 8), rescale the
+// output accumulators, and turn the scores into weights in place.
+template <int S_TILES, int O_TILES>
+__device__ __forceinline__ void fragment_softmax(
+    float (&score)[S_TILES][4],
+    float (&out_acc)[O_TILES][4],
+    float (&run_max)[2],
+    float (&run_sum)[2],
+    const QueryRow (&rows)[2],
+    const PageTile& tile,
+    int pair_idx,
+    float score_scale) {
+  float tile_max[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+  for (int nt = 0; nt < S_TILES; ++nt) {
+#pragma unroll
+    for (int part = 0; part < 4; ++part) {
+      const int half = part / 2;
+      const int token = nt * 8 + 2 * pair_idx + part % 2;
+      const bool visible = token < tile.count &&
+          tile.pos_begin + token <= rows[half].key_limit;
+      score[nt][part] = visible ? score[nt][part] * score_scale : NEG_INF;
+      tile_max[half] = fmaxf(tile_max[half], score[nt][part]);
+    }
+  }
+  float base[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float new_max = fmaxf(run_max[half], group_max<4>(tile_max[half]));
+    base[half] = usable_max(new_max);
+    const float rescale = exp2f(run_max[half] - base[half]);
+    run_max[half] = new_max;
+    run_sum[half] *= rescale;
+#pragma unroll
+    for (int nt = 0; nt < O_TILES; ++nt) {
+      out_acc[nt][2 * half] *= rescale;
+      out_acc[nt][2 * half + 1] *= rescale;
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < S_TILES; ++nt) {
+#pragma unroll
+    for (int part = 0; part < 4; ++part) {
+      score[nt][part] = exp2f(score[nt][part] - base[part / 2]);
+      run_sum[part / 2] += score[nt][part];
+    }
+  }
+}
+
 } // namespace pagecheck
 
 #endif // PAGECHECK_PAGED_MMA_CUH

@@ -43,14 +43,13 @@ float* p_tile = v_tile + KEY_TILE * HEAD_DIM;
 // ---- Positions -----------------------------------------------------------------
 const PagedGeometry geo = make_geometry(
     query_shape.data(), key_pages_shape.data(), block_table_shape.data(), TABLE);
-const int row_tiles = ceil_div(geo.rows, ROW_TILE);
-const int request_idx = blockIdx.x / (geo.num_kv_heads * row_tiles);
-const int kv_head_idx = (blockIdx.x / row_tiles) % geo.num_kv_heads;
-const int row_tile_idx = blockIdx.x % row_tiles;
+const RowBlock block = row_block(geo, blockIdx.x, ROW_TILE);
+const int request_idx = block.request_idx;
+const int kv_head_idx = block.kv_head_idx;
 const int row_group = threadIdx.x / KEY_LANES;
 const int key_lane = threadIdx.x % KEY_LANES;
 const int context_len = request_context(geo, context_lens, request_idx);
-const int row_first = row_tile_idx * ROW_TILE;
+const int row_first = block.row_begin;
 
 // ---- Query tile into shared memory, pre-scaled for base-2 softmax -----------------
 const float q_scale = scale[0] * LOG2_E;
@@ -71,10 +70,7 @@ for (int i = 0; i < ROWS_PER_THREAD; ++i) {
 }
 
 // ---- Key range: the causal limit of the tile's last row bounds the walk ------------
-const int last_row = min(row_first + ROW_TILE, geo.rows) - 1;
-const int tile_key_limit = query_row(
-    geo, request_idx, kv_head_idx, last_row, context_len, CAUSAL).key_limit;
-const int pos_end = min(context_len, tile_key_limit + 1);
+const int pos_end = row_tile_key_end(geo, request_idx, kv_head_idx, row_first, ROW_TILE, context_len, CAUSAL);
 const int tiles_per_page = ceil_div(geo.page_size, KEY_TILE);
 const int num_tiles = count_tiles(pos_end, geo.page_size, KEY_TILE, tiles_per_page);
 const int32_t* table_row =

@@ -29,7 +29,6 @@ constexpr int S_TILES = KEY_TILE / 8;
 constexpr int QK_CHUNKS = HEAD_DIM / 16;
 constexpr int O_TILES = HEAD_DIM / 8;
 constexpr int PV_CHUNKS = KEY_TILE / 16;
-constexpr int VECS_PER_ROW = HEAD_DIM / 8;
 constexpr int STAGE_ELEMS = KEY_TILE * ROW_STRIDE;
 constexpr int SHARED_BYTES = 4 * STAGE_ELEMS * static_cast<int>(sizeof(T));
 static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 128, "HEAD_DIM");
@@ -42,16 +41,15 @@ T* v_ring = k_ring + 2 * STAGE_ELEMS;
 // ---- Positions -----------------------------------------------------------------
 const PagedGeometry geo = make_geometry(
     query_shape.data(), key_pages_shape.data(), block_table_shape.data(), TABLE);
-const int row_tiles = ceil_div(geo.rows, ROW_TILE);
-const int request_idx = blockIdx.x / (geo.num_kv_heads * row_tiles);
-const int kv_head_idx = (blockIdx.x / row_tiles) % geo.num_kv_heads;
-const int row_tile_idx = blockIdx.x % row_tiles;
+const RowBlock block = row_block(geo, blockIdx.x, ROW_TILE);
+const int request_idx = block.request_idx;
+const int kv_head_idx = block.kv_head_idx;
 const int lane_idx = threadIdx.x % WARP_LANES;
 const int warp_idx = threadIdx.x / WARP_LANES;
 const int group_idx = lane_idx / 4;
 const int pair_idx = lane_idx % 4;
 const int context_len = request_context(geo, context_lens, request_idx);
-const int row_first = row_tile_idx * ROW_TILE;
+const int row_first = block.row_begin;
 const QueryRow rows[2] = {
     query_row(geo, request_idx, kv_head_idx, row_first + warp_idx * 16 + group_idx,
               context_len, CAUSAL),
@@ -74,10 +72,7 @@ for (int kc = 0; kc < QK_CHUNKS; ++kc) {
 const float score_scale = scale[0] * LOG2_E;
 
 // ---- Key range: the causal limit of the tile's last row bounds the walk ------------
-const int last_row = min(row_first + ROW_TILE, geo.rows) - 1;
-const int tile_key_limit = query_row(
-    geo, request_idx, kv_head_idx, last_row, context_len, CAUSAL).key_limit;
-const int pos_end = min(context_len, tile_key_limit + 1);
+const int pos_end = row_tile_key_end(geo, request_idx, kv_head_idx, row_first, ROW_TILE, context_len, CAUSAL);
 const int tiles_per_page = ceil_div(geo.page_size, KEY_TILE);
 const int num_tiles = count_tiles(pos_end, geo.page_size, KEY_TILE, tiles_per_page);
 const int32_t* table_row =
@@ -96,25 +91,9 @@ auto issue = [&](int tile_idx, int stage) {
       static_cast<long long>(tile.slot_begin) * HEAD_DIM;
   T* stage_k = k_ring + stage * STAGE_ELEMS;
   T* stage_v = v_ring + stage * STAGE_ELEMS;
-  for (int idx = threadIdx.x; idx < KEY_TILE * VECS_PER_ROW; idx += THREADS) {
-    const int token = idx / VECS_PER_ROW;
-    const int elem = (idx % VECS_PER_ROW) * 8;
-    const bool live = page_id >= 0 && token < tile.count;
-    const long long src =
-        live ? base + static_cast<long long>(token) * HEAD_DIM + elem : 0;
-    T* dst_k = stage_k + token * ROW_STRIDE + elem;
-    T* dst_v = stage_v + token * ROW_STRIDE + elem;
-    if (vector_copy) {
-      copy_async16(dst_k, key_pages + src, live);
-      copy_async16(dst_v, value_pages + src, live);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        dst_k[e] = live ? key_pages[src + e] : from_float<T>(0.0f);
-        dst_v[e] = live ? value_pages[src + e] : from_float<T>(0.0f);
-      }
-    }
-  }
+  copy_tile_rows<T, HEAD_DIM, KEY_TILE, ROW_STRIDE>(
+      stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy, threadIdx.x,
+      THREADS);
 };
 
 float out_acc[O_TILES][4];
@@ -168,42 +147,7 @@ for (int tile_idx = 0; tile_idx < num_tiles; ++tile_idx) {
     }
   }
 
-  // Mask, then the online softmax update of both rows of this lane.
-  float tile_max[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-  for (int nt = 0; nt < S_TILES; ++nt) {
-#pragma unroll
-    for (int part = 0; part < 4; ++part) {
-      const int half = part / 2;
-      const int token = nt * 8 + 2 * pair_idx + part % 2;
-      const bool visible = token < tile.count &&
-          tile.pos_begin + token <= rows[half].key_limit;
-      score[nt][part] = visible ? score[nt][part] * score_scale : NEG_INF;
-      tile_max[half] = fmaxf(tile_max[half], score[nt][part]);
-    }
-  }
-  float base[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const float new_max = fmaxf(run_max[half], group_max<4>(tile_max[half]));
-    base[half] = usable_max(new_max);
-    const float rescale = exp2f(run_max[half] - base[half]);
-    run_max[half] = new_max;
-    run_sum[half] *= rescale;
-#pragma unroll
-    for (int nt = 0; nt < O_TILES; ++nt) {
-      out_acc[nt][2 * half] *= rescale;
-      out_acc[nt][2 * half + 1] *= rescale;
-    }
-  }
-#pragma unroll
-  for (int nt = 0; nt < S_TILES; ++nt) {
-#pragma unroll
-    for (int part = 0; part < 4; ++part) {
-      score[nt][part] = exp2f(score[nt][part] - base[part / 2]);
-      run_sum[part / 2] += score[nt][part];
-    }
-  }
+  fragment_softmax(score, out_acc, run_max, run_sum, rows, tile, pair_idx, score_scale);
 
   // Output += P V: the score accumulators of key tiles 2kc, 2kc+1 are the A
   // fragment of key chunk kc.

@@ -28,7 +28,16 @@ constexpr int kDecodeStages = 3;
 constexpr int kDecodeMmaStages = 2;
 constexpr int kDecodeStepsPerTile = 4;
 constexpr int kDecodeWarps = 4;
+constexpr int kPrefillMmaRowTile = 64;
+// The CUDA-core prefill takes 64 query rows per block; its Metal mirror 16,
+// because a threadgroup has 32 KB of memory on Apple GPUs.
+#ifdef __APPLE__
+constexpr int kPrefillRowTile = 16;
+constexpr int kMaxHeadDim = 128;
+#else
 constexpr int kPrefillRowTile = 64;
+constexpr int kMaxHeadDim = kGpuMaxHeadDim;
+#endif
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
@@ -105,10 +114,10 @@ int choose_splits(int64_t blocks, int64_t capacity, int resident) {
 } // namespace
 
 void check_gpu_shape(const AttentionShape& shape) {
-  if (shape.head_dim > kGpuMaxHeadDim) {
+  if (shape.head_dim > kMaxHeadDim) {
     std::ostringstream message;
     message << "pagecheck: head dim D = " << shape.head_dim << " is above the GPU kernels' limit "
-            << kGpuMaxHeadDim << "; run on the CPU stream";
+            << kMaxHeadDim << "; run on the CPU stream";
     throw std::invalid_argument(message.str());
   }
 }
@@ -131,7 +140,8 @@ GpuPlan plan_gpu_call(const AttentionShape& shape, mx::Dtype dtype, bool tensor_
       plan.scratch_rows = static_cast<int64_t>(shape.batch) * shape.num_q_heads * shape.query_len;
     }
   } else {
-    plan.blocks = static_cast<int64_t>(shape.batch) * shape.num_kv_heads * ceil_div(group_rows, kPrefillRowTile);
+    const int row_tile = mma ? kPrefillMmaRowTile : kPrefillRowTile;
+    plan.blocks = static_cast<int64_t>(shape.batch) * shape.num_kv_heads * ceil_div(group_rows, row_tile);
     if (mma) {
       plan.schedule = GpuSchedule::kPrefillMma;
       plan.key_tile = shape.page_size >= 64 ? 64 : shape.page_size >= 32 ? 32 : 16;

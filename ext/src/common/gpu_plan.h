@@ -17,7 +17,8 @@
 namespace pagecheck {
 
 constexpr int kGpuThreadsPerBlock = 128;
-// Largest head dim the GPU kernels take (register and shared-memory budgets).
+// Largest head dim the CUDA kernels take (register and shared-memory budgets);
+// the Metal mirrors take up to 128 (32 KB of threadgroup memory).
 constexpr int kGpuMaxHeadDim = 256;
 // Tensor-core kernels: bfloat16/float16, head dims multiple of 16 up to this.
 constexpr int kGpuMmaMaxHeadDim = 128;
