@@ -11,6 +11,7 @@ machines); the default tunes for the building machine.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import subprocess
@@ -63,9 +64,14 @@ class CMakeBuild(build_ext):
             return
         module_path = Path(self.get_ext_fullpath(ext.name)).resolve()
         module_path.parent.mkdir(parents=True, exist_ok=True)
-        build_dir = Path(self.build_temp).resolve() / "cmake"
-        build_dir.mkdir(parents=True, exist_ok=True)
         portable = os.environ.get("PAGECHECK_PORTABLE", "").lower() in TRUE_WORDS
+        mlx_root = mlx_prefix()
+        # CMake caches where it found MLX and Python: a build tree per
+        # (interpreter, MLX, portability) keeps an isolated build from reusing
+        # another environment's answers.
+        key = hashlib.sha256(f"{sys.executable}|{mlx_root}|{portable}".encode()).hexdigest()[:12]
+        build_dir = Path(self.build_temp).resolve() / f"cmake-{key}"
+        build_dir.mkdir(parents=True, exist_ok=True)
         configure = [
             "cmake",
             "-S",
@@ -74,7 +80,7 @@ class CMakeBuild(build_ext):
             str(build_dir),
             "-DCMAKE_BUILD_TYPE=Release",
             f"-DPython_EXECUTABLE={sys.executable}",
-            f"-DMLX_ROOT={mlx_prefix()}",
+            f"-DMLX_ROOT={mlx_root}",
             f"-Dnanobind_ROOT={nanobind_cmake_dir()}",
             f"-DPAGECHECK_PORTABLE={'ON' if portable else 'OFF'}",
             f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={module_path.parent}",

@@ -13,11 +13,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "common/attention_shape.h"
 #include "common/dtype_convert.h"
+#include "common/fast_exp.h"
 
 namespace pagecheck {
 
@@ -77,56 +79,84 @@ void load_query_row(
   }
 }
 
+// Lanes of one accumulator tile: the output dims a row updates per pass over
+// a token block. A GCC/Clang vector type keeps the tile in registers across
+// the tokens (one AVX-512 register, two AVX2 ones); left to itself the
+// compiler vectorizes across tokens instead and spills.
+constexpr int kAccTile = 16;
+typedef float AccTile __attribute__((vector_size(kAccTile * sizeof(float))));
+
+inline AccTile load_tile(const float* src) {
+  AccTile tile;
+  std::memcpy(&tile, src, sizeof(tile));
+  return tile;
+}
+
+inline void store_tile(const AccTile& tile, float* dst) {
+  std::memcpy(dst, &tile, sizeof(tile));
+}
+
 // Folds one block of converted keys/values into every row that sees any of
-// them. kHeadDim > 0 fixes the head dim at compile time (fully unrolled inner
-// loops); 0 reads it from the block.
+// them: scores, block max, rescale of the running state, weights, weighted
+// values. kHeadDim > 0 fixes the head dim at compile time (fully unrolled
+// inner loops); 0 reads it from the block.
 template <int kHeadDim>
 void fold_token_block(
     RowBlock& block,
-    const float* keys,
-    const float* values,
+    const float* __restrict keys,
+    const float* __restrict values,
     int block_pos,
     int block_len) {
   const int head_dim = kHeadDim > 0 ? kHeadDim : block.head_dim;
-  float scores[kTokenBlock];
+  alignas(64) float weights[kTokenBlock];
   for (int row_idx = 0; row_idx < block.num_rows; ++row_idx) {
     const int visible = std::min(block_len, block.limits[row_idx] - block_pos);
     if (visible <= 0) {
       continue;
     }
-    const float* query = block.queries.data() + row_idx * head_dim;
-    float block_max = -std::numeric_limits<float>::infinity();
+    // Step 1: scores of the visible keys.
+    const float* __restrict query = block.queries.data() + row_idx * head_dim;
     for (int token_idx = 0; token_idx < visible; ++token_idx) {
-      const float* key = keys + token_idx * head_dim;
+      const float* __restrict key = keys + token_idx * head_dim;
       float dot = 0.0f;
       for (int dim_idx = 0; dim_idx < head_dim; ++dim_idx) {
         dot += query[dim_idx] * key[dim_idx];
       }
-      scores[token_idx] = dot;
-      block_max = std::max(block_max, dot);
+      weights[token_idx] = dot;
     }
+    float block_max = -std::numeric_limits<float>::infinity();
+    for (int token_idx = 0; token_idx < visible; ++token_idx) {
+      block_max = weights[token_idx] > block_max ? weights[token_idx] : block_max;
+    }
+    // Step 2: new running max; exp(-inf) = 0 clears the empty initial state.
     const float old_max = block.max[row_idx];
     const float new_max = std::max(old_max, block_max);
-    // exp(-inf) = 0 clears the empty initial state.
     const float correction = std::exp(old_max - new_max);
     float block_sum = 0.0f;
     for (int token_idx = 0; token_idx < visible; ++token_idx) {
-      scores[token_idx] = std::exp(scores[token_idx] - new_max);
-      block_sum += scores[token_idx];
-    }
-    float* acc = block.acc.data() + row_idx * head_dim;
-    for (int dim_idx = 0; dim_idx < head_dim; ++dim_idx) {
-      acc[dim_idx] *= correction;
-    }
-    for (int token_idx = 0; token_idx < visible; ++token_idx) {
-      const float weight = scores[token_idx];
-      const float* value = values + token_idx * head_dim;
-      for (int dim_idx = 0; dim_idx < head_dim; ++dim_idx) {
-        acc[dim_idx] += weight * value[dim_idx];
-      }
+      weights[token_idx] = fast_exp(weights[token_idx] - new_max);
+      block_sum += weights[token_idx];
     }
     block.sum[row_idx] = block.sum[row_idx] * correction + block_sum;
     block.max[row_idx] = new_max;
+    // Step 3: acc = acc * correction + sum_t weight_t * value_t, one tile of
+    // output dims at a time so the tile stays in registers across tokens.
+    float* __restrict acc = block.acc.data() + row_idx * head_dim;
+    int tile_base = 0;
+    for (; tile_base + kAccTile <= head_dim; tile_base += kAccTile) {
+      AccTile tile = load_tile(acc + tile_base) * correction;
+      for (int token_idx = 0; token_idx < visible; ++token_idx) {
+        tile += weights[token_idx] * load_tile(values + token_idx * head_dim + tile_base);
+      }
+      store_tile(tile, acc + tile_base);
+    }
+    for (int dim_idx = tile_base; dim_idx < head_dim; ++dim_idx) {
+      float lane = acc[dim_idx] * correction;
+      for (int token_idx = 0; token_idx < visible; ++token_idx) {
+        lane += weights[token_idx] * values[token_idx * head_dim + dim_idx];
+      }
+      acc[dim_idx] = lane;
+    }
   }
 }
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/input_checks.h"
-#include "common/ready_values.h"
+#include "common/ready_inputs.h"
 #include "dense_attention/primitive.h"
 #include "mlx/ops.h"
 #include "paged_attention/metadata_validation.h"
@@ -62,11 +62,11 @@ mx::array dense_attention(
 
   const mx::Dtype storage_dtype = key.dtype();
   std::vector<mx::array> inputs{
-      mx::contiguous(mx::astype(query, storage_dtype, stream), false, stream),
-      mx::contiguous(key, false, stream),
-      mx::contiguous(value, false, stream)};
+      row_contiguous_input(mx::astype(query, storage_dtype, stream), stream),
+      row_contiguous_input(key, stream),
+      row_contiguous_input(value, stream)};
   if (context_lens) {
-    inputs.push_back(mx::contiguous(*context_lens, false, stream));
+    inputs.push_back(row_contiguous_input(*context_lens, stream));
   }
   auto primitive = std::make_shared<DenseAttention>(mx::to_stream(stream), resolved_scale, causal,
                                                     context_lens.has_value());

@@ -4,10 +4,9 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "common/cpu_eval.h"
 #include "common/dtype_dispatch.h"
 #include "common/gpu_dispatch.h"
-#include "mlx/allocator.h"
-#include "mlx/backend/cpu/encoder.h"
 #include "paged_attention/cpu_schedules.h"
 #include "paged_attention/metadata_validation.h"
 
@@ -33,20 +32,10 @@ AttentionShape dense_shape(const mx::array& query, const mx::array& key, float s
 }
 
 void DenseAttention::eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) {
-  for (const mx::array& input : inputs) {
-    if (!input.flags().row_contiguous) {
-      throw std::runtime_error("pagecheck: DenseAttention received a non-contiguous input");
-    }
-  }
-  out.set_data(mx::allocator::malloc(out.nbytes()));
   const AttentionShape shape = dense_shape(inputs[0], inputs[1], scale_, causal_);
   const int key_len = inputs[1].shape(2);
   const int32_t* given_context_lens = has_context_lens_ ? inputs[3].data<int32_t>() : nullptr;
-  auto& encoder = mx::cpu::get_command_encoder(stream());
-  for (const mx::array& input : inputs) {
-    encoder.set_input_array(input);
-  }
-  encoder.set_output_array(out);
+  auto& encoder = begin_cpu_eval("DenseAttention", inputs, out, stream());
   dispatch_storage_dtype(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* query = inputs[0].data<T>();

@@ -25,7 +25,7 @@ constexpr int kMinChunkTokens = 256;
 constexpr int kItemsPerThread = 4;
 // Below this many multiply-adds the call stays on one thread: waking a
 // worker costs more than it saves.
-constexpr int64_t kParallelMinWork = int64_t{1} << 19;
+constexpr int64_t kParallelMinWork = int64_t{1} << 20;
 
 struct DecodeItem {
   int request_idx;

@@ -18,7 +18,7 @@ namespace {
 // Query positions per tile: the tile's rows share every converted key block.
 constexpr int kPrefillRowTile = 16;
 // Below this many multiply-adds the call stays on one thread.
-constexpr int64_t kParallelMinWork = int64_t{1} << 19;
+constexpr int64_t kParallelMinWork = int64_t{1} << 20;
 
 template <typename T, int kHeadDim>
 void prefill(const AttentionShape& shape, const AttentionOperands<T>& operands) {

@@ -1,6 +1,6 @@
 // The op: checks shapes and dtypes (values are checked when the task runs),
 // promotes the query to the K/V storage dtype, makes every input row
-// contiguous (a no-op for arrays that already are), and builds the primitive.
+// contiguous (skipped for computed arrays that already are), and builds the primitive.
 #include "paged_attention/paged_attention.h"
 
 #include <climits>
@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "common/input_checks.h"
-#include "common/ready_values.h"
+#include "common/ready_inputs.h"
 #include "mlx/ops.h"
 #include "paged_attention/metadata_validation.h"
 #include "paged_attention/primitive.h"
@@ -78,11 +78,11 @@ mx::array paged_attention(
       query.shape(),
       storage_dtype,
       primitive,
-      {mx::contiguous(mx::astype(query, storage_dtype, stream), false, stream),
-       mx::contiguous(key_pages, false, stream),
-       mx::contiguous(value_pages, false, stream),
-       mx::contiguous(block_table, false, stream),
-       mx::contiguous(context_lens, false, stream)});
+      {row_contiguous_input(mx::astype(query, storage_dtype, stream), stream),
+       row_contiguous_input(key_pages, stream),
+       row_contiguous_input(value_pages, stream),
+       row_contiguous_input(block_table, stream),
+       row_contiguous_input(context_lens, stream)});
   return query.dtype() == storage_dtype ? out : mx::astype(out, query.dtype(), stream);
 }
 

@@ -2,10 +2,9 @@
 
 #include <stdexcept>
 
+#include "common/cpu_eval.h"
 #include "common/dtype_dispatch.h"
 #include "common/gpu_dispatch.h"
-#include "mlx/allocator.h"
-#include "mlx/backend/cpu/encoder.h"
 #include "paged_attention/cpu_schedules.h"
 #include "paged_attention/metadata_validation.h"
 
@@ -35,18 +34,8 @@ AttentionShape paged_shape(
 }
 
 void PagedAttention::eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) {
-  for (const mx::array& input : inputs) {
-    if (!input.flags().row_contiguous) {
-      throw std::runtime_error("pagecheck: PagedAttention received a non-contiguous input");
-    }
-  }
-  out.set_data(mx::allocator::malloc(out.nbytes()));
   const AttentionShape shape = paged_shape(inputs[0], inputs[1], inputs[3], page_size_, scale_, causal_);
-  auto& encoder = mx::cpu::get_command_encoder(stream());
-  for (const mx::array& input : inputs) {
-    encoder.set_input_array(input);
-  }
-  encoder.set_output_array(out);
+  auto& encoder = begin_cpu_eval("PagedAttention", inputs, out, stream());
   dispatch_storage_dtype(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const AttentionOperands<T> operands{
