@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from invariants.profiles import DEFAULT_SEED
 from pagecheck.device import DEVICES
 from pagecheck.exit_codes import describe_exit_codes
 from pagecheck.report_document import default_report_dir
@@ -64,9 +65,9 @@ def add_seed_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed",
         type=int,
-        default=0,
+        default=DEFAULT_SEED,
         metavar="N",
-        help="seed for every random layout, so a run can be repeated exactly",
+        help="seed for every random draw (layouts, Hypothesis), so a run can be repeated exactly",
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pagecheck.render.conformance import VERDICT_TEXT
 from pagecheck.render.markdown import inline_code, table
 from pagecheck.render.tolerance import describe_cell, worst_rows
 
@@ -24,12 +25,11 @@ def _conformance_summary(document: dict[str, Any]) -> list[str]:
         return [f"The subject did not load: {inline_code(document['subject_error'])}"]
     totals = document["totals"]
     rows = [
-        (inline_code(inv["id"]), inv["verdict"] if inv["verdict"] == "pass" else f"**{inv['verdict'].upper()}**",
-         f"{inv['counts']['pass']}/{inv['counts']['total']}")
+        (inline_code(inv["id"]), VERDICT_TEXT[inv["verdict"]], f"{inv['counts']['pass']}/{inv['counts']['total']}")
         for inv in document["invariants"]
     ]
     return [
-        f"{totals['invariants'] - totals['invariants_failed']} of {totals['invariants']} invariants hold "
+        f"{totals['invariants_held']} of {totals['invariants']} invariants hold, {totals['invariants_failed']} broken "
         f"({totals['pass']} of {totals['checks']} checks passed, {totals['skip']} skipped).",
         "",
         table(("invariant", "verdict", "checks passed"), rows, ("left", "left", "right")),
@@ -60,10 +60,10 @@ def _overall(documents: dict[str, dict[str, Any]]) -> str:
     if conformance is not None:
         if conformance.get("subject_error"):
             problems.append("the subject did not load")
-        broken = [inv["id"] for inv in conformance["invariants"] if inv["verdict"] not in ("pass", "skip")]
+        broken = conformance["broken_invariants"]
         if broken:
             problems.append("broken invariants: " + ", ".join(inline_code(i) for i in broken))
-        if conformance["suite"].get("problem"):
+        if conformance["suite"] and conformance["suite"]["problem"]:
             problems.append(conformance["suite"]["problem"])
     tolerance = documents.get("tolerance")
     if tolerance is not None and not tolerance["passed"]:
