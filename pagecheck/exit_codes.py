@@ -43,6 +43,18 @@ def most_serious(codes: list[ExitCode]) -> ExitCode:
     return ExitCode.OK
 
 
+MEANING: dict[ExitCode, str] = {
+    ExitCode.OK: "everything run passed",
+    ExitCode.INVARIANT_FAILED: "an invariant is broken; conformance.md names it and shows the counterexample",
+    ExitCode.USAGE: "the command line is wrong",
+    ExitCode.SUBJECT_LOAD_FAILED: "the subject could not be imported or lacks paged_attention",
+    ExitCode.TOLERANCE_EXCEEDED: "some tolerance-sweep cell is outside the tolerance table",
+    ExitCode.BENCH_INCORRECT: "the benchmarked variants disagree with each other",
+    ExitCode.SUITE_ERROR: "the invariants suite could not run to the end (see invariants.log)",
+    ExitCode.DEVICE_UNAVAILABLE: "--device gpu was asked for and MLX has no GPU here",
+}
+
+
 def describe_exit_codes() -> str:
     """One line per code, for --help epilogs."""
-    return "\n".join(f"  {int(code)}  {code.name}" for code in sorted(ExitCode))
+    return "\n".join(f"  {int(code)}  {code.name}: {MEANING[code]}" for code in sorted(ExitCode))

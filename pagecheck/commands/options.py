@@ -13,8 +13,8 @@ from pagecheck.report_document import default_report_dir
 from pagecheck.subject import SPEC_HELP
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Keeps the description's line breaks and appends each option's default to its help."""
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's and the exit-code list's line breaks."""
 
 
 EXIT_CODES_EPILOG = "exit codes:\n" + describe_exit_codes()
@@ -33,7 +33,7 @@ def add_subject_option(parser: argparse.ArgumentParser) -> None:
         "--subject",
         default="impl",
         metavar="SPEC",
-        help=f"the implementation to check: {SPEC_HELP}",
+        help=f"the implementation to check: {SPEC_HELP} (default: %(default)s)",
     )
 
 
@@ -42,7 +42,8 @@ def add_device_option(parser: argparse.ArgumentParser) -> None:
         "--device",
         choices=DEVICES,
         default="cpu",
-        help="MLX device the subject runs on (gpu: Metal on macOS, CUDA with mlx[cuda13] on Linux)",
+        help="MLX device the subject runs on; gpu means Metal on macOS, CUDA with mlx[cuda13] on Linux "
+        "(default: %(default)s)",
     )
 
 
@@ -67,7 +68,8 @@ def add_seed_option(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_SEED,
         metavar="N",
-        help="seed for every random draw (layouts, Hypothesis), so a run can be repeated exactly",
+        help="seed for every random draw (layouts, Hypothesis), so a run can be repeated exactly "
+        "(default: %(default)s)",
     )
 
 
@@ -77,7 +79,8 @@ def add_jobs_option(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=os.cpu_count() or 1,
         metavar="N",
-        help="worker processes for the invariants suite (pytest-xdist); 0 runs it in one process",
+        help="worker processes for the invariants suite (pytest-xdist); 0 runs it in the one child "
+        "process (default: the number of CPUs, %(default)s here)",
     )
 
 

@@ -49,7 +49,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=[],
         choices=sorted(INVARIANTS),
         metavar="ID",
-        help="run only this invariant's checks (repeatable; default: all). IDs: " + ", ".join(INVARIANTS),
+        help="run only this invariant's checks; repeat it for several (default: every invariant). "
+        "IDs: " + ", ".join(INVARIANTS),
     )
     return parser
 
