@@ -9,6 +9,7 @@ from typing import Any
 
 from invariants.catalog import INVARIANTS
 from pagecheck.commands import options
+from pagecheck.commands.bench import run_bench_stage
 from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
 from pagecheck.commands.tolerance import run_tolerance_stage
 from pagecheck.conformance import conformance_body, subject_error_body
@@ -120,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
     codes = [
         run_conformance_stage(args, out, StageProgress(STAGES[0], 1, len(STAGES))),
         run_tolerance_stage(subject, args, out, StageProgress(STAGES[1], 2, len(STAGES))),
+        run_bench_stage(args, out, StageProgress(STAGES[2], 3, len(STAGES))),
     ]
     index = write_index(out)
     code = most_serious(codes)

@@ -10,7 +10,8 @@ VERDICT_TEXT = {"pass": "holds", "fail": "**BROKEN**", "error": "**ERROR**", "sk
 
 
 def unchecked_phrase(count: int) -> str:
-    return f"{count} had no check that ran (skipped or not run), so they are neither shown to hold nor broken"
+    noun = "invariant" if count == 1 else "invariants"
+    return f"{count} {noun} had no check that ran (all skipped, or none exists): neither shown to hold nor broken"
 
 
 def _verdict_line(document: dict[str, Any]) -> str:
