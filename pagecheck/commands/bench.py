@@ -32,6 +32,32 @@ def _contexts(text: str) -> tuple[int, ...]:
     return values
 
 
+def quick_bench_text() -> str:
+    return (
+        f"contexts {','.join(map(str, QUICK_CONFIG.contexts))}, {QUICK_CONFIG.repeats} process per point, "
+        f"{QUICK_CONFIG.iterations} timed calls"
+    )
+
+
+def add_bench_options(parser: argparse.ArgumentParser) -> None:
+    """--contexts and --repeats, shared by `bench` and `report`."""
+    parser.add_argument(
+        "--contexts",
+        type=_contexts,
+        default=None,
+        metavar="N,N,...",
+        help=f"benchmark: context lengths to time (default: {','.join(map(str, FULL_CONFIG.contexts))}, "
+        "or the --quick ones)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"benchmark: fresh processes per variant and context (default: {FULL_CONFIG.repeats}, or {QUICK_CONFIG.repeats} with --quick)",
+    )
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = options.add_command_parser(
         subparsers,
@@ -44,25 +70,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     options.add_device_option(parser)
     options.add_out_option(parser)
-    options.add_quick_option(
-        parser, f"contexts {','.join(map(str, QUICK_CONFIG.contexts))}, {QUICK_CONFIG.repeats} process per point"
-    )
+    options.add_quick_option(parser, quick_bench_text())
     options.add_seed_option(parser)
-    parser.add_argument(
-        "--contexts",
-        type=_contexts,
-        default=None,
-        metavar="N,N,...",
-        help=f"context lengths to time (default: {','.join(map(str, FULL_CONFIG.contexts))}, "
-        "or the --quick ones)",
-    )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=None,
-        metavar="N",
-        help=f"fresh processes per variant and context (default: {FULL_CONFIG.repeats}, or {QUICK_CONFIG.repeats} with --quick)",
-    )
+    add_bench_options(parser)
     return parser
 
 

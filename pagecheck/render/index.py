@@ -83,7 +83,7 @@ def _overall(documents: dict[str, dict[str, Any]]) -> str:
         problems.append(f"{tolerance['totals']['failed']} tolerance cells failed")
     bench = documents.get("bench")
     if bench is not None and not bench["correct"]:
-        problems.append("the benchmarked operators disagree with each other")
+        problems.append("a benchmarked variant raised or is outside atol of float64 (see bench.md)")
     if problems:
         return "**Verdict: FAIL**: " + "; ".join(problems) + "."
     unchecked = conformance["totals"]["invariants_unchecked"] if conformance is not None else 0
