@@ -54,8 +54,8 @@ QWEN3_CONFIGS: dict[str, Qwen3Config] = {
                     intermediate_size=6144),
         Qwen3Config("qwen3-4b", hidden_size=2560, num_layers=36, num_q_heads=32, num_kv_heads=8,
                     intermediate_size=9728),
-        Qwen3Config("qwen3-tiny", hidden_size=256, num_layers=2, num_q_heads=16, num_kv_heads=8,
-                    intermediate_size=768, vocab_size=8192),
+        Qwen3Config("qwen3-tiny", hidden_size=128, num_layers=2, num_q_heads=16, num_kv_heads=8,
+                    intermediate_size=384, vocab_size=4096),
     )
 }
 
