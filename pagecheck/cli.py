@@ -12,10 +12,11 @@ import os
 import sys
 from types import ModuleType
 
+from pagecheck import serve_bench
 from pagecheck.commands import bench, options, report, tolerance
 from pagecheck.environment import pagecheck_version
 
-COMMANDS: tuple[ModuleType, ...] = (report, tolerance, bench)
+COMMANDS: tuple[ModuleType, ...] = (report, tolerance, bench, serve_bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
