@@ -1,7 +1,10 @@
 """BatchingKvCache whose batch metadata comes from the scheduler step's shared table.
 
 Only the metadata changes: appends, slot checks and all-or-nothing rollback
-are BatchingKvCache's own.
+are BatchingKvCache's own. The override is of BatchingKvCache._metadata, the
+one method that builds the batch's block table; tests/test_serving_variants.py
+counts builds per step, so a renamed hook shows up as a failing test rather
+than as silently rebuilt tables.
 """
 
 from __future__ import annotations

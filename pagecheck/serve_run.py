@@ -67,30 +67,35 @@ def run_variants(
     return runs
 
 
+def _against_baseline(
+    runs: dict[str, dict[str, Any]],
+    baseline: str,
+    field: str,
+    measure: Callable[[Any, Any], float | None],
+) -> dict[str, float | None]:
+    """measure(variant's field, baseline's field) per variant; None where either run has no such field."""
+    base = runs.get(baseline, {}).get(field)
+    return {
+        variant: None if base is None or run.get(field) is None else measure(run[field], base)
+        for variant, run in runs.items()
+    }
+
+
 def token_agreement(runs: dict[str, dict[str, Any]], baseline: str) -> dict[str, float | None]:
     """Per variant: the share of requests whose greedy tokens equal the baseline variant's."""
-    base = runs.get(baseline, {}).get("outputs")
-    agreement: dict[str, float | None] = {}
-    for variant, run in runs.items():
-        outputs = run.get("outputs")
-        if base is None or outputs is None:
-            agreement[variant] = None
-            continue
-        agreement[variant] = sum(outputs[rid] == tokens for rid, tokens in base.items()) / len(base)
-    return agreement
+    return _against_baseline(
+        runs, baseline, "outputs", lambda mine, base: sum(mine[rid] == tokens for rid, tokens in base.items()) / len(base)
+    )
 
 
 def copy_ratios(runs: dict[str, dict[str, Any]], baseline: str) -> dict[str, float | None]:
-    """Per variant: its total copy bytes divided by the baseline's (None where undefined)."""
-    base = runs.get(baseline, {}).get("metrics")
-    ratios: dict[str, float | None] = {}
-    for variant, run in runs.items():
-        metrics = run.get("metrics")
-        if base is None or metrics is None or base["copy_bytes"]["total"] == 0:
-            ratios[variant] = None
-            continue
-        ratios[variant] = metrics["copy_bytes"]["total"] / base["copy_bytes"]["total"]
-    return ratios
+    """Per variant: its total copy bytes divided by the baseline's (None where the baseline copied nothing)."""
+
+    def ratio(mine: dict[str, Any], base: dict[str, Any]) -> float | None:
+        base_total = base["copy_bytes"]["total"]
+        return mine["copy_bytes"]["total"] / base_total if base_total else None
+
+    return _against_baseline(runs, baseline, "metrics", ratio)
 
 
 def run_budget_sweep(

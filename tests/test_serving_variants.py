@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mlx.core as mx
 import pytest
 
 from impl.batch import batch_generate
@@ -10,8 +11,6 @@ from impl.page_pool import TinyKvPagedPool
 from impl.paged_kv_cache import TinyKvPagedCache
 from impl.qwen3_attention import ATTENTION_PATHS
 from tests.serving_fixtures import BATCH_SIZE, PAGE_SIZE, PREFILL_STEP, SERVING_CONFIG, serving_model, short_trace
-
-import mlx.core as mx
 
 
 def run(path: str, num_layers: int = SERVING_CONFIG.num_layers):
