@@ -1,9 +1,9 @@
 """Continuous batching: admit requests into free decode slots, prefill them in chunks, decode them together.
 
 Every scheduler step:
-1. admission: while a slot is free (and, with a KV budget, the request's
-   worst-case KV bytes fit), the next waiting request gets the slot and one
-   cache per layer;
+1. admission: while a slot is free (and, with a KV budget, the worst-case KV
+   bytes of the admitted requests plus this one fit), the next waiting
+   request gets the slot and one cache per layer;
 2. prefill: the oldest admitted request that is still prefilling runs one
    chunk of at most `prefill_step` tokens; after its last chunk it samples its
    first token and joins the decode batch in its slot;
@@ -86,7 +86,7 @@ def batch_generate(
         2 * config.num_kv_heads * config.head_dim * model.dtype.size, page_size,
     )
     if kv_budget_bytes is not None:
-        too_big = [r.request_id for r in requests if kv.reserve_bytes(r.max_context) > kv_budget_bytes]
+        too_big = [r.request_id for r in requests if kv.projected_bytes([r.max_context]) > kv_budget_bytes]
         if too_big:
             raise ValueError(f"kv_budget_bytes={kv_budget_bytes} is below what requests {too_big} need alone")
     scheduler = _Scheduler(model, kv, batch_size, prefill_step, kv_budget_bytes)
@@ -137,7 +137,6 @@ class _Scheduler:
         self.prefilling: deque[Request] = deque()
         self.decoding: dict[int, Request] = {}  # by slot
         self.free_slots = list(range(batch_size))
-        self.reserved_bytes = 0
 
     def step(self, waiting: deque[Request]) -> StepRecord:
         if self.kv.table is not None:
@@ -159,13 +158,13 @@ class _Scheduler:
     def _admit(self, waiting: deque[Request]) -> None:
         while waiting and self.free_slots:
             request = waiting[0]
-            need = self.kv.reserve_bytes(request.max_context)
-            if self.kv_budget_bytes is not None and self.reserved_bytes + need > self.kv_budget_bytes:
-                return
+            if self.kv_budget_bytes is not None:
+                contexts = [admitted.max_context for admitted in self.admitted.values()] + [request.max_context]
+                if self.kv.projected_bytes(contexts) > self.kv_budget_bytes:
+                    return
             waiting.popleft()
             request.slot = self.free_slots.pop(0)
             request.caches = self.kv.open_request(request.request_id, request.max_context)
-            self.reserved_bytes += need
             self.admitted[request.request_id] = request
             self.prefilling.append(request)
 
@@ -203,7 +202,6 @@ class _Scheduler:
 
     def _finish(self, request: Request) -> None:
         self.kv.close_request(request.request_id)
-        self.reserved_bytes -= self.kv.reserve_bytes(request.max_context)
         del self.admitted[request.request_id]
         self.free_slots.append(request.slot)
         self.free_slots.sort()

@@ -1,8 +1,9 @@
 """Decode slots over dense per-request caches; the batch K/V is rebuilt from them on every step.
 
-Row b of the batch is slot b's tokens, zero-padded to the longest context in
-the batch; an empty slot is a zero row with context 0. Every rebuild copies
-the whole [B, H_kv, S, D] batch (the model counts it as repack traffic).
+The rebuilt K/V holds one row per occupied slot (listed in `rows`), each
+zero-padded to the longest context among them; empty slots cost nothing.
+Every rebuild copies the whole [R, H_kv, S, D] tensor (the model counts it as
+repack traffic).
 """
 
 from __future__ import annotations
@@ -62,17 +63,15 @@ class DenseKvBatch:
                 )
         for slot in active:
             self.request(slot).append(keys[slot : slot + 1], values[slot : slot + 1])
-        lens = [0 if cache is None else cache.offset for cache in self._requests]
-        width = max(lens)
-        _, num_heads, _, head_dim = keys.shape
-        empty = mx.zeros((1, num_heads, width, head_dim), dtype=keys.dtype)
-        key_rows, value_rows = [], []
-        for cache in self._requests:
-            row_keys, row_values = (empty, empty) if cache is None else cache.prefix(width)
-            key_rows.append(row_keys)
-            value_rows.append(row_values)
-        batch_keys, batch_values = mx.concatenate(key_rows), mx.concatenate(value_rows)
-        return DenseKv(batch_keys, batch_values, mx.array(lens, dtype=mx.int32))
+        caches = [self.request(slot) for slot in active]
+        width = max(cache.offset for cache in caches)
+        rows = [cache.prefix(width) for cache in caches]
+        return DenseKv(
+            keys=mx.concatenate([row_keys for row_keys, _ in rows]),
+            values=mx.concatenate([row_values for _, row_values in rows]),
+            context_lens=mx.array([cache.offset for cache in caches], dtype=mx.int32),
+            rows=mx.array(active, dtype=mx.int32),
+        )
 
     def _check_slot(self, id: int) -> None:
         if not is_int(id) or not 0 <= id < self.max_active_requests:

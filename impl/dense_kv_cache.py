@@ -19,11 +19,13 @@ from impl.page_pool import check_kv_pair, is_int
 
 @dataclass(frozen=True)
 class DenseKv:
-    """Dense attention inputs: keys/values [B, H_kv, S, D] and int32 context_lens [B]."""
+    """Dense attention inputs for the batch rows `rows` (None: every row), in that order:
+    keys/values [R, H_kv, S, D] and int32 context_lens [R]."""
 
     keys: mx.array
     values: mx.array
     context_lens: mx.array
+    rows: mx.array | None = None
 
 
 class DenseKvCache:

@@ -16,6 +16,7 @@ reverse) is a TypeError, never a silent switch to the other path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import mlx.core as mx
@@ -87,14 +88,32 @@ def _attend(
     if path == "dense":
         dense = cache.update_and_fetch_dense(key, value)
         traffic.repack_bytes += dense.keys.nbytes + dense.values.nbytes
-        return ext.dense_attention(query, dense.keys, dense.values, None, True, dense.context_lens)
+        return _on_rows(query, dense.rows, lambda rows_query: ext.dense_attention(
+            rows_query, dense.keys, dense.values, None, True, dense.context_lens
+        ))
     metadata = cache.update_and_fetch_paged(key, value, mask_length=key.shape[2], mask="causal")
     if path == "paged":
         return paged_attention(
             query, metadata.key_pages, metadata.value_pages, metadata.block_table, metadata.context_lens,
             metadata.page_size, mask="causal",
         )
-    keys = gather_pages_dense(metadata.key_pages, metadata.block_table)
-    values = gather_pages_dense(metadata.value_pages, metadata.block_table)
+    # Gather only the rows that hold a request: an empty decode slot has nothing to gather.
+    occupied = [row for row, length in enumerate(metadata.context_lens.tolist()) if length > 0]
+    rows = None if len(occupied) == query.shape[0] else mx.array(occupied, dtype=mx.int32)
+    block_table = metadata.block_table if rows is None else metadata.block_table[rows]
+    context_lens = metadata.context_lens if rows is None else metadata.context_lens[rows]
+    keys = gather_pages_dense(metadata.key_pages, block_table)
+    values = gather_pages_dense(metadata.value_pages, block_table)
     traffic.gather_bytes += keys.nbytes + values.nbytes
-    return ext.dense_attention(query, keys, values, None, True, metadata.context_lens)
+    return _on_rows(query, rows, lambda rows_query: ext.dense_attention(
+        rows_query, keys, values, None, True, context_lens
+    ))
+
+
+def _on_rows(query: mx.array, rows: mx.array | None, attend: Callable[[mx.array], mx.array]) -> mx.array:
+    """attend(query[rows]) placed back at `rows` of a zero [B, ...] output (rows None: every row)."""
+    if rows is None:
+        return attend(query)
+    out = mx.zeros(query.shape, dtype=query.dtype)
+    out[rows] = attend(query[rows])
+    return out

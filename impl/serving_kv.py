@@ -32,11 +32,11 @@ class KvUsage:
     """One moment of a run's KV storage."""
 
     storage_bytes: int  # K/V storage allocated now, all layers
-    live_pages: int  # pages held by requests, all layers (0 for dense)
+    live_pages: int | None  # pages held by requests, all layers (None: storage without pages)
     held_slots: int  # token slots the open requests hold, per layer
     held_tokens: int  # tokens those slots contain, per layer
     growth_copy_bytes: int  # bytes copied by storage growth so far
-    reused_pages: int  # allocations served from freed pages so far
+    reused_pages: int | None  # allocations served from freed pages so far (None: no pages)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -124,11 +124,14 @@ class PagedServingKv(_ServingKvBase):
     def _new_cache(self, layer_idx: int, max_context: int) -> StepPagedKvCache:
         return StepPagedKvCache(self.pools[layer_idx], self.table)
 
-    def reserve_bytes(self, max_context: int) -> int:
-        """Worst-case bytes a request adds: its pages in every layer, plus (gathering) its gathered row in one layer."""
-        slots = ceil_div(max_context, self.page_size) * self.page_size
-        layers = self.num_layers + (1 if self.gathers else 0)
-        return slots * layers * self.kv_bytes_per_token_layer
+    def projected_bytes(self, max_contexts: list[int]) -> int:
+        """Worst-case KV bytes of requests with these max contexts served together: their pages in
+        every layer, plus (gathering) one layer's gathered K/V, a row per request as wide as the widest."""
+        if not max_contexts:
+            return 0
+        slots = [ceil_div(context, self.page_size) * self.page_size for context in max_contexts]
+        gathered = len(slots) * max(slots) if self.gathers else 0
+        return (sum(slots) * self.num_layers + gathered) * self.kv_bytes_per_token_layer
 
     def usage(self) -> KvUsage:
         first_layer = [caches[0] for caches in self._open.values()]
@@ -150,19 +153,23 @@ class DenseServingKv(_ServingKvBase):
     def _new_cache(self, layer_idx: int, max_context: int) -> DenseKvCache:
         return DenseKvCache(max_context)
 
-    def reserve_bytes(self, max_context: int) -> int:
-        """Worst-case bytes a request adds: its reserved buffers in every layer, plus its repacked row in one layer."""
-        return max_context * (self.num_layers + 1) * self.kv_bytes_per_token_layer
+    def projected_bytes(self, max_contexts: list[int]) -> int:
+        """Worst-case KV bytes of requests with these max contexts served together: their reserved
+        buffers in every layer, plus one layer's repacked K/V, a row per request as wide as the widest."""
+        if not max_contexts:
+            return 0
+        repacked = len(max_contexts) * max(max_contexts)
+        return (sum(max_contexts) * self.num_layers + repacked) * self.kv_bytes_per_token_layer
 
     def usage(self) -> KvUsage:
         first_layer = [caches[0] for caches in self._open.values()]
         return KvUsage(
             storage_bytes=sum(cache.nbytes for caches in self._open.values() for cache in caches),
-            live_pages=0,
+            live_pages=None,
             held_slots=sum(cache.capacity for cache in first_layer if cache.nbytes),
             held_tokens=sum(cache.offset for cache in first_layer),
             growth_copy_bytes=0,
-            reused_pages=0,
+            reused_pages=None,
         )
 
 

@@ -114,7 +114,7 @@ def _minimum_budget(args: argparse.Namespace, config: Any, dtype: mx.Dtype, trac
     per_token_layer = 2 * config.num_kv_heads * config.head_dim * dtype.size
     largest = max(len(r.prompt) + r.max_new_tokens - 1 for r in trace.requests)
     return max(
-        serving_kv_for(variant, config.num_layers, 1, per_token_layer, args.page_size).reserve_bytes(largest)
+        serving_kv_for(variant, config.num_layers, 1, per_token_layer, args.page_size).projected_bytes([largest])
         for variant in args.variants
     )
 

@@ -72,7 +72,7 @@ def serving_metrics(result: GenerationResult, num_layers: int) -> dict[str, Any]
         "peak_kv_bytes": max(
             step.usage.storage_bytes + transient for step, transient in zip(steps, transient_per_layer)
         ),
-        "peak_live_pages": max(step.usage.live_pages for step in steps),
+        "peak_live_pages": None if final.usage.live_pages is None else max(step.usage.live_pages for step in steps),
         "copy_bytes": copy_bytes,
         "page_reuse_count": final.usage.reused_pages,
         "tail_waste_fraction": 1 - held_tokens / held_slots if held_slots else None,

@@ -60,7 +60,7 @@ def test_budget_sweep_admits_what_the_budget_holds() -> None:
     trace = small_trace(num_requests=6)
     per_token_layer = 2 * SERVING_CONFIG.num_kv_heads * SERVING_CONFIG.head_dim * 4
     largest = max(len(r.prompt) + r.max_new_tokens - 1 for r in trace.requests)
-    one_dense = serving_kv_for("dense", SERVING_CONFIG.num_layers, 1, per_token_layer, PAGE_SIZE).reserve_bytes(largest)
+    one_dense = serving_kv_for("dense", SERVING_CONFIG.num_layers, 1, per_token_layer, PAGE_SIZE).projected_bytes([largest])
     rows = run_budget_sweep(
         serving_weights(), ("dense", "paged"), trace, (one_dense, 100 * one_dense), ServeSettings(6, PREFILL_STEP, PAGE_SIZE)
     )

@@ -50,9 +50,9 @@ def variant_row(variant: str, entry: dict[str, Any], agreement: float | None) ->
         _num(m["requests_per_s"], 3),
         f"{_num(step['median'])} / {_num(step['p95'])} / {_num(step['max'])}",
         _mib(m["peak_kv_bytes"]),
-        str(m["peak_live_pages"]),
+        "-" if m["peak_live_pages"] is None else str(m["peak_live_pages"]),
         f"{_mib(copies['repack'])} / {_mib(copies['gather'])} / {_mib(copies['growth'])}",
-        str(m["page_reuse_count"]),
+        "-" if m["page_reuse_count"] is None else str(m["page_reuse_count"]),
         _share(m["tail_waste_fraction"]),
         _share(agreement),
     ]
@@ -120,8 +120,10 @@ def render_serve_bench(document: dict[str, Any]) -> str:
             "",
             "## KV budget sweep",
             "",
-            f"Admission reserves each request's worst-case KV bytes; {document['budget_slots']} decode slots, "
-            "so the budget is what limits concurrency.",
+            "A request is admitted when the worst-case KV bytes of everything admitted, itself included, fit "
+            "the budget: stored K/V in every layer plus one layer's dense copy (repack or gather). "
+            f"{document['budget_slots']} decode slots, so the budget is what limits concurrency. "
+            "Peak KV is measured; paged storage can exceed the budget by the pool's doubling growth.",
             "",
             budget_table(document["budget_sweep"]),
         ]
