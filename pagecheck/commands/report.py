@@ -25,8 +25,8 @@ from pagecheck.tolerance_sweep import FULL_GRID, QUICK_GRID
 
 NAME = "report"
 STAGES = ("invariants", "tolerance", "bench")
-# The Hypothesis profile of the invariants suite for each report profile.
-SUITE_PROFILE = {"full": "default", "quick": "default"}
+# The Hypothesis profile (invariants/profiles.py) of the suite for each report profile.
+SUITE_PROFILE = {"full": "thorough", "quick": "default"}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -43,7 +43,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     options.add_device_option(parser)
     options.add_out_option(parser)
     options.add_quick_option(
-        parser, f"{len(list(QUICK_GRID.cells()))} tolerance cells instead of {len(list(FULL_GRID.cells()))}; benchmark {quick_bench_text()}"
+        parser, f"the invariants' {SUITE_PROFILE['quick']} Hypothesis profile instead of {SUITE_PROFILE['full']}; "
+        f"{len(list(QUICK_GRID.cells()))} tolerance cells instead of {len(list(FULL_GRID.cells()))}; benchmark {quick_bench_text()}"
     )
     options.add_seed_option(parser)
     options.add_jobs_option(parser)
