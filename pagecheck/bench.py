@@ -209,7 +209,12 @@ def host_info() -> dict[str, Any]:
 
 def run_bench(config: BenchConfig) -> dict[str, Any]:
     """Run every (variant, context) in `config.repeats` fresh processes and summarize."""
+    import mlx.core as mx
+
     import ext
+
+    if config.device == "gpu" and not mx.is_available(mx.gpu):
+        raise ValueError("device='gpu' is not available in this MLX build; install mlx[cuda13] or use --device cpu")
 
     per_process: dict[str, dict[str, list[list[float]]]] = {v: {str(c): [] for c in config.contexts} for v in config.variants}
     errors: dict[str, dict[str, str]] = {}
@@ -305,7 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     config = BenchConfig(
         contexts=args.contexts, repeats=args.repeats, iterations=args.iterations, warmup=args.warmup, device=args.device
     )
-    result = run_bench(config)
+    try:
+        result = run_bench(config)
+    except ValueError as error:
+        print(f"pagecheck.bench: {error}", file=sys.stderr)
+        return 2
     print(format_table(result))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))

@@ -8,8 +8,9 @@ Contract
   issue a fresh id equal to the number of pages ever issued.
 - free_page(id) of an id that is already free raises
   ValueError("Page {id} is already free").
-- Storage grows to max(4, pages needed, 2 * capacity) rows, copying the rows
-  already issued; growths and copied pages/bytes are counted.
+- Storage is created by the first write and grows to max(4, pages needed,
+  2 * capacity) rows, copying the rows already issued; creation counts as a
+  growth that copies nothing, and copied pages/bytes are counted.
 - Never-written slots hold NaN, so a kernel that reads one shows it.
 - Any rejected call leaves the pool exactly as it was.
 """
@@ -155,6 +156,7 @@ class TinyKvPagedPool:
         self._keys = np.full(shape, np.nan)
         self._values = np.full(shape, np.nan)
         self.dtype = self._incoming_dtype
+        self.storage_growths += 1
 
     def _grow(self, needed: int) -> None:
         rows = max(4, needed, 2 * self.capacity)

@@ -39,9 +39,9 @@ def test_storage_grows_geometrically_and_counts_copies() -> None:
     pool = TinyKvPagedPool(page_size=2)
     cache = TinyKvPagedCache(pool)
     cache.update_and_fetch_paged(chunk(2), chunk(2))
-    assert (pool.capacity, pool.storage_growths) == (4, 0)
+    assert (pool.capacity, pool.storage_growths) == (4, 1)  # creation counts, copying nothing
     cache.update_and_fetch_paged(chunk(8), chunk(8))  # pages 1..4: the fifth page grows 4 -> 8
-    assert (pool.capacity, pool.storage_growths, pool.copied_pages_on_growth) == (8, 1, 4)
+    assert (pool.capacity, pool.storage_growths, pool.copied_pages_on_growth) == (8, 2, 4)
     page_bytes = 2 * 2 * 4 * 8  # heads * page_size * dim * float64
     assert pool.copied_bytes_on_growth == 2 * 4 * page_bytes  # keys and values
 

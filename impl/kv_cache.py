@@ -1,0 +1,141 @@
+"""BatchingKvCache: a fixed set of decode slots, each holding one request's paged cache for one layer.
+
+A batched append writes row b of keys/values into the request in slot b and
+returns one PagedKvMetadata for the whole batch: the shared pool's pages, an
+int32 block table [max_active_requests, widest row] padded with -1, and int32
+context lengths. A slot with no request is a row of -1 with context 0, and its
+keys/values rows are ignored. Every check runs before any request changes, and
+an append that fails part-way is undone for every request.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from impl.page_pool import TinyKvPagedPool, check_kv_pair, is_int
+from impl.paged_kv_cache import TinyKvPagedCache
+from impl.paged_metadata import PagedKvMetadata
+
+__all__ = ["BatchingKvCache"]
+
+
+class BatchingKvCache:
+    def __init__(self, max_active_requests: int, max_seq_len: int | None = None) -> None:
+        if not is_int(max_active_requests) or max_active_requests <= 0:
+            raise ValueError(f"max_active_requests must be a positive int, got {max_active_requests!r}")
+        if max_seq_len is not None and (not is_int(max_seq_len) or max_seq_len <= 0):
+            raise ValueError(f"max_seq_len must be None or a positive int, got {max_seq_len!r}")
+        self.max_active_requests = max_active_requests
+        self.max_seq_len = max_seq_len
+        self._requests: list[TinyKvPagedCache | None] = [None] * max_active_requests
+        # (H_kv, D) of the last successful batched append; tiny-llm's batch cache exposes it as HD.
+        self.HD: tuple[int, int] | None = None
+
+    @property
+    def active_request_ids(self) -> list[int]:
+        return [slot for slot, cache in enumerate(self._requests) if cache is not None]
+
+    def request(self, id: int) -> TinyKvPagedCache:
+        """The cache held in slot `id`."""
+        self._check_slot(id)
+        cache = self._requests[id]
+        if cache is None:
+            raise ValueError(f"id={id} is an empty slot")
+        return cache
+
+    def add_request(self, prefilled: TinyKvPagedCache, id: int) -> None:
+        """Place a request's (already prefilled) cache in slot `id`."""
+        self._check_slot(id)
+        if not isinstance(prefilled, TinyKvPagedCache):
+            raise ValueError(f"prefilled must be a TinyKvPagedCache, got {type(prefilled).__name__}")
+        if self._requests[id] is not None:
+            raise ValueError(f"id={id} already holds a request; remove it first")
+        if any(cache is prefilled for cache in self._requests):
+            raise ValueError(f"prefilled cache is already in slot {self._requests.index(prefilled)}")
+        if self.max_seq_len is not None and prefilled.offset > self.max_seq_len:
+            raise ValueError(f"prefilled offset={prefilled.offset} exceeds max_seq_len={self.max_seq_len}")
+        self._requests[id] = prefilled
+
+    def remove_request(self, id: int) -> None:
+        """Empty slot `id` and return the request's pages to its pool."""
+        cache = self.request(id)
+        cache.release()
+        self._requests[id] = None
+
+    def update_and_fetch_paged(
+        self,
+        keys: mx.array,
+        values: mx.array,
+        mask_length: int | None = None,
+        mask: mx.array | str | None = None,
+    ) -> PagedKvMetadata:
+        """Append row b of keys/values [B, H_kv, L, D] to slot b's request; metadata for the batch."""
+        active = self._check_batch(keys, values, mask_length)
+        pool = active[0][1].pool
+        pool_before = pool.checkpoint()
+        caches_before = [cache.checkpoint() for _, cache in active]
+        try:
+            for slot, cache in active:
+                cache.append(keys[slot : slot + 1], values[slot : slot + 1])
+        except BaseException:
+            pool.rollback(pool_before)
+            for (_, cache), before in zip(active, caches_before):
+                cache.rollback(before)
+            raise
+        self.HD = (keys.shape[1], keys.shape[3])
+        return self._metadata(pool, mask)
+
+    def _check_batch(
+        self, keys: mx.array, values: mx.array, mask_length: int | None
+    ) -> list[tuple[int, TinyKvPagedCache]]:
+        check_kv_pair(keys, values, ("keys", "values"))
+        if keys.ndim != 4 or keys.shape[0] != self.max_active_requests:
+            raise ValueError(
+                f"keys shape={tuple(keys.shape)} must be [B, H_kv, L, D] with B = max_active_requests="
+                f"{self.max_active_requests}"
+            )
+        length = keys.shape[2]
+        if mask_length is not None and (not is_int(mask_length) or mask_length != length):
+            raise ValueError(f"mask_length={mask_length!r} must be None or the chunk length L={length}")
+        active = [(slot, cache) for slot, cache in enumerate(self._requests) if cache is not None]
+        if not active:
+            raise ValueError("the batch has no active requests; add_request first")
+        pool = active[0][1].pool
+        for slot, cache in active:
+            if cache.pool is not pool:
+                raise ValueError(
+                    f"all active requests must share one page pool; slot {slot} uses a different pool "
+                    f"than slot {active[0][0]}"
+                )
+            if self.max_seq_len is not None and cache.offset + length > self.max_seq_len:
+                raise ValueError(
+                    f"slot {slot} would hold {cache.offset + length} tokens, over max_seq_len={self.max_seq_len}"
+                )
+        slot = active[0][0]
+        # Rows share shape and dtype, so one row checks them all against the pool.
+        pool.check_chunk(keys[slot : slot + 1], values[slot : slot + 1])
+        return active
+
+    def _metadata(self, pool: TinyKvPagedPool, mask: mx.array | str | None) -> PagedKvMetadata:
+        width = max(cache.num_pages for cache in self._requests if cache is not None)
+        rows = [
+            [-1] * width if cache is None else cache.page_ids + [-1] * (width - cache.num_pages)
+            for cache in self._requests
+        ]
+        lens = [0 if cache is None else cache.offset for cache in self._requests]
+        key_pages, value_pages = pool.key_pages, pool.value_pages
+        if key_pages is None or value_pages is None:
+            raise ValueError("the batch's pool has no page storage after the append")
+        return PagedKvMetadata(
+            key_pages=key_pages,
+            value_pages=value_pages,
+            block_table=mx.array(rows, dtype=mx.int32),
+            context_lens=mx.array(lens, dtype=mx.int32),
+            page_size=pool.page_size,
+            mask=mask,
+        )
+
+    def _check_slot(self, id: int) -> None:
+        if not is_int(id) or not 0 <= id < self.max_active_requests:
+            raise ValueError(f"id={id!r} must be a slot in [0, {self.max_active_requests})")
+

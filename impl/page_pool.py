@@ -1,0 +1,285 @@
+"""TinyKvPagedPool: one layer's page allocator and its contiguous K/V page storage, in MLX.
+
+Storage. One backing array per pool for keys and one for values, each
+[capacity, H_kv, page_size, D], created by the first write from that write's
+H_kv, D and dtype. `key_pages` / `value_pages` show only the rows issued so far
+([:num_pages]); `capacity` is the row count. Rows added to storage (on creation
+and on growth) are filled with NaN, so a kernel that reads a slot nobody wrote
+returns NaN instead of a plausible number. A freed page keeps its old contents
+until it is written again.
+
+Allocation. `allocate_page` reuses the most recently freed id (LIFO); with
+none free it issues a fresh id equal to the number of pages ever issued. When
+a fresh id does not fit, storage grows to max(4, num_pages, 2 * capacity) rows
+and the old rows are copied; creation counts as a growth that copies nothing.
+
+Writes are lazy MLX graph updates (see impl/page_write.py). A write copies only
+the written rows as long as nothing else holds the storage when it is
+evaluated; a caller that keeps `key_pages`, `read_page` results or old
+metadata alive across the next append makes that append copy the whole pool.
+
+Every rejected call raises ValueError naming the field and the bad value, and
+leaves the pool exactly as it was. `checkpoint` / `rollback` let a caller undo
+a sequence of allocations and writes as one step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+
+from impl import page_write
+from reference.pool import SUPPORTED_DTYPES
+
+MIN_CAPACITY = 4
+SUPPORTED_MX_DTYPES = tuple(getattr(mx, name) for name in SUPPORTED_DTYPES)
+
+
+def _dtype_label(dtype: mx.Dtype) -> str:
+    return str(dtype).rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class PoolCheckpoint:
+    """Everything `rollback` needs to put a pool back; storage arrays are shared, not copied."""
+
+    keys: mx.array | None
+    values: mx.array | None
+    num_pages: int
+    free_page_ids: tuple[int, ...]
+    reused_page_allocations: int
+    storage_growths: int
+    copied_pages_on_growth: int
+    copied_bytes_on_growth: int
+
+
+class TinyKvPagedPool:
+    def __init__(self, page_size: int = 128) -> None:
+        if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size <= 0:
+            raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+        self.page_size = page_size
+        self._init_state()
+
+    def _init_state(self) -> None:
+        self._keys: mx.array | None = None
+        self._values: mx.array | None = None
+        self._num_pages = 0
+        self._free: list[int] = []
+        self._free_set: set[int] = set()
+        self.reused_page_allocations = 0
+        self.storage_growths = 0
+        self.copied_pages_on_growth = 0
+        self.copied_bytes_on_growth = 0
+
+    # -- counts -----------------------------------------------------------
+    @property
+    def num_pages(self) -> int:
+        """Pages ever issued (live + free)."""
+        return self._num_pages
+
+    @property
+    def num_free_pages(self) -> int:
+        return len(self._free)
+
+    @property
+    def free_page_ids(self) -> list[int]:
+        """Free ids in reuse order reversed: the last one is handed out next."""
+        return list(self._free)
+
+    @property
+    def used_page_ids(self) -> list[int]:
+        return [page_id for page_id in range(self._num_pages) if page_id not in self._free_set]
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self._keys is None else self._keys.shape[0]
+
+    @property
+    def storage_nbytes(self) -> int:
+        return 0 if self._keys is None or self._values is None else self._keys.nbytes + self._values.nbytes
+
+    @property
+    def dtype(self) -> mx.Dtype | None:
+        return None if self._keys is None else self._keys.dtype
+
+    @property
+    def key_pages(self) -> mx.array | None:
+        return None if self._keys is None else self._keys[: self._num_pages]
+
+    @property
+    def value_pages(self) -> mx.array | None:
+        return None if self._values is None else self._values[: self._num_pages]
+
+    # -- allocation ---------------------------------------------------------
+    def allocate_page(self) -> int:
+        if self._free:
+            page_id = self._free.pop()
+            self._free_set.remove(page_id)
+            self.reused_page_allocations += 1
+            return page_id
+        page_id = self._num_pages
+        if self._keys is not None and self._values is not None and page_id >= self._keys.shape[0]:
+            self._grow(self._keys, self._values, max(MIN_CAPACITY, page_id + 1, 2 * self._keys.shape[0]))
+        self._num_pages += 1
+        return page_id
+
+    def free_page(self, page_id: int) -> None:
+        self._check_issued(page_id)
+        if page_id in self._free_set:
+            raise ValueError(f"Page {page_id} is already free")
+        self._free.append(page_id)
+        self._free_set.add(page_id)
+
+    def is_live(self, page_id: int) -> bool:
+        """True for an id this pool issued and has not taken back."""
+        return is_int(page_id) and 0 <= page_id < self._num_pages and page_id not in self._free_set
+
+    def reset(self) -> None:
+        """Drop storage, ids and counters; refused while any page is live."""
+        live = self.used_page_ids
+        if live:
+            raise ValueError(f"cannot reset the pool: pages {live} are still live")
+        self._init_state()
+
+    # -- data ---------------------------------------------------------------
+    def check_chunk(self, key: mx.array, value: mx.array) -> None:
+        """Reject a K/V chunk that this pool could not store; changes nothing."""
+        check_kv_pair(key, value)
+        if key.ndim != 4 or key.shape[0] != 1:
+            raise ValueError(f"key shape={tuple(key.shape)} must be [1, H_kv, S, D]")
+        _, num_heads, length, head_dim = key.shape
+        if num_heads == 0 or head_dim == 0:
+            raise ValueError(f"key shape={tuple(key.shape)} needs H_kv >= 1 and D >= 1")
+        if length == 0:
+            raise ValueError(f"key shape={tuple(key.shape)} has S=0 tokens; a chunk needs S >= 1")
+        if key.dtype not in SUPPORTED_MX_DTYPES:
+            raise ValueError(f"key dtype={_dtype_label(key.dtype)} is not one of {SUPPORTED_DTYPES}")
+        if value.dtype != key.dtype:
+            raise ValueError(
+                f"value dtype={_dtype_label(value.dtype)} differs from key dtype={_dtype_label(key.dtype)}"
+            )
+        if self._keys is not None:
+            _, storage_heads, _, storage_dim = self._keys.shape
+            if (num_heads, head_dim) != (storage_heads, storage_dim):
+                raise ValueError(
+                    f"key shape={tuple(key.shape)} does not match the existing page storage "
+                    f"[*, H_kv={storage_heads}, *, D={storage_dim}]"
+                )
+            if key.dtype != self._keys.dtype:
+                raise ValueError(
+                    f"key dtype={_dtype_label(key.dtype)} does not match the existing page storage "
+                    f"dtype {_dtype_label(self._keys.dtype)}"
+                )
+
+    def write_page_slice(self, page_id: int, start: int, key: mx.array, value: mx.array) -> None:
+        """Write key/value [1, H_kv, S, D] into slots start..start+S of one live page."""
+        self.check_chunk(key, value)
+        self._check_live(page_id)
+        length = key.shape[2]
+        if not is_int(start) or not 0 <= start < self.page_size:
+            raise ValueError(f"start={start!r} is outside a page of size {self.page_size}")
+        if start + length > self.page_size:
+            raise ValueError(
+                f"key length S={length} at start={start} runs past the end of a page of size {self.page_size}"
+            )
+        before = self.checkpoint()
+        try:
+            if self._keys is None or self._values is None:
+                self._create_storage(key)
+            keys = page_write.write_page_rows(self._keys, page_id, start, key[0])
+            values = page_write.write_page_rows(self._values, page_id, start, value[0])
+        except BaseException:
+            self.rollback(before)
+            raise
+        self._keys, self._values = keys, values
+
+    def read_page(self, page_id: int) -> tuple[mx.array, mx.array]:
+        """(key, value) of one live page, each [1, H_kv, page_size, D], unwritten slots NaN."""
+        self._check_live(page_id)
+        if self._keys is None or self._values is None:
+            raise ValueError(f"page_id={page_id} has no storage yet: nothing was written to this pool")
+        return self._keys[page_id : page_id + 1], self._values[page_id : page_id + 1]
+
+    def materialize(self) -> None:
+        """Evaluate pending writes into storage (no gather, no copy of the pages)."""
+        if self._keys is not None:
+            mx.eval(self.key_pages, self.value_pages)
+
+    # -- undo -----------------------------------------------------------------
+    def checkpoint(self) -> PoolCheckpoint:
+        return PoolCheckpoint(
+            keys=self._keys,
+            values=self._values,
+            num_pages=self._num_pages,
+            free_page_ids=tuple(self._free),
+            reused_page_allocations=self.reused_page_allocations,
+            storage_growths=self.storage_growths,
+            copied_pages_on_growth=self.copied_pages_on_growth,
+            copied_bytes_on_growth=self.copied_bytes_on_growth,
+        )
+
+    def rollback(self, checkpoint: PoolCheckpoint) -> None:
+        """Put the pool back as it was at `checkpoint`, page data included.
+
+        Writes since the checkpoint are graph nodes over the old arrays, so
+        taking the old arrays back discards them without copying anything.
+        """
+        self._keys = checkpoint.keys
+        self._values = checkpoint.values
+        self._num_pages = checkpoint.num_pages
+        self._free = list(checkpoint.free_page_ids)
+        self._free_set = set(checkpoint.free_page_ids)
+        self.reused_page_allocations = checkpoint.reused_page_allocations
+        self.storage_growths = checkpoint.storage_growths
+        self.copied_pages_on_growth = checkpoint.copied_pages_on_growth
+        self.copied_bytes_on_growth = checkpoint.copied_bytes_on_growth
+
+    # -- internals ------------------------------------------------------------
+    def _check_issued(self, page_id: int) -> None:
+        if not is_int(page_id) or not 0 <= page_id < self._num_pages:
+            raise ValueError(f"page_id={page_id!r} was never issued by this pool ({self._num_pages} issued)")
+
+    def _check_live(self, page_id: int) -> None:
+        self._check_issued(page_id)
+        if page_id in self._free_set:
+            raise ValueError(f"page_id={page_id} is free; only a live page can be written or read")
+
+    def _create_storage(self, like: mx.array) -> None:
+        """First write: storage shaped by the chunk, rows for every page issued so far (at least 4)."""
+        shape = (max(MIN_CAPACITY, self._num_pages), like.shape[1], self.page_size, like.shape[3])
+        self._keys = _nan_rows(shape, like.dtype)
+        self._values = _nan_rows(shape, like.dtype)
+        self.storage_growths += 1
+
+    def _grow(self, keys: mx.array, values: mx.array, rows: int) -> None:
+        """Replace storage by `rows` rows: the old rows copied, the new ones NaN."""
+        copied_pages = keys.shape[0]
+        fill_shape = (rows - copied_pages, *keys.shape[1:])
+        self._keys = mx.concatenate([keys, _nan_rows(fill_shape, keys.dtype)], axis=0)
+        self._values = mx.concatenate([values, _nan_rows(fill_shape, values.dtype)], axis=0)
+        self.storage_growths += 1
+        self.copied_pages_on_growth += copied_pages
+        self.copied_bytes_on_growth += keys.nbytes + values.nbytes
+
+
+def _nan_rows(shape: tuple[int, ...], dtype: mx.Dtype) -> mx.array:
+    return mx.full(shape, float("nan"), dtype=dtype)
+
+
+def check_kv_pair(key: Any, value: Any, names: tuple[str, str] = ("key", "value")) -> None:
+    """Both must be mlx arrays of one shape; `names` are the caller's argument names."""
+    for name, array in zip(names, (key, value)):
+        if not isinstance(array, mx.array):
+            raise ValueError(f"{name} must be an mlx.core.array, got {type(array).__name__}")
+    if value.shape != key.shape:
+        raise ValueError(
+            f"{names[0]} and {names[1]} must have the same shape: {names[0]} shape={tuple(key.shape)}, "
+            f"{names[1]} shape={tuple(value.shape)}"
+        )
+
+
+def is_int(x: object) -> bool:
+    """An int that is not a bool (True would otherwise pass as page 1)."""
+    return isinstance(x, int) and not isinstance(x, bool)

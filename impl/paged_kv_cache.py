@@ -1,0 +1,224 @@
+"""TinyKvPagedCache: one request's K/V for one layer, kept as an ordered list of pool pages.
+
+Appending fills the tail page first and allocates a new page only when the
+tail is full, so every page but the last holds exactly page_size tokens. An
+append is all or nothing: if any allocation or page write fails, the pool and
+the cache are put back as they were (page data included) and the error is
+re-raised.
+
+`release()` frees every page once and leaves the cache empty and reusable: a
+later append starts again from a fresh page. `rewind(n)` drops the newest n
+tokens and frees the pages that become empty. Pages are freed last page
+first, so the pool's LIFO reuse hands them back in their original order.
+
+`block_table()` returns the same mx.array object until the page list changes
+(an append that only fills the tail page keeps it), so a caller can cache work
+keyed on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from impl.page_pool import TinyKvPagedPool, is_int
+from impl.paged_metadata import PagedKvMetadata
+
+__all__ = ["CacheCheckpoint", "PagedKvMetadata", "TinyKvPagedCache", "TinyKvPagedPool"]
+
+
+@dataclass(frozen=True)
+class CacheCheckpoint:
+    page_ids: tuple[int, ...]
+    page_lens: tuple[int, ...]
+    offset: int
+    block_tables: tuple[tuple[int, mx.array], ...]
+
+
+class TinyKvPagedCache:
+    def __init__(self, pool: TinyKvPagedPool) -> None:
+        if not isinstance(pool, TinyKvPagedPool):
+            raise ValueError(f"pool must be a TinyKvPagedPool, got {type(pool).__name__}")
+        self._pool = pool
+        self._page_ids: list[int] = []
+        self._page_lens: list[int] = []
+        self._offset = 0
+        # block_table(width) results, valid until the page list changes.
+        self._block_tables: dict[int, mx.array] = {}
+
+    # -- state ----------------------------------------------------------------
+    @property
+    def pool(self) -> TinyKvPagedPool:
+        return self._pool
+
+    @property
+    def page_ids(self) -> list[int]:
+        return list(self._page_ids)
+
+    @property
+    def page_lens(self) -> list[int]:
+        return list(self._page_lens)
+
+    @property
+    def num_pages(self) -> int:
+        return len(self._page_ids)
+
+    @property
+    def offset(self) -> int:
+        """Tokens held (the context length)."""
+        return self._offset
+
+    # -- appends --------------------------------------------------------------
+    def update_and_fetch_paged(
+        self,
+        key: mx.array,
+        value: mx.array,
+        mask_length: int | None = None,
+        mask: mx.array | str | None = None,
+    ) -> PagedKvMetadata:
+        """Append key/value [1, H_kv, S, D] and return the metadata a paged kernel reads."""
+        self.append(key, value, mask_length)
+        return self.paged_metadata(mask=mask)
+
+    def update_and_fetch(
+        self,
+        key: mx.array,
+        value: mx.array,
+        mask_length: int | None = None,
+        mask: mx.array | str | None = None,
+    ) -> tuple[mx.array, mx.array, int, mx.array | str | None]:
+        """Dense-gather path: append, then (keys, values, offset, mask) with keys [1, H_kv, offset, D]."""
+        self.append(key, value, mask_length)
+        keys, values = self.gather_dense()
+        return keys, values, self._offset, mask
+
+    def append(self, key: mx.array, value: mx.array, mask_length: int | None = None) -> None:
+        """Write a chunk into the tail page, then into new pages; on any failure nothing changes."""
+        self._pool.check_chunk(key, value)
+        length = key.shape[2]
+        if mask_length is not None and (not is_int(mask_length) or mask_length != length):
+            raise ValueError(f"mask_length={mask_length!r} must be None or the chunk length S={length}")
+        pool_before = self._pool.checkpoint()
+        cache_before = self.checkpoint()
+        try:
+            self._write_chunk(key, value)
+        except BaseException:
+            self._pool.rollback(pool_before)
+            self.rollback(cache_before)
+            raise
+
+    def _write_chunk(self, key: mx.array, value: mx.array) -> None:
+        page_size = self._pool.page_size
+        length = key.shape[2]
+        written = 0
+        while written < length:
+            if not self._page_ids or self._page_lens[-1] == page_size:
+                self._page_ids.append(self._pool.allocate_page())
+                self._page_lens.append(0)
+                self._block_tables = {}
+            start = self._page_lens[-1]
+            stop = written + min(page_size - start, length - written)
+            self._pool.write_page_slice(
+                self._page_ids[-1], start, key[:, :, written:stop, :], value[:, :, written:stop, :]
+            )
+            self._page_lens[-1] += stop - written
+            self._offset += stop - written
+            written = stop
+
+    # -- metadata -------------------------------------------------------------
+    def block_table(self, max_pages: int | None = None) -> mx.array:
+        """int32 [1, max_pages] of this cache's page ids, -1 past them; max_pages defaults to num_pages."""
+        width = self.num_pages if max_pages is None else max_pages
+        if not is_int(width) or width < self.num_pages:
+            raise ValueError(f"max_pages={max_pages!r} must be an int >= num_pages={self.num_pages}")
+        table = self._block_tables.get(width)
+        if table is None:
+            table = mx.array([self._page_ids + [-1] * (width - self.num_pages)], dtype=mx.int32)
+            self._block_tables[width] = table
+        return table
+
+    def context_lens(self) -> mx.array:
+        return mx.array([self._offset], dtype=mx.int32)
+
+    def paged_metadata(
+        self, max_pages: int | None = None, mask: mx.array | str | None = None
+    ) -> PagedKvMetadata:
+        key_pages, value_pages = self._pool.key_pages, self._pool.value_pages
+        if key_pages is None or value_pages is None:
+            raise ValueError("paged_metadata: the pool has no page storage yet (nothing was written to it)")
+        return PagedKvMetadata(
+            key_pages=key_pages,
+            value_pages=value_pages,
+            block_table=self.block_table(max_pages),
+            context_lens=self.context_lens(),
+            page_size=self._pool.page_size,
+            mask=mask,
+        )
+
+    def gather_dense(self) -> tuple[mx.array, mx.array]:
+        """This cache's tokens as dense (keys, values), each [1, H_kv, offset, D]."""
+        key_pages, value_pages = self._pool.key_pages, self._pool.value_pages
+        if key_pages is None or value_pages is None:
+            raise ValueError("gather_dense: the pool has no page storage yet (nothing was written to it)")
+        return self._gather(key_pages), self._gather(value_pages)
+
+    def _gather(self, pages: mx.array) -> mx.array:
+        _, num_heads, page_size, head_dim = pages.shape
+        if not self._page_ids:
+            return mx.zeros((1, num_heads, 0, head_dim), dtype=pages.dtype)
+        picked = mx.take(pages, mx.array(self._page_ids, dtype=mx.int32), axis=0)
+        tokens = picked.transpose(1, 0, 2, 3).reshape(num_heads, len(self._page_ids) * page_size, head_dim)
+        return tokens[None, :, : self._offset, :]
+
+    def materialize(self) -> None:
+        """Evaluate pending page writes, without gathering this cache's tokens."""
+        self._pool.materialize()
+
+    # -- lifecycle --------------------------------------------------------------
+    def release(self) -> None:
+        """Free every page exactly once; the cache is then empty and can be appended to again."""
+        self._free_pages(self._page_ids)
+        self._page_ids, self._page_lens, self._offset = [], [], 0
+        self._block_tables = {}
+
+    def rewind(self, n: int) -> None:
+        """Drop the newest n tokens, freeing pages that no longer hold any."""
+        if not is_int(n) or not 0 <= n <= self._offset:
+            raise ValueError(f"rewind n={n!r} must be an int in [0, offset={self._offset}]")
+        if n == 0:
+            return
+        offset = self._offset - n
+        page_size = self._pool.page_size
+        keep = -(-offset // page_size)
+        self._free_pages(self._page_ids[keep:])
+        if keep < self.num_pages:
+            del self._page_ids[keep:], self._page_lens[keep:]
+            self._block_tables = {}
+        if keep:
+            self._page_lens[-1] = offset - (keep - 1) * page_size
+        self._offset = offset
+
+    def _free_pages(self, page_ids: list[int]) -> None:
+        not_live = [page_id for page_id in page_ids if not self._pool.is_live(page_id)]
+        if not_live:
+            raise ValueError(f"page_ids={not_live} of this cache are no longer live in its pool")
+        for page_id in reversed(page_ids):
+            self._pool.free_page(page_id)
+
+    # -- undo -------------------------------------------------------------------
+    def checkpoint(self) -> CacheCheckpoint:
+        return CacheCheckpoint(
+            page_ids=tuple(self._page_ids),
+            page_lens=tuple(self._page_lens),
+            offset=self._offset,
+            block_tables=tuple(self._block_tables.items()),
+        )
+
+    def rollback(self, checkpoint: CacheCheckpoint) -> None:
+        """Put this cache's page list back; the pool is rolled back separately."""
+        self._page_ids = list(checkpoint.page_ids)
+        self._page_lens = list(checkpoint.page_lens)
+        self._offset = checkpoint.offset
+        self._block_tables = dict(checkpoint.block_tables)
+

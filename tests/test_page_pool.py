@@ -1,0 +1,250 @@
+"""TinyKvPagedPool: id reuse, geometric growth, NaN-poisoned storage, and validation without side effects."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from impl.page_pool import TinyKvPagedPool
+from reference.arrays import to_numpy
+from tests.kv_chunks import pool_state, random_chunk
+
+PAGE_SIZE = 4
+HEADS = 2
+HEAD_DIM = 4
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(7)
+
+
+def _pool_of_written_pages(rng: np.random.Generator, num_pages: int) -> TinyKvPagedPool:
+    """A pool with `num_pages` live pages, one token written at slot 0 of each."""
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    key, value = random_chunk(rng, 1)
+    for _ in range(num_pages):
+        pool.write_page_slice(pool.allocate_page(), 0, key, value)
+    return pool
+
+
+def _bytes_per_page(dtype: mx.Dtype = mx.float32) -> int:
+    return HEADS * PAGE_SIZE * HEAD_DIM * dtype.size
+
+
+def test_fresh_ids_count_up_and_freed_ids_come_back_last_in_first_out() -> None:
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    assert [pool.allocate_page() for _ in range(4)] == [0, 1, 2, 3]
+    pool.free_page(0)
+    pool.free_page(2)
+    assert pool.free_page_ids == [0, 2]
+    assert pool.used_page_ids == [1, 3]
+    assert pool.allocate_page() == 2
+    assert pool.allocate_page() == 0
+    assert pool.allocate_page() == 4
+    assert pool.reused_page_allocations == 2
+    assert (pool.num_pages, pool.num_free_pages) == (5, 0)
+
+
+def test_freeing_a_free_page_names_it_and_changes_nothing() -> None:
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    pool.allocate_page()
+    pool.allocate_page()
+    pool.free_page(1)
+    before = pool_state(pool)
+    with pytest.raises(ValueError) as error:
+        pool.free_page(1)
+    assert str(error.value) == "Page 1 is already free"
+    assert pool_state(pool) == before
+
+
+@pytest.mark.parametrize("page_id", [2, -1, True, "0", 1.0, None])
+def test_freeing_an_id_never_issued_is_rejected(page_id: Any) -> None:
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    pool.allocate_page()
+    pool.allocate_page()
+    before = pool_state(pool)
+    with pytest.raises(ValueError, match="page_id"):
+        pool.free_page(page_id)
+    assert pool_state(pool) == before
+
+
+@pytest.mark.parametrize("page_size", [0, -4, 2.0, True, None])
+def test_page_size_must_be_a_positive_int(page_size: Any) -> None:
+    with pytest.raises(ValueError, match="page_size"):
+        TinyKvPagedPool(page_size=page_size)
+
+
+def test_storage_is_created_by_the_first_write_and_grows_geometrically(rng: np.random.Generator) -> None:
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    assert (pool.capacity, pool.key_pages, pool.value_pages, pool.storage_nbytes) == (0, None, None, 0)
+    key, value = random_chunk(rng, 1)
+    capacities = []
+    for _ in range(17):
+        page_id = pool.allocate_page()
+        pool.write_page_slice(page_id, 0, key, value)
+        capacities.append(pool.capacity)
+    assert capacities == [4] * 4 + [8] * 4 + [16] * 8 + [32]
+    assert pool.storage_growths == 4
+    assert pool.copied_pages_on_growth == 4 + 8 + 16
+    assert pool.copied_bytes_on_growth == (4 + 8 + 16) * 2 * _bytes_per_page()
+    assert pool.storage_nbytes == 32 * 2 * _bytes_per_page()
+    assert pool.key_pages.shape == (17, HEADS, PAGE_SIZE, HEAD_DIM)
+    assert pool.value_pages.shape == (17, HEADS, PAGE_SIZE, HEAD_DIM)
+
+
+def test_first_write_after_many_allocations_sizes_storage_for_every_issued_page(
+    rng: np.random.Generator,
+) -> None:
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    for _ in range(6):
+        pool.allocate_page()
+    pool.write_page_slice(5, 0, *random_chunk(rng, 2))
+    assert (pool.capacity, pool.storage_growths, pool.copied_pages_on_growth) == (6, 1, 0)
+    pool.allocate_page()
+    assert (pool.capacity, pool.storage_growths, pool.copied_pages_on_growth) == (12, 2, 6)
+
+
+def test_reused_ids_do_not_grow_storage(rng: np.random.Generator) -> None:
+    pool = _pool_of_written_pages(rng, 4)
+    for page_id in range(4):
+        pool.free_page(page_id)
+    for _ in range(4):
+        pool.allocate_page()
+    assert (pool.capacity, pool.storage_growths, pool.num_pages) == (4, 1, 4)
+
+
+def test_unwritten_slots_are_nan_and_written_ones_survive_growth(rng: np.random.Generator) -> None:
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    key, value = random_chunk(rng, 2)
+    first = pool.allocate_page()
+    pool.write_page_slice(first, 1, key, value)
+    for _ in range(4):  # the fifth page grows storage from 4 to 8 rows
+        pool.allocate_page()
+    assert pool.capacity == 8
+    page_keys, page_values = (to_numpy(x) for x in pool.read_page(first))
+    assert page_keys.shape == page_values.shape == (1, HEADS, PAGE_SIZE, HEAD_DIM)
+    np.testing.assert_array_equal(page_keys[:, :, 1:3], to_numpy(key))
+    np.testing.assert_array_equal(page_values[:, :, 1:3], to_numpy(value))
+    assert np.isnan(page_keys[:, :, [0, 3]]).all() and np.isnan(page_values[:, :, [0, 3]]).all()
+    pool.write_page_slice(4, 0, key, value)
+    assert np.isnan(to_numpy(pool.read_page(4)[0])[:, :, 2:]).all()
+    assert np.isnan(to_numpy(pool.key_pages)[1:4]).all()
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.float16])
+def test_a_write_touches_only_its_slots(rng: np.random.Generator, dtype: mx.Dtype) -> None:
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    ids = [pool.allocate_page() for _ in range(3)]
+    first_key, first_value = random_chunk(rng, PAGE_SIZE, dtype=dtype)
+    for page_id in ids:
+        pool.write_page_slice(page_id, 0, first_key, first_value)
+    key, value = random_chunk(rng, 2, dtype=dtype)
+    pool.write_page_slice(ids[1], 1, key, value)
+    keys = to_numpy(pool.key_pages)
+    expected = np.repeat(to_numpy(first_key), 3, axis=0)
+    expected[1, :, 1:3] = to_numpy(key)[0]
+    np.testing.assert_array_equal(keys, expected)
+    assert pool.dtype == dtype
+    assert pool.storage_nbytes == pool.capacity * 2 * _bytes_per_page(dtype)
+
+
+def _chunk(length: int = 1, *, heads: int = HEADS, dim: int = HEAD_DIM, dtype: mx.Dtype = mx.float32) -> mx.array:
+    return mx.zeros((1, heads, length, dim), dtype=dtype)
+
+
+# (name, write arguments given a pool with live page 0 and free page 1, field the message names)
+INVALID_WRITES: list[tuple[str, Callable[[], tuple[Any, ...]], str]] = [
+    ("key not an array", lambda: (0, 0, np.zeros((1, HEADS, 1, HEAD_DIM)), _chunk()), "key"),
+    ("value not an array", lambda: (0, 0, _chunk(), [[0.0]]), "value"),
+    ("key 3-D", lambda: (0, 0, mx.zeros((HEADS, 1, HEAD_DIM)), mx.zeros((HEADS, 1, HEAD_DIM))), "key shape"),
+    ("batch of two", lambda: (0, 0, mx.zeros((2, HEADS, 1, HEAD_DIM)), mx.zeros((2, HEADS, 1, HEAD_DIM))), "key shape"),
+    ("value shape differs", lambda: (0, 0, _chunk(2), _chunk(1)), "same shape"),
+    ("no tokens", lambda: (0, 0, _chunk(0), _chunk(0)), "S=0"),
+    ("no heads", lambda: (0, 0, _chunk(heads=0), _chunk(heads=0)), "H_kv"),
+    ("int32 key", lambda: (0, 0, _chunk(dtype=mx.int32), _chunk(dtype=mx.int32)), "key dtype"),
+    ("value dtype differs", lambda: (0, 0, _chunk(), _chunk(dtype=mx.float16)), "value dtype"),
+    ("negative start", lambda: (0, -1, _chunk(), _chunk()), "start"),
+    ("start at page end", lambda: (0, PAGE_SIZE, _chunk(), _chunk()), "start"),
+    ("bool start", lambda: (0, True, _chunk(), _chunk()), "start"),
+    ("past page end", lambda: (0, PAGE_SIZE - 1, _chunk(2), _chunk(2)), "runs past"),
+    ("longer than a page", lambda: (0, 0, _chunk(PAGE_SIZE + 1), _chunk(PAGE_SIZE + 1)), "runs past"),
+    ("free page", lambda: (1, 0, _chunk(), _chunk()), "page_id=1 is free"),
+    ("never issued", lambda: (2, 0, _chunk(), _chunk()), "page_id=2"),
+    ("heads differ from storage", lambda: (0, 0, _chunk(heads=3), _chunk(heads=3)), "H_kv=2"),
+    ("head dim differs from storage", lambda: (0, 0, _chunk(dim=8), _chunk(dim=8)), "D=4"),
+    ("dtype differs from storage", lambda: (0, 0, _chunk(dtype=mx.bfloat16), _chunk(dtype=mx.bfloat16)),
+     "existing page storage dtype"),
+]
+
+
+@pytest.mark.parametrize("make_args, field", [case[1:] for case in INVALID_WRITES], ids=[c[0] for c in INVALID_WRITES])
+def test_invalid_write_names_the_field_and_changes_nothing(
+    rng: np.random.Generator, make_args: Callable[[], tuple[Any, ...]], field: str
+) -> None:
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    pool.allocate_page()
+    pool.allocate_page()
+    pool.write_page_slice(0, 0, *random_chunk(rng, 2))
+    pool.free_page(1)
+    before = pool_state(pool)
+    with pytest.raises(ValueError, match=field):
+        pool.write_page_slice(*make_args())
+    assert pool_state(pool) == before
+
+
+def test_a_rejected_first_write_creates_no_storage() -> None:
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    pool.allocate_page()
+    before = pool_state(pool)
+    with pytest.raises(ValueError, match="runs past"):
+        pool.write_page_slice(0, 3, _chunk(2), _chunk(2))
+    assert pool_state(pool) == before
+    assert pool.key_pages is None
+
+
+def test_reading_needs_a_live_written_page(rng: np.random.Generator) -> None:
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    pool.allocate_page()
+    with pytest.raises(ValueError, match="page_id=0 has no storage"):
+        pool.read_page(0)
+    pool.write_page_slice(0, 0, *random_chunk(rng, 1))
+    pool.allocate_page()
+    pool.free_page(1)
+    with pytest.raises(ValueError, match="page_id=1 is free"):
+        pool.read_page(1)
+    with pytest.raises(ValueError, match="page_id=5"):
+        pool.read_page(5)
+
+
+def test_reset_refuses_live_pages_then_forgets_everything(rng: np.random.Generator) -> None:
+    pool = _pool_of_written_pages(rng, 5)
+    for page_id in range(4):
+        pool.free_page(page_id)
+    pool.allocate_page()
+    before = pool_state(pool)
+    with pytest.raises(ValueError, match=r"pages \[3, 4\] are still live"):
+        pool.reset()
+    assert pool_state(pool) == before
+    pool.free_page(3)
+    pool.free_page(4)
+    pool.reset()
+    assert pool_state(pool) == (0, 0, (), (), 0, 0, 0, 0, 0, None, None)
+    assert pool.allocate_page() == 0
+
+
+def test_rollback_restores_ids_counters_storage_and_contents(rng: np.random.Generator) -> None:
+    pool = _pool_of_written_pages(rng, 4)
+    pool.free_page(2)
+    key, value = random_chunk(rng, 1)
+    before = pool_state(pool)
+    checkpoint = pool.checkpoint()
+    pool.write_page_slice(pool.allocate_page(), 1, key, value)  # reuses page 2
+    pool.write_page_slice(pool.allocate_page(), 0, key, value)  # grows storage to 8 rows
+    pool.free_page(0)
+    assert pool_state(pool) != before
+    pool.rollback(checkpoint)
+    assert pool_state(pool) == before
