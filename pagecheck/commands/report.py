@@ -13,11 +13,10 @@ from pagecheck.commands.bench import add_bench_options, quick_bench_text, run_be
 from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
 from pagecheck.commands.tolerance import run_tolerance_stage
 from pagecheck.conformance import conformance_body, subject_error_body
-from pagecheck.environment import collect_environment
 from pagecheck.exit_codes import ExitCode, most_serious
 from pagecheck.progress import StageProgress
 from pagecheck.render.conformance import render_conformance
-from pagecheck.report_document import new_document, write_json
+from pagecheck.report_document import write_json
 from pagecheck.report_index import write_index
 from pagecheck.results import load_results
 from pagecheck.suite_run import SuiteRequest, run_suite
@@ -69,10 +68,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def _profile(args: argparse.Namespace) -> str:
-    return "quick" if args.quick else "full"
-
-
 def run_conformance_stage(args: argparse.Namespace, out: Path, progress: StageProgress) -> ExitCode:
     selected = tuple(args.invariant)
     progress.begin(
@@ -91,7 +86,7 @@ def run_conformance_stage(args: argparse.Namespace, out: Path, progress: StagePr
             subject=args.subject,
             device=args.device,
             seed=args.seed,
-            profile=SUITE_PROFILE[_profile(args)],
+            profile=SUITE_PROFILE[options.profile_name(args)],
             jobs=args.jobs,
             results_path=results_path,
             invariants=selected,
@@ -110,9 +105,7 @@ def run_conformance_stage(args: argparse.Namespace, out: Path, progress: StagePr
 
 
 def _write_conformance(args: argparse.Namespace, out: Path, body: dict[str, Any]) -> dict[str, Any]:
-    document = new_document("conformance", subject=args.subject, device=args.device, seed=args.seed,
-                            profile=_profile(args))  # fmt: skip
-    document["environment"] = collect_environment()
+    document = options.start_document("conformance", args)
     document.update(body)
     write_json(out / "conformance.json", document)
     (out / "conformance.md").write_text(render_conformance(document))
