@@ -64,7 +64,7 @@ class PagedLayout:
     def describe(self) -> str:
         """A short, readable statement of the layout for failure messages."""
         rows = "; ".join(
-            f"ctx={int(n)} pages={[int(p) for p in row if p >= 0]}"
+            f"ctx={int(n)} pages={_short_list([int(p) for p in row if p >= 0])}"
             for n, row in zip(self.context_lens, self.block_table)
         )
         return (
@@ -75,6 +75,14 @@ class PagedLayout:
 
     def with_block_table(self, block_table: np.ndarray) -> "PagedLayout":
         return replace(self, block_table=np.asarray(block_table, dtype=np.int32))
+
+
+def _short_list(items: list[int], keep: int = 8) -> str:
+    """'[3, 0, 7]', or for long lists '[3, 0, ..., 7] (40 pages)' so a message stays readable."""
+    if len(items) <= keep:
+        return str(items)
+    head = ", ".join(str(i) for i in items[: keep - 2])
+    return f"[{head}, ..., {items[-1]}] ({len(items)} pages)"
 
 
 def random_layout(

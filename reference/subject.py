@@ -7,11 +7,12 @@ from typing import Any
 import numpy as np
 
 from reference import attention
+from reference.batching_cache import BatchingKvCache
 from reference.cache import PagedKvMetadata, TinyKvPagedCache
 from reference.pool import TinyKvPagedPool
 from reference.validation import check_paged_inputs
 
-__all__ = ["PagedKvMetadata", "TinyKvPagedCache", "TinyKvPagedPool", "paged_attention"]
+__all__ = ["BatchingKvCache", "PagedKvMetadata", "TinyKvPagedCache", "TinyKvPagedPool", "paged_attention"]
 
 
 def paged_attention(

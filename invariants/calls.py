@@ -1,0 +1,101 @@
+"""Calling a subject the way a serving loop would, and reading back what it returns.
+
+Subjects may return NumPy or MLX arrays; everything read back becomes NumPy
+through reference.arrays.to_numpy. A query sent alongside a cache's metadata
+takes the dtype (and array library) of the pages that cache handed out, so a
+kernel always sees one dtype across its inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from reference.arrays import to_numpy
+from reference.cache import PagedKvMetadata
+from reference.layouts import PagedLayout
+
+PagedAttention = Callable[..., Any]
+
+
+def attention_output(paged_attention: PagedAttention, layout: PagedLayout, scale: float | None = None) -> np.ndarray:
+    """The subject's output for a layout, as float64."""
+    return to_numpy(paged_attention(**layout.as_mx(), scale=scale), np.float64)
+
+
+def like_pages(values: np.ndarray, pages: Any) -> Any:
+    """`values` as the same kind of array, in the same dtype, as `pages`."""
+    if isinstance(pages, np.ndarray):
+        return values.astype(pages.dtype)
+    import mlx.core as mx
+
+    return mx.array(values.astype(np.float32)).astype(pages.dtype)
+
+
+def metadata_layout(query: np.ndarray, metadata: Any, dtype: str, mask: str | None) -> PagedLayout:
+    """What a cache's metadata says, as a PagedLayout: for the oracle and for failure messages."""
+    return PagedLayout(
+        query=query,
+        key_pages=to_numpy(metadata.key_pages, np.float32),
+        value_pages=to_numpy(metadata.value_pages, np.float32),
+        block_table=to_numpy(metadata.block_table).astype(np.int32),
+        context_lens=to_numpy(metadata.context_lens).astype(np.int32),
+        page_size=int(metadata.page_size),
+        dtype=dtype,
+        mask=mask,
+    )
+
+
+def attention_over_metadata(
+    paged_attention: PagedAttention, query: np.ndarray, metadata: Any, mask: str | None
+) -> np.ndarray:
+    """Run the subject's attention on a cache's metadata exactly as handed out."""
+    out = paged_attention(
+        like_pages(query, metadata.key_pages),
+        metadata.key_pages,
+        metadata.value_pages,
+        metadata.block_table,
+        metadata.context_lens,
+        metadata.page_size,
+        mask=mask,
+    )
+    return to_numpy(out, np.float64)
+
+
+def pool_state(pool: Any) -> dict[str, Any]:
+    """What a pool shows through its API, copied, to compare before and after a call."""
+    state: dict[str, Any] = {
+        "num_pages": pool.num_pages,
+        "num_free_pages": pool.num_free_pages,
+        "free_page_ids": sorted(int(i) for i in pool.free_page_ids),
+        "used_page_ids": sorted(int(i) for i in pool.used_page_ids),
+    }
+    for name in ("key_pages", "value_pages"):
+        pages = getattr(pool, name)
+        state[name] = None if pages is None else to_numpy(pages, np.float64).copy()
+    return state
+
+
+def same_pool_state(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    for name in a:
+        x, y = a[name], b[name]
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            if x is None or y is None or x.shape != y.shape or not np.array_equal(x, y, equal_nan=True):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def cache_state(cache: Any) -> dict[str, Any]:
+    return {
+        "page_ids": [int(i) for i in cache.page_ids],
+        "page_lens": [int(n) for n in cache.page_lens],
+        "context_lens": to_numpy(cache.context_lens()).tolist(),
+    }
+
+
+def current_metadata(pool: Any, cache: Any) -> PagedKvMetadata:
+    """A cache's metadata without appending anything, built from the public pool and cache API."""
+    return PagedKvMetadata(pool.key_pages, pool.value_pages, cache.block_table(), cache.context_lens(), pool.page_size)

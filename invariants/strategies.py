@@ -1,0 +1,176 @@
+"""Hypothesis strategies for paged layouts and cache workloads.
+
+Strategies draw parameters and a seed; reference.layouts.random_layout turns
+them into pages (shuffled, non-contiguous, free pages in between, NaN in every
+slot no request owns). Options are keyword-only and checked when the strategy
+is built, so a bad option fails at collection rather than mid-search.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
+
+from reference.layouts import DTYPES, PagedLayout, random_layout
+
+SMALL_PAGE_SIZES = (1, 2, 3, 4, 8, 16)
+HEAD_DIMS = (32, 64, 128)
+MAX_GROUP = 8  # largest H_q / H_kv the contract covers
+
+
+def seeds() -> SearchStrategy[int]:
+    return st.integers(min_value=0, max_value=2**32 - 1)
+
+
+def _check_choices(name: str, choices: Sequence[object], allowed: Sequence[object] | None = None) -> None:
+    if len(choices) == 0:
+        raise ValueError(f"{name}={choices!r} must offer at least one choice")
+    if allowed is not None:
+        bad = [c for c in choices if c not in allowed]
+        if bad:
+            raise ValueError(f"{name} has {bad!r}, not in {tuple(allowed)}")
+
+
+def _check_positive(name: str, value: int) -> None:
+    if not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def context_lengths(
+    *, page_size: int, max_pages: int, min_len: int = 1, allow_empty: bool = False
+) -> SearchStrategy[int]:
+    """Context lengths up to max_pages pages, half of them within one token of a page boundary."""
+    _check_positive("page_size", page_size)
+    _check_positive("max_pages", max_pages)
+    _check_positive("min_len", min_len)
+    top = max(max_pages * page_size, min_len)
+    near_boundary = st.builds(
+        lambda k, delta: k * page_size + delta,
+        st.integers(min_value=1, max_value=max_pages),
+        st.sampled_from((-1, 0, 1)),
+    ).map(lambda n: min(max(n, min_len), top))
+    anywhere = st.integers(min_value=min_len, max_value=top)
+    lengths = st.one_of(near_boundary, anywhere)
+    return st.one_of(st.just(0), lengths) if allow_empty else lengths
+
+
+def paged_layouts(
+    *,
+    page_sizes: Sequence[int] = SMALL_PAGE_SIZES,
+    max_batch: int = 3,
+    max_pages: int = 4,
+    num_queries: Sequence[int] = (1,),
+    masks: Sequence[str | None] = (None,),
+    dtypes: Sequence[str] = ("float32",),
+    head_dims: Sequence[int] = (32,),
+    max_group: int = 4,
+    kv_heads: Sequence[int] = (1, 2),
+    allow_empty_rows: bool = False,
+    logit_scale: float = 1.0,
+) -> SearchStrategy[PagedLayout]:
+    """Whole layouts: batch, contexts (dependent on the page size), heads, dtype, then random_layout.
+
+    A query length above 1 is only drawn with mask "causal" (a prefill
+    chunk); with mask None it is a decode step, L = 1.
+    """
+    _check_choices("page_sizes", page_sizes)
+    for p in page_sizes:
+        _check_positive("page_sizes entry", p)
+    _check_positive("max_batch", max_batch)
+    _check_positive("max_pages", max_pages)
+    _check_choices("num_queries", num_queries)
+    for n in num_queries:
+        _check_positive("num_queries entry", n)
+    _check_choices("masks", masks, (None, "causal"))
+    if any(n > 1 for n in num_queries) and "causal" not in masks:
+        raise ValueError(f"num_queries={tuple(num_queries)} above 1 needs mask 'causal' among masks={tuple(masks)}")
+    _check_choices("dtypes", dtypes, DTYPES)
+    _check_choices("head_dims", head_dims)
+    if not 1 <= max_group <= MAX_GROUP:
+        raise ValueError(f"max_group={max_group!r} must be in [1, {MAX_GROUP}]")
+    _check_choices("kv_heads", kv_heads)
+    if not logit_scale > 0:
+        raise ValueError(f"logit_scale={logit_scale!r} must be positive")
+    return _paged_layouts(
+        tuple(page_sizes), max_batch, max_pages, tuple(num_queries), tuple(masks), tuple(dtypes),
+        tuple(head_dims), max_group, tuple(kv_heads), allow_empty_rows, logit_scale,
+    )
+
+
+@st.composite
+def _paged_layouts(
+    draw: st.DrawFn,
+    page_sizes: tuple[int, ...],
+    max_batch: int,
+    max_pages: int,
+    num_queries: tuple[int, ...],
+    masks: tuple[str | None, ...],
+    dtypes: tuple[str, ...],
+    head_dims: tuple[int, ...],
+    max_group: int,
+    kv_heads: tuple[int, ...],
+    allow_empty_rows: bool,
+    logit_scale: float,
+) -> PagedLayout:
+    page_size = draw(st.sampled_from(page_sizes))
+    mask = draw(st.sampled_from(masks))
+    length = draw(st.sampled_from(num_queries)) if mask == "causal" else 1
+    batch = draw(st.integers(min_value=1, max_value=max_batch))
+    contexts = draw(
+        st.lists(
+            context_lengths(page_size=page_size, max_pages=max_pages, min_len=length, allow_empty=allow_empty_rows),
+            min_size=batch,
+            max_size=batch,
+        )
+    )
+    num_kv_heads = draw(st.sampled_from(kv_heads))
+    group = draw(st.integers(min_value=1, max_value=max_group))
+    return random_layout(
+        np.random.default_rng(draw(seeds())),
+        context_lens=contexts,
+        page_size=page_size,
+        num_queries=length,
+        num_q_heads=num_kv_heads * group,
+        num_kv_heads=num_kv_heads,
+        head_dim=draw(st.sampled_from(head_dims)),
+        dtype=draw(st.sampled_from(dtypes)),
+        mask=mask,
+        spare_pages=draw(st.integers(min_value=0, max_value=3)),
+        extra_columns=draw(st.integers(min_value=0, max_value=2)),
+        logit_scale=logit_scale,
+    )
+
+
+def chunk_plans(*, page_size: int, max_chunks: int = 3, max_decode: int = 6) -> SearchStrategy[list[int]]:
+    """Token counts to append, prefill chunks first, then one-token decode steps.
+
+    Each prefill chunk, given where the previous one ended, either ends on a
+    page boundary, crosses one by a token, or has any length up to three pages.
+    """
+    _check_positive("page_size", page_size)
+    _check_positive("max_chunks", max_chunks)
+    if not isinstance(max_decode, int) or max_decode < 0:
+        raise ValueError(f"max_decode must be a non-negative int, got {max_decode!r}")
+    return _chunk_plans(page_size, max_chunks, max_decode)
+
+
+@st.composite
+def _chunk_plans(draw: st.DrawFn, page_size: int, max_chunks: int, max_decode: int) -> list[int]:
+    plan: list[int] = []
+    written = 0
+    for _ in range(draw(st.integers(min_value=1, max_value=max_chunks))):
+        room = page_size - written % page_size  # tokens until the tail page is full
+        length = draw(
+            st.one_of(
+                st.just(room),
+                st.just(room + 1),
+                st.integers(min_value=1, max_value=3 * page_size),
+            )
+        )
+        plan.append(length)
+        written += length
+    plan.extend([1] * draw(st.integers(min_value=0, max_value=max_decode)))
+    return plan

@@ -1,0 +1,53 @@
+"""batch_consistency: each row of a batched call equals the same request called alone.
+
+Every row is also checked against the reference, so a subject that is
+consistently wrong in both calls still fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+from invariants.calls import attention_output
+from invariants.strategies import paged_layouts
+from invariants.verdict import expect_close
+from reference.layouts import PagedLayout, random_layout
+
+INVARIANT = "batch_consistency"
+pytestmark = pytest.mark.invariant(INVARIANT)
+
+
+def _row(layout: PagedLayout, b: int) -> PagedLayout:
+    return replace(
+        layout, query=layout.query[b : b + 1], block_table=layout.block_table[b : b + 1],
+        context_lens=layout.context_lens[b : b + 1],
+    )
+
+
+def _check_rows(paged_attention: object, layout: PagedLayout) -> None:
+    batched = attention_output(paged_attention, layout)
+    want = layout.reference_output()
+    expect_close(INVARIANT, "the batched call vs the reference", batched, want, layout)
+    for b in range(len(layout.context_lens)):
+        alone = _row(layout, b)
+        expect_close(
+            INVARIANT, f"row {b} of the batched call vs request {b} alone", batched[b : b + 1],
+            attention_output(paged_attention, alone), alone,
+        )
+
+
+@given(layout=paged_layouts(max_batch=4, allow_empty_rows=True, num_queries=(1, 4), masks=(None, "causal")))
+def test_batched_rows_equal_single_requests(paged_attention: object, layout: PagedLayout) -> None:
+    _check_rows(paged_attention, layout)
+
+
+@pytest.mark.parametrize("num_queries, mask", [(1, None), (4, "causal")], ids=["decode", "prefill"])
+def test_rows_of_different_lengths(
+    paged_attention: object, num_queries: int, mask: str | None, rng: np.random.Generator
+) -> None:
+    layout = random_layout(rng, context_lens=[5, 17, 0, 9], page_size=4, num_queries=num_queries, mask=mask)
+    _check_rows(paged_attention, layout)

@@ -1,0 +1,106 @@
+"""context_len: the context length always equals the tokens written, and attention reads exactly that many.
+
+Prefill chunks are drawn to end on, cross, and stay inside page boundaries;
+decode then appends one token at a time. After every append the cache's
+context_lens() and its metadata must count the tokens written, and the
+subject's attention over that metadata must equal the float64 oracle over the
+tokens written. Attention layouts leave NaN in every slot past each context,
+so reading one slot too many shows as NaN, and the last written token is made
+to dominate its row, so reading one slot too few shows too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from invariants.calls import attention_output, attention_over_metadata, metadata_layout
+from invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
+from invariants.verdict import expect, expect_close
+from invariants.workload import WrittenKv
+from reference.arrays import to_numpy
+from reference.layouts import PagedLayout, random_layout
+
+INVARIANT = "context_len"
+pytestmark = pytest.mark.invariant(INVARIANT)
+
+HEAD_DIM = 32
+
+
+@given(
+    page_size=st.sampled_from(SMALL_PAGE_SIZES),
+    num_kv_heads=st.sampled_from((1, 2)),
+    seed=seeds(),
+    data=st.data(),
+)
+def test_context_lens_count_tokens_written(
+    pool_type: type, cache_type: type, paged_attention: object, page_size: int, num_kv_heads: int, seed: int,
+    data: st.DataObject,
+) -> None:
+    plan = data.draw(chunk_plans(page_size=page_size), label="append lengths")
+    rng = np.random.default_rng(seed)
+    cache = cache_type(pool_type(page_size))
+    written = WrittenKv(num_kv_heads, HEAD_DIM, "float32")
+    for length in plan:
+        metadata = cache.update_and_fetch_paged(*written.make_chunk(rng, length))
+        step = f"after appending {length} token(s), {written.length} written in all (page_size={page_size})"
+        counted = to_numpy(cache.context_lens()).tolist()
+        expect(counted == [written.length], INVARIANT, f"{step}: context_lens() is {counted}")
+        in_metadata = to_numpy(metadata.context_lens).tolist()
+        expect(in_metadata == [written.length], INVARIANT, f"{step}: metadata context_lens is {in_metadata}")
+        expect(cache.offset == written.length, INVARIANT, f"{step}: offset is {cache.offset}")
+
+        mask = "causal" if length > 1 else None
+        query = written.make_query(rng, 2 * num_kv_heads, length)
+        got = attention_over_metadata(paged_attention, query, metadata, mask)
+        layout = metadata_layout(query, metadata, "float32", mask)
+        expect_close(INVARIANT, f"{step}: attention over the cache", got, written.attention(query, mask), layout)
+
+
+@given(layout=paged_layouts(num_queries=(1, 3, 8), masks=(None, "causal"), max_batch=3))
+def test_attention_reads_exactly_the_context(paged_attention: object, layout: PagedLayout) -> None:
+    expect_close(
+        INVARIANT, "paged attention vs the float64 reference", attention_output(paged_attention, layout),
+        layout.reference_output(), layout,
+    )
+
+
+def _position(layout: PagedLayout, row: int, token: int) -> tuple[int, int]:
+    """(page id, slot) holding logical token `token` of request `row`."""
+    return int(layout.block_table[row, token // layout.page_size]), token % layout.page_size
+
+
+@pytest.mark.parametrize("page_size", [2, 5, 16])
+def test_slot_after_the_context_is_never_read(
+    paged_attention: object, page_size: int, rng: np.random.Generator
+) -> None:
+    # Every context ends inside a page, so the next slot exists and holds NaN.
+    contexts = [k * page_size + r for k, r in [(0, 1), (1, page_size - 1), (2, 1 + page_size // 2)]]
+    layout = random_layout(rng, context_lens=contexts, page_size=page_size, spare_pages=1)
+    for row, n in enumerate(contexts):
+        page, slot = _position(layout, row, n)
+        assert np.isnan(layout.key_pages[page, :, slot]).all(), "the builder poisons slots past the context"
+    expect_close(
+        INVARIANT, "one slot past each context holds NaN and must not be read",
+        attention_output(paged_attention, layout), layout.reference_output(), layout,
+    )
+
+
+@pytest.mark.parametrize("page_size", [1, 4, 16])
+def test_last_token_of_the_context_is_read(paged_attention: object, page_size: int, rng: np.random.Generator) -> None:
+    # The last token's value is far from every other, so dropping it moves the output a lot.
+    contexts = [page_size, 2 * page_size + 1, 3 * page_size - 1]
+    layout = random_layout(rng, context_lens=contexts, page_size=page_size)
+    values = layout.value_pages.copy()
+    for row, n in enumerate(contexts):
+        page, slot = _position(layout, row, n - 1)
+        values[page, :, slot] = 64.0
+    layout = replace(layout, value_pages=values)
+    expect_close(
+        INVARIANT, "the last token of each context carries value 64 and must be read",
+        attention_output(paged_attention, layout), layout.reference_output(), layout,
+    )

@@ -1,0 +1,87 @@
+"""lazy_tail: a cache holds ceil(context / page_size) pages, and takes a new one only when its tail is full.
+
+During decode, page counts are checked at every step: the cache's pages, the
+fill of each page, and the pool's issued-page count, which may never run
+ahead of what the live caches hold.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from invariants.strategies import SMALL_PAGE_SIZES, seeds
+from invariants.verdict import expect
+from invariants.workload import WrittenKv
+
+INVARIANT = "lazy_tail"
+pytestmark = pytest.mark.invariant(INVARIANT)
+
+HEAD_DIM = 32
+
+
+def _pages_for(tokens: int, page_size: int) -> int:
+    return -(-tokens // page_size)
+
+
+def _check_pages(cache: object, tokens: int, page_size: int, step: str) -> None:
+    want = _pages_for(tokens, page_size)
+    expect(cache.num_pages == want, INVARIANT, f"{step}: num_pages={cache.num_pages}, ceil({tokens}/{page_size})={want}")
+    expect(len(cache.page_ids) == want, INVARIANT, f"{step}: page_ids={list(cache.page_ids)}, expected {want} pages")
+    fills = [int(n) for n in cache.page_lens]
+    want_fills = [page_size] * (want - 1) + [tokens - (want - 1) * page_size] if want else []
+    expect(fills == want_fills, INVARIANT, f"{step}: page_lens={fills}, expected {want_fills}")
+
+
+@given(
+    page_size=st.sampled_from(SMALL_PAGE_SIZES),
+    prefill=st.integers(0, 40),
+    decode_steps=st.integers(1, 20),
+    seed=seeds(),
+)
+def test_decode_takes_a_page_only_when_the_tail_is_full(
+    pool_type: type, cache_type: type, page_size: int, prefill: int, decode_steps: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    pool = pool_type(page_size)
+    cache = cache_type(pool)
+    record = WrittenKv(2, HEAD_DIM, "float32")
+    if prefill:
+        cache.update_and_fetch_paged(*record.make_chunk(rng, prefill))
+        _check_pages(cache, prefill, page_size, f"after a prefill of {prefill}")
+    for _ in range(decode_steps):
+        before = cache.num_pages
+        tail_full = record.length % page_size == 0
+        cache.update_and_fetch_paged(*record.make_chunk(rng, 1))
+        step = f"decode to {record.length} tokens (page_size={page_size}, prefill {prefill})"
+        _check_pages(cache, record.length, page_size, step)
+        expect(
+            cache.num_pages - before == int(tail_full), INVARIANT,
+            f"{step}: pages went {before} -> {cache.num_pages} with the tail {'full' if tail_full else 'not full'}",
+        )
+        expect(
+            pool.num_pages == cache.num_pages, INVARIANT,
+            f"{step}: the pool issued {pool.num_pages} pages for a cache holding {cache.num_pages}",
+        )
+
+
+@pytest.mark.parametrize("page_size", [1, 3, 16])
+def test_pool_never_issues_ahead_of_live_caches(
+    pool_type: type, cache_type: type, page_size: int, rng: np.random.Generator
+) -> None:
+    pool = pool_type(page_size)
+    caches = [cache_type(pool) for _ in range(3)]
+    records = [WrittenKv(2, HEAD_DIM, "float32") for _ in caches]
+    for cache, record, prefill in zip(caches, records, (page_size, page_size + 1, 2 * page_size - 1)):
+        cache.update_and_fetch_paged(*record.make_chunk(rng, prefill))
+    for step in range(2 * page_size + 2):
+        for index, (cache, record) in enumerate(zip(caches, records)):
+            cache.update_and_fetch_paged(*record.make_chunk(rng, 1))
+            held = sum(_pages_for(r.length, page_size) for r in records)
+            expect(
+                pool.num_pages - pool.num_free_pages == held and pool.num_pages == held, INVARIANT,
+                f"decode step {step}, request {index}: pool issued {pool.num_pages} ({pool.num_free_pages} free) "
+                f"while the caches need {held} (contexts {[r.length for r in records]}, page_size={page_size})",
+            )

@@ -1,0 +1,134 @@
+"""release_once: releasing a request returns every page of every layer to its pool, exactly once.
+
+A request holds one cache per layer, each layer with its own pool; a second
+request shares those pools so a release that frees too much shows. After the
+release each pool's free list holds exactly the released pages, no id twice;
+once every request is released the free count equals the pages issued, and
+freeing any page again raises ValueError saying it is "already free".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from invariants.calls import pool_state, same_pool_state
+from invariants.strategies import chunk_plans, seeds
+from invariants.verdict import expect, expect_value_error
+from invariants.workload import WrittenKv
+
+INVARIANT = "release_once"
+pytestmark = pytest.mark.invariant(INVARIANT)
+
+HEAD_DIM = 32
+NUM_KV_HEADS = 2
+
+
+class Request:
+    """One cache per layer; layer l lives in pools[l]."""
+
+    def __init__(self, cache_type: type, pools: list[object]) -> None:
+        self.caches = [cache_type(pool) for pool in pools]
+        self.records = [WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32") for _ in pools]
+
+    def append(self, rng: np.random.Generator, length: int) -> None:
+        for cache, record in zip(self.caches, self.records):
+            cache.update_and_fetch_paged(*record.make_chunk(rng, length))
+
+    def pages(self) -> list[set[int]]:
+        return [{int(p) for p in cache.page_ids} for cache in self.caches]
+
+    def release(self) -> None:
+        for cache in self.caches:
+            cache.release()
+
+
+def _check_free_lists(pools: list[object], expected: list[set[int]], step: str) -> None:
+    for layer, (pool, want) in enumerate(zip(pools, expected)):
+        free = [int(p) for p in pool.free_page_ids]
+        expect(len(free) == len(set(free)), INVARIANT, f"{step}: layer {layer} lists a page free twice: {sorted(free)}")
+        expect(
+            set(free) == want, INVARIANT,
+            f"{step}: layer {layer} free pages {sorted(free)}, expected exactly {sorted(want)}",
+        )
+        expect(
+            pool.num_free_pages == len(want), INVARIANT,
+            f"{step}: layer {layer} num_free_pages={pool.num_free_pages}, expected {len(want)}",
+        )
+
+
+@given(
+    page_size=st.sampled_from((1, 2, 3, 8)),
+    layers=st.integers(1, 4),
+    seed=seeds(),
+    data=st.data(),
+)
+def test_release_returns_every_page_of_every_layer_once(
+    pool_type: type, cache_type: type, page_size: int, layers: int, seed: int, data: st.DataObject
+) -> None:
+    rng = np.random.default_rng(seed)
+    pools = [pool_type(page_size) for _ in range(layers)]
+    leaving, staying = Request(cache_type, pools), Request(cache_type, pools)
+    plans = [data.draw(chunk_plans(page_size=page_size), label=name) for name in ("leaving", "staying")]
+    for step in range(max(map(len, plans))):
+        for request, plan in zip((leaving, staying), plans):
+            if step < len(plan):
+                request.append(rng, plan[step])
+
+    held = leaving.pages()
+    leaving.release()
+    for layer, cache in enumerate(leaving.caches):
+        expect(
+            cache.num_pages == 0 and len(cache.page_ids) == 0, INVARIANT,
+            f"layer {layer} still holds pages {list(cache.page_ids)} after release",
+        )
+    _check_free_lists(pools, held, f"after releasing a request holding {[sorted(h) for h in held]}")
+
+    held_by_staying = staying.pages()
+    staying.release()
+    everything = [a | b for a, b in zip(held, held_by_staying)]
+    _check_free_lists(pools, everything, "after releasing both requests")
+    for layer, pool in enumerate(pools):
+        expect(
+            pool.num_free_pages == pool.num_pages, INVARIANT,
+            f"layer {layer}: {pool.num_free_pages} pages free of {pool.num_pages} issued, with no request live",
+        )
+
+    for layer, (pool, pages) in enumerate(zip(pools, everything)):
+        for page in sorted(pages):
+            before = pool_state(pool)
+            expect_value_error(
+                INVARIANT, f"layer {layer}: freeing page {page} a second time", lambda: pool.free_page(page), "already free"
+            )
+            expect(
+                same_pool_state(before, pool_state(pool)), INVARIANT,
+                f"layer {layer}: the rejected second free of page {page} changed the pool",
+            )
+
+
+@pytest.mark.parametrize("page_size", [2, 5])
+def test_rewind_then_release_returns_every_page(
+    pool_type: type, cache_type: type, page_size: int, rng: np.random.Generator
+) -> None:
+    pools = [pool_type(page_size) for _ in range(2)]
+    request = Request(cache_type, pools)
+    if not hasattr(request.caches[0], "rewind"):
+        pytest.skip("the subject's TinyKvPagedCache has no rewind")
+    request.append(rng, 3 * page_size + 1)
+    for cache in request.caches:
+        cache.rewind(page_size + 2)
+    remaining = 2 * page_size - 1
+    for layer, cache in enumerate(request.caches):
+        expect(
+            cache.num_pages == -(-remaining // page_size), INVARIANT,
+            f"layer {layer}: {cache.num_pages} pages after rewinding to {remaining} tokens (page_size={page_size})",
+        )
+    request.release()
+    for layer, pool in enumerate(pools):
+        free = [int(p) for p in pool.free_page_ids]
+        expect(
+            sorted(free) == list(range(pool.num_pages)), INVARIANT,
+            f"layer {layer}: free pages {sorted(free)} after rewind and release, {pool.num_pages} issued",
+        )

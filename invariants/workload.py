@@ -1,0 +1,49 @@
+"""Tokens a check writes into a cache, and the dense record of them the oracle reads.
+
+The record is built from the values sent, not read back from the subject, so
+a cache that stores, orders or counts tokens wrongly cannot agree with it by
+accident.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from reference.attention import dense_attention
+from reference.layouts import round_to_dtype
+
+
+class WrittenKv:
+    """Everything appended to one cache, in logical order: float64 [H_kv, tokens, D] each."""
+
+    def __init__(self, num_kv_heads: int, head_dim: int, dtype: str) -> None:
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.dtype = dtype
+        self.keys = np.zeros((num_kv_heads, 0, head_dim))
+        self.values = np.zeros((num_kv_heads, 0, head_dim))
+
+    @property
+    def length(self) -> int:
+        return self.keys.shape[1]
+
+    def make_chunk(self, rng: np.random.Generator, length: int) -> tuple[Any, Any]:
+        """Draw a [1, H_kv, length, D] chunk (MLX, in dtype), record it, and return it to append."""
+        import mlx.core as mx
+
+        shape = (self.num_kv_heads, length, self.head_dim)
+        key = round_to_dtype(rng.standard_normal(shape), self.dtype)
+        value = round_to_dtype(rng.standard_normal(shape), self.dtype)
+        self.keys = np.concatenate([self.keys, key.astype(np.float64)], axis=1)
+        self.values = np.concatenate([self.values, value.astype(np.float64)], axis=1)
+        dt = getattr(mx, self.dtype)
+        return mx.array(key[None]).astype(dt), mx.array(value[None]).astype(dt)
+
+    def make_query(self, rng: np.random.Generator, num_q_heads: int, length: int) -> np.ndarray:
+        return round_to_dtype(rng.standard_normal((1, num_q_heads, length, self.head_dim)), self.dtype)
+
+    def attention(self, query: np.ndarray, mask: str | None) -> np.ndarray:
+        """The float64 oracle over exactly the tokens written."""
+        return dense_attention(query, self.keys[None], self.values[None], mask=mask)

@@ -1,0 +1,19 @@
+"""Session summary for tests/: the mutation score, counted from the reports (so it works under xdist)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    verdicts: dict[str, bool] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            properties = dict(getattr(report, "user_properties", ()))
+            if getattr(report, "when", None) == "call" and "mutant" in properties:
+                verdicts[properties["mutant"]] = bool(properties.get("killed", False))
+    if verdicts:
+        killed = sum(verdicts.values())
+        survivors = sorted(m for m, k in verdicts.items() if not k)
+        line = f"mutation score: {killed}/{len(verdicts)} killed ({100 * killed / len(verdicts):.0f}%)"
+        terminalreporter.write_line(line + (f"; survivors: {', '.join(survivors)}" if survivors else ""))

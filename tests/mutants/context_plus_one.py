@@ -1,0 +1,9 @@
+"""Mutant: attention reads one token past each row's context."""
+
+from reference.arrays import to_numpy
+from reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
+from tests.mutants._overrides import attention_with
+
+KILLED_BY = "context_len"
+
+paged_attention = attention_with(lambda a: {**a, "context_lens": to_numpy(a["context_lens"]) + 1})

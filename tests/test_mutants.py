@@ -1,0 +1,73 @@
+"""Mutation testing: every planted bug in tests/mutants/ must be caught by the invariant it names.
+
+Each mutant runs the invariants suite in its own process (a subject is
+imported once per process), restricted to the checks of its KILLED_BY
+invariant, stopping at the first failure; the results JSON says which
+invariant's check failed. The unmutated reference must pass the same checks,
+or a kill would prove nothing. The session summary prints the mutation score.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from invariants.catalog import INVARIANTS
+from pagecheck.results import load_results
+
+ROOT = Path(__file__).resolve().parent.parent
+MUTANTS_DIR = Path(__file__).resolve().parent / "mutants"
+MUTANTS = sorted(p for p in MUTANTS_DIR.glob("*.py") if not p.name.startswith("_"))
+RUN_LIMIT_S = 300
+
+
+def killed_by(mutant: Path) -> str:
+    """The mutant's KILLED_BY constant, read without importing it."""
+    for node in ast.parse(mutant.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "KILLED_BY" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise ValueError(f"{mutant.name} declares no KILLED_BY")
+
+
+def run_suite(subject: str, invariants: list[str], results: Path, *, stop_at_first_failure: bool) -> dict:
+    command = [
+        sys.executable, "-m", "pytest", "invariants", "-q", "-p", "no:randomly", "-p", "no:xdist",
+        "--subject", subject, "--pagecheck-results", str(results),
+    ]
+    command += [arg for invariant in invariants for arg in ("--pagecheck-invariant", invariant)]
+    if stop_at_first_failure:
+        command.append("-x")
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_LIMIT_S)
+    if not results.exists():
+        raise AssertionError(f"no results from {' '.join(command)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return load_results(results)
+
+
+def test_every_mutant_names_a_known_invariant() -> None:
+    assert len(MUTANTS) >= 15
+    unknown = {m.name: killed_by(m) for m in MUTANTS if killed_by(m) not in INVARIANTS}
+    assert not unknown, f"KILLED_BY not in invariants/catalog.py: {unknown}"
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.stem for m in MUTANTS])
+def test_mutant_is_killed_by_its_invariant(mutant: Path, tmp_path: Path, record_property) -> None:
+    invariant = killed_by(mutant)
+    record_property("mutant", mutant.stem)
+    document = run_suite(str(mutant), [invariant], tmp_path / "results.json", stop_at_first_failure=True)
+    kills = [c for c in document["checks"] if c["invariant"] == invariant and c["outcome"] == "fail"]
+    record_property("killed", bool(kills))
+    outcomes = {c["nodeid"].split("::")[-1]: c["outcome"] for c in document["checks"]}
+    assert kills, f"{mutant.stem} survived every {invariant} check: {outcomes}"
+
+
+def test_reference_passes_the_killing_checks(tmp_path: Path) -> None:
+    invariants = sorted({killed_by(m) for m in MUTANTS})
+    document = run_suite("reference", invariants, tmp_path / "results.json", stop_at_first_failure=False)
+    bad = {c["nodeid"]: f"{c['outcome']}: {c['message'][:300]}" for c in document["checks"] if c["outcome"] in ("fail", "error")}
+    assert not bad, f"the unmutated reference fails checks the mutants are judged by: {bad}"
+    ran = {c["invariant"] for c in document["checks"] if c["outcome"] == "pass"}
+    assert ran == set(invariants), f"invariants with no passing check on the reference: {set(invariants) - ran}"
