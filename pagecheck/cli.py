@@ -11,10 +11,10 @@ import argparse
 import sys
 from types import ModuleType
 
-from pagecheck.commands import options, report, tolerance
+from pagecheck.commands import grade, options, report, tolerance
 from pagecheck.environment import pagecheck_version
 
-COMMANDS: tuple[ModuleType, ...] = (report, tolerance)
+COMMANDS: tuple[ModuleType, ...] = (report, tolerance, grade)
 
 
 def build_parser() -> argparse.ArgumentParser:
