@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from pagecheck.grading.outputs import write_outputs
@@ -109,6 +111,12 @@ def test_every_fixture_gets_its_verdict_and_points(graded: Path) -> None:
         assert set(row["flags"].split()) == set(expected.flags), f"{name}: {row}"
         total = 0.0 if expected.flags else sum(rubric.points_for(i) for i in expected.held)
         assert float(row["total"]) == total, f"{name}: {row}"
+
+
+def test_results_follow_their_schema(graded: Path) -> None:
+    schema = json.loads((ROOT / "reports" / "schema" / "grade.schema.json").read_text())
+    for document in load_all_results(graded):
+        jsonschema.Draft202012Validator(schema).validate(document)
 
 
 def test_run_problems_name_the_check_that_was_running(graded: Path) -> None:

@@ -35,6 +35,10 @@ def merge_results(shard_dirs: list[Path], out: Path) -> list[dict[str, Any]]:
                 )
             taken[name] = directory
             merged.append(document)
+    strangers = sorted({d["name"] for d in load_all_results(out)} - set(taken))
+    if strangers:
+        raise ValueError(f"out={str(out)!r} already holds results for {strangers}, which no shard has; merge into "
+                         "an empty directory")  # fmt: skip
     for document in merged:
         write_json_atomic(result_path(out, document["name"]), document)
     return merged

@@ -54,7 +54,9 @@ def suite_command(spec: str, seed: int, plan: GradePlan, results: Path, journal:
         subject=spec, device=plan.device, seed=seed, profile=plan.profile, jobs=0,
         results_path=results, invariants=plan.selected,
     )  # fmt: skip
-    return [*request.command(), "-p", "no:xdist", "-p", PLUGIN, "--pagecheck-journal", str(journal)]
+    # One process, checks in file order: no xdist workers to crash separately, no reordering plugin.
+    isolation = ["-p", "no:xdist", "-p", "no:randomly"]
+    return [*request.command(), *isolation, "-p", PLUGIN, "--pagecheck-journal", str(journal)]
 
 
 def _running_check(journal: list[dict[str, Any]]) -> str | None:
