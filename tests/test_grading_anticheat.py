@@ -33,7 +33,7 @@ def test_fused_sdpa_in_paged_attention_is_found(source: str) -> None:
 @pytest.mark.parametrize(
     "source",
     [
-        f"from reference.attention import gather_dense\n{SIGNATURE}\n    k, v = gather_dense(key_pages, value_pages, block_table, context_lens, page_size)\n",
+        f"from .paged_kv_cache import gather_dense\n{SIGNATURE}\n    k, v = gather_dense(key_pages, value_pages, block_table, context_lens, page_size)\n",
         f"import mlx.core as mx\n{SIGNATURE}\n    k = mx.concatenate([key_pages[i] for i in range(3)], axis=1)\n",
         f"from .attention import scaled_dot_product_attention_grouped\n{SIGNATURE}\n    return scaled_dot_product_attention_grouped(query, key_pages, value_pages)\n",
     ],
@@ -57,3 +57,13 @@ def test_fused_sdpa_elsewhere_is_allowed() -> None:
 
 def test_unparsable_file_gives_no_findings() -> None:
     assert kinds(f"{SIGNATURE}\n    return (\n") == []
+
+
+def test_importing_the_grader_code_is_found_anywhere() -> None:
+    source = "import numpy as np\nfrom reference.subject import paged_attention\nimport impl.kv_cache\n"
+    assert [(f.kind, f.line) for f in scan_source(source, "attention.py")] == [("project_import", 2), ("project_import", 3)]
+
+
+def test_own_package_of_the_same_name_is_not_the_grader_code() -> None:
+    source = "from impl.helpers import page_walk\nfrom .reference import oracle\n"
+    assert scan_source(source, "attention.py", own_packages=frozenset({"impl"})) == []

@@ -38,7 +38,9 @@ MUTANTS = ROOT / "tests" / "mutants"
 SECRET = "grading-fixtures-secret-7d1f"
 INVARIANTS = ("release_once", "lazy_tail", "head_dims", "inputs_unchanged")
 # Limits sized for a loaded 2-core machine: a finishing pass takes a few seconds.
-OPTIONS = ["--jobs", "2", "--timeout", "30", "--memory", "2", "--seed", SECRET, "--invariants", ",".join(INVARIANTS)]
+RUBRIC = FIXTURES / "rubric.toml"
+OPTIONS = ["--jobs", "2", "--timeout", "30", "--memory", "2", "--seed", SECRET, "--invariants", ",".join(INVARIANTS),
+           "--rubric", str(RUBRIC)]  # fmt: skip
 RUN_LIMIT_S = 300
 
 
@@ -52,19 +54,21 @@ class Expected:
 
 ALL = frozenset(INVARIANTS)
 CACHES = frozenset({"release_once", "lazy_tail"})
+# Most fixtures are built from this project's code: flagged, not zeroed, by the fixture rubric.
+OWN = frozenset({"project_import"})
 SUBMISSIONS: dict[str, Expected] = {
-    "correct": Expected(FIXTURES / "correct", "ok", ALL),
+    "correct": Expected(FIXTURES / "correct", "ok", ALL, OWN),
     "starter": Expected(FIXTURES / "starter", "ok", frozenset()),
     "needs_extension": Expected(FIXTURES / "needs_extension", "build-failed", frozenset()),
-    "segfault": Expected(FIXTURES / "segfault.py", "crashed (SIGSEGV)", frozenset()),
-    "hang": Expected(FIXTURES / "hang.py", "timed-out", frozenset()),
-    "hoard": Expected(FIXTURES / "hoard.py", "out-of-memory", frozenset()),
-    # Its attention fails where SDPA is trapped; the findings set its total to 0.
-    "calls_sdpa": Expected(FIXTURES / "calls_sdpa.py", "ok", CACHES, frozenset({"sdpa_call", "dense_gather", "sdpa_trap"})),
-    # inputs_unchanged passes but needs head_dims (default rubric), which these break.
-    "context_minus_one": Expected(MUTANTS / "context_minus_one.py", "ok", CACHES),
-    "page_order_reversed": Expected(MUTANTS / "page_order_reversed.py", "ok", CACHES),
-    "block_table_clamped_in_place": Expected(MUTANTS / "block_table_clamped_in_place.py", "ok", ALL - {"inputs_unchanged"}),
+    "segfault": Expected(FIXTURES / "segfault.py", "crashed (SIGSEGV)", frozenset(), OWN),
+    "hang": Expected(FIXTURES / "hang.py", "timed-out", frozenset(), OWN),
+    "hoard": Expected(FIXTURES / "hoard.py", "out-of-memory", frozenset(), OWN),
+    # Its attention fails where SDPA is trapped, and the findings set its total to 0.
+    "calls_sdpa": Expected(FIXTURES / "calls_sdpa.py", "ok", CACHES, OWN | {"sdpa_call", "dense_gather", "sdpa_trap"}),
+    # inputs_unchanged passes but needs head_dims (see the rubric), which these break.
+    "context_minus_one": Expected(MUTANTS / "context_minus_one.py", "ok", CACHES, OWN),
+    "page_order_reversed": Expected(MUTANTS / "page_order_reversed.py", "ok", CACHES, OWN),
+    "block_table_clamped_in_place": Expected(MUTANTS / "block_table_clamped_in_place.py", "ok", ALL - {"inputs_unchanged"}, OWN),
 }
 # Graded again with an interruption: two that take a while and one that is quick.
 INTERRUPTED = ("context_minus_one", "correct", "segfault")
@@ -100,7 +104,7 @@ def scoreboard_rows(out: Path) -> dict[str, dict[str, str]]:
 
 
 def test_every_fixture_gets_its_verdict_and_points(graded: Path) -> None:
-    rubric = load_rubric()
+    rubric = load_rubric(RUBRIC)
     rows = scoreboard_rows(graded)
     assert sorted(rows) == sorted(SUBMISSIONS)
     for name, expected in SUBMISSIONS.items():
@@ -109,7 +113,7 @@ def test_every_fixture_gets_its_verdict_and_points(graded: Path) -> None:
         held = {i for i in INVARIANTS if float(row[i]) == rubric.points_for(i)}
         assert held == set(expected.held), f"{name}: {row}"
         assert set(row["flags"].split()) == set(expected.flags), f"{name}: {row}"
-        total = 0.0 if expected.flags else sum(rubric.points_for(i) for i in expected.held)
+        total = 0.0 if rubric.zeroes_total(set(expected.flags)) else sum(rubric.points_for(i) for i in expected.held)
         assert float(row["total"]) == total, f"{name}: {row}"
 
 
@@ -168,7 +172,7 @@ def test_merged_shards_reproduce_the_scoreboard(graded: Path, tmp_path: Path) ->
         shutil.copy(graded / "results" / f"{document['name']}.json", shard)
     merged = tmp_path / "merged"
     command = [sys.executable, "-m", "pagecheck.cli", "grade", "merge", str(tmp_path / "shard1"), str(tmp_path / "shard2"),
-               "--out", str(merged)]  # fmt: skip
+               "--out", str(merged), "--rubric", str(RUBRIC)]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_LIMIT_S)
     assert done.returncode == 0, done.stdout + done.stderr
     for name in ("grades.md", "grades.csv"):
@@ -216,6 +220,6 @@ def test_interrupted_run_resumes_to_the_same_scoreboard(graded: Path, tmp_path: 
     (baseline / "results").mkdir(parents=True)
     for name in INTERRUPTED:
         shutil.copy(graded / "results" / f"{name}.json", baseline / "results")
-    write_outputs(baseline, load_rubric())
+    write_outputs(baseline, load_rubric(RUBRIC))
     for name in ("grades.md", "grades.csv", *(f"feedback/{n}.md" for n in INTERRUPTED)):
         assert (out / name).read_bytes() == (baseline / name).read_bytes(), name

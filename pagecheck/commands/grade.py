@@ -27,7 +27,7 @@ from pagecheck.grading.plan import GradePlan
 from pagecheck.grading.rubric import DEFAULT_RUBRIC, Rubric, load_rubric
 from pagecheck.grading.sandbox import GIB, GradingInterrupted, LiveChildren, Limits
 from pagecheck.grading.schedule import jobs_to_run, run_jobs
-from pagecheck.grading.seeds import resolve_secret
+from pagecheck.grading.seeds import MIN_SECRET_LENGTH, resolve_secret
 from pagecheck.grading.shards import parse_shard
 from pagecheck.grading.submission import load_submissions
 from pagecheck.progress import StageProgress
@@ -116,6 +116,9 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
         device=args.device,
         selected=_selected_invariants(args.invariants),
     )
+    if len(plan.secret) < MIN_SECRET_LENGTH:
+        print(f"pagecheck {NAME}: warning: a --seed of under {MIN_SECRET_LENGTH} characters can be guessed; "
+              "hidden inputs are only as hidden as the secret")  # fmt: skip
     for invariant in plan.invariants:
         rubric.points_for(invariant)  # a rubric without points for a graded invariant fails now, not at the end
     todo, reused = jobs_to_run(submissions, plan, args.out, force=args.force)

@@ -9,6 +9,14 @@ file it calls by name (followed transitively), two things are findings:
                   (DENSE_HELPERS), or concatenate/stack over an expression
                   that names pages
 
+Anywhere in the submission, a third:
+
+    project_import  an import of pagecheck's own code (PROJECT_PACKAGES): the
+                    references and the fast implementation are importable
+                    wherever pagecheck is installed, and wrapping them passes
+                    every check. A package of that name inside the submission
+                    is the student's own and does not count.
+
 The scan is a heuristic for a reviewer, not a proof: it sees only the
 submission's own files and direct calls. The runtime SDPA trap (sdpa_trap.py)
 backs it up for the first kind.
@@ -27,6 +35,7 @@ DENSE_HELPERS = frozenset(
     {"gather_dense", "dense_attention", "scaled_dot_product_attention_simple", "scaled_dot_product_attention_grouped"}
 )
 JOINS = frozenset({"concatenate", "stack", "vstack", "hstack"})
+PROJECT_PACKAGES = frozenset({"pagecheck", "reference", "impl", "ext", "invariants"})
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -105,7 +114,16 @@ def _call_findings(call: ast.Call, aliases: dict[str, str], where: str) -> Itera
         yield Finding(where, call.lineno, "dense_gather", f"calls {name} over pages, building dense K/V")
 
 
-def scan_source(source: str, where: str) -> list[Finding]:
+def _imported_modules(tree: ast.Module) -> Iterator[tuple[str, int]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module, node.lineno
+
+
+def scan_source(source: str, where: str, own_packages: frozenset[str] = frozenset()) -> list[Finding]:
+    """Findings in one file; `own_packages` are top-level names the submission itself provides."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -115,14 +133,26 @@ def scan_source(source: str, where: str) -> list[Finding]:
     for function in _reachable_functions(tree):
         for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
             findings.update(_call_findings(call, aliases, where))
+    for module, line in _imported_modules(tree):
+        top = module.split(".")[0]
+        if top in PROJECT_PACKAGES and top not in own_packages:
+            findings.add(Finding(where, line, "project_import", f"imports {module}, which is pagecheck's own code"))
     return sorted(findings)
 
 
-def scan_submission(root: Path, relative_to: Path) -> list[Finding]:
-    """Findings in every .py file of a staged submission (a file or a directory tree), paths relative_to."""
+def _top_level_names(directory: Path) -> frozenset[str]:
+    return frozenset(p.stem if p.suffix == ".py" else p.name for p in directory.iterdir() if p.suffix == ".py" or p.is_dir())
+
+
+def scan_submission(root: Path, relative_to: Path, import_root: Path) -> list[Finding]:
+    """Findings in every .py file of a staged submission (a file or a directory tree), paths relative_to.
+
+    `import_root` is the directory the subject is imported from (src/ of a checkout).
+    """
+    own = _top_level_names(import_root)
     files = [root] if root.is_file() else sorted(root.rglob("*.py"))
     findings: list[Finding] = []
     for path in files:
         where = path.relative_to(relative_to).as_posix()
-        findings.extend(scan_source(path.read_text(encoding="utf-8", errors="replace"), where))
+        findings.extend(scan_source(path.read_text(encoding="utf-8", errors="replace"), where, own))
     return findings

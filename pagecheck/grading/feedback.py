@@ -31,6 +31,7 @@ FINDING_TEXT = {
     "sdpa_call": "your paged attention calls MLX's fused SDPA; it must read K/V through the block table itself",
     "dense_gather": "your paged attention gathers the pages into dense K/V before attending",
     "sdpa_trap": "it called mx.fast.scaled_dot_product_attention while the checks ran (during grading that call raises)",
+    "project_import": "it imports the grader's own code; a submission must stand on its own",
 }
 
 

@@ -19,7 +19,7 @@ from pagecheck.grading.build import BuildOutcome, build_command, build_extension
 from pagecheck.grading.plan import GradePlan
 from pagecheck.grading.results_store import FORMAT, VERSION, result_path, write_json_atomic
 from pagecheck.grading.sandbox import LiveChildren, Limits, child_environment
-from pagecheck.grading.seeds import pass_seeds
+from pagecheck.grading.seeds import MIN_SECRET_LENGTH, pass_seeds
 from pagecheck.grading.submission import Submission, content_digest, stage_copy
 from pagecheck.grading.suite_pass import PassOutcome, code_roots, run_suite_pass
 from pagecheck.grading.verdicts import Verdict
@@ -52,9 +52,20 @@ def submission_verdict(passes: list[PassOutcome], build: BuildOutcome | None) ->
     return last
 
 
+SECRET_MASK = "<secret>"
+
+
 def _student_paths(text: str, student_dir: Path) -> str:
     """Staged absolute paths shown relative to where the student runs commands from."""
     return text.replace(f"{student_dir}/", "").replace(str(student_dir), ".")
+
+
+def _shown(text: str, student_dir: Path, secret: str) -> str:
+    """A message as results (and so feedback) keep it: student paths, and the secret masked should the
+    submission have found and printed it (it runs as the grader's user)."""
+    shown = _student_paths(text, student_dir)
+    # A short secret would mask ordinary digits and words; it is guessable anyway (the command warns).
+    return shown.replace(secret, SECRET_MASK) if len(secret) >= MIN_SECRET_LENGTH else shown
 
 
 def _trap_findings(passes: list[PassOutcome], student_dir: Path) -> list[Finding]:
@@ -100,7 +111,8 @@ def grade_submission(
 
     verdict = submission_verdict(passes, build)
     student_dir = submission.student_dir(staged)
-    findings = sorted({*scan_submission(root, student_dir), *_trap_findings(passes, student_dir)})
+    scanned = scan_submission(root, student_dir, submission.import_root(staged))
+    findings = sorted({*scanned, *_trap_findings(passes, student_dir)})
     document = {
         "format": FORMAT,
         "version": VERSION,
@@ -111,12 +123,12 @@ def grade_submission(
         "digest": digest,
         "settings": plan.settings(),
         "verdict": verdict.verdict,
-        "detail": _student_paths(verdict.detail, student_dir),
+        "detail": _shown(verdict.detail, student_dir, plan.secret),
         "running_check": passes[-1].running_check if verdict.verdict != "ok" else None,
         "failed_pass": passes[-1].seed.kind if verdict.verdict != "ok" else None,
         "build": build.as_dict() if build is not None else None,
         "passes": [p.as_dict() for p in passes],
-        "checks": [{**c, "message": _student_paths(c["message"], student_dir)} for c in combine_checks(passes)],
+        "checks": [{**c, "message": _shown(c["message"], student_dir, plan.secret)} for c in combine_checks(passes)],
         "findings": [f.as_dict() for f in findings],
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started_at)),
         "elapsed_s": round(time.monotonic() - start, 3),

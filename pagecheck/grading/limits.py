@@ -7,6 +7,8 @@ in a process forked from a threaded grader, which can deadlock.)
 
 - RLIMIT_AS caps the address space: an allocation past it fails inside the child.
 - RLIMIT_CORE = 0: a crashing submission leaves no core file behind.
+- RLIMIT_FSIZE caps any one file it writes (its log included) at MAX_FILE_BYTES;
+  past it the write fails with SIGXFSZ, reported as a crash.
 - On Linux the child is killed when the grader dies (PR_SET_PDEATHSIG), so a
   grader stopped with SIGKILL leaves no hanging submission running.
 """
@@ -20,6 +22,7 @@ import signal
 import sys
 
 PR_SET_PDEATHSIG = 1
+MAX_FILE_BYTES = 1 << 30  # room for an extension build, not for filling the disk
 USAGE = "usage: python -m pagecheck.grading.limits MEMORY_BYTES -- COMMAND [ARG...]"
 
 
@@ -36,6 +39,7 @@ def die_with_parent() -> None:
 def apply_limits(memory_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
 
 
 def main(argv: list[str]) -> None:

@@ -20,21 +20,20 @@ VERSION = 1
 RESULTS_DIR = "results"
 
 
-def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `path` so that readers see the old file or the whole new one, never part of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     with open(temporary, "w", encoding="utf-8") as file:
-        file.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+        file.write(text)
         file.flush()
         os.fsync(file.fileno())
     os.replace(temporary, path)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
+    # Sorted keys: the same document always gives the same bytes (merged shards are compared byte for byte).
+    write_text_atomic(path, json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def result_path(out: Path, name: str) -> Path:

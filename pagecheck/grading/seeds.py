@@ -18,6 +18,7 @@ from invariants.profiles import DEFAULT_SEED
 
 PUBLIC_SEED = DEFAULT_SEED
 SECRET_FILE = "secret.txt"  # in the output directory, never in feedback/
+MIN_SECRET_LENGTH = 8  # shorter secrets can be guessed from a few public runs
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,10 @@ class Submission:
         """The staged directory that stands for where the student runs commands from (see student_spec)."""
         return self.staged_root(staged) if self.kind == "tiny-llm" else staged
 
+    def import_root(self, staged: Path) -> Path:
+        """The directory whose top-level modules the subject's imports resolve to first."""
+        return self.staged_root(staged) / "src" if self.kind == "tiny-llm" else staged
+
     def subject_spec(self, staged: Path) -> str:
         """The --subject spec for the staged copy."""
         root = self.staged_root(staged)
