@@ -1,0 +1,63 @@
+// Python bindings of the pagecheck extension (module ext._ext).
+// std::invalid_argument from the ops becomes ValueError (nanobind's default
+// translation), raised at call time for shapes and dtypes and at evaluation
+// time for block-table and context values.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
+
+#include "build_info.h"
+#include "dense_attention/dense_attention.h"
+#include "paged_attention/paged_attention.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+NB_MODULE(_ext, module) {
+  module.doc() = "pagecheck C++ MLX extension: paged and dense attention";
+
+  module.def(
+      "paged_attention",
+      &pagecheck::paged_attention,
+      "query"_a,
+      "key_pages"_a,
+      "value_pages"_a,
+      "block_table"_a,
+      "context_lens"_a,
+      "page_size"_a,
+      "scale"_a = nb::none(),
+      "causal"_a = false,
+      nb::kw_only(),
+      "stream"_a = nb::none(),
+      "Paged attention. query [B, Hq, L, D]; key_pages/value_pages [P, Hkv, page_size, D]; "
+      "block_table int32 [B, max_pages] (-1 padded); context_lens int32 [B]. Returns [B, Hq, L, D] "
+      "in the query dtype. With causal, queries are the last L positions of each context.");
+
+  module.def(
+      "dense_attention",
+      &pagecheck::dense_attention,
+      "query"_a,
+      "key"_a,
+      "value"_a,
+      "scale"_a = nb::none(),
+      "causal"_a = false,
+      "context_lens"_a = nb::none(),
+      nb::kw_only(),
+      "stream"_a = nb::none(),
+      "Dense grouped-query attention. query [B, Hq, L, D]; key/value [B, Hkv, S, D]; optional "
+      "context_lens int32 [B] (keys past it do not exist). Same mask rule as paged_attention.");
+
+  module.def("build_info", [] {
+    const pagecheck::BuildInfo info = pagecheck::build_info();
+    nb::dict result;
+    result["kernel_flags"] = info.kernel_flags;
+    result["march"] = info.march;
+    result["compiler"] = info.compiler;
+    result["build_type"] = info.build_type;
+    result["mlx_version_built"] = info.mlx_version_built;
+    result["mlx_version_runtime"] = info.mlx_version_runtime;
+    result["num_threads"] = info.num_threads;
+    return result;
+  }, "How the extension was compiled: kernel flags, -march, compiler, MLX versions, CPU threads.");
+}

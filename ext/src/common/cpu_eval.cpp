@@ -1,0 +1,31 @@
+#include "common/cpu_eval.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "mlx/allocator.h"
+
+namespace pagecheck {
+
+namespace mx = mlx::core;
+
+mx::cpu::CommandEncoder& begin_cpu_eval(
+    const char* primitive_name,
+    const std::vector<mx::array>& inputs,
+    mx::array& out,
+    mx::Stream stream) {
+  for (const mx::array& input : inputs) {
+    if (!input.flags().row_contiguous) {
+      throw std::runtime_error(std::string("pagecheck: ") + primitive_name + " received a non-contiguous input");
+    }
+  }
+  out.set_data(mx::allocator::malloc(out.nbytes()));
+  auto& encoder = mx::cpu::get_command_encoder(stream);
+  for (const mx::array& input : inputs) {
+    encoder.set_input_array(input);
+  }
+  encoder.set_output_array(out);
+  return encoder;
+}
+
+} // namespace pagecheck

@@ -1,0 +1,35 @@
+// Inputs that are already computed, used at op time.
+//
+// Reads small integer metadata (block tables, context lengths) at op time
+// when it is already computed, so bad values raise at the call (ValueError)
+// instead of when the graph is evaluated. Lazy inputs (not yet scheduled, or
+// traced under mx.compile) return nullptr and are checked when the task runs.
+#pragma once
+
+#include <cstdint>
+
+#include "mlx/array.h"
+#include "mlx/ops.h"
+#include "mlx/utils.h"
+
+namespace pagecheck {
+
+inline const int32_t* ready_int32_values(mlx::core::array& array) {
+  if (array.status() == mlx::core::array::Status::unscheduled || !array.flags().row_contiguous) {
+    return nullptr;
+  }
+  array.wait();
+  return array.data<int32_t>();
+}
+
+// The array itself when it is already computed and row contiguous, else
+// mx::contiguous of it. Skipping the extra graph node matters for short
+// decode calls, where per-node scheduling is a visible part of the time.
+inline mlx::core::array row_contiguous_input(const mlx::core::array& array, mlx::core::StreamOrDevice stream) {
+  if (array.status() != mlx::core::array::Status::unscheduled && array.flags().row_contiguous) {
+    return array;
+  }
+  return mlx::core::contiguous(array, false, stream);
+}
+
+} // namespace pagecheck

@@ -1,0 +1,89 @@
+// The op: checks shapes and dtypes (values are checked when the task runs),
+// promotes the query to the K/V storage dtype, makes every input row
+// contiguous (skipped for computed arrays that already are), and builds the primitive.
+#include "paged_attention/paged_attention.h"
+
+#include <climits>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+
+#include "common/input_checks.h"
+#include "common/ready_inputs.h"
+#include "mlx/ops.h"
+#include "paged_attention/metadata_validation.h"
+#include "paged_attention/primitive.h"
+
+namespace pagecheck {
+
+namespace mx = mlx::core;
+
+mx::array paged_attention(
+    const mx::array& query,
+    const mx::array& key_pages,
+    const mx::array& value_pages,
+    const mx::array& block_table,
+    const mx::array& context_lens,
+    int page_size,
+    std::optional<float> scale,
+    bool causal,
+    mx::StreamOrDevice stream) {
+  check_ndim("query", query, 4, "[B, H_q, L, D]");
+  check_ndim("key_pages", key_pages, 4, "[P, H_kv, page_size, D]");
+  check_ndim("value_pages", value_pages, 4, "[P, H_kv, page_size, D]");
+  check_ndim("block_table", block_table, 2, "[B, max_pages]");
+  check_ndim("context_lens", context_lens, 1, "[B]");
+  check_attention_dtype("query", query);
+  check_attention_dtype("key_pages", key_pages);
+  check_int32("block_table", block_table);
+  check_int32("context_lens", context_lens);
+  if (value_pages.dtype() != key_pages.dtype()) {
+    std::ostringstream message;
+    message << "pagecheck: value_pages dtype " << value_pages.dtype() << " differs from key_pages dtype "
+            << key_pages.dtype();
+    throw std::invalid_argument(message.str());
+  }
+  if (value_pages.shape() != key_pages.shape()) {
+    throw std::invalid_argument("pagecheck: value_pages shape " + shape_text(value_pages) +
+                                " differs from key_pages shape " + shape_text(key_pages));
+  }
+  if (page_size <= 0) {
+    std::ostringstream message;
+    message << "pagecheck: page_size = " << page_size << " must be positive";
+    throw std::invalid_argument(message.str());
+  }
+  const int batch = query.shape(0);
+  const int head_dim = query.shape(3);
+  check_heads(query.shape(1), key_pages.shape(1), head_dim);
+  check_dim_equal("key_pages", 2, key_pages, page_size, "page_size");
+  check_dim_equal("key_pages", 3, key_pages, head_dim, "query head dim D");
+  check_dim_equal("block_table", 0, block_table, batch, "query batch B");
+  check_dim_equal("context_lens", 0, context_lens, batch, "query batch B");
+  if (static_cast<int64_t>(block_table.shape(1)) * page_size > INT_MAX) {
+    throw std::invalid_argument("pagecheck: block_table columns * page_size exceeds the int32 position range");
+  }
+  const float resolved_scale = resolve_scale(scale ? &*scale : nullptr, head_dim);
+  mx::array table_values = block_table;
+  mx::array context_values = context_lens;
+  const int32_t* ready_table = ready_int32_values(table_values);
+  const int32_t* ready_contexts = ready_int32_values(context_values);
+  if (ready_table != nullptr && ready_contexts != nullptr) {
+    validate_paged_metadata(
+        paged_shape(query, key_pages, block_table, page_size, resolved_scale, causal), ready_table, ready_contexts);
+  }
+
+  const mx::Dtype storage_dtype = key_pages.dtype();
+  auto primitive = std::make_shared<PagedAttention>(mx::to_stream(stream), page_size, resolved_scale, causal);
+  mx::array out = mx::array(
+      query.shape(),
+      storage_dtype,
+      primitive,
+      {row_contiguous_input(mx::astype(query, storage_dtype, stream), stream),
+       row_contiguous_input(key_pages, stream),
+       row_contiguous_input(value_pages, stream),
+       row_contiguous_input(block_table, stream),
+       row_contiguous_input(context_lens, stream)});
+  return query.dtype() == storage_dtype ? out : mx::astype(out, query.dtype(), stream);
+}
+
+} // namespace pagecheck

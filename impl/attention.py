@@ -1,0 +1,49 @@
+"""paged_attention with the course's Week 3 signature, backed by the C++ extension.
+
+Inputs are checked in Python first (reference/validation.py: the one list of
+rejections, each a ValueError naming the field and the value), then the
+extension runs. Dense K/V is never built and MLX's own SDPA is never called.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+
+import ext
+from reference.validation import check_paged_inputs
+
+
+def as_int32(x: Any) -> mx.array:
+    array = x if isinstance(x, mx.array) else mx.array(x)
+    return array if array.dtype == mx.int32 else array.astype(mx.int32)
+
+
+def paged_attention(
+    query: mx.array,
+    key_pages: mx.array,
+    value_pages: mx.array,
+    block_table: mx.array,
+    context_lens: mx.array,
+    page_size: int,
+    scale: float | None = None,
+    mask: str | None = None,
+) -> mx.array:
+    """Attention of query [B, H_q, L, D] over pages [P, H_kv, page_size, D].
+
+    Position s of request b lives in page block_table[b, s // page_size], slot
+    s % page_size; only s < context_lens[b] exist. mask="causal" treats the L
+    queries as the last L positions of each context. Returns the query dtype.
+    """
+    check_paged_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
+    return ext.paged_attention(
+        query,
+        key_pages,
+        value_pages,
+        as_int32(block_table),
+        as_int32(context_lens),
+        int(page_size),
+        scale,
+        mask == "causal",
+    )
