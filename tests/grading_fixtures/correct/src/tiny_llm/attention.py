@@ -1,3 +1,3 @@
-from reference.subject import paged_attention
+from impl.attention import paged_attention
 
 __all__ = ["paged_attention"]
