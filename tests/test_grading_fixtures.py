@@ -74,9 +74,10 @@ SUBMISSIONS: dict[str, Expected] = {
 INTERRUPTED = ("context_minus_one", "correct", "segfault")
 
 
-def grade(paths: list[Path], out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def grade(paths: list[Path], out: Path, *extra: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "pagecheck.cli", "grade", *map(str, paths), "--out", str(out), *OPTIONS, *extra]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_LIMIT_S)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S)
     assert done.returncode == 0, f"{' '.join(command)}\n{done.stdout}\n{done.stderr}"
     return done
 
@@ -213,7 +214,7 @@ def test_interrupted_run_resumes_to_the_same_scoreboard(graded: Path, tmp_path: 
             time.sleep(0.1)
         assert not _grader_children(out)
 
-    done = grade(paths, out)
+    done = grade(paths, out.relative_to(tmp_path), cwd=tmp_path)  # a relative --out works too
     assert f"{len(INTERRUPTED) - finished_before_kill} to grade, {finished_before_kill} finished earlier" in done.stderr
 
     baseline = tmp_path / "baseline"

@@ -86,6 +86,7 @@ def grade_submission(
     submission: Submission, plan: GradePlan, out: Path, *, digest: str | None = None, live: LiveChildren | None = None
 ) -> dict[str, Any]:
     started_at, start = time.time(), time.monotonic()
+    out = out.resolve()  # the children run elsewhere: every path they are given is absolute
     digest = content_digest(submission) if digest is None else digest
     work, logs = out / "work" / submission.name, out / "logs" / submission.name
     for directory in (work, logs):
