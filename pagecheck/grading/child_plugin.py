@@ -6,6 +6,8 @@
   written as it happens) of the session start, each check started and
   finished, and each trapped SDPA call. When the child dies, the journal still
   says which check was running.
+- It wraps the subject's paged_attention in the input guard (input_guard.py),
+  so a call that changes its inputs fails the check that made it.
 - A check that ran out of memory ends the child at once with OOM_EXIT_CODE:
   under the address-space limit every later allocation would fail too, and
   the grader reports the whole submission as out-of-memory.
@@ -20,6 +22,8 @@ from typing import Any, Generator
 
 import pytest
 
+from invariants.conftest import SUBJECT_KEY
+from pagecheck.grading.input_guard import guard_inputs
 from pagecheck.grading.sdpa_trap import TRAP
 
 OOM_EXIT_CODE = 86
@@ -97,7 +101,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--pagecheck-journal", default=None, metavar="PATH", help="grading: write the event journal here")
 
 
+@pytest.hookimpl(trylast=True)  # after invariants/conftest.py has loaded the subject
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("pagecheck_journal")
     if path:
         config.pluginmanager.register(Journal(Path(path)), "pagecheck-journal")
+    subject = config.stash.get(SUBJECT_KEY, None)
+    if subject is None:  # the conftest raises before this runs when the subject does not load
+        raise pytest.UsageError("grading: the invariants suite loaded no subject; run it with its conftest")
+    if subject.has("paged_attention"):
+        subject.names["paged_attention"] = guard_inputs(subject.names["paged_attention"])
