@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pagecheck.grading.build import BuildOutcome
+from pagecheck.grading.child_plugin import PLUGIN
 from pagecheck.grading.feedback import HIDDEN_MASK, render_feedback
 from pagecheck.grading.grade_one import combine_checks, submission_verdict
 from pagecheck.grading.rubric import parse_rubric
@@ -20,7 +21,7 @@ def test_failure_comes_with_a_public_reproduction() -> None:
     document["checks"][0]["message"] = "AssertionError: read 4 keys, expected 5"
     text = render_feedback(document, RUBRIC)
     assert "read 4 keys, expected 5" in text
-    assert f'"$INV/test_context_len.py::test_0" --subject amy.py --pagecheck-seed {PUBLIC_SEED}' in text
+    assert f'"$INV/test_context_len.py::test_0" -p {PLUGIN} --subject amy.py --pagecheck-seed {PUBLIC_SEED}' in text
     assert "## Invariants met\n\nlazy_tail." in text
 
 

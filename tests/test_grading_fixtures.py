@@ -155,16 +155,19 @@ def test_student_files_never_show_the_secret(graded: Path) -> None:
 
 
 def test_feedback_command_reproduces_the_failure(graded: Path, tmp_path: Path) -> None:
-    feedback = (graded / "feedback" / "context_minus_one.md").read_text()
-    commands = re.findall(r"^    (python -m pytest .*--pagecheck-seed \d+)$", feedback, flags=re.MULTILINE)
+    # A failure only the grading plugin shows: the call changed its inputs, the output was right.
+    name = "block_table_clamped_in_place"
+    feedback = (graded / "feedback" / f"{name}.md").read_text()
+    commands = re.findall(r"^    (python -m pytest .*test_head_dims.*--pagecheck-seed \d+)$", feedback, flags=re.MULTILINE)
     assert commands, feedback
     workdir = tmp_path / "student"
     workdir.mkdir()
-    shutil.copy(SUBMISSIONS["context_minus_one"].path, workdir)
+    shutil.copy(SUBMISSIONS[name].path, workdir)
     command = commands[0].replace("$INV", str(ROOT / "invariants")) + " -p no:cacheprovider -p no:xdist"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run(command, shell=True, cwd=workdir, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S)
     assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout + done.stderr
+    assert "changed its input block_table" in done.stdout
 
 
 def test_rerun_reuses_every_finished_result(graded: Path) -> None:

@@ -90,3 +90,10 @@ def test_memory_errors_are_found_inside_groups_and_chains() -> None:
     assert is_memory_error(chained)
     assert is_memory_error(ExceptionGroup("two failures", [ValueError("a"), MemoryError("b")]))
     assert not is_memory_error(ExceptionGroup("two failures", [ValueError("a"), KeyError("b")]))
+
+
+def test_importing_the_grader_leaves_mlx_sdpa_alone(tmp_path: Path) -> None:
+    # The trap belongs in the children only; `pagecheck bench` times the real SDPA in this process.
+    code = "import pagecheck.cli, mlx.core as mx; print(type(mx.fast.scaled_dot_product_attention).__name__)"
+    assert run_python(code, tmp_path).returncode == 0
+    assert "SdpaTrap" not in (tmp_path / "log").read_text()

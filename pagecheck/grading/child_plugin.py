@@ -1,7 +1,9 @@
 """The pytest plugin each grading child loads with `-p pagecheck.grading.child_plugin`.
 
-- It installs the SDPA trap when imported: pytest imports `-p` plugins before
-  any conftest.py, so the trap is in place before the subject is loaded.
+- It installs the SDPA trap in pytest_load_initial_conftests, which pytest
+  calls on `-p` plugins before it imports any conftest.py, so the trap is in
+  place before the subject is loaded. Importing this module does nothing else:
+  the grader imports it for its constants.
 - With `--pagecheck-journal PATH` it keeps a journal (one JSON object per line,
   written as it happens) of the session start, each check started and
   finished, and each trapped SDPA call. When the child dies, the journal still
@@ -22,14 +24,12 @@ from typing import Any, Generator
 
 import pytest
 
-from invariants.conftest import SUBJECT_KEY
 from pagecheck.grading.input_guard import guard_inputs
 from pagecheck.grading.sdpa_trap import TRAP
 
+PLUGIN = __name__  # what `-p` names to load this plugin, in grading and in feedback's commands
 OOM_EXIT_CODE = 86
 MEMORY_ERROR_MARKERS = ("MemoryError", "std::bad_alloc")
-
-TRAP.install()
 
 
 def read_journal(path: Path) -> list[dict[str, Any]]:
@@ -97,12 +97,19 @@ class Journal:
             os._exit(OOM_EXIT_CODE)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests() -> None:
+    TRAP.install()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--pagecheck-journal", default=None, metavar="PATH", help="grading: write the event journal here")
 
 
 @pytest.hookimpl(trylast=True)  # after invariants/conftest.py has loaded the subject
 def pytest_configure(config: pytest.Config) -> None:
+    from invariants.conftest import SUBJECT_KEY  # the suite's own conftest module, loaded by now
+
     path = config.getoption("pagecheck_journal")
     if path:
         config.pluginmanager.register(Journal(Path(path)), "pagecheck-journal")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from invariants.catalog import INVARIANTS
+from pagecheck.grading.child_plugin import PLUGIN
 from pagecheck.grading.rubric import Rubric
 from pagecheck.grading.scoreboard import Score, checks_by_invariant, format_points, score_result
 from pagecheck.grading.seeds import PUBLIC_SEED
@@ -28,10 +29,10 @@ RUN_PROBLEMS = {
     "out-of-memory": "The checks ran out of memory.",
 }
 FINDING_TEXT = {
-    "sdpa_call": "your paged attention calls MLX's fused SDPA; it must read K/V through the block table itself",
-    "dense_gather": "your paged attention gathers the pages into dense K/V before attending",
-    "sdpa_trap": "it called mx.fast.scaled_dot_product_attention while the checks ran (during grading that call raises)",
-    "project_import": "it imports the grader's own code; a submission must stand on its own",
+    "sdpa_call": "Paged attention must read K/V through the block table itself.",
+    "dense_gather": "Paged attention must not gather the pages into dense K/V.",
+    "sdpa_trap": "mx.fast.scaled_dot_product_attention raises during grading.",
+    "project_import": "A submission must not use the grader's own code.",
 }
 
 
@@ -50,9 +51,10 @@ def _quoted(text: str) -> list[str]:
 
 
 def check_command(nodeid: str, spec: str) -> str:
-    """The command that reruns one check on the public inputs, from the submission's directory."""
+    """The command that reruns one check on the public inputs, from the submission's directory, with the
+    grading plugin loaded as in grading (SDPA trapped, every call's inputs checked)."""
     path = nodeid.removeprefix("invariants/")
-    return f'python -m pytest "$INV/{path}" --subject {spec} --pagecheck-seed {PUBLIC_SEED}'
+    return f'python -m pytest "$INV/{path}" -p {PLUGIN} --subject {spec} --pagecheck-seed {PUBLIC_SEED}'
 
 
 def _check_lines(check: dict[str, Any], document: dict[str, Any]) -> list[str]:
@@ -106,8 +108,8 @@ def render_feedback(document: dict[str, Any], rubric: Rubric) -> str:
         if rubric.zeroes_total({f["kind"] for f in document["findings"]}):
             lines += ["These set the total to 0.", ""]
         for finding in document["findings"]:
-            lines.append(f"- `{finding['file']}:{finding['line']}` ({finding['kind']}): {FINDING_TEXT[finding['kind']]}; "
-                         f"{_masked(finding['detail'], document)}")  # fmt: skip
+            lines.append(f"- `{finding['file']}:{finding['line']}` ({finding['kind']}): "
+                         f"{_masked(finding['detail'], document)}. {FINDING_TEXT[finding['kind']]}")  # fmt: skip
         lines.append("")
     grouped = checks_by_invariant(document)
     missed = [i for i in document["settings"]["invariants"] if not score.held(i, rubric)]

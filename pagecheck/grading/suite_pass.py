@@ -8,14 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pagecheck
-from pagecheck.grading.child_plugin import read_journal
+from pagecheck.grading.child_plugin import PLUGIN, read_journal
 from pagecheck.grading.plan import GradePlan
 from pagecheck.grading.sandbox import ChildExit, LiveChildren, run_limited
 from pagecheck.grading.seeds import SuitePassSeed
 from pagecheck.grading.verdicts import Verdict, classify_pass
 from pagecheck.suite_run import SuiteRequest, invariants_dir
 
-PLUGIN = "pagecheck.grading.child_plugin"
 LOG_TAIL_BYTES = 64 << 10
 
 
