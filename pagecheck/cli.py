@@ -8,13 +8,14 @@ then add the module to COMMANDS.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from types import ModuleType
 
-from pagecheck.commands import grade, options, report, tolerance
+from pagecheck.commands import bench, grade, options, report, tolerance
 from pagecheck.environment import pagecheck_version
 
-COMMANDS: tuple[ModuleType, ...] = (report, tolerance, grade)
+COMMANDS: tuple[ModuleType, ...] = (report, tolerance, bench, grade)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # `python -m pytest`, which runs the invariants suite, imports from the current directory;
+    # the console script does not. Doing the same here loads a module or file subject the
+    # same way in both processes.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     args = build_parser().parse_args(argv)
     return int(args.run(args))
 

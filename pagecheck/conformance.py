@@ -31,7 +31,7 @@ def group_by_invariant(results: dict[str, Any], selected: tuple[str, ...]) -> li
     ids = [i for i in catalog if not selected or i in selected]
     groups = {
         i: {"id": i, "description": catalog[i], "counts": dict.fromkeys(("pass", "fail", "error", "skip", "total"), 0),
-            "failures": []}
+            "failures": [], "skip_reasons": {}}
         for i in ids
     }  # fmt: skip
     for check in results["checks"]:
@@ -44,8 +44,13 @@ def group_by_invariant(results: dict[str, Any], selected: tuple[str, ...]) -> li
             group["failures"].append(
                 {k: check[k] for k in ("nodeid", "outcome", "message", "duration")}
             )
+        elif check["outcome"] == "skip":
+            reasons = group["skip_reasons"]
+            reasons[check["message"]] = reasons.get(check["message"], 0) + 1
     for group in groups.values():
         group["verdict"] = invariant_verdict(group["counts"])
+        # Many checks skip for one reason (a missing class): each reason once, with its count.
+        group["skip_reasons"] = [{"reason": r, "checks": n} for r, n in group["skip_reasons"].items()]
     return list(groups.values())
 
 

@@ -52,7 +52,7 @@ MEANING: dict[ExitCode, str] = {
     ExitCode.USAGE: "the command line is wrong",
     ExitCode.SUBJECT_LOAD_FAILED: "the subject could not be imported or lacks paged_attention",
     ExitCode.TOLERANCE_EXCEEDED: "some tolerance-sweep cell is outside the tolerance table",
-    ExitCode.BENCH_INCORRECT: "the benchmarked variants disagree with each other",
+    ExitCode.BENCH_INCORRECT: "a benchmarked variant raised, or its output is further than atol from float64",
     ExitCode.SUITE_ERROR: "the invariants suite could not run to the end (see invariants.log)",
     ExitCode.DEVICE_UNAVAILABLE: "--device gpu was asked for and MLX has no GPU here",
     ExitCode.INTERRUPTED: "stopped by SIGINT or SIGTERM; `pagecheck grade` keeps every finished result",

@@ -64,7 +64,7 @@ FULL_GRID = SweepGrid(
     dtypes=("float32", "bfloat16", "float16"),
     head_dims=(64, 128),
     page_sizes=(16, 128),
-    query_lens=(1, 7, 32),
+    query_lens=(1, 7, 16),
     contexts=(1, 100, 1000, 4096),
 )
 

@@ -42,7 +42,7 @@ def add_device_option(parser: argparse.ArgumentParser) -> None:
         "--device",
         choices=DEVICES,
         default="cpu",
-        help="MLX device the subject runs on; gpu means Metal on macOS, CUDA with mlx[cuda13] on Linux "
+        help="MLX device to run on; gpu means Metal on macOS, CUDA with mlx[cuda13] on Linux "
         "(default: %(default)s)",
     )
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from invariants.catalog import INVARIANTS
 from pagecheck.commands import options
+from pagecheck.commands.bench import add_bench_options, quick_bench_text, run_bench_stage
 from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
 from pagecheck.commands.tolerance import run_tolerance_stage
 from pagecheck.conformance import conformance_body, subject_error_body
@@ -20,11 +21,12 @@ from pagecheck.report_document import new_document, write_json
 from pagecheck.report_index import write_index
 from pagecheck.results import load_results
 from pagecheck.suite_run import SuiteRequest, run_suite
+from pagecheck.tolerance_sweep import FULL_GRID, QUICK_GRID
 
 NAME = "report"
 STAGES = ("invariants", "tolerance", "bench")
-# The Hypothesis profile of the invariants suite for each report profile.
-SUITE_PROFILE = {"full": "default", "quick": "default"}
+# The Hypothesis profile (invariants/profiles.py) of the suite for each report profile.
+SUITE_PROFILE = {"full": "thorough", "quick": "default"}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -40,7 +42,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     options.add_subject_option(parser)
     options.add_device_option(parser)
     options.add_out_option(parser)
-    options.add_quick_option(parser, "the small tolerance grid and a short benchmark")
+    options.add_quick_option(
+        parser, f"the invariants' {SUITE_PROFILE['quick']} Hypothesis profile instead of {SUITE_PROFILE['full']}; "
+        f"{len(list(QUICK_GRID.cells()))} tolerance cells instead of {len(list(FULL_GRID.cells()))}; benchmark {quick_bench_text()}"
+    )
     options.add_seed_option(parser)
     options.add_jobs_option(parser)
     parser.add_argument(
@@ -52,6 +57,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="run only this invariant's checks; repeat it for several (default: every invariant). "
         "IDs: " + ", ".join(INVARIANTS),
     )
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=STAGES,
+        metavar="STAGE",
+        help=f"leave a stage out (repeatable); STAGE is one of {', '.join(STAGES)}. The index covers the rest",
+    )
+    add_bench_options(parser)
     return parser
 
 
@@ -106,6 +120,10 @@ def _write_conformance(args: argparse.Namespace, out: Path, body: dict[str, Any]
 
 
 def run(args: argparse.Namespace) -> int:
+    chosen = [name for name in STAGES if name not in args.skip]
+    if not chosen:
+        print(f"pagecheck {NAME}: every stage was skipped; nothing to report")
+        return ExitCode.USAGE
     try:
         subject = prepare_subject(args, needs=("paged_attention",))
     except SubjectSetupError as exc:
@@ -117,10 +135,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"pagecheck {NAME}: wrote {write_index(out)}")
         return exc.code
     out = options.report_dir(args)
-    codes = [
-        run_conformance_stage(args, out, StageProgress(STAGES[0], 1, len(STAGES))),
-        run_tolerance_stage(subject, args, out, StageProgress(STAGES[1], 2, len(STAGES))),
-    ]
+    stages = {
+        "invariants": lambda progress: run_conformance_stage(args, out, progress),
+        "tolerance": lambda progress: run_tolerance_stage(subject, args, out, progress),
+        "bench": lambda progress: run_bench_stage(args, out, progress),
+    }
+    codes = [stages[name](StageProgress(name, index, len(chosen))) for index, name in enumerate(chosen, start=1)]
     index = write_index(out)
     code = most_serious(codes)
     print(f"pagecheck {NAME}: {code.name} (exit {int(code)}); summary in {index}")

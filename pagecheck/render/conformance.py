@@ -10,7 +10,8 @@ VERDICT_TEXT = {"pass": "holds", "fail": "**BROKEN**", "error": "**ERROR**", "sk
 
 
 def unchecked_phrase(count: int) -> str:
-    return f"{count} had no check that ran (skipped or not run), so they are neither shown to hold nor broken"
+    noun = "invariant" if count == 1 else "invariants"
+    return f"{count} {noun} had no check that ran (all skipped, or none exists): neither shown to hold nor broken"
 
 
 def _verdict_line(document: dict[str, Any]) -> str:
@@ -30,7 +31,7 @@ def _verdict_line(document: dict[str, Any]) -> str:
     return text + (f" {problem[0].upper()}{problem[1:]}." if problem else "")
 
 
-def _environment_table(environment: dict[str, Any]) -> str:
+def environment_list(environment: dict[str, Any]) -> str:
     devices = environment["devices"]
     git = environment["git"]
     extension = environment["extension"]
@@ -43,9 +44,10 @@ def _environment_table(environment: dict[str, Any]) -> str:
         ("NumPy", environment["numpy"]),
         ("pagecheck", environment["pagecheck"]),
         ("Source", f"{git['commit']}{' (uncommitted changes)' if git['dirty'] else ''}" if git else "not a git checkout"),
-        ("Extension", ", ".join(f"{k}={v}" for k, v in extension.items()) if isinstance(extension, dict) else extension),
-    ]
-    return table(("", ""), rows, ("left", "left"))
+        ("Extension", ", ".join(f"{k} = {inline_code(str(v))}" for k, v in extension.items())
+         if isinstance(extension, dict) else extension),
+    ]  # fmt: skip
+    return "\n".join(f"- **{name}:** {value}" for name, value in rows)
 
 
 def _failure_section(invariant: dict[str, Any]) -> list[str]:
@@ -92,6 +94,13 @@ def render_conformance(document: dict[str, Any]) -> str:
             ),
             "",
         ]  # fmt: skip
+        skipped = [inv for inv in document["invariants"] if inv["skip_reasons"]]
+        if skipped:
+            lines += ["## Why checks were skipped", ""]
+            for inv in skipped:
+                lines += [f"- {inline_code(inv['id'])}: " + "; ".join(
+                    f"{r['reason']} ({r['checks']} check{'s' if r['checks'] > 1 else ''})" for r in inv["skip_reasons"])]
+            lines += [""]
         broken = [inv for inv in document["invariants"] if inv["failures"]]
         if broken or document["unattributed"]:
             lines += ["## Failing checks and their counterexamples", ""]
@@ -109,5 +118,5 @@ def render_conformance(document: dict[str, Any]) -> str:
             f"- Invariants run: {', '.join(selected) if selected else 'all'}",
             "",
         ]
-    lines += ["## Environment", "", _environment_table(document["environment"]), ""]
+    lines += ["## Environment", "", environment_list(document["environment"]), ""]
     return "\n".join(lines)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pagecheck.render.conformance import VERDICT_TEXT
+from pagecheck.render.bench import PLOT_FILE, median_headers, median_rows, shape_line
+from pagecheck.render.conformance import VERDICT_TEXT, unchecked_phrase
 from pagecheck.render.markdown import inline_code, table
 from pagecheck.render.tolerance import describe_cell, worst_rows
 
@@ -54,6 +55,18 @@ def _tolerance_summary(document: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _bench_summary(document: dict[str, Any]) -> list[str]:
+    config = document["configuration"]
+    return [
+        f"Median latency per call, {shape_line(config)}, {config['device']}; the plot is in [bench.md](bench.md).",
+        "",
+        table(median_headers(document), median_rows(document), ("right",) * (len(config["variants"]) + 3)),
+        "",
+        f"Correctness of the benchmarked variants: {'pass' if document['correct'] else '**FAIL**'} "
+        f"(max abs error within atol {document['atol']:.2e} of float64).",
+    ]
+
+
 def _overall(documents: dict[str, dict[str, Any]]) -> str:
     problems = []
     conformance = documents.get("conformance")
@@ -70,8 +83,11 @@ def _overall(documents: dict[str, dict[str, Any]]) -> str:
         problems.append(f"{tolerance['totals']['failed']} tolerance cells failed")
     bench = documents.get("bench")
     if bench is not None and not bench["correct"]:
-        problems.append("the benchmarked operators disagree with each other")
-    return "**Verdict: PASS**" if not problems else "**Verdict: FAIL**: " + "; ".join(problems) + "."
+        problems.append("a benchmarked variant raised or is outside atol of float64 (see bench.md)")
+    if problems:
+        return "**Verdict: FAIL**: " + "; ".join(problems) + "."
+    unchecked = conformance["totals"]["invariants_unchecked"] if conformance is not None else 0
+    return "**Verdict: PASS**" + (f"; {unchecked_phrase(unchecked)}." if unchecked else "")
 
 
 def render_index(documents: dict[str, dict[str, Any]]) -> str:
@@ -87,12 +103,15 @@ def render_index(documents: dict[str, dict[str, Any]]) -> str:
         _overall(documents),
         "",
     ]
+    extras = {"conformance": ", [pytest log](invariants.log)", "bench": f", [plot]({PLOT_FILE})"}
     links = [
-        f"- [{TITLES[kind]}]({kind}.md) ([JSON]({kind}.json))" for kind in TITLES if kind in documents
+        f"- [{TITLES[kind]}]({kind}.md) ([JSON]({kind}.json){extras.get(kind, '')})" for kind in TITLES if kind in documents
     ]
     lines += ["Files:", "", *links, ""]
     if "conformance" in documents:
         lines += ["## Invariants", "", *_conformance_summary(documents["conformance"]), ""]
     if "tolerance" in documents:
         lines += ["## Tolerance", "", *_tolerance_summary(documents["tolerance"]), ""]
+    if "bench" in documents:
+        lines += ["## Benchmark", "", *_bench_summary(documents["bench"]), ""]
     return "\n".join(lines)

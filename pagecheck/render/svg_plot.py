@@ -18,6 +18,7 @@ MARKERS = ("circle", "square", "diamond", "triangle")
 WIDTH, HEIGHT = 760, 440
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 78, 24, 48, 112
 MAX_X_TICKS = 12
+MAX_Y_TICKS = 12
 
 
 @dataclass(frozen=True)
@@ -45,24 +46,35 @@ class Axis:
 
 
 def nice_ticks(low: float, high: float, log: bool) -> list[float]:
-    """Round tick values covering [low, high]: 1-2-5 per decade on a log axis."""
+    """Round tick values from the last one at or below `low` to the first at or above `high`.
+
+    Log axes step 1-2-5 per decade, or whole decades when that would be
+    more than MAX_Y_TICKS labels.
+    """
     if log:
-        ticks = []
-        for exponent in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1):
-            for mantissa in (1, 2, 5):
-                value = mantissa * 10.0**exponent
-                if low <= value <= high:
-                    ticks.append(value)
-        if len(ticks) > 8:
-            ticks = [t for t in ticks if f"{t:e}".startswith("1")]
-        return ticks or [low, high]
+        first_decade, last_decade = math.floor(math.log10(low)), math.ceil(math.log10(high))
+        for mantissas in ((1, 2, 5), (1,)):
+            candidates = [m * 10.0**e for e in range(first_decade, last_decade + 1) for m in mantissas]
+            start = max(i for i, t in enumerate(candidates) if t <= low * (1 + 1e-9))
+            stop = min(i for i, t in enumerate(candidates) if t >= high * (1 - 1e-9))
+            ticks = candidates[start : stop + 1]
+            if len(ticks) <= MAX_Y_TICKS:
+                break
+        return ticks
     step = 10.0 ** math.floor(math.log10(max(high - low, 1e-12)))
     for factor in (1, 2, 5, 10):
-        if (high - low) / (step * factor) <= 8:
+        if (high - low) / (step * factor) <= MAX_Y_TICKS:
             step *= factor
             break
-    first = math.ceil(low / step) * step
-    return [first + i * step for i in range(int((high - first) / step) + 1)]
+    first = math.floor(low / step) * step
+    return [first + i * step for i in range(math.ceil((high - first) / step - 1e-9) + 1)]
+
+
+def minor_ticks(ticks: list[float]) -> list[float]:
+    """Unlabelled grid lines at 2..9 of each decade, when the labels are whole decades."""
+    if len(ticks) < 2 or any(not f"{t:e}".startswith("1") for t in ticks):
+        return []
+    return [m * t for t in ticks[:-1] for m in range(2, 10)]
 
 
 def _marker(shape: str, x: float, y: float, colour: str) -> str:
@@ -99,10 +111,8 @@ def line_chart(
     top, bottom = MARGIN_TOP, HEIGHT - MARGIN_BOTTOM
     x_ticks = sorted(set(xs)) if len(set(xs)) <= MAX_X_TICKS else nice_ticks(min(xs), max(xs), x_log)
     y_ticks = nice_ticks(min(ys), max(ys), y_log)
-    # The y range is widened to the outer ticks so every point sits inside the grid.
-    y_low, y_high = min(ys + y_ticks), max(ys + y_ticks)
-    if y_log:
-        y_low, y_high = y_low / 1.15, y_high * 1.15
+    # The outer ticks bound the plot, so every point sits inside the labelled grid.
+    y_low, y_high = y_ticks[0], y_ticks[-1]
     pad = 0.04 * (right - left)
     x_axis = Axis(min(xs), max(xs), left + pad, right - pad, x_log)
     y_axis = Axis(y_low, y_high, bottom, top, y_log)
@@ -116,6 +126,9 @@ def line_chart(
     if subtitle:
         out.append(f'<text x="{WIDTH / 2}" y="37" text-anchor="middle" fill="#555">{escape(subtitle)}</text>')
     # Grid and tick labels.
+    for tick in minor_ticks(y_ticks) if y_log else []:
+        y = y_axis(tick)
+        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" stroke="#f2f2f2"/>')
     for tick in y_ticks:
         y = y_axis(tick)
         out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" stroke="#e3e3e3"/>')
