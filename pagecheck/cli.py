@@ -12,10 +12,10 @@ import os
 import sys
 from types import ModuleType
 
-from pagecheck.commands import bench, options, report, tolerance
+from pagecheck.commands import bench, grade, options, report, tolerance
 from pagecheck.environment import pagecheck_version
 
-COMMANDS: tuple[ModuleType, ...] = (report, tolerance, bench)
+COMMANDS: tuple[ModuleType, ...] = (report, tolerance, bench, grade)
 
 
 def build_parser() -> argparse.ArgumentParser:
