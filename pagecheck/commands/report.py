@@ -133,8 +133,17 @@ def run(args: argparse.Namespace) -> int:
         "tolerance": lambda progress: run_tolerance_stage(subject, args, out, progress),
         "bench": lambda progress: run_bench_stage(args, out, progress),
     }
-    codes = [stages[name](StageProgress(name, index, len(chosen))) for index, name in enumerate(chosen, start=1)]
-    index = write_index(out)
+    codes = []
+    try:
+        for number, name in enumerate(chosen, start=1):
+            codes.append(stages[name](StageProgress(name, number, len(chosen))))
+    except KeyboardInterrupt:
+        codes.append(ExitCode.INTERRUPTED)
+        print(f"pagecheck {NAME}: interrupted; the index covers the stages that finished")
+    index = write_index(out) if any(out.glob("*.json")) else None
     code = most_serious(codes)
+    if index is None:
+        print(f"pagecheck {NAME}: {code.name} (exit {int(code)}); no stage finished")
+        return code
     print(f"pagecheck {NAME}: {code.name} (exit {int(code)}); summary in {index}")
     return code
