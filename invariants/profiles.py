@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, Phase, settings
 
 PROFILES: dict[str, dict[str, object]] = {
-    "default": {"max_examples": 12, "stateful_step_count": 12},
+    "default": {"max_examples": 50, "stateful_step_count": 20},
     "thorough": {"max_examples": 300, "stateful_step_count": 40},
 }
 
@@ -19,18 +19,28 @@ DEFAULT_PROFILE = "default"
 DEFAULT_SEED = 20240901
 
 
+SEARCH_PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)
+# The explain phase costs seconds per failure (it loads libcst) and adds nothing the message lacks.
+PHASES = (*SEARCH_PHASES, Phase.shrink)
+
+
 def register_profiles() -> None:
+    """Register pagecheck-<name>, and pagecheck-<name>-noshrink for runs that only ask whether a check fails.
+
+    Mutation testing selects the no-shrink variant with --hypothesis-profile:
+    it needs the first counterexample, not the smallest.
+    """
     for name, options in PROFILES.items():
-        settings.register_profile(
-            f"pagecheck-{name}",
-            database=None,
-            deadline=None,
-            print_blob=False,
-            # The explain phase costs seconds per failure (it loads libcst) and adds nothing the message lacks.
-            phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-            **options,
-        )
+        for suffix, phases in (("", PHASES), ("-noshrink", SEARCH_PHASES)):
+            settings.register_profile(
+                f"pagecheck-{name}{suffix}",
+                database=None,
+                deadline=None,
+                print_blob=False,
+                phases=phases,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+                **options,
+            )
 
 
 def load_profile(name: str) -> None:

@@ -69,12 +69,14 @@ def paged_layouts(
     max_group: int = 4,
     kv_heads: Sequence[int] = (1, 2),
     allow_empty_rows: bool = False,
+    complete_pages: bool = False,
     logit_scale: float = 1.0,
 ) -> SearchStrategy[PagedLayout]:
     """Whole layouts: batch, contexts (dependent on the page size), heads, dtype, then random_layout.
 
     A query length above 1 is only drawn with mask "causal" (a prefill
-    chunk); with mask None it is a decode step, L = 1.
+    chunk); with mask None it is a decode step, L = 1. `complete_pages`
+    makes every context a whole number of pages (no partly filled tail).
     """
     _check_choices("page_sizes", page_sizes)
     for p in page_sizes:
@@ -92,11 +94,13 @@ def paged_layouts(
     if not 1 <= max_group <= MAX_GROUP:
         raise ValueError(f"max_group={max_group!r} must be in [1, {MAX_GROUP}]")
     _check_choices("kv_heads", kv_heads)
+    if complete_pages and allow_empty_rows:
+        raise ValueError("complete_pages and allow_empty_rows exclude each other")
     if not logit_scale > 0:
         raise ValueError(f"logit_scale={logit_scale!r} must be positive")
     return _paged_layouts(
         tuple(page_sizes), max_batch, max_pages, tuple(num_queries), tuple(masks), tuple(dtypes),
-        tuple(head_dims), max_group, tuple(kv_heads), allow_empty_rows, logit_scale,
+        tuple(head_dims), max_group, tuple(kv_heads), allow_empty_rows, complete_pages, logit_scale,
     )
 
 
@@ -113,19 +117,18 @@ def _paged_layouts(
     max_group: int,
     kv_heads: tuple[int, ...],
     allow_empty_rows: bool,
+    complete_pages: bool,
     logit_scale: float,
 ) -> PagedLayout:
     page_size = draw(st.sampled_from(page_sizes))
     mask = draw(st.sampled_from(masks))
     length = draw(st.sampled_from(num_queries)) if mask == "causal" else 1
     batch = draw(st.integers(min_value=1, max_value=max_batch))
-    contexts = draw(
-        st.lists(
-            context_lengths(page_size=page_size, max_pages=max_pages, min_len=length, allow_empty=allow_empty_rows),
-            min_size=batch,
-            max_size=batch,
-        )
-    )
+    if complete_pages:
+        lengths = st.integers(min_value=-(-length // page_size), max_value=max(max_pages, 1)).map(lambda k: k * page_size)
+    else:
+        lengths = context_lengths(page_size=page_size, max_pages=max_pages, min_len=length, allow_empty=allow_empty_rows)
+    contexts = draw(st.lists(lengths, min_size=batch, max_size=batch))
     num_kv_heads = draw(st.sampled_from(kv_heads))
     group = draw(st.integers(min_value=1, max_value=max_group))
     return random_layout(
@@ -138,8 +141,10 @@ def _paged_layouts(
         head_dim=draw(st.sampled_from(head_dims)),
         dtype=draw(st.sampled_from(dtypes)),
         mask=mask,
-        spare_pages=draw(st.integers(min_value=0, max_value=3)),
-        extra_columns=draw(st.integers(min_value=0, max_value=2)),
+        # At least one page and one table column even when every row is empty: a zero-sized
+        # pool or table is no state a serving loop reaches.
+        spare_pages=draw(st.integers(min_value=1, max_value=3)),
+        extra_columns=draw(st.integers(min_value=0 if any(contexts) else 1, max_value=2)),
         logit_scale=logit_scale,
     )
 

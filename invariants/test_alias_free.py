@@ -25,7 +25,7 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 HEAD_DIM = 32
 NUM_KV_HEADS = 2
 NUM_Q_HEADS = 4
-MAX_REQUESTS = 3
+MAX_REQUESTS = 4
 
 
 class SharedPool:

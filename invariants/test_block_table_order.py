@@ -90,26 +90,12 @@ def test_causal_prefill_follows_page_order(paged_attention: object, page_size: i
     expect_close(INVARIANT, "causal prefill with complete pages reordered", got, reordered.reference_output(), reordered)
 
 
-@st.composite
-def _complete_page_layouts(draw: st.DrawFn) -> tuple[PagedLayout, list[np.ndarray]]:
-    page_size = draw(st.sampled_from(SMALL_PAGE_SIZES))
-    pages = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
-    rng = np.random.default_rng(draw(seeds()))
-    layout = random_layout(
-        rng, context_lens=[k * page_size for k in pages], page_size=page_size,
-        num_q_heads=4, num_kv_heads=draw(st.sampled_from((1, 2))),
-    )
-    return layout, [rng.permutation(k) for k in pages]
-
-
-@given(case=_complete_page_layouts())
-def test_decode_over_complete_pages_ignores_their_order(
-    paged_attention: object, case: tuple[PagedLayout, list[np.ndarray]]
-) -> None:
-    layout, orders = case
+@given(layout=paged_layouts(complete_pages=True, kv_heads=(1, 2)), seed=seeds())
+def test_decode_over_complete_pages_ignores_their_order(paged_attention: object, layout: PagedLayout, seed: int) -> None:
+    rng = np.random.default_rng(seed)
     reordered = layout
-    for row, order in enumerate(orders):
-        reordered = _reorder_complete_pages(reordered, row, order)
+    for row, context in enumerate(layout.context_lens):
+        reordered = _reorder_complete_pages(reordered, row, rng.permutation(int(context) // layout.page_size))
     expect_close(
         INVARIANT, "one-token decode (mask None) with each row's complete pages permuted vs the original reference",
         attention_output(paged_attention, reordered), layout.reference_output(), reordered,

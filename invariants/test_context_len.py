@@ -79,7 +79,7 @@ def test_slot_after_the_context_is_never_read(
     paged_attention: object, page_size: int, rng: np.random.Generator
 ) -> None:
     # Every context ends inside a page, so the next slot exists and holds NaN.
-    contexts = [k * page_size + r for k, r in [(0, 1), (1, page_size - 1), (2, 1 + page_size // 2)]]
+    contexts = [k * page_size + r for k, r in [(0, 1), (1, page_size - 1), (2, max(1, page_size // 2))]]
     layout = random_layout(rng, context_lens=contexts, page_size=page_size, spare_pages=1)
     for row, n in enumerate(contexts):
         page, slot = _position(layout, row, n)

@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from invariants.calls import attention_output
 from reference.arrays import to_numpy
 from reference.layouts import PagedLayout
 from reference.tolerance import Comparison, compare
@@ -61,8 +62,6 @@ def expect_reference(
     invariant: str, what: str, paged_attention: Callable[..., Any], layout: PagedLayout, scale: float | None = None
 ) -> Comparison:
     """The subject's output for `layout` must match the float64 reference within the layout dtype's tolerance."""
-    from invariants.calls import attention_output
-
     return expect_close(
         invariant, what, attention_output(paged_attention, layout, scale), layout.reference_output(scale), layout
     )

@@ -13,10 +13,10 @@ import sys
 from types import ModuleType
 
 from pagecheck import serve_bench
-from pagecheck.commands import bench, options, report, tolerance
+from pagecheck.commands import bench, grade, options, report, tolerance
 from pagecheck.environment import pagecheck_version
 
-COMMANDS: tuple[ModuleType, ...] = (report, tolerance, bench, serve_bench)
+COMMANDS: tuple[ModuleType, ...] = (report, tolerance, bench, grade, serve_bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

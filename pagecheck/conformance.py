@@ -104,6 +104,7 @@ def conformance_body(run: SuiteRun, results: dict[str, Any] | None, selected: tu
             "elapsed_s": run.elapsed_s,
             "log": run.log_path.name,
             "selected_invariants": list(selected),
+            "hypothesis_profile": results["profile"] if results is not None else None,
             "problem": problem,
         },
     }

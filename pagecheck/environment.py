@@ -14,11 +14,13 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 def cpu_model() -> str:
     """The CPU's marketing name where the OS tells it, else the architecture."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:  # not Linux
+        cpuinfo = ""
+    for line in cpuinfo.splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     if platform.system() == "Darwin":
         found = _run(["sysctl", "-n", "machdep.cpu.brand_string"])
         if found:

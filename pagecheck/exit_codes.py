@@ -19,11 +19,14 @@ class ExitCode(IntEnum):
     BENCH_INCORRECT = 5
     SUITE_ERROR = 6
     DEVICE_UNAVAILABLE = 7
+    # 128 + SIGINT, what a shell reports for a command stopped with Ctrl-C.
+    INTERRUPTED = 130
 
 
 # Most serious first: a subject that does not load or a suite that cannot run
 # says nothing about correctness, so it outranks any verdict.
 SEVERITY: tuple[ExitCode, ...] = (
+    ExitCode.INTERRUPTED,
     ExitCode.USAGE,
     ExitCode.DEVICE_UNAVAILABLE,
     ExitCode.SUBJECT_LOAD_FAILED,
@@ -52,6 +55,7 @@ MEANING: dict[ExitCode, str] = {
     ExitCode.BENCH_INCORRECT: "a benchmarked variant raised, or its output is further than atol from float64",
     ExitCode.SUITE_ERROR: "the invariants suite could not run to the end (see invariants.log)",
     ExitCode.DEVICE_UNAVAILABLE: "--device gpu was asked for and MLX has no GPU here",
+    ExitCode.INTERRUPTED: "stopped by SIGINT or SIGTERM; `pagecheck grade` keeps every finished result",
 }
 
 

@@ -44,6 +44,10 @@ class StageProgress:
             self._last_logged = now
             self._write_line(text)
 
+    def note(self, text: str) -> None:
+        """A line that stays, printed above the live count line."""
+        self._write_line(f"{self.label}: {text}")
+
     def finish(self, summary: str) -> None:
         self._write_line(f"{self.label}: {summary} in {self.elapsed_s:.1f} s")
 

@@ -10,6 +10,7 @@ The file's format is reports/schema/results.schema.json.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,8 @@ def _message(report: pytest.TestReport | pytest.CollectReport) -> str:
         return _short(reason.removeprefix("Skipped: "))
     crash = getattr(longrepr, "reprcrash", None)
     if crash is not None and getattr(crash, "message", None):
-        return _short(crash.message)
+        # "invariants.verdict.InvariantViolation: ..." reads as "InvariantViolation: ...".
+        return _short(re.sub(r"^(?:\w+\.)+(\w+: )", r"\1", crash.message))
     return _short(str(longrepr).strip().splitlines()[-1] if str(longrepr).strip() else "")
 
 

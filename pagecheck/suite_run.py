@@ -94,17 +94,22 @@ def run_suite(request: SuiteRequest, log_path: Path, progress: Progress | None =
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
         assert child.stdout is not None
         pending = ""
-        while chunk := os.read(child.stdout.fileno(), 4096):
-            log.write(chunk)
-            pending += chunk.decode(errors="replace")
-            *complete, pending = pending.split("\n")
-            for line in complete:
-                percent = _count_progress(line, done) or percent
-            if progress is not None:
-                # The unfinished line is counted afresh on every read, into a copy.
-                partial = dict(done)
-                _count_progress(pending, partial)
-                progress(partial, percent)
+        try:
+            while chunk := os.read(child.stdout.fileno(), 4096):
+                log.write(chunk)
+                pending += chunk.decode(errors="replace")
+                *complete, pending = pending.split("\n")
+                for line in complete:
+                    percent = _count_progress(line, done) or percent
+                if progress is not None:
+                    # The unfinished line is counted afresh on every read, into a copy.
+                    partial = dict(done)
+                    _count_progress(pending, partial)
+                    progress(partial, percent)
+        finally:
+            # Interrupted here (Ctrl-C), the suite must not run on without us.
+            if child.poll() is None and sys.exc_info()[0] is not None:
+                child.terminate()
         returncode = child.wait()
         percent = _count_progress(pending, done) or percent
     return SuiteRun(command, returncode, time.perf_counter() - start, log_path, done)

@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 from pagecheck.cli import main
+from pagecheck.conformance import conformance_body
 from pagecheck.exit_codes import ExitCode
+from pagecheck.suite_run import SuiteRun
 from tests.report_schemas import schema_errors
 
 MUTANT = Path(__file__).resolve().parent / "mutants" / "context_minus_one.py"
@@ -37,3 +39,11 @@ def test_subject_that_does_not_load_gets_its_own_exit_code_and_report(tmp_path: 
     assert document["verdict"] == "error"
     assert "no_such_subject.py" in document["subject_error"]
     assert "did not load" in (tmp_path / "out" / "index.md").read_text()
+
+
+def test_a_suite_that_wrote_no_results_is_an_error_not_a_pass(tmp_path: Path) -> None:
+    run = SuiteRun(command=["pytest"], returncode=4, elapsed_s=1.0, log_path=tmp_path / "invariants.log", counts={})
+    body = conformance_body(run, None, ())
+    assert body["verdict"] == "error"
+    assert "exit status 4" in body["suite"]["problem"]
+    assert body["totals"]["invariants"] == 0

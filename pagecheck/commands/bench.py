@@ -10,11 +10,10 @@ from pagecheck.bench import BenchConfig
 from pagecheck.bench_report import FULL_CONFIG, QUICK_CONFIG, run_bench_report
 from pagecheck.commands import options
 from pagecheck.device import DeviceUnavailable, use_device
-from pagecheck.environment import collect_environment
 from pagecheck.exit_codes import ExitCode
 from pagecheck.progress import StageProgress
 from pagecheck.render.bench import PLOT_FILE, render_bench, render_plot
-from pagecheck.report_document import new_document, write_json
+from pagecheck.report_document import write_json
 from pagecheck.report_index import write_index
 
 NAME = "bench"
@@ -92,10 +91,7 @@ def run_bench_stage(args: argparse.Namespace, out: Path, progress: StageProgress
     progress.begin(
         f"{len(config.variants)} variants at {len(config.contexts)} contexts, {processes} fresh processes per context"
     )
-    document = new_document(
-        "bench", subject=BENCH_SUBJECT, device=args.device, seed=args.seed, profile="quick" if args.quick else "full"
-    )
-    document["environment"] = collect_environment()
+    document = options.start_document("bench", args, subject=BENCH_SUBJECT)
     document.update(run_bench_report(config, lambda done, total, context: progress.update(done, total, f"contexts (last: {context})")))
     document["plot"] = PLOT_FILE
     write_json(out / "bench.json", document)
@@ -117,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     except DeviceUnavailable as exc:
         print(f"pagecheck {NAME}: {exc}")
         return ExitCode.DEVICE_UNAVAILABLE
-    args.subject = BENCH_SUBJECT
+    args.subject = BENCH_SUBJECT  # names the default output directory
     out = options.report_dir(args)
     code = run_bench_stage(args, out, StageProgress(NAME, 1, 1))
     write_index(out)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
 from invariants.profiles import DEFAULT_SEED
 from pagecheck.device import DEVICES
 from pagecheck.exit_codes import describe_exit_codes
-from pagecheck.report_document import default_report_dir
+from pagecheck.environment import collect_environment
+from pagecheck.report_document import default_report_dir, new_document
 from pagecheck.subject import SPEC_HELP
 
 
@@ -97,3 +99,16 @@ def report_dir(args: argparse.Namespace) -> Path:
             suffix += 1
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def profile_name(args: argparse.Namespace) -> str:
+    return "quick" if args.quick else "full"
+
+
+def start_document(kind: str, args: argparse.Namespace, subject: str | None = None) -> dict[str, Any]:
+    """A report document's envelope for this command line, environment included."""
+    document = new_document(
+        kind, subject=subject or args.subject, device=args.device, seed=args.seed, profile=profile_name(args)
+    )
+    document["environment"] = collect_environment()
+    return document

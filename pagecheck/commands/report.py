@@ -13,11 +13,10 @@ from pagecheck.commands.bench import add_bench_options, quick_bench_text, run_be
 from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
 from pagecheck.commands.tolerance import run_tolerance_stage
 from pagecheck.conformance import conformance_body, subject_error_body
-from pagecheck.environment import collect_environment
 from pagecheck.exit_codes import ExitCode, most_serious
 from pagecheck.progress import StageProgress
 from pagecheck.render.conformance import render_conformance
-from pagecheck.report_document import new_document, write_json
+from pagecheck.report_document import write_json
 from pagecheck.report_index import write_index
 from pagecheck.results import load_results
 from pagecheck.suite_run import SuiteRequest, run_suite
@@ -25,8 +24,8 @@ from pagecheck.tolerance_sweep import FULL_GRID, QUICK_GRID
 
 NAME = "report"
 STAGES = ("invariants", "tolerance", "bench")
-# The Hypothesis profile of the invariants suite for each report profile.
-SUITE_PROFILE = {"full": "default", "quick": "default"}
+# The Hypothesis profile (invariants/profiles.py) of the suite for each report profile.
+SUITE_PROFILE = {"full": "thorough", "quick": "default"}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -43,7 +42,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     options.add_device_option(parser)
     options.add_out_option(parser)
     options.add_quick_option(
-        parser, f"{len(list(QUICK_GRID.cells()))} tolerance cells instead of {len(list(FULL_GRID.cells()))}; benchmark {quick_bench_text()}"
+        parser, f"the invariants' {SUITE_PROFILE['quick']} Hypothesis profile instead of {SUITE_PROFILE['full']}; "
+        f"{len(list(QUICK_GRID.cells()))} tolerance cells instead of {len(list(FULL_GRID.cells()))}; benchmark {quick_bench_text()}"
     )
     options.add_seed_option(parser)
     options.add_jobs_option(parser)
@@ -68,10 +68,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def _profile(args: argparse.Namespace) -> str:
-    return "quick" if args.quick else "full"
-
-
 def run_conformance_stage(args: argparse.Namespace, out: Path, progress: StageProgress) -> ExitCode:
     selected = tuple(args.invariant)
     progress.begin(
@@ -90,7 +86,7 @@ def run_conformance_stage(args: argparse.Namespace, out: Path, progress: StagePr
             subject=args.subject,
             device=args.device,
             seed=args.seed,
-            profile=SUITE_PROFILE[_profile(args)],
+            profile=SUITE_PROFILE[options.profile_name(args)],
             jobs=args.jobs,
             results_path=results_path,
             invariants=selected,
@@ -109,9 +105,7 @@ def run_conformance_stage(args: argparse.Namespace, out: Path, progress: StagePr
 
 
 def _write_conformance(args: argparse.Namespace, out: Path, body: dict[str, Any]) -> dict[str, Any]:
-    document = new_document("conformance", subject=args.subject, device=args.device, seed=args.seed,
-                            profile=_profile(args))  # fmt: skip
-    document["environment"] = collect_environment()
+    document = options.start_document("conformance", args)
     document.update(body)
     write_json(out / "conformance.json", document)
     (out / "conformance.md").write_text(render_conformance(document))
@@ -139,8 +133,17 @@ def run(args: argparse.Namespace) -> int:
         "tolerance": lambda progress: run_tolerance_stage(subject, args, out, progress),
         "bench": lambda progress: run_bench_stage(args, out, progress),
     }
-    codes = [stages[name](StageProgress(name, index, len(chosen))) for index, name in enumerate(chosen, start=1)]
-    index = write_index(out)
+    codes = []
+    try:
+        for number, name in enumerate(chosen, start=1):
+            codes.append(stages[name](StageProgress(name, number, len(chosen))))
+    except KeyboardInterrupt:
+        codes.append(ExitCode.INTERRUPTED)
+        print(f"pagecheck {NAME}: interrupted; the index covers the stages that finished")
+    index = write_index(out) if any(out.glob("*.json")) else None
     code = most_serious(codes)
+    if index is None:
+        print(f"pagecheck {NAME}: {code.name} (exit {int(code)}); no stage finished")
+        return code
     print(f"pagecheck {NAME}: {code.name} (exit {int(code)}); summary in {index}")
     return code

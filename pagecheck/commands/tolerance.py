@@ -7,14 +7,13 @@ from pathlib import Path
 
 from pagecheck.commands import options
 from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
-from pagecheck.environment import collect_environment
 from pagecheck.exit_codes import ExitCode
 from pagecheck.progress import StageProgress
 from pagecheck.render.tolerance import render_tolerance
-from pagecheck.report_document import new_document, write_json
+from pagecheck.report_document import write_json
 from pagecheck.report_index import write_index
 from pagecheck.subject import Subject
-from pagecheck.tolerance_sweep import FULL_GRID, QUICK_GRID, SweepCell, SweepGrid, run_sweep
+from pagecheck.tolerance_sweep import FULL_GRID, QUICK_GRID, SweepCell, run_sweep
 
 NAME = "tolerance"
 
@@ -36,21 +35,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def run_tolerance_stage(
-    subject: Subject, args: argparse.Namespace, out: Path, progress: StageProgress, grid: SweepGrid | None = None
-) -> ExitCode:
+def run_tolerance_stage(subject: Subject, args: argparse.Namespace, out: Path, progress: StageProgress) -> ExitCode:
     """Sweep, write both files, and say whether every cell passed."""
-    grid = grid if grid is not None else (QUICK_GRID if args.quick else FULL_GRID)
+    grid = QUICK_GRID if args.quick else FULL_GRID
     total = len(list(grid.cells()))
     progress.begin(f"{total} cells, each checked against the float64 and mlx.core oracles")
 
     def show(done: int, count: int, cell: SweepCell) -> None:
         progress.update(done, count, f"cells ({cell.dtype} D={cell.head_dim} page={cell.page_size} L={cell.query_len} C={cell.context})")
 
-    document = new_document(
-        "tolerance", subject=args.subject, device=args.device, seed=args.seed, profile="quick" if args.quick else "full"
-    )
-    document["environment"] = collect_environment()
+    document = options.start_document("tolerance", args)
     document.update(run_sweep(subject.get("paged_attention"), grid, seed=args.seed, progress=show))
     write_json(out / "tolerance.json", document)
     (out / "tolerance.md").write_text(render_tolerance(document))

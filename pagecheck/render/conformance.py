@@ -115,7 +115,8 @@ def render_conformance(document: dict[str, Any]) -> str:
             "",
             f"- Command: {inline_code(' '.join(suite['command']))}",
             f"- pytest exit status {suite['returncode']}, {suite['elapsed_s']:.1f} s; full output in [{suite['log']}]({suite['log']})",
-            f"- Invariants run: {', '.join(selected) if selected else 'all'}",
+            f"- Invariants run: {', '.join(selected) if selected else 'all'}; Hypothesis profile "
+            f"{inline_code(str(suite['hypothesis_profile']))} (`invariants/profiles.py`)",
             "",
         ]
     lines += ["## Environment", "", environment_list(document["environment"]), ""]

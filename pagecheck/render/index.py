@@ -39,7 +39,7 @@ def _conformance_summary(document: dict[str, Any]) -> list[str]:
 
 def _tolerance_summary(document: dict[str, Any]) -> list[str]:
     totals = document["totals"]
-    lines = [f"{totals['passed']} of {totals['rows']} cells within tolerance of both oracles."]
+    lines = [f"{totals['passed']} of {totals['rows']} cells within tolerance of both oracles.", ""]
     worst = worst_rows(document, 1)
     if worst:
         row = worst[0]
@@ -49,8 +49,8 @@ def _tolerance_summary(document: dict[str, Any]) -> list[str]:
             ref = row["vs_reference"]
             lines.append(
                 f"Worst cell: {describe_cell(row)}: max abs error {ref['max_abs_error']:.2e}, rel L2 "
-                f"{ref['rel_l2_error']:.2e} vs float64, {max(ref['allowance_used'], row['vs_mlx_oracle']['allowance_used']):.3f} "
-                f"of the allowance (atol {row['atol']:.2e}, rtol {row['rtol']:.2e})."
+                f"{ref['rel_l2_error']:.2e} vs float64; it uses {max(ref['allowance_used'], row['vs_mlx_oracle']['allowance_used']):.3f} "
+                f"of its allowance (atol {row['atol']:.2e}, rtol {row['rtol']:.2e}; 1 is the limit)."
             )
     return lines
 

@@ -1,22 +1,20 @@
 """Mutant: a row with context 0 divides 0 by 0 and returns NaN instead of zeros."""
 
-from typing import Any
-
 import numpy as np
 
-from reference.arrays import to_numpy
+from reference.attention import dense_attention
 from reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
-from tests.mutants._overrides import attention_with
+from tests.mutants._overrides import dense_mutant
 
 KILLED_BY = "empty_rows"
 
-_attention = attention_with(lambda a: a)
 
-
-def paged_attention(
-    query: Any, key_pages: Any, value_pages: Any, block_table: Any, context_lens: Any, page_size: int,
-    scale: float | None = None, mask: str | None = None,
+def _attend(
+    query: np.ndarray, keys: np.ndarray, values: np.ndarray, lens: np.ndarray, scale: float, mask: str | None
 ) -> np.ndarray:
-    out = _attention(query, key_pages, value_pages, block_table, context_lens, page_size, scale=scale, mask=mask)
-    out[to_numpy(context_lens) == 0] = np.nan
+    out = dense_attention(query, keys, values, scale, mask, lens)
+    out[lens == 0] = np.nan
     return out
+
+
+paged_attention = dense_mutant(_attend)

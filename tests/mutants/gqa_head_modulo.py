@@ -1,24 +1,20 @@
 """Mutant: query head h reads kv head h % H_kv instead of h // (H_q / H_kv)."""
 
-from typing import Any
-
 import numpy as np
 
-from reference.attention import dense_attention, gather_dense
+from reference.attention import dense_attention
 from reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
-from reference.validation import check_paged_inputs
+from tests.mutants._overrides import dense_mutant
 
 KILLED_BY = "gqa_mapping"
 
 
-def paged_attention(
-    query: Any, key_pages: Any, value_pages: Any, block_table: Any, context_lens: Any, page_size: int,
-    scale: float | None = None, mask: str | None = None,
+def _attend(
+    query: np.ndarray, keys: np.ndarray, values: np.ndarray, lens: np.ndarray, scale: float, mask: str | None
 ) -> np.ndarray:
-    check_paged_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
-    keys, values = gather_dense(key_pages, value_pages, block_table, context_lens, page_size)
     # Tiling kv heads H_q / H_kv times gives head h the copy of kv head h % H_kv.
     repeats = (1, query.shape[1] // keys.shape[1], 1, 1)
-    return dense_attention(
-        query, np.tile(keys, repeats), np.tile(values, repeats), scale=scale, mask=mask, context_lens=context_lens
-    )
+    return dense_attention(query, np.tile(keys, repeats), np.tile(values, repeats), scale, mask, lens)
+
+
+paged_attention = dense_mutant(_attend)

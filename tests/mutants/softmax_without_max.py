@@ -1,34 +1,28 @@
 """Mutant: a float32 softmax that exponentiates raw scores, without subtracting the row maximum."""
 
-from typing import Any
-
 import numpy as np
 
-from reference.arrays import to_numpy
-from reference.attention import gather_dense, kv_head_for, visible_keys
+from reference.attention import kv_head_for, visible_keys
 from reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
-from reference.validation import check_paged_inputs
+from tests.mutants._overrides import dense_mutant
 
 KILLED_BY = "softmax_stability"
 
 
-def paged_attention(
-    query: Any, key_pages: Any, value_pages: Any, block_table: Any, context_lens: Any, page_size: int,
-    scale: float | None = None, mask: str | None = None,
+def _attend(
+    query: np.ndarray, keys: np.ndarray, values: np.ndarray, lens: np.ndarray, scale: float, mask: str | None
 ) -> np.ndarray:
-    check_paged_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
-    keys, values = gather_dense(key_pages, value_pages, block_table, context_lens, page_size)
-    q = to_numpy(query, np.float32)
-    batch, num_q_heads, num_queries, head_dim = q.shape
-    scale = head_dim**-0.5 if scale is None else scale
+    q, k, v = (x.astype(np.float32) for x in (query, keys, values))
     out = np.zeros(q.shape, dtype=np.float32)
-    for b, n in enumerate(to_numpy(context_lens)):
-        visible = visible_keys(int(n), num_queries, mask)
-        for h in range(num_q_heads):
-            g = kv_head_for(h, num_q_heads, keys.shape[1])
-            k, v = keys[b, g, :n].astype(np.float32), values[b, g, :n].astype(np.float32)
+    for b, n in enumerate(int(n) for n in lens):
+        visible = visible_keys(n, q.shape[2], mask)
+        for h in range(q.shape[1]):
+            g = kv_head_for(h, q.shape[1], k.shape[1])
             with np.errstate(over="ignore", invalid="ignore"):
-                weights = np.where(visible, np.exp((q[b, h] @ k.T) * np.float32(scale)), np.float32(0))
+                weights = np.where(visible, np.exp((q[b, h] @ k[b, g, :n].T) * np.float32(scale)), np.float32(0))
                 total = weights.sum(axis=1, keepdims=True)
-                out[b, h] = np.where(total > 0, (weights @ v) / np.where(total > 0, total, 1), 0)
+                out[b, h] = np.where(total > 0, (weights @ v[b, g, :n]) / np.where(total > 0, total, 1), 0)
     return out
+
+
+paged_attention = dense_mutant(_attend)

@@ -1,0 +1,93 @@
+"""Subject loading: every kind of spec, the names a subject lacks, and clear errors for bad specs."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pagecheck.subject import API_NAMES, SubjectError, load_subject
+
+TINY_LLM_FILES = {
+    "__init__.py": "",
+    "attention.py": "def paged_attention(*args, **kwargs):\n    return 'tiny'\n",
+    "paged_kv_cache.py": "class TinyKvPagedPool:\n    pass\n\n\nclass TinyKvPagedCache:\n    pass\n",
+    "kv_cache.py": "class TinyKvFullCache:\n    pass\n",
+}
+
+
+@pytest.fixture
+def tiny_llm_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    package = tmp_path / "tiny-llm" / "src" / "tiny_llm"
+    package.mkdir(parents=True)
+    for name, text in TINY_LLM_FILES.items():
+        (package / name).write_text(text)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield tmp_path / "tiny-llm"
+    for name in [m for m in sys.modules if m == "tiny_llm" or m.startswith("tiny_llm.")]:
+        del sys.modules[name]
+
+
+def test_reference_has_the_whole_api() -> None:
+    subject = load_subject("reference")
+    assert all(subject.has(name) for name in API_NAMES)
+    assert not subject.missing
+
+
+def test_module_and_file_specs_name_the_same_objects() -> None:
+    by_module = load_subject("reference.subject")
+    by_file = load_subject(str(Path(__file__).resolve().parent.parent / "reference" / "subject.py"))
+    assert set(by_module.names) == set(by_file.names) == set(API_NAMES)
+    assert by_file.get("paged_attention").__name__ == "paged_attention"
+
+
+def test_missing_names_carry_a_reason(tmp_path: Path) -> None:
+    partial = tmp_path / "partial.py"
+    partial.write_text("from reference.subject import paged_attention\n")
+    subject = load_subject(str(partial))
+    assert subject.has("paged_attention") and not subject.has("TinyKvPagedPool")
+    assert "not defined in" in subject.missing["BatchingKvCache"]
+    with pytest.raises(AttributeError, match="has no TinyKvPagedCache"):
+        subject.get("TinyKvPagedCache")
+
+
+def test_impl_has_the_whole_api() -> None:
+    subject = load_subject("impl")
+    assert not subject.missing, subject.describe()
+
+
+def test_tiny_llm_checkout_is_imported_from_src(tiny_llm_checkout: Path) -> None:
+    subject = load_subject(f"tiny-llm:{tiny_llm_checkout}")
+    assert subject.get("paged_attention")() == "tiny"
+    assert subject.has("TinyKvPagedPool") and subject.has("TinyKvPagedCache")
+    assert subject.missing == {"BatchingKvCache": "tiny_llm.kv_cache defines no BatchingKvCache"}
+
+
+def test_a_missing_module_is_the_reason_a_name_is_missing(tiny_llm_checkout: Path) -> None:
+    (tiny_llm_checkout / "src" / "tiny_llm" / "kv_cache.py").unlink()
+    subject = load_subject(f"tiny-llm:{tiny_llm_checkout}")
+    assert subject.missing == {"BatchingKvCache": "no module tiny_llm.kv_cache"}
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("", "empty"),
+        ("no_such_module_here", "no module named"),
+        ("nowhere/subject.py", "is not an existing .py file"),
+        ("tiny-llm:/nonexistent/checkout", "is not a tiny_llm package"),
+        ("not a spec!", "is not one of"),
+    ],
+)
+def test_bad_specs_raise_subject_error(spec: str, words: str) -> None:
+    with pytest.raises(SubjectError, match=words):
+        load_subject(spec)
+
+
+def test_a_file_that_fails_to_import_is_an_error(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('kernel library missing')\n")
+    with pytest.raises(SubjectError, match="kernel library missing"):
+        load_subject(str(broken))
