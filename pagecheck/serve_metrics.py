@@ -4,8 +4,9 @@ Throughputs divide tokens by the seconds of the phase that produced them
 (prefill chunks, decode steps) or by the run's wall time (output tokens,
 requests). KV bytes: `peak_kv_storage_bytes` is the largest K/V storage held
 after any step (pools, or dense buffers); `peak_kv_bytes` adds the step's
-transient dense copy of one layer (repacked or gathered K/V, which lives only
-while that layer attends). Copy bytes count every K/V byte copied to build
+transient dense copies of one layer (repacked or gathered K/V, which live only
+while that layer attends; a step's prefill and decode copies are added
+together, so this is an upper bound). Copy bytes count every K/V byte copied to build
 attention inputs (repack, gather) or to grow storage (growth). Tail waste is
 the share of held token slots that held no token, over all steps.
 """
