@@ -119,6 +119,31 @@ def _minimum_budget(args: argparse.Namespace, config: Any, dtype: mx.Dtype, trac
     )
 
 
+def serve_document(
+    *, device: str, seed: int, config: Any, settings: ServeSettings, dtype: mx.Dtype, trace: Any,
+    runs: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """The serve_bench.json record (reports/schema/serve_bench.schema.json) of finished variant runs."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device": device,
+        "seed": seed,
+        "model": asdict(config),
+        "settings": {
+            "batch_size": settings.batch_size, "prefill_step": settings.prefill_step,
+            "page_size": settings.page_size, "dtype": str(dtype).rsplit(".", 1)[-1],
+            "bits": DEFAULT_BITS, "group_size": DEFAULT_GROUP_SIZE,
+        },
+        "trace": trace.describe(),
+        "variants": {variant: {k: v for k, v in entry.items() if k != "outputs"} for variant, entry in runs.items()},
+        "tokens_match_paged": token_agreement(runs, BASELINE),
+        "copy_ratio_vs_paged": copy_ratios(runs, BASELINE),
+        "environment": collect_environment(),
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         use_device(args.device)
@@ -145,23 +170,8 @@ def run(args: argparse.Namespace) -> int:
             _progress(f"{variant}: {entry['metrics']['wall_seconds']:.1f} s")
 
     runs = run_variants(weights, args.variants, trace, settings, report_variant)
-    document: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "kind": KIND,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device": args.device,
-        "seed": args.seed,
-        "model": asdict(config),
-        "settings": {
-            "batch_size": args.batch, "prefill_step": args.prefill_step, "page_size": args.page_size,
-            "dtype": str(dtype).rsplit(".", 1)[-1], "bits": DEFAULT_BITS, "group_size": DEFAULT_GROUP_SIZE,
-        },
-        "trace": trace.describe(),
-        "variants": {variant: {k: v for k, v in entry.items() if k != "outputs"} for variant, entry in runs.items()},
-        "tokens_match_paged": token_agreement(runs, BASELINE),
-        "copy_ratio_vs_paged": copy_ratios(runs, BASELINE),
-        "environment": collect_environment(),
-    }
+    document = serve_document(device=args.device, seed=args.seed, config=config, settings=settings,
+                              dtype=dtype, trace=trace, runs=runs)
     if args.kv_budget_bytes:
         document["budget_slots"] = args.budget_slots or args.requests
         sweep_settings = ServeSettings(document["budget_slots"], args.prefill_step, args.page_size)

@@ -9,8 +9,10 @@ import pytest
 
 from impl.serving_kv import serving_kv_for
 from pagecheck.render.serve_bench import render_serve_bench
+from pagecheck.serve_bench import serve_document
 from pagecheck.serve_run import ServeSettings, copy_ratios, run_budget_sweep, run_variants, token_agreement
 from pagecheck.serve_trace import course_trace
+from tests.report_schemas import schema_errors
 from tests.serving_fixtures import BATCH_SIZE, PAGE_SIZE, PREFILL_STEP, SERVING_CONFIG, serving_weights
 
 SETTINGS = ServeSettings(BATCH_SIZE, PREFILL_STEP, PAGE_SIZE)
@@ -84,3 +86,13 @@ def test_report_renders_and_json_is_strict(runs) -> None:
     markdown = render_serve_bench(document)
     for label in ("dense (batch K/V repacked every step)", "paged + dense gather", "paged (direct paged attention)"):
         assert label in markdown
+
+
+def test_serve_bench_json_matches_its_schema(runs) -> None:
+    import mlx.core as mx
+
+    document = serve_document(device="cpu", seed=5, config=SERVING_CONFIG, settings=SETTINGS, dtype=mx.float32,
+                              trace=small_trace(), runs=runs)
+    assert schema_errors("serve_bench", json.loads(json.dumps(document, allow_nan=False))) == []
+    broken = dict(document, variants={"paged": {"metrics": {"steps": -1}}})
+    assert schema_errors("serve_bench", broken)
