@@ -49,6 +49,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    # Registered here too, for runs of an installed copy that see no pyproject.toml.
+    config.addinivalue_line("markers", "invariant(name): the seed invariant or contract clause a check guards")
     register_profiles()
     load_profile(config.getoption("pagecheck_profile"))
     # Runs before Hypothesis's own pytest_configure, which reads this option.
@@ -160,4 +162,7 @@ def pagecheck_seed(pytestconfig: pytest.Config) -> int:
 @pytest.fixture
 def rng(pagecheck_seed: int, request: pytest.FixtureRequest) -> np.random.Generator:
     """A generator for checks without Hypothesis: the run's seed, plus the check's own stream."""
-    return np.random.default_rng([pagecheck_seed, zlib.crc32(request.node.nodeid.encode())])
+    # Module name + test name, not the node id: the id holds the path from the
+    # rootdir, which differs between a checkout and an installed copy.
+    check_id = f"{request.node.module.__name__}::{request.node.name}"
+    return np.random.default_rng([pagecheck_seed, zlib.crc32(check_id.encode())])

@@ -189,18 +189,12 @@ def measure_correctness(config: BenchConfig) -> dict[str, dict[str, float | str]
 def host_info() -> dict[str, Any]:
     import mlx.core as mx
 
-    cpu_model = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from pagecheck.environment import cpu_model
+
     return {
         "hostname": platform.node(),
         "platform": platform.platform(),
-        "cpu": cpu_model,
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "mlx": mx.__version__,

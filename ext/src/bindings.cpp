@@ -10,12 +10,13 @@
 #include "build_info.h"
 #include "dense_attention/dense_attention.h"
 #include "paged_attention/paged_attention.h"
+#include "quantized_embedding/quantized_embedding.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
 NB_MODULE(_ext, module) {
-  module.doc() = "pagecheck C++ MLX extension: paged and dense attention";
+  module.doc() = "pagecheck C++ MLX extension: paged and dense attention, quantized embedding";
 
   module.def(
       "paged_attention",
@@ -47,6 +48,21 @@ NB_MODULE(_ext, module) {
       "stream"_a = nb::none(),
       "Dense grouped-query attention. query [B, Hq, L, D]; key/value [B, Hkv, S, D]; optional "
       "context_lens int32 [B] (keys past it do not exist). Same mask rule as paged_attention.");
+
+  module.def(
+      "quantized_embedding",
+      &pagecheck::quantized_embedding,
+      "ids"_a,
+      "weight"_a,
+      "scales"_a,
+      "biases"_a,
+      "group_size"_a,
+      "bits"_a,
+      nb::kw_only(),
+      "stream"_a = nb::none(),
+      "Rows ids of an mx.quantize table (affine): ids int32 of any shape; weight uint32 [V, D * bits / 32]; "
+      "scales/biases [V, D / group_size]. Returns ids.shape + [D] in the scales dtype, equal to "
+      "mx.dequantize(weight, scales, biases)[ids], in one dispatch.");
 
   module.def("build_info", [] {
     const pagecheck::BuildInfo info = pagecheck::build_info();

@@ -1,0 +1,153 @@
+"""`pagecheck grade SUBMISSION...` and `pagecheck grade merge DIR...`: grading student submissions.
+
+Grading writes, under --out:
+
+    results/<name>.json   everything about one submission (written when it finishes; reused on a rerun)
+    grades.md, grades.csv the scoreboard (reproducible byte for byte: no times in it)
+    feedback/<name>.md    what the student sees: failed invariants, counterexamples, commands
+    logs/<name>/          build and suite output, for the grader's eyes
+    secret.txt            the secret, when --seed was not given (kept out of feedback/)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from pathlib import Path
+from types import FrameType
+
+from invariants.catalog import INVARIANTS
+from invariants.profiles import DEFAULT_PROFILE, PROFILES
+from pagecheck.commands import options
+from pagecheck.exit_codes import ExitCode
+from pagecheck.grading.merge import merge_results
+from pagecheck.grading.outputs import write_outputs
+from pagecheck.grading.plan import GradePlan
+from pagecheck.grading.rubric import DEFAULT_RUBRIC, Rubric, load_rubric
+from pagecheck.grading.sandbox import GIB, GradingInterrupted, LiveChildren, Limits
+from pagecheck.grading.schedule import jobs_to_run, run_jobs
+from pagecheck.grading.seeds import MIN_SECRET_LENGTH, resolve_secret
+from pagecheck.grading.shards import parse_shard
+from pagecheck.grading.submission import load_submissions
+from pagecheck.progress import StageProgress
+
+NAME = "grade"
+MERGE = "merge"
+DEFAULT_OUT = Path("reports") / "grade"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = options.add_command_parser(
+        subparsers,
+        NAME,
+        "grade submissions (tiny-llm checkouts, .py files, packages) against the invariants",
+        "Run the invariants suite on each submission in its own limited process (wall clock, memory,\n"
+        "scrubbed environment), twice: on the public inputs and on hidden inputs derived from --seed.\n"
+        "Write per-submission results, a scoreboard (grades.md, grades.csv) and feedback files.\n"
+        "Rerunning into the same --out skips finished submissions.\n\n"
+        f"`pagecheck grade {MERGE} DIR... --out OUT` joins the outputs of --shard runs into one scoreboard.",
+    )
+    parser.add_argument("submissions", nargs="+", metavar="SUBMISSION",
+                        help=f"tiny-llm checkouts, .py files or package directories (or: {MERGE} DIR...)")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="output directory")
+    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2), metavar="N",
+                        help="submissions graded at once")  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                        help="wall-clock limit of each suite run, in seconds")  # fmt: skip
+    parser.add_argument("--build-timeout", type=float, default=600.0, metavar="S",
+                        help="wall-clock limit of an extension build, in seconds")  # fmt: skip
+    parser.add_argument("--memory", type=float, default=4.0, metavar="GB",
+                        help="address-space limit of each child process, in GiB")  # fmt: skip
+    parser.add_argument("--seed", default=None, metavar="SECRET",
+                        help="secret the hidden inputs are drawn from (default: the one saved in OUT/secret.txt, "
+                        "or a new random one saved there)")  # fmt: skip
+    parser.add_argument("--shard", default=None, metavar="i/n", help="grade only shard i of n (1-based)")
+    parser.add_argument("--force", action="store_true", help="grade again even where a finished result exists")
+    parser.add_argument("--rubric", type=Path, default=None, metavar="PATH",
+                        help=f"points per invariant, TOML (default: {DEFAULT_RUBRIC.name} shipped with pagecheck)")  # fmt: skip
+    parser.add_argument("--invariants", default="", metavar="ID,ID",
+                        help="grade only these invariants (default: all): " + ", ".join(INVARIANTS))  # fmt: skip
+    parser.add_argument("--profile", default=DEFAULT_PROFILE, choices=sorted(PROFILES), help="Hypothesis search depth")
+    options.add_device_option(parser)
+    return parser
+
+
+def _selected_invariants(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in INVARIANTS]
+    if unknown:
+        raise ValueError(f"invariants={text!r} names {unknown}, which are not in invariants/catalog.py")
+    return names
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _remove_if_empty(directory: Path) -> None:
+    """Each submission removes its own working copy; the parent goes once a run leaves none behind."""
+    if directory.is_dir() and not any(directory.iterdir()):
+        directory.rmdir()
+
+
+def run_merge(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
+    shard_dirs = [Path(d) for d in args.submissions[1:]]
+    if not shard_dirs:
+        raise ValueError(f"`pagecheck grade {MERGE}` needs at least one shard directory")
+    merged = merge_results(shard_dirs, args.out)
+    write_outputs(args.out, rubric)
+    print(f"pagecheck {NAME} {MERGE}: {len(merged)} results from {len(shard_dirs)} directories; "
+          f"scoreboard in {args.out / 'grades.md'}")  # fmt: skip
+    return ExitCode.OK
+
+
+def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
+    submissions = load_submissions(args.submissions)
+    if args.shard is not None:
+        shard = parse_shard(args.shard)
+        submissions = [s for s in submissions if shard.holds(s.name)]
+    args.out.mkdir(parents=True, exist_ok=True)
+    plan = GradePlan(
+        secret=resolve_secret(args.seed, args.out),
+        limits=Limits(args.timeout, int(args.memory * GIB)),
+        build_timeout_s=args.build_timeout,
+        profile=args.profile,
+        device=args.device,
+        selected=_selected_invariants(args.invariants),
+    )
+    if len(plan.secret) < MIN_SECRET_LENGTH:
+        print(f"pagecheck {NAME}: warning: a --seed of under {MIN_SECRET_LENGTH} characters can be guessed; "
+              "hidden inputs are only as hidden as the secret")  # fmt: skip
+    for invariant in plan.invariants:
+        rubric.points_for(invariant)  # a rubric without points for a graded invariant fails now, not at the end
+    todo, reused = jobs_to_run(submissions, plan, args.out, force=args.force)
+    progress = StageProgress(NAME, 1, 1)
+    progress.begin(f"{len(todo)} to grade, {len(reused)} finished earlier, {args.jobs} at a time; output in {args.out}")
+    live = LiveChildren()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        finished = run_jobs(todo, plan, args.out, jobs=args.jobs, live=live, progress=progress)
+    except (KeyboardInterrupt, GradingInterrupted):
+        progress.note("interrupted; finished submissions keep their results, a rerun grades the rest")
+        return ExitCode.INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    documents = write_outputs(args.out, rubric)
+    _remove_if_empty(args.out / "work")
+    progress.finish(f"graded {len(finished)}, reused {len(reused)}; scoreboard of {len(documents)} in "
+                    f"{args.out / 'grades.md'}")  # fmt: skip
+    return ExitCode.OK
+
+
+def run(args: argparse.Namespace) -> int:
+    # Children run in directories of their own: every path handed to them must be absolute.
+    args.out = args.out.expanduser().resolve()
+    try:
+        rubric = load_rubric(args.rubric)
+        if args.submissions[0] == MERGE:
+            return run_merge(args, rubric)
+        return run_grading(args, rubric)
+    except ValueError as exc:
+        print(f"pagecheck {NAME}: {exc}")
+        return ExitCode.USAGE

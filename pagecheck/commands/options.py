@@ -1,0 +1,114 @@
+"""Options several subcommands share, each defined once with its help text."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from invariants.profiles import DEFAULT_SEED
+from pagecheck.device import DEVICES
+from pagecheck.exit_codes import describe_exit_codes
+from pagecheck.environment import collect_environment
+from pagecheck.report_document import default_report_dir, new_document
+from pagecheck.subject import SPEC_HELP
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's and the exit-code list's line breaks."""
+
+
+EXIT_CODES_EPILOG = "exit codes:\n" + describe_exit_codes()
+
+
+def add_command_parser(
+    subparsers: argparse._SubParsersAction, name: str, summary: str, description: str
+) -> argparse.ArgumentParser:
+    return subparsers.add_parser(
+        name, help=summary, description=description, epilog=EXIT_CODES_EPILOG, formatter_class=HelpFormatter
+    )
+
+
+def add_subject_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--subject",
+        default="impl",
+        metavar="SPEC",
+        help=f"the implementation to check: {SPEC_HELP} (default: %(default)s)",
+    )
+
+
+def add_device_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="cpu",
+        help="MLX device to run on; gpu means Metal on macOS, CUDA with mlx[cuda13] on Linux "
+        "(default: %(default)s)",
+    )
+
+
+def add_out_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="directory for the report files, created if missing; files already there with the same "
+        "names are replaced (default: reports/<subject>-<YYYYmmdd-HHMMSS>/ under the current directory)",
+    )
+
+
+def add_quick_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--quick", action="store_true", help=f"a smaller run: {what}")
+
+
+def add_seed_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=DEFAULT_SEED,
+        metavar="N",
+        help="seed for every random draw (layouts, Hypothesis), so a run can be repeated exactly "
+        "(default: %(default)s)",
+    )
+
+
+def add_jobs_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="worker processes for the invariants suite (pytest-xdist); 0 runs it in the one child "
+        "process (default: the number of CPUs, %(default)s here)",
+    )
+
+
+def report_dir(args: argparse.Namespace) -> Path:
+    """The --out directory, or a fresh default one; created before anything runs."""
+    if args.out is not None:
+        out = args.out
+    else:
+        out = default_report_dir(args.subject)
+        suffix = 2
+        base = out
+        while out.exists():  # two runs in the same second get separate directories
+            out = base.with_name(f"{base.name}-{suffix}")
+            suffix += 1
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def profile_name(args: argparse.Namespace) -> str:
+    return "quick" if args.quick else "full"
+
+
+def start_document(kind: str, args: argparse.Namespace, subject: str | None = None) -> dict[str, Any]:
+    """A report document's envelope for this command line, environment included."""
+    document = new_document(
+        kind, subject=subject or args.subject, device=args.device, seed=args.seed, profile=profile_name(args)
+    )
+    document["environment"] = collect_environment()
+    return document

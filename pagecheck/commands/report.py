@@ -1,0 +1,149 @@
+"""`pagecheck report`: invariants suite, tolerance sweep and operator benchmark, written as one report."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from invariants.catalog import INVARIANTS
+from pagecheck.commands import options
+from pagecheck.commands.bench import add_bench_options, quick_bench_text, run_bench_stage
+from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
+from pagecheck.commands.tolerance import run_tolerance_stage
+from pagecheck.conformance import conformance_body, subject_error_body
+from pagecheck.exit_codes import ExitCode, most_serious
+from pagecheck.progress import StageProgress
+from pagecheck.render.conformance import render_conformance
+from pagecheck.report_document import write_json
+from pagecheck.report_index import write_index
+from pagecheck.results import load_results
+from pagecheck.suite_run import SuiteRequest, run_suite
+from pagecheck.tolerance_sweep import FULL_GRID, QUICK_GRID
+
+NAME = "report"
+STAGES = ("invariants", "tolerance", "bench")
+# The Hypothesis profile (invariants/profiles.py) of the suite for each report profile.
+SUITE_PROFILE = {"full": "thorough", "quick": "default"}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = options.add_command_parser(
+        subparsers,
+        NAME,
+        "check, measure and benchmark a subject; write a full report",
+        "Run the invariants suite on the subject (in parallel, in child processes), the tolerance sweep\n"
+        "and the operator benchmark, then write conformance, tolerance and bench reports (Markdown +\n"
+        "JSON, plus an SVG plot) and an index.md that sums them up. The exit status names the most\n"
+        "serious finding: a broken invariant exits 1.",
+    )
+    options.add_subject_option(parser)
+    options.add_device_option(parser)
+    options.add_out_option(parser)
+    options.add_quick_option(
+        parser, f"the invariants' {SUITE_PROFILE['quick']} Hypothesis profile instead of {SUITE_PROFILE['full']}; "
+        f"{len(list(QUICK_GRID.cells()))} tolerance cells instead of {len(list(FULL_GRID.cells()))}; benchmark {quick_bench_text()}"
+    )
+    options.add_seed_option(parser)
+    options.add_jobs_option(parser)
+    parser.add_argument(
+        "--invariant",
+        action="append",
+        default=[],
+        choices=sorted(INVARIANTS),
+        metavar="ID",
+        help="run only this invariant's checks; repeat it for several (default: every invariant). "
+        "IDs: " + ", ".join(INVARIANTS),
+    )
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=STAGES,
+        metavar="STAGE",
+        help=f"leave a stage out (repeatable); STAGE is one of {', '.join(STAGES)}. The index covers the rest",
+    )
+    add_bench_options(parser)
+    return parser
+
+
+def run_conformance_stage(args: argparse.Namespace, out: Path, progress: StageProgress) -> ExitCode:
+    selected = tuple(args.invariant)
+    progress.begin(
+        f"{'selected' if selected else 'all'} invariants on {args.subject}, "
+        f"{args.jobs or 'no'} worker processes; pytest output in {out / 'invariants.log'}"
+    )
+
+    def show(counts: dict[str, int], percent: int | None) -> None:
+        done = sum(counts.values())
+        detail = f"checks done: {counts['passed']} passed, {counts['failed']} failed, {counts['errors']} errors, {counts['skipped']} skipped"
+        progress.update(done, None, detail + (f", {percent}%" if percent is not None else ""))
+
+    with tempfile.TemporaryDirectory(prefix="pagecheck-") as scratch:
+        results_path = Path(scratch) / "results.json"
+        request = SuiteRequest(
+            subject=args.subject,
+            device=args.device,
+            seed=args.seed,
+            profile=SUITE_PROFILE[options.profile_name(args)],
+            jobs=args.jobs,
+            results_path=results_path,
+            invariants=selected,
+        )
+        run = run_suite(request, out / "invariants.log", show)
+        results = load_results(results_path) if results_path.exists() else None
+    document = _write_conformance(args, out, conformance_body(run, results, selected))
+    totals = document["totals"]
+    progress.finish(
+        f"{totals['invariants_held']} invariants hold, {totals['invariants_failed']} broken, "
+        f"{totals['invariants_unchecked']} unchecked ({totals['pass']} of {totals['checks']} checks passed)"
+    )
+    if document["suite"]["problem"]:
+        return ExitCode.SUITE_ERROR
+    return ExitCode.INVARIANT_FAILED if document["broken_invariants"] else ExitCode.OK
+
+
+def _write_conformance(args: argparse.Namespace, out: Path, body: dict[str, Any]) -> dict[str, Any]:
+    document = options.start_document("conformance", args)
+    document.update(body)
+    write_json(out / "conformance.json", document)
+    (out / "conformance.md").write_text(render_conformance(document))
+    return document
+
+
+def run(args: argparse.Namespace) -> int:
+    chosen = [name for name in STAGES if name not in args.skip]
+    if not chosen:
+        print(f"pagecheck {NAME}: every stage was skipped; nothing to report")
+        return ExitCode.USAGE
+    try:
+        subject = prepare_subject(args, needs=("paged_attention",))
+    except SubjectSetupError as exc:
+        print(f"pagecheck {NAME}: {exc}")
+        if exc.code != ExitCode.SUBJECT_LOAD_FAILED:
+            return exc.code
+        out = options.report_dir(args)
+        _write_conformance(args, out, subject_error_body(str(exc)))
+        print(f"pagecheck {NAME}: wrote {write_index(out)}")
+        return exc.code
+    out = options.report_dir(args)
+    stages = {
+        "invariants": lambda progress: run_conformance_stage(args, out, progress),
+        "tolerance": lambda progress: run_tolerance_stage(subject, args, out, progress),
+        "bench": lambda progress: run_bench_stage(args, out, progress),
+    }
+    codes = []
+    try:
+        for number, name in enumerate(chosen, start=1):
+            codes.append(stages[name](StageProgress(name, number, len(chosen))))
+    except KeyboardInterrupt:
+        codes.append(ExitCode.INTERRUPTED)
+        print(f"pagecheck {NAME}: interrupted; the index covers the stages that finished")
+    index = write_index(out) if any(out.glob("*.json")) else None
+    code = most_serious(codes)
+    if index is None:
+        print(f"pagecheck {NAME}: {code.name} (exit {int(code)}); no stage finished")
+        return code
+    print(f"pagecheck {NAME}: {code.name} (exit {int(code)}); summary in {index}")
+    return code

@@ -1,0 +1,33 @@
+"""Selecting the device and loading the subject, with the exit code each failure maps to."""
+
+from __future__ import annotations
+
+import argparse
+
+from pagecheck.device import DeviceUnavailable, use_device
+from pagecheck.exit_codes import ExitCode
+from pagecheck.subject import Subject, SubjectError, load_subject
+
+
+class SubjectSetupError(RuntimeError):
+    def __init__(self, message: str, code: ExitCode) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def prepare_subject(args: argparse.Namespace, needs: tuple[str, ...]) -> Subject:
+    """Use args.device, load args.subject, and insist it provides every name in `needs`."""
+    try:
+        use_device(args.device)
+    except DeviceUnavailable as exc:
+        raise SubjectSetupError(str(exc), ExitCode.DEVICE_UNAVAILABLE) from exc
+    try:
+        subject = load_subject(args.subject)
+    except SubjectError as exc:
+        raise SubjectSetupError(str(exc), ExitCode.SUBJECT_LOAD_FAILED) from exc
+    absent = [name for name in needs if not subject.has(name)]
+    if absent:
+        raise SubjectSetupError(
+            f"subject {args.subject} lacks {', '.join(absent)}: {subject.describe()}", ExitCode.SUBJECT_LOAD_FAILED
+        )
+    return subject

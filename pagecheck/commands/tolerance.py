@@ -1,0 +1,66 @@
+"""`pagecheck tolerance`: the tolerance sweep alone, written as tolerance.md and tolerance.json."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pagecheck.commands import options
+from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
+from pagecheck.exit_codes import ExitCode
+from pagecheck.progress import StageProgress
+from pagecheck.render.tolerance import render_tolerance
+from pagecheck.report_document import write_json
+from pagecheck.report_index import write_index
+from pagecheck.subject import Subject
+from pagecheck.tolerance_sweep import FULL_GRID, QUICK_GRID, SweepCell, run_sweep
+
+NAME = "tolerance"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = options.add_command_parser(
+        subparsers,
+        NAME,
+        "measure the subject's error against both oracles over a grid of shapes",
+        "Run the subject's paged_attention over a grid of dtype x head dim x page size x query length x\n"
+        "context, compare each output with the float64 reference and the mlx.core oracle, and write\n"
+        "tolerance.md and tolerance.json (thresholds from reference/tolerance.py).",
+    )
+    options.add_subject_option(parser)
+    options.add_device_option(parser)
+    options.add_out_option(parser)
+    options.add_quick_option(parser, f"{len(list(QUICK_GRID.cells()))} cells instead of {len(list(FULL_GRID.cells()))}")
+    options.add_seed_option(parser)
+    return parser
+
+
+def run_tolerance_stage(subject: Subject, args: argparse.Namespace, out: Path, progress: StageProgress) -> ExitCode:
+    """Sweep, write both files, and say whether every cell passed."""
+    grid = QUICK_GRID if args.quick else FULL_GRID
+    total = len(list(grid.cells()))
+    progress.begin(f"{total} cells, each checked against the float64 and mlx.core oracles")
+
+    def show(done: int, count: int, cell: SweepCell) -> None:
+        progress.update(done, count, f"cells ({cell.dtype} D={cell.head_dim} page={cell.page_size} L={cell.query_len} C={cell.context})")
+
+    document = options.start_document("tolerance", args)
+    document.update(run_sweep(subject.get("paged_attention"), grid, seed=args.seed, progress=show))
+    write_json(out / "tolerance.json", document)
+    (out / "tolerance.md").write_text(render_tolerance(document))
+    totals = document["totals"]
+    progress.finish(f"{totals['passed']}/{totals['rows']} cells within tolerance")
+    return ExitCode.OK if document["passed"] else ExitCode.TOLERANCE_EXCEEDED
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        subject = prepare_subject(args, needs=("paged_attention",))
+    except SubjectSetupError as exc:
+        print(f"pagecheck {NAME}: {exc}")
+        return exc.code
+    out = options.report_dir(args)
+    code = run_tolerance_stage(subject, args, out, StageProgress(NAME, 1, 1))
+    write_index(out)
+    print(f"pagecheck {NAME}: wrote {out / 'tolerance.md'}")
+    return code

@@ -1,0 +1,64 @@
+"""Every exit status the `pagecheck` command can return, in one place.
+
+When a run finds several problems it returns the most serious one; the
+order of SEVERITY says which that is.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    INVARIANT_FAILED = 1
+    # argparse exits with 2 on a bad command line; the enum keeps that meaning.
+    USAGE = 2
+    SUBJECT_LOAD_FAILED = 3
+    TOLERANCE_EXCEEDED = 4
+    BENCH_INCORRECT = 5
+    SUITE_ERROR = 6
+    DEVICE_UNAVAILABLE = 7
+    # 128 + SIGINT, what a shell reports for a command stopped with Ctrl-C.
+    INTERRUPTED = 130
+
+
+# Most serious first: a subject that does not load or a suite that cannot run
+# says nothing about correctness, so it outranks any verdict.
+SEVERITY: tuple[ExitCode, ...] = (
+    ExitCode.INTERRUPTED,
+    ExitCode.USAGE,
+    ExitCode.DEVICE_UNAVAILABLE,
+    ExitCode.SUBJECT_LOAD_FAILED,
+    ExitCode.SUITE_ERROR,
+    ExitCode.INVARIANT_FAILED,
+    ExitCode.TOLERANCE_EXCEEDED,
+    ExitCode.BENCH_INCORRECT,
+    ExitCode.OK,
+)
+
+
+def most_serious(codes: list[ExitCode]) -> ExitCode:
+    """The code a run with these outcomes should exit with (OK for none)."""
+    for code in SEVERITY:
+        if code in codes:
+            return code
+    return ExitCode.OK
+
+
+MEANING: dict[ExitCode, str] = {
+    ExitCode.OK: "everything run passed",
+    ExitCode.INVARIANT_FAILED: "an invariant is broken; conformance.md names it and shows the counterexample",
+    ExitCode.USAGE: "the command line is wrong",
+    ExitCode.SUBJECT_LOAD_FAILED: "the subject could not be imported or lacks paged_attention",
+    ExitCode.TOLERANCE_EXCEEDED: "some tolerance-sweep cell is outside the tolerance table",
+    ExitCode.BENCH_INCORRECT: "a benchmarked variant raised, or its output is further than atol from float64",
+    ExitCode.SUITE_ERROR: "the invariants suite could not run to the end (see invariants.log)",
+    ExitCode.DEVICE_UNAVAILABLE: "--device gpu was asked for and MLX has no GPU here",
+    ExitCode.INTERRUPTED: "stopped by SIGINT or SIGTERM; `pagecheck grade` keeps every finished result",
+}
+
+
+def describe_exit_codes() -> str:
+    """One line per code, for --help epilogs."""
+    return "\n".join(f"  {int(code)}  {code.name}: {MEANING[code]}" for code in sorted(ExitCode))

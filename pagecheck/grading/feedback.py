@@ -1,0 +1,132 @@
+"""feedback/<name>.md: what a student sees about their submission.
+
+For each invariant that did not earn its points: the checks that failed,
+their counterexample, and a command that reruns the check on the public
+inputs. A failure that only the hidden inputs showed is reported with its
+counterexample, without the seed that drew it; the student is pointed at a
+wider public search instead. Nothing here names the secret or the hidden seed
+(any digits of the hidden seed in a message are masked), and nothing depends
+on time, so feedback files are reproducible too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from invariants.catalog import INVARIANTS
+from pagecheck.grading.child_plugin import PLUGIN
+from pagecheck.grading.rubric import Rubric
+from pagecheck.grading.scoreboard import Score, checks_by_invariant, format_points, score_result
+from pagecheck.grading.seeds import PUBLIC_SEED
+
+SUITE_VARIABLE = 'INV="$(python -c \'import invariants, os; print(os.path.dirname(invariants.__file__))\')"'
+HIDDEN_MASK = "<hidden seed>"
+RUN_PROBLEMS = {
+    "build-failed": "The C++ extension did not build, and the Python code does not load without it.",
+    "load-failed": "The subject could not be imported, so no check ran.",
+    "crashed": "The process running the checks died.",
+    "timed-out": "The checks did not finish within the time limit.",
+    "out-of-memory": "The checks ran out of memory.",
+}
+FINDING_TEXT = {
+    "sdpa_call": "Paged attention must read K/V through the block table itself.",
+    "dense_gather": "Paged attention must not gather the pages into dense K/V.",
+    "sdpa_trap": "mx.fast.scaled_dot_product_attention raises during grading.",
+    "project_import": "A submission must not use the grader's own code.",
+}
+
+
+def _hidden_seeds(document: dict[str, Any]) -> list[str]:
+    return [str(p["seed"]) for p in document["passes"] if p["kind"] == "hidden"]
+
+
+def _masked(text: str, document: dict[str, Any]) -> str:
+    for seed in _hidden_seeds(document):
+        text = text.replace(seed, HIDDEN_MASK)
+    return text
+
+
+def _quoted(text: str) -> list[str]:
+    return ["    " + line for line in (text.strip() or "(no message)").splitlines()]
+
+
+def check_command(nodeid: str, spec: str) -> str:
+    """The command that reruns one check on the public inputs, from the submission's directory, with the
+    grading plugin loaded as in grading (SDPA trapped, every call's inputs checked)."""
+    path = nodeid.removeprefix("invariants/")
+    return f'python -m pytest "$INV/{path}" -p {PLUGIN} --subject {spec} --pagecheck-seed {PUBLIC_SEED}'
+
+
+def _check_lines(check: dict[str, Any], document: dict[str, Any]) -> list[str]:
+    name = check["nodeid"].split("::", 1)[-1]
+    on = " and ".join(f"{kind} inputs" for kind in check["passes"]) or "both passes"
+    lines = [f"- `{name}`: {check['outcome']} on {on}", ""]
+    lines += _quoted(_masked(check["message"], document)) + [""]
+    if "public" in check["passes"]:
+        lines += ["  Reproduce:", "", f"    {check_command(check['nodeid'], document['student_spec'])}", ""]
+    else:
+        lines += ["  Only the hidden inputs showed this. Search wider on public inputs:", "",
+                  f"    {check_command(check['nodeid'], document['student_spec'])} --pagecheck-profile thorough", ""]  # fmt: skip
+    return lines
+
+
+def _run_problem(document: dict[str, Any]) -> list[str]:
+    verdict = document["verdict"]
+    lines = ["## The run did not finish", "", f"Verdict: **{verdict}**. {RUN_PROBLEMS[verdict]} No points are given.", ""]
+    if document.get("detail"):
+        lines += _quoted(_masked(document["detail"], document)) + [""]
+    running = document.get("running_check")
+    if running:
+        lines += [f"It happened during `{running.split('::', 1)[-1]}` on the {document['failed_pass']} inputs.", ""]
+        command = check_command(running, document["student_spec"])
+        if document["failed_pass"] != "public":
+            command += " --pagecheck-profile thorough"
+        lines += ["Rerun that check:", "", f"    {command}", ""]
+    return lines
+
+
+def render_feedback(document: dict[str, Any], rubric: Rubric) -> str:
+    score: Score = score_result(document, rubric)
+    lines = [
+        f"# Feedback for {document['name']}",
+        "",
+        f"Verdict: **{score.verdict}**. Total: **{format_points(score.total)}** of {format_points(score.maximum)} points.",
+        "",
+        f"Every check ran twice: on the public inputs (seed {PUBLIC_SEED}, the suite's default) and on hidden "
+        "inputs drawn for grading. Commands below run from the directory that holds your submission, after "
+        "setting:",
+        "",
+        f"    {SUITE_VARIABLE}",
+        "",
+    ]
+    if document["verdict"] != "ok":
+        lines += _run_problem(document)
+    if document.get("build") and not document["build"]["ok"] and document["verdict"] != "build-failed":
+        lines += [f"Note: the extension build failed ({document['build']['detail']}); the checks ran without it.", ""]
+    if document["findings"]:
+        lines += ["## Anti-cheat findings", ""]
+        if rubric.zeroes_total({f["kind"] for f in document["findings"]}):
+            lines += ["These set the total to 0.", ""]
+        for finding in document["findings"]:
+            lines.append(f"- `{finding['file']}:{finding['line']}` ({finding['kind']}): "
+                         f"{_masked(finding['detail'], document)}. {FINDING_TEXT[finding['kind']]}")  # fmt: skip
+        lines.append("")
+    grouped = checks_by_invariant(document)
+    missed = [i for i in document["settings"]["invariants"] if not score.held(i, rubric)]
+    held = [i for i in document["settings"]["invariants"] if score.held(i, rubric)]
+    if document["verdict"] == "ok" and missed:
+        lines += ["## Invariants not met", ""]
+        for invariant in missed:
+            earned = score.points[invariant]
+            worth = format_points(rubric.points_for(invariant))
+            got = "no check ran" if earned is None else f"{format_points(earned)} of {worth} points"
+            lines += [f"### {invariant} ({got})", "", INVARIANTS[invariant] + ".", ""]
+            failed = [c for c in grouped.get(invariant, []) if c["outcome"] != "pass"]
+            for check in failed:
+                lines += _check_lines(check, document)
+            if grouped.get(invariant) and not failed and invariant in rubric.requires:
+                needed = ", ".join(rubric.requires[invariant])
+                lines += [f"Its checks passed, but it earns points only when {needed} is met too.", ""]
+    if held and document["verdict"] == "ok":
+        lines += ["## Invariants met", "", ", ".join(held) + ".", ""]
+    return "\n".join(lines).rstrip("\n") + "\n"

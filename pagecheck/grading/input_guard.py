@@ -1,0 +1,44 @@
+"""Every call a graded subject's paged_attention receives is checked for changed inputs.
+
+The suite's inputs_unchanged invariant checks its own calls; while grading,
+the guard compares each array argument before and after every call made by
+every check, and a changed one fails that check. An implementation that
+clamps the caller's block table or scales the query in place corrupts the
+serving loop that called it, whatever its output.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import numpy as np
+
+from invariants.verdict import same_array
+from reference.arrays import to_numpy
+
+ARRAY_ARGUMENTS = ("query", "key_pages", "value_pages", "block_table", "context_lens")
+
+
+class InputMutationError(AssertionError):
+    """paged_attention changed an array it was given."""
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, np.ndarray) or type(value).__module__.startswith("mlx")
+
+
+def guard_inputs(paged_attention: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(paged_attention)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        given = {**dict(zip(ARRAY_ARGUMENTS, args)), **{k: v for k, v in kwargs.items() if k in ARRAY_ARGUMENTS}}
+        before = {name: to_numpy(value).copy() for name, value in given.items() if _is_array(value)}
+        output = paged_attention(*args, **kwargs)
+        for name, snapshot in before.items():
+            if not same_array(given[name], snapshot):
+                raise InputMutationError(
+                    f"paged_attention changed its input {name} in place; every input must be left as it was given"
+                )
+        return output
+
+    return guarded

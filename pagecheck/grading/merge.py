@@ -1,0 +1,44 @@
+"""`pagecheck grade merge DIR...`: one scoreboard from the output directories of several shards.
+
+Results are copied into the merged directory unchanged, then the scoreboard
+and feedback are rendered from them as a single run would, so merging the
+shards of a run reproduces that run's grades.md and grades.csv byte for byte.
+A submission graded in two shards, or shards graded with different settings,
+is refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pagecheck.grading.results_store import load_all_results, result_path, write_json_atomic
+
+
+def merge_results(shard_dirs: list[Path], out: Path) -> list[dict[str, Any]]:
+    taken: dict[str, Path] = {}
+    settings: tuple[Path, dict[str, Any]] | None = None
+    merged: list[dict[str, Any]] = []
+    for directory in shard_dirs:
+        if not directory.is_dir():
+            raise ValueError(f"shard directory={str(directory)!r} does not exist")
+        for document in load_all_results(directory):
+            name = document["name"]
+            if name in taken:
+                raise ValueError(f"submission {name!r} is graded in both {taken[name]} and {directory}")
+            if settings is None:
+                settings = (directory, document["settings"])
+            elif document["settings"] != settings[1]:
+                raise ValueError(
+                    f"shard {directory} graded {name!r} with settings {document['settings']}, "
+                    f"but {settings[0]} used {settings[1]}"
+                )
+            taken[name] = directory
+            merged.append(document)
+    strangers = sorted({d["name"] for d in load_all_results(out)} - set(taken))
+    if strangers:
+        raise ValueError(f"out={str(out)!r} already holds results for {strangers}, which no shard has; merge into "
+                         "an empty directory")  # fmt: skip
+    for document in merged:
+        write_json_atomic(result_path(out, document["name"]), document)
+    return merged

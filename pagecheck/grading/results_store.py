@@ -1,0 +1,69 @@
+"""Per-submission results files: written atomically when a submission finishes, reused on a rerun.
+
+OUT/results/<name>.json appears complete or not at all (written to a
+temporary file in the same directory, then os.replace'd), so a grader killed
+at any moment loses only the submissions it had not finished. A rerun reuses
+a result when its submission's content digest and the run's settings are the
+same; anything else is graded again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+FORMAT = "pagecheck-grade"
+VERSION = 1
+RESULTS_DIR = "results"
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `path` so that readers see the old file or the whole new one, never part of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    with open(temporary, "w", encoding="utf-8") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+
+
+def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
+    # Sorted keys: the same document always gives the same bytes (merged shards are compared byte for byte).
+    write_text_atomic(path, json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def result_path(out: Path, name: str) -> Path:
+    return out / RESULTS_DIR / f"{name}.json"
+
+
+def load_result(path: Path) -> dict[str, Any] | None:
+    """A results document, or None when the file is missing, unreadable or of another format."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(document, dict) or document.get("format") != FORMAT or document.get("version") != VERSION:
+        return None
+    return document
+
+
+def load_all_results(out: Path) -> list[dict[str, Any]]:
+    """Every finished result under `out`, sorted by submission name."""
+    directory = out / RESULTS_DIR
+    found = [load_result(p) for p in sorted(directory.glob("*.json"))] if directory.is_dir() else []
+    return sorted((d for d in found if d is not None), key=lambda d: d["name"])
+
+
+def reuse_reason(document: dict[str, Any] | None, digest: str, settings: dict[str, Any]) -> str | None:
+    """Why a finished result cannot be reused (None: it can)."""
+    if document is None:
+        return "not graded yet"
+    if document.get("digest") != digest:
+        return "the submission changed"
+    if document.get("settings") != settings:
+        return "the grading settings changed"
+    return None

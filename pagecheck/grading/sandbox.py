@@ -1,0 +1,168 @@
+"""Running one child under the grader's limits and reporting how it ended.
+
+The child gets its own session (so a timeout kills it and everything it
+started), a scrubbed environment, a working directory of its own, an
+address-space limit and a wall-clock limit. Its peak resident memory comes
+from wait4's rusage, which needs no cooperation from the child.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+POLL_S = 0.05
+GIB = 1 << 30
+# ru_maxrss is in kilobytes on Linux and in bytes on macOS.
+MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout_s: float
+    memory_bytes: int
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout={self.timeout_s} must be a positive number of seconds")
+        if self.memory_bytes < 256 << 20:
+            raise ValueError(f"memory={self.memory_bytes / GIB:g} GB is below the 0.25 GB a Python child needs")
+
+
+@dataclass(frozen=True)
+class ChildExit:
+    returncode: int  # negative: the signal that ended it, as subprocess reports
+    timed_out: bool
+    elapsed_s: float
+    peak_rss_bytes: int
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.returncode >= 0:
+            return None
+        try:
+            return signal.Signals(-self.returncode).name
+        except ValueError:
+            return f"signal {-self.returncode}"
+
+
+def child_environment(home: Path, pythonpath: Sequence[Path]) -> dict[str, str]:
+    """Only what a Python child needs: nothing of the grader's environment leaks through."""
+    return {
+        "PATH": os.environ.get("PATH", os.defpath),
+        "HOME": str(home),
+        "TMPDIR": str(home),
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+        "PYTHONPATH": os.pathsep.join(str(p) for p in pythonpath),
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        # glibc reserves 64 MiB of address space per thread arena; RLIMIT_AS counts
+        # reservations, so without a cap a threaded library eats the allowance unused.
+        "MALLOC_ARENA_MAX": "2",
+    }
+
+
+class GradingInterrupted(RuntimeError):
+    """The grader is stopping: a child killed for that reason says nothing about the submission."""
+
+
+class LiveChildren:
+    """The process groups of running children, so an interrupted grader can end exactly those."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: set[int] = set()
+        self.stopping = threading.Event()
+
+    def add(self, pgid: int) -> None:
+        with self._lock:
+            self._groups.add(pgid)
+        if self.stopping.is_set():  # kill_all ran between this child's start and now
+            _kill_group(pgid)
+
+    def discard(self, pgid: int) -> None:
+        with self._lock:
+            self._groups.discard(pgid)
+
+    def kill_all(self) -> None:
+        """Stop for good: end every running child; children started later are refused."""
+        self.stopping.set()
+        with self._lock:
+            groups = sorted(self._groups)
+        for pgid in groups:
+            _kill_group(pgid)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return
+
+
+def limited_command(command: Sequence[str], memory_bytes: int) -> list[str]:
+    return [sys.executable, "-m", "pagecheck.grading.limits", str(memory_bytes), "--", *command]
+
+
+def run_limited(
+    command: Sequence[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    limits: Limits,
+    log_path: Path,
+    live: LiveChildren | None = None,
+) -> ChildExit:
+    """Run `command` to its end or its deadline, its output appended to `log_path`."""
+    if live is not None and live.stopping.is_set():
+        raise GradingInterrupted("the grader is stopping")
+    start = time.monotonic()
+    deadline = start + limits.timeout_s
+    with open(log_path, "ab") as log:
+        log.write(("$ " + " ".join(command) + "\n").encode())
+        log.flush()
+        child = subprocess.Popen(
+            limited_command(command, limits.memory_bytes),
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    if live is not None:
+        live.add(child.pid)
+    timed_out = False
+    try:
+        while True:
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid == child.pid:
+                break
+            if time.monotonic() >= deadline:
+                timed_out = True
+                _kill_group(child.pid)
+                pid, status, usage = os.wait4(child.pid, 0)
+                break
+            time.sleep(POLL_S)
+    finally:
+        # Whatever the child left running in its session goes with it.
+        _kill_group(child.pid)
+        if live is not None:
+            live.discard(child.pid)
+    child.returncode = os.waitstatus_to_exitcode(status)  # reaped here; Popen must not wait again
+    if live is not None and live.stopping.is_set():
+        raise GradingInterrupted("the grader stopped while this child ran")
+    return ChildExit(
+        returncode=child.returncode,
+        timed_out=timed_out,
+        elapsed_s=time.monotonic() - start,
+        peak_rss_bytes=int(usage.ru_maxrss) * MAXRSS_UNIT,
+    )

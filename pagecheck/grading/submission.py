@@ -1,0 +1,136 @@
+"""What a submission is: where it lives, what kind it is, and the name it is graded under.
+
+Three kinds are accepted:
+
+    tiny-llm   a checkout with src/tiny_llm/__init__.py; only src/ is staged and graded
+    file       one .py file exposing the subject API at top level
+    package    a directory with __init__.py exposing the subject API at top level
+
+The name (the file's stem or the directory's name, with anything outside
+[A-Za-z0-9._-] replaced) names every output file, so two submissions with the
+same name are refused rather than overwriting each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+KINDS = ("tiny-llm", "file", "package")
+# Never staged: VCS data, caches and build trees a checkout may carry.
+SKIPPED_NAMES = frozenset({".git", "__pycache__", ".venv", "venv", "build", ".pytest_cache", ".hypothesis"})
+UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@dataclass(frozen=True)
+class Submission:
+    name: str
+    path: Path  # as given, resolved
+    kind: str
+
+    def staged_root(self, staged: Path) -> Path:
+        """Where the subject lives inside a staged copy made by stage_copy."""
+        return staged / self.path.name
+
+    def student_dir(self, staged: Path) -> Path:
+        """The staged directory that stands for where the student runs commands from (see student_spec)."""
+        return self.staged_root(staged) if self.kind == "tiny-llm" else staged
+
+    def import_root(self, staged: Path) -> Path:
+        """The directory whose top-level modules the subject's imports resolve to first."""
+        return self.staged_root(staged) / "src" if self.kind == "tiny-llm" else staged
+
+    def subject_spec(self, staged: Path) -> str:
+        """The --subject spec for the staged copy."""
+        root = self.staged_root(staged)
+        if self.kind == "tiny-llm":
+            return f"tiny-llm:{root}"
+        if self.kind == "file":
+            return str(root)
+        return root.name
+
+    def student_spec(self) -> str:
+        """The --subject spec a student types from the directory that holds the submission."""
+        return "tiny-llm:." if self.kind == "tiny-llm" else self.path.name
+
+    def import_paths(self, staged: Path) -> list[Path]:
+        """Directories the child needs on PYTHONPATH for the subject spec to import."""
+        return [staged] if self.kind == "package" else []
+
+
+def submission_name(path: Path) -> str:
+    stem = path.stem if path.is_file() else path.name
+    name = UNSAFE_NAME_CHARS.sub("_", stem).strip("._")
+    if not name:
+        raise ValueError(f"submission={str(path)!r} gives an empty name")
+    return name
+
+
+def find_kind(path: Path) -> str:
+    if path.is_dir() and (path / "src" / "tiny_llm" / "__init__.py").is_file():
+        return "tiny-llm"
+    if path.is_file() and path.suffix == ".py":
+        return "file"
+    if path.is_dir() and (path / "__init__.py").is_file():
+        return "package"
+    raise ValueError(
+        f"submission={str(path)!r} is not a tiny-llm checkout (src/tiny_llm/__init__.py), a .py file or a package"
+    )
+
+
+def load_submissions(paths: list[str]) -> list[Submission]:
+    """Submissions for the given paths, sorted by name; duplicate names are a ValueError."""
+    found: dict[str, Submission] = {}
+    for text in paths:
+        path = Path(text).expanduser().resolve()
+        if not path.exists():
+            raise ValueError(f"submission={text!r} does not exist")
+        submission = Submission(name=submission_name(path), path=path, kind=find_kind(path))
+        if submission.name in found:
+            raise ValueError(
+                f"submission={text!r} has the name {submission.name!r}, already taken by {found[submission.name].path}"
+            )
+        found[submission.name] = submission
+    return [found[name] for name in sorted(found)]
+
+
+def graded_files(submission: Submission) -> list[tuple[str, Path]]:
+    """(path relative to the staged root, source file) for every file that is staged and graded, sorted."""
+    if submission.kind == "file":
+        return [(submission.path.name, submission.path)]
+    top = submission.path / "src" if submission.kind == "tiny-llm" else submission.path
+    prefix = "src/" if submission.kind == "tiny-llm" else ""
+    found = []
+    for path in top.rglob("*"):
+        relative = path.relative_to(top)
+        if any(part in SKIPPED_NAMES or part.endswith(".egg-info") for part in relative.parts):
+            continue
+        if path.is_symlink() or not path.is_file() or path.suffix == ".pyc":
+            continue
+        found.append((prefix + relative.as_posix(), path))
+    return sorted(found)
+
+
+def stage_copy(submission: Submission, staged: Path) -> Path:
+    """Copy what is graded into `staged` (which must not exist) and return the subject's root there."""
+    staged.mkdir(parents=True)
+    root = submission.staged_root(staged)
+    if submission.kind == "file":
+        shutil.copy2(submission.path, root)
+        return root
+    for relative, source in graded_files(submission):
+        target = root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    return root
+
+
+def content_digest(submission: Submission) -> str:
+    """sha256 over relative paths and bytes of every graded file: a changed submission is graded again."""
+    digest = hashlib.sha256()
+    for relative, path in graded_files(submission):
+        digest.update(relative.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()

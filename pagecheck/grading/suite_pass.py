@@ -1,0 +1,109 @@
+"""One run of the invariants suite on a staged submission, in a limited child, and what it left behind."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pagecheck
+from pagecheck.grading.child_plugin import PLUGIN, read_journal
+from pagecheck.grading.plan import GradePlan
+from pagecheck.grading.sandbox import ChildExit, LiveChildren, run_limited
+from pagecheck.grading.seeds import SuitePassSeed
+from pagecheck.grading.verdicts import Verdict, classify_pass
+from pagecheck.suite_run import SuiteRequest, invariants_dir
+
+LOG_TAIL_BYTES = 64 << 10
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    seed: SuitePassSeed
+    verdict: Verdict
+    exit: ChildExit
+    running_check: str | None  # the check that had started and not finished when the child ended
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    trap_calls: list[dict[str, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.seed.kind,
+            "seed": self.seed.seed,
+            "verdict": self.verdict.verdict,
+            "detail": self.verdict.detail,
+            "running_check": self.running_check,
+            "returncode": self.exit.returncode,
+            "signal": self.exit.signal_name,
+            "elapsed_s": round(self.exit.elapsed_s, 3),
+            "peak_rss_mb": round(self.exit.peak_rss_bytes / (1 << 20), 1),
+            "checks_run": len(self.checks),
+        }
+
+
+def code_roots() -> list[Path]:
+    """Where the child imports pagecheck, the invariants suite and the references from."""
+    roots = [invariants_dir().parent, Path(pagecheck.__file__).resolve().parent.parent]
+    return list(dict.fromkeys(roots))
+
+
+def suite_command(spec: str, seed: int, plan: GradePlan, results: Path, journal: Path) -> list[str]:
+    request = SuiteRequest(
+        subject=spec, device=plan.device, seed=seed, profile=plan.profile, jobs=0,
+        results_path=results, invariants=plan.selected,
+    )  # fmt: skip
+    # One process, checks in file order: no xdist workers to crash separately, no reordering plugin.
+    isolation = ["-p", "no:xdist", "-p", "no:randomly"]
+    return [*request.command(), *isolation, "-p", PLUGIN, "--pagecheck-journal", str(journal)]
+
+
+def _running_check(journal: list[dict[str, Any]]) -> str | None:
+    open_checks: dict[str, None] = {}
+    for event in journal:
+        if event.get("event") == "start":
+            open_checks[event["nodeid"]] = None
+        elif event.get("event") == "end":
+            open_checks.pop(event.get("nodeid", ""), None)
+    return next(reversed(open_checks), None) if open_checks else None
+
+
+def _log_tail(path: Path) -> str:
+    with open(path, "rb") as log:
+        log.seek(0, 2)
+        log.seek(max(0, log.tell() - LOG_TAIL_BYTES))
+        return log.read().decode(errors="replace")
+
+
+def _results(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def run_suite_pass(
+    spec: str,
+    seed: SuitePassSeed,
+    plan: GradePlan,
+    *,
+    work: Path,
+    env: dict[str, str],
+    log_path: Path,
+    live: LiveChildren | None,
+) -> PassOutcome:
+    results_path = work / f"{seed.kind}-results.json"
+    journal_path = work / f"{seed.kind}-journal.jsonl"
+    command = suite_command(spec, seed.seed, plan, results_path, journal_path)
+    exit = run_limited(command, cwd=work, env=env, limits=plan.limits, log_path=log_path, live=live)
+    journal = read_journal(journal_path)
+    results = _results(results_path)
+    verdict = classify_pass(exit, journal, results is not None, _log_tail(log_path), plan.limits.memory_bytes)
+    return PassOutcome(
+        seed=seed,
+        verdict=verdict,
+        exit=exit,
+        running_check=_running_check(journal),
+        checks=list(results["checks"]) if results is not None and verdict.verdict == "ok" else [],
+        trap_calls=[{"nodeid": e["nodeid"], "where": e["where"]} for e in journal if e.get("event") == "sdpa_trap"],
+    )

@@ -1,0 +1,3 @@
+from impl.kv_cache import BatchingKvCache
+
+__all__ = ["BatchingKvCache"]

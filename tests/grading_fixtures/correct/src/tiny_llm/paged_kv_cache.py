@@ -1,0 +1,3 @@
+from impl.paged_kv_cache import TinyKvPagedCache, TinyKvPagedPool
+
+__all__ = ["TinyKvPagedCache", "TinyKvPagedPool"]

@@ -1,0 +1,1 @@
+from ._ext import paged_attention  # noqa: F401

@@ -1,0 +1,1 @@
+"""The course's Week 3 starter as a student receives it: nothing implemented yet."""

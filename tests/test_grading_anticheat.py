@@ -1,0 +1,69 @@
+"""The AST scan of a submission's paged attention."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from pagecheck.grading.anticheat import scan_source
+
+SIGNATURE = "def paged_attention(query, key_pages, value_pages, block_table, context_lens, page_size, scale=None, mask=None):"
+
+
+def kinds(source: str) -> list[str]:
+    return [f.kind for f in scan_source(textwrap.dedent(source), "attention.py")]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        f"import mlx.core as mx\n{SIGNATURE}\n    return mx.fast.scaled_dot_product_attention(query, query, query, scale=1.0)\n",
+        f"from mlx.core.fast import scaled_dot_product_attention as fused\n{SIGNATURE}\n    return fused(query, query, query, scale=1.0)\n",
+        f"from mlx.core import fast\n{SIGNATURE}\n    return fast.scaled_dot_product_attention(query, query, query, scale=1.0)\n",
+        # through a helper of the same file
+        f"import mlx.core as mx\ndef _attend(q):\n    return mx.fast.scaled_dot_product_attention(q, q, q, scale=1.0)\n{SIGNATURE}\n    return _attend(query)\n",
+    ],
+    ids=["module-attribute", "imported-name", "fast-module", "helper"],
+)
+def test_fused_sdpa_in_paged_attention_is_found(source: str) -> None:
+    assert kinds(source) == ["sdpa_call"]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        f"from .paged_kv_cache import gather_dense\n{SIGNATURE}\n    k, v = gather_dense(key_pages, value_pages, block_table, context_lens, page_size)\n",
+        f"import mlx.core as mx\n{SIGNATURE}\n    k = mx.concatenate([key_pages[i] for i in range(3)], axis=1)\n",
+        f"from .attention import scaled_dot_product_attention_grouped\n{SIGNATURE}\n    return scaled_dot_product_attention_grouped(query, key_pages, value_pages)\n",
+    ],
+    ids=["gather_dense", "concatenate-pages", "dense-helper"],
+)
+def test_dense_gather_in_paged_attention_is_found(source: str) -> None:
+    assert kinds(source) == ["dense_gather"]
+
+
+def test_fused_sdpa_elsewhere_is_allowed() -> None:
+    source = f"""
+    import mlx.core as mx
+    def dense_layer(q, k, v):
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0)
+    {SIGNATURE}
+        heads = mx.concatenate([query, query], axis=1)
+        return heads
+    """
+    assert kinds(source) == []
+
+
+def test_unparsable_file_gives_no_findings() -> None:
+    assert kinds(f"{SIGNATURE}\n    return (\n") == []
+
+
+def test_importing_the_grader_code_is_found_anywhere() -> None:
+    source = "import numpy as np\nfrom reference.subject import paged_attention\nimport impl.kv_cache\n"
+    assert [(f.kind, f.line) for f in scan_source(source, "attention.py")] == [("project_import", 2), ("project_import", 3)]
+
+
+def test_own_package_of_the_same_name_is_not_the_grader_code() -> None:
+    source = "from impl.helpers import page_walk\nfrom .reference import oracle\n"
+    assert scan_source(source, "attention.py", own_packages=frozenset({"impl"})) == []

@@ -1,0 +1,62 @@
+"""What the student sees: failures with reproduction commands, and never the hidden seed."""
+
+from __future__ import annotations
+
+from pagecheck.grading.build import BuildOutcome
+from pagecheck.grading.child_plugin import PLUGIN
+from pagecheck.grading.feedback import HIDDEN_MASK, render_feedback
+from pagecheck.grading.grade_one import combine_checks, submission_verdict
+from pagecheck.grading.rubric import parse_rubric
+from pagecheck.grading.sandbox import ChildExit
+from pagecheck.grading.seeds import PUBLIC_SEED, SuitePassSeed, fingerprint, hidden_seed
+from pagecheck.grading.suite_pass import PassOutcome
+from pagecheck.grading.verdicts import Verdict
+from tests.grading_results import result_document
+
+RUBRIC = parse_rubric({"points": {"context_len": 10, "lazy_tail": 4}}, "t.toml")
+
+
+def test_failure_comes_with_a_public_reproduction() -> None:
+    document = result_document("amy", {"context_len": ["fail"], "lazy_tail": ["pass"]})
+    document["checks"][0]["message"] = "AssertionError: read 4 keys, expected 5"
+    text = render_feedback(document, RUBRIC)
+    assert "read 4 keys, expected 5" in text
+    assert f'"$INV/test_context_len.py::test_0" -p {PLUGIN} --subject amy.py --pagecheck-seed {PUBLIC_SEED}' in text
+    assert "## Invariants met\n\nlazy_tail." in text
+
+
+def test_hidden_only_failure_shows_no_hidden_seed() -> None:
+    document = result_document("amy", {"context_len": ["fail"]})
+    seed = document["passes"][1]["seed"]
+    document["checks"][0].update(passes=["hidden"], message=f"Falsifying example drawn with seed {seed}")
+    text = render_feedback(document, RUBRIC)
+    assert str(seed) not in text and HIDDEN_MASK in text
+    assert "Only the hidden inputs showed this" in text
+
+
+def test_hidden_seed_differs_per_submission_and_secret() -> None:
+    seeds = {hidden_seed(secret, name) for secret in ("s1", "s2") for name in ("amy", "bob")}
+    assert len(seeds) == 4 and PUBLIC_SEED not in seeds
+    assert fingerprint("s1") != fingerprint("s2") and "s1" not in fingerprint("s1")
+
+
+def _pass(kind: str, verdict: str, checks: list[dict] | None = None) -> PassOutcome:
+    exit = ChildExit(returncode=0 if verdict == "ok" else 4, timed_out=False, elapsed_s=1.0, peak_rss_bytes=1 << 20)
+    return PassOutcome(SuitePassSeed(kind, 1), Verdict(verdict, ""), exit, None, checks or [])
+
+
+def test_failed_build_matters_only_when_the_subject_needs_it() -> None:
+    failed = BuildOutcome(False, "setup.py failed (exit status 1)", 1.0)
+    assert submission_verdict([_pass("public", "load-failed")], failed).verdict == "build-failed"
+    assert submission_verdict([_pass("public", "ok"), _pass("hidden", "ok")], failed).verdict == "ok"
+    assert submission_verdict([_pass("public", "load-failed")], None).verdict == "load-failed"
+
+
+def test_check_takes_its_worst_outcome_over_both_passes() -> None:
+    public = [{"nodeid": "a", "invariant": "context_len", "outcome": "pass", "message": ""},
+              {"nodeid": "b", "invariant": "context_len", "outcome": "fail", "message": "public says"}]  # fmt: skip
+    hidden = [{"nodeid": "a", "invariant": "context_len", "outcome": "fail", "message": "hidden says"},
+              {"nodeid": "b", "invariant": "context_len", "outcome": "fail", "message": "hidden too"}]  # fmt: skip
+    combined = {c["nodeid"]: c for c in combine_checks([_pass("public", "ok", public), _pass("hidden", "ok", hidden)])}
+    assert (combined["a"]["outcome"], combined["a"]["passes"], combined["a"]["message"]) == ("fail", ["hidden"], "hidden says")
+    assert (combined["b"]["passes"], combined["b"]["message"]) == (["public", "hidden"], "public says")

@@ -1,0 +1,101 @@
+"""The rubric file and how results are scored with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from invariants.catalog import INVARIANTS
+from pagecheck.grading.rubric import load_rubric, parse_rubric
+from pagecheck.grading.scoreboard import render_csv, render_markdown, score_result, scores_for
+from tests.grading_results import result_document
+
+
+def test_default_rubric_prices_every_invariant() -> None:
+    rubric = load_rubric()
+    assert set(rubric.points) == set(INVARIANTS)
+    assert all(points > 0 for points in rubric.points.values())
+
+
+@pytest.mark.parametrize(
+    ("document", "field"),
+    [
+        ({"points": {"no_such_invariant": 3}}, "no_such_invariant"),
+        ({"points": {"context_len": -1}}, "points.context_len"),
+        ({"scoring": "curved"}, "scoring"),
+        ({"anticheat": {"sdpa_call": "ignore"}}, "anticheat.sdpa_call"),
+        ({"requires": {"inputs_unchanged": ["nothing"]}}, "requires.inputs_unchanged"),
+        ({"bonus": 1}, "bonus"),
+    ],
+)
+def test_invalid_rubric_names_the_field(document: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        parse_rubric(document, "test.toml")
+
+
+def test_unreadable_rubric_is_a_value_error(tmp_path: Path) -> None:
+    path = tmp_path / "rubric.toml"
+    path.write_text("points = [")
+    with pytest.raises(ValueError, match="rubric.toml"):
+        load_rubric(path)
+
+
+def _rubric(**extra: object):
+    return parse_rubric({"points": {"context_len": 10, "lazy_tail": 4, "inputs_unchanged": 2}, **extra}, "t.toml")
+
+
+def test_all_or_nothing_needs_every_check() -> None:
+    document = result_document("s", {"context_len": ["pass", "fail"], "lazy_tail": ["pass", "pass"]})
+    score = score_result(document, _rubric())
+    assert score.points == {"context_len": 0.0, "lazy_tail": 4.0}
+    assert (score.total, score.maximum) == (4.0, 14.0)
+
+
+def test_fraction_scores_each_check() -> None:
+    document = result_document("s", {"context_len": ["pass", "fail"], "lazy_tail": ["pass", "skip"]})
+    score = score_result(document, _rubric(scoring="fraction"))
+    assert score.points == {"context_len": 5.0, "lazy_tail": 2.0}
+
+
+def test_unfinished_run_scores_nothing() -> None:
+    document = result_document("s", {"context_len": ["pass"], "lazy_tail": ["pass"]}, verdict="crashed")
+    score = score_result(document, _rubric())
+    assert score.total == 0.0
+    assert score.verdict == "crashed (SIGSEGV)"
+
+
+def test_requirement_withholds_points_until_it_is_met() -> None:
+    rubric = _rubric(requires={"inputs_unchanged": ["context_len"]})
+    broken = result_document("a", {"context_len": ["fail"], "inputs_unchanged": ["pass"]})
+    working = result_document("b", {"context_len": ["pass"], "inputs_unchanged": ["pass"]})
+    assert score_result(broken, rubric).points["inputs_unchanged"] == 0.0
+    assert score_result(working, rubric).points["inputs_unchanged"] == 2.0
+    alone = result_document("c", {"inputs_unchanged": ["pass"]})  # the requirement was not graded
+    assert score_result(alone, rubric).points["inputs_unchanged"] == 2.0
+
+
+def test_anticheat_zero_and_flag() -> None:
+    document = result_document("s", {"lazy_tail": ["pass"]}, findings=("dense_gather",))
+    assert score_result(document, _rubric()).total == 0.0
+    flagged = score_result(document, _rubric(anticheat={"dense_gather": "flag"}))
+    assert (flagged.total, flagged.flags) == (4.0, ("dense_gather",))
+
+
+def test_invariant_without_checks_is_marked_not_checked() -> None:
+    document = result_document("s", {"lazy_tail": ["pass"]})
+    document["settings"]["invariants"] = ["context_len", "lazy_tail"]
+    score = score_result(document, _rubric())
+    assert score.points["context_len"] is None
+    assert render_csv([score], ["context_len", "lazy_tail"]).splitlines()[1].split(",")[2] == "-"
+
+
+def test_scoreboard_is_sorted_and_reproducible() -> None:
+    rubric = _rubric()
+    documents = [result_document(n, {"lazy_tail": [o]}) for n, o in [("zed", "pass"), ("amy", "fail")]]
+    scores = scores_for(documents, rubric)
+    assert [s.name for s in scores] == ["amy", "zed"]
+    assert render_markdown(scores, ["lazy_tail"], rubric) == render_markdown(scores_for(documents[::-1], rubric), ["lazy_tail"], rubric)
+    assert render_csv(scores, ["lazy_tail"]).splitlines() == [
+        "submission,verdict,lazy_tail,total,max,flags", "amy,ok,0,0,4,", "zed,ok,4,4,4,"
+    ]

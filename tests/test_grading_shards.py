@@ -1,0 +1,31 @@
+"""--shard i/n: a split that depends only on submission names."""
+
+from __future__ import annotations
+
+import pytest
+
+from pagecheck.grading.shards import Shard, parse_shard, shard_of
+
+NAMES = [f"student{i:03d}" for i in range(200)]
+
+
+def test_every_name_lands_in_exactly_one_shard() -> None:
+    for count in (1, 2, 3, 7):
+        shards = [Shard(i, count) for i in range(1, count + 1)]
+        assert all(sum(s.holds(name) for s in shards) == 1 for name in NAMES)
+
+
+def test_split_ignores_the_other_names() -> None:
+    alone = {name: shard_of(name, 4) for name in NAMES}
+    assert {name: shard_of(name, 4) for name in reversed(NAMES)} == alone
+    assert len(set(alone.values())) == 4  # 200 names reach every shard
+
+
+@pytest.mark.parametrize("text", ["", "1", "0/2", "3/2", "a/b", "1/0", "-1/2"])
+def test_bad_shard_is_rejected(text: str) -> None:
+    with pytest.raises(ValueError, match="shard"):
+        parse_shard(text)
+
+
+def test_shard_round_trips() -> None:
+    assert str(parse_shard(" 2/5")) == "2/5"

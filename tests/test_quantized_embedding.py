@@ -1,0 +1,106 @@
+"""The extension's quantized_embedding equals mx.dequantize followed by take, bit for bit on the CPU."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import ext
+from impl.quantized import embedding_lookup, quantize_matrix
+
+DTYPES = (mx.float32, mx.bfloat16, mx.float16)
+GROUP_SIZES = (64, 128)
+BITS = (4, 8)
+VOCAB, DIMS = 37, 256
+
+
+def table(dtype: mx.Dtype, group_size: int, bits: int, seed: int = 0):
+    rng = np.random.default_rng([seed, group_size, bits])
+    w = mx.array(rng.standard_normal((VOCAB, DIMS)).astype(np.float32)).astype(dtype)
+    return quantize_matrix(w, group_size=group_size, bits=bits)
+
+
+def expected_rows(matrix, ids: mx.array) -> mx.array:
+    return mx.take(matrix.dequantize(), ids, axis=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("group_size", GROUP_SIZES)
+@pytest.mark.parametrize("bits", BITS)
+def test_rows_equal_dequantize_then_take(dtype: mx.Dtype, group_size: int, bits: int) -> None:
+    matrix = table(dtype, group_size, bits)
+    ids = mx.array([[0, VOCAB - 1, 5], [5, 17, 2]], dtype=mx.int32)
+    got = embedding_lookup(ids, matrix)
+    assert got.shape == (2, 3, DIMS) and got.dtype == dtype
+    expected = expected_rows(matrix, ids)
+    mismatches = int(mx.sum(got != expected).item())
+    assert mismatches == 0, f"{mismatches} of {got.size} values differ"
+
+
+def test_lazy_ids_and_repeated_rows() -> None:
+    matrix = table(mx.float32, 64, 4)
+    ids = (mx.arange(12, dtype=mx.int32) * 7) % VOCAB  # computed inside the graph
+    assert mx.array_equal(embedding_lookup(ids, matrix), expected_rows(matrix, ids)).item()
+
+
+def test_scalar_and_empty_ids_keep_their_shape() -> None:
+    matrix = table(mx.float32, 64, 4)
+    assert embedding_lookup(mx.array(3), matrix).shape == (DIMS,)
+    assert embedding_lookup(mx.zeros((0, 4), dtype=mx.int32), matrix).shape == (0, 4, DIMS)
+
+
+def test_ready_id_out_of_range_is_a_value_error() -> None:
+    matrix = table(mx.float32, 64, 4)
+    with pytest.raises(ValueError, match=rf"ids\[1\] = {VOCAB} is not a row"):
+        embedding_lookup(mx.array([0, VOCAB], dtype=mx.int32), matrix)
+
+
+def test_lazy_id_out_of_range_raises_at_evaluation() -> None:
+    matrix = table(mx.float32, 64, 4)
+    lazy = mx.array([1, -2], dtype=mx.int32) + 0
+    with pytest.raises(RuntimeError, match=r"ids\[1\] = -2"):
+        mx.eval(embedding_lookup(lazy, matrix))
+
+
+BAD_CALLS = {
+    "bits": (dict(bits=3), "bits = 3"),
+    "group size": (dict(group_size=48), "group_size = 48"),
+    "float ids": (dict(ids=mx.array([1.0])), "ids must be int32"),
+    "unpacked weight": (dict(weight_dtype=mx.int32), "weight must be uint32"),
+    "wrong groups": (dict(group_size=128), r"scales.shape\[1\] = 4 must equal"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_CALLS, ids=list(BAD_CALLS))
+def test_bad_arguments_raise_value_error_naming_the_field(case: str) -> None:
+    matrix = table(mx.float32, 64, 4)
+    change, message = BAD_CALLS[case]
+    weight = matrix.weight.astype(change["weight_dtype"]) if "weight_dtype" in change else matrix.weight
+    with pytest.raises(ValueError, match=message):
+        ext.quantized_embedding(
+            change.get("ids", mx.array([1], dtype=mx.int32)), weight, matrix.scales, matrix.biases,
+            change.get("group_size", matrix.group_size), change.get("bits", matrix.bits),
+        )
+
+
+def has_gpu() -> bool:
+    return mx.is_available(mx.gpu)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_gpu(), reason="needs an MLX GPU device")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("group_size", GROUP_SIZES)
+@pytest.mark.parametrize("bits", BITS)
+def test_gpu_kernel_matches_cpu(dtype: mx.Dtype, group_size: int, bits: int) -> None:
+    matrix = table(dtype, group_size, bits)
+    ids = mx.array([[0, VOCAB - 1, 5, 5], [17, 2, 9, 30]], dtype=mx.int32)
+    args = (ids, matrix.weight, matrix.scales, matrix.biases, group_size, bits)
+    on_gpu = ext.quantized_embedding(*args, stream=mx.gpu)
+    on_cpu = ext.quantized_embedding(*args, stream=mx.cpu)
+    # One rounding step of the dtype: the GPU's float->half conversions may round differently.
+    tolerance = {mx.float32: 1e-6, mx.bfloat16: 1e-2, mx.float16: 1e-3}[dtype]
+    diff = mx.abs(on_gpu.astype(mx.float32) - on_cpu.astype(mx.float32))
+    scale = mx.maximum(mx.abs(on_cpu.astype(mx.float32)), 1.0)
+    assert (mx.max(diff / scale).item()) <= tolerance

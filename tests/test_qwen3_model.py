@@ -1,0 +1,99 @@
+"""The cached, chunked forward of the Qwen3 model equals a cache-free forward of the whole sequence.
+
+The oracle here recomputes every position at once from the dequantized
+weights, with the course's dense grouped attention (impl/dense_attention.py)
+and offset-0 rotary embeddings: any error in cache appends, rotary offsets,
+causal masking or the quantized embedding shows up as a logit difference.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from impl.dense_attention import scaled_dot_product_attention_grouped
+from impl.dense_kv_batch import DenseKvBatch
+from impl.dense_kv_cache import DenseKvCache
+from impl.page_pool import TinyKvPagedPool
+from impl.paged_kv_cache import TinyKvPagedCache
+from impl.qwen3_attention import ATTENTION_PATHS
+from impl.qwen3_weights import Qwen3Weights
+from reference.tolerance import compare
+from tests.serving_fixtures import PAGE_SIZE, SERVING_CONFIG, serving_model, serving_weights
+
+CHUNKS = (5, 7, 1, 1, 1)  # prefill chunks across page boundaries, then three decode steps
+
+
+def cache_free_logits(weights: Qwen3Weights, tokens: mx.array) -> mx.array:
+    config = weights.config
+    length = tokens.shape[1]
+    eps = config.rms_norm_eps
+
+    def linear(x: mx.array, matrix) -> mx.array:
+        return x @ matrix.dequantize().T
+
+    def heads(x: mx.array, count: int) -> mx.array:
+        return x.reshape(1, length, count, config.head_dim).transpose(0, 2, 1, 3)
+
+    def rope(x: mx.array) -> mx.array:
+        return mx.fast.rope(x, config.head_dim, traditional=False, base=config.rope_theta, scale=1.0, offset=0)
+
+    hidden = mx.take(weights.embed_tokens.dequantize(), tokens, axis=0)
+    for layer in weights.layers:
+        x = mx.fast.rms_norm(hidden, layer.input_norm, eps)
+        query = rope(mx.fast.rms_norm(heads(linear(x, layer.q_proj), config.num_q_heads), layer.q_norm, eps))
+        key = rope(mx.fast.rms_norm(heads(linear(x, layer.k_proj), config.num_kv_heads), layer.k_norm, eps))
+        value = heads(linear(x, layer.v_proj), config.num_kv_heads)
+        attended = scaled_dot_product_attention_grouped(query, key, value, mask="causal")
+        hidden = hidden + linear(attended.transpose(0, 2, 1, 3).reshape(1, length, -1), layer.o_proj)
+        x = mx.fast.rms_norm(hidden, layer.post_attention_norm, eps)
+        gate = linear(x, layer.gate_proj)
+        hidden = hidden + linear(gate * mx.sigmoid(gate) * linear(x, layer.up_proj), layer.down_proj)
+    hidden = mx.fast.rms_norm(hidden, weights.final_norm, eps)
+    return linear(hidden, weights.embed_tokens)
+
+
+def new_caches(path: str) -> list:
+    if path == "dense":
+        return [DenseKvCache(sum(CHUNKS)) for _ in range(SERVING_CONFIG.num_layers)]
+    return [TinyKvPagedCache(TinyKvPagedPool(PAGE_SIZE)) for _ in range(SERVING_CONFIG.num_layers)]
+
+
+@pytest.mark.parametrize("path", ATTENTION_PATHS)
+def test_chunked_cached_forward_matches_cache_free_forward(path: str) -> None:
+    rng = np.random.default_rng(11)
+    tokens = mx.array(rng.integers(0, SERVING_CONFIG.vocab_size, (1, sum(CHUNKS))), dtype=mx.int32)
+    model, caches = serving_model(path), new_caches(path)
+    pieces, start = [], 0
+    for length in CHUNKS:
+        pieces.append(model.logits(model(tokens[:, start : start + length], start, caches)))
+        start += length
+    result = compare(mx.concatenate(pieces, axis=1), cache_free_logits(serving_weights(), tokens), "float32")
+    assert result.passed, result.summary()
+
+
+def test_batched_rows_at_different_offsets_match_their_own_runs() -> None:
+    """Rotary offsets per row: two requests decoded in one batch equal each decoded alone."""
+    model = serving_model("dense")
+    prompts = [[3, 1, 4, 1, 5], [9, 2, 6]]
+    alone = []
+    for prompt in prompts:
+        caches = [DenseKvCache(8) for _ in range(SERVING_CONFIG.num_layers)]
+        model(mx.array([prompt[:-1]], dtype=mx.int32), 0, caches)
+        alone.append(model.logits(model(mx.array([prompt[-1:]], dtype=mx.int32), len(prompt) - 1, caches)))
+    batches = [DenseKvBatch(2) for _ in range(SERVING_CONFIG.num_layers)]
+    for slot, prompt in enumerate(prompts):
+        caches = [DenseKvCache(8) for _ in range(SERVING_CONFIG.num_layers)]
+        model(mx.array([prompt[:-1]], dtype=mx.int32), 0, caches)
+        for batch, cache in zip(batches, caches):
+            batch.add_request(cache, slot)
+    offsets = mx.array([len(p) - 1 for p in prompts], dtype=mx.int32)
+    batched = model.logits(model(mx.array([p[-1:] for p in prompts], dtype=mx.int32), offsets, batches))
+    result = compare(batched, mx.concatenate(alone, axis=0), "float32")
+    assert result.passed, result.summary()
+
+
+def test_cache_count_must_match_the_layers() -> None:
+    with pytest.raises(ValueError, match="caches has 1 entries; the model has 2 layers"):
+        serving_model("paged")(mx.array([[1]], dtype=mx.int32), 0, new_caches("paged")[:1])

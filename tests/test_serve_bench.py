@@ -1,0 +1,98 @@
+"""serve-bench's pieces on the small test model: trace, metrics, variant runs, budget sweep, report."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import pytest
+
+from impl.serving_kv import serving_kv_for
+from pagecheck.render.serve_bench import render_serve_bench
+from pagecheck.serve_bench import serve_document
+from pagecheck.serve_run import ServeSettings, copy_ratios, run_budget_sweep, run_variants, token_agreement
+from pagecheck.serve_trace import course_trace
+from tests.report_schemas import schema_errors
+from tests.serving_fixtures import BATCH_SIZE, PAGE_SIZE, PREFILL_STEP, SERVING_CONFIG, serving_weights
+
+SETTINGS = ServeSettings(BATCH_SIZE, PREFILL_STEP, PAGE_SIZE)
+VARIANTS = ("dense", "paged_gather", "paged")
+
+
+def small_trace(num_requests: int = 5):
+    return course_trace(5, SERVING_CONFIG.vocab_size, num_requests=num_requests, prompt_lens=(3, 20),
+                        output_lens=(2, 9))
+
+
+def test_course_trace_is_seeded_bounded_and_hashed() -> None:
+    trace = course_trace(0, 1000)
+    assert len(trace.requests) == 16
+    assert all(128 <= len(r.prompt) <= 1024 and 32 <= r.max_new_tokens <= 128 for r in trace.requests)
+    assert course_trace(0, 1000).sha256 == trace.sha256
+    assert course_trace(1, 1000).sha256 != trace.sha256
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return run_variants(serving_weights(), VARIANTS, small_trace(), SETTINGS)
+
+
+def test_metrics_account_for_every_token(runs) -> None:
+    trace = small_trace()
+    for variant, entry in runs.items():
+        metrics = entry["metrics"]
+        assert metrics["prefill_tokens"] == trace.prompt_tokens, variant
+        assert metrics["output_tokens"] == trace.output_tokens, variant
+        # The first output of each request comes from its prefill, the rest from decode steps.
+        assert metrics["decode_tokens"] == trace.output_tokens - len(trace.requests), variant
+        assert 0 <= metrics["tail_waste_fraction"] < 1
+        assert metrics["max_concurrent_requests"] == BATCH_SIZE
+
+
+def test_copy_bytes_by_variant(runs) -> None:
+    copies = {variant: entry["metrics"]["copy_bytes"] for variant, entry in runs.items()}
+    assert copies["paged"]["repack"] == copies["paged"]["gather"] == 0
+    assert copies["paged"]["growth"] == copies["paged_gather"]["growth"] > 0
+    ratios = copy_ratios(runs, "paged")
+    assert ratios["paged"] == 1 and ratios["dense"] > 1 and ratios["paged_gather"] > 1
+    assert token_agreement(runs, "paged") == {variant: 1.0 for variant in VARIANTS}
+
+
+def test_budget_sweep_admits_what_the_budget_holds() -> None:
+    trace = small_trace(num_requests=6)
+    per_token_layer = 2 * SERVING_CONFIG.num_kv_heads * SERVING_CONFIG.head_dim * 4
+    largest = max(len(r.prompt) + r.max_new_tokens - 1 for r in trace.requests)
+    one_dense = serving_kv_for("dense", SERVING_CONFIG.num_layers, 1, per_token_layer, PAGE_SIZE).projected_bytes([largest])
+    rows = run_budget_sweep(
+        serving_weights(), ("dense", "paged"), trace, (one_dense, 100 * one_dense), ServeSettings(6, PREFILL_STEP, PAGE_SIZE)
+    )
+    by_key = {(row["kv_budget_bytes"], row["variant"]): row for row in rows}
+    assert by_key[(one_dense, "dense")]["max_concurrent_requests"] >= 1
+    assert by_key[(one_dense, "paged")]["max_concurrent_requests"] >= by_key[(one_dense, "dense")]["max_concurrent_requests"]
+    assert by_key[(100 * one_dense, "paged")]["max_concurrent_requests"] == 6
+
+
+def test_report_renders_and_json_is_strict(runs) -> None:
+    document = {
+        "created": "now", "device": "cpu", "seed": 5, "model": asdict(SERVING_CONFIG),
+        "settings": {"batch_size": BATCH_SIZE, "prefill_step": PREFILL_STEP, "page_size": PAGE_SIZE,
+                     "dtype": "float32", "bits": 4, "group_size": 64},
+        "trace": small_trace().describe(),
+        "variants": {variant: {"metrics": entry["metrics"]} for variant, entry in runs.items()},
+        "tokens_match_paged": token_agreement(runs, "paged"),
+        "copy_ratio_vs_paged": copy_ratios(runs, "paged"),
+    }
+    json.dumps(document, allow_nan=False)
+    markdown = render_serve_bench(document)
+    for label in ("dense (batch K/V repacked every step)", "paged + dense gather", "paged (direct paged attention)"):
+        assert label in markdown
+
+
+def test_serve_bench_json_matches_its_schema(runs) -> None:
+    import mlx.core as mx
+
+    document = serve_document(device="cpu", seed=5, config=SERVING_CONFIG, settings=SETTINGS, dtype=mx.float32,
+                              trace=small_trace(), runs=runs)
+    assert schema_errors("serve_bench", json.loads(json.dumps(document, allow_nan=False))) == []
+    broken = dict(document, variants={"paged": {"metrics": {"steps": -1}}})
+    assert schema_errors("serve_bench", broken)

@@ -1,0 +1,64 @@
+"""The three serving variants agree, and each attention path accepts only its own kind of cache."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+
+from impl.batch import batch_generate
+from impl.dense_kv_cache import DenseKvCache
+from impl.page_pool import TinyKvPagedPool
+from impl.paged_kv_cache import TinyKvPagedCache
+from impl.qwen3_attention import ATTENTION_PATHS
+from tests.serving_fixtures import BATCH_SIZE, PAGE_SIZE, PREFILL_STEP, SERVING_CONFIG, serving_model, short_trace
+
+
+def run(path: str, num_layers: int = SERVING_CONFIG.num_layers):
+    return batch_generate(
+        serving_model(path, num_layers), short_trace(), batch_size=BATCH_SIZE, prefill_step=PREFILL_STEP,
+        page_size=PAGE_SIZE,
+    )
+
+
+def test_variants_produce_identical_greedy_tokens_in_float32() -> None:
+    outputs = {path: run(path).outputs for path in ATTENTION_PATHS}
+    expected = {request.request_id: request.max_new_tokens for request in short_trace()}
+    assert {rid: len(tokens) for rid, tokens in outputs["paged"].items()} == expected
+    assert outputs["paged_gather"] == outputs["paged"]
+    assert outputs["dense"] == outputs["paged"]
+
+
+def test_only_the_paged_variant_moves_no_attention_copies() -> None:
+    traffic = {path: run(path).steps[-1].traffic for path in ATTENTION_PATHS}
+    assert traffic["paged"].total_bytes == 0
+    assert traffic["paged_gather"].gather_bytes > 0 and traffic["paged_gather"].repack_bytes == 0
+    assert traffic["dense"].repack_bytes > 0 and traffic["dense"].gather_bytes == 0
+
+
+@pytest.mark.parametrize("num_layers", [1, 3])
+def test_block_table_is_built_once_per_phase_whatever_the_layer_count(num_layers: int) -> None:
+    result = run("paged", num_layers)
+    builds = [step.table_builds for step in result.steps]
+    per_step = [after - before for before, after in zip([0, *builds], builds)]
+    phases = [(step.prefill_tokens > 0) + (step.decode_batch > 0) for step in result.steps]
+    assert per_step == phases
+
+
+def one_token_chunk(path: str):
+    model = serving_model(path)
+    return model, mx.array([[1, 2, 3]], dtype=mx.int32)
+
+
+@pytest.mark.parametrize("path", ["paged", "paged_gather"])
+def test_paged_paths_reject_a_dense_cache(path: str) -> None:
+    model, tokens = one_token_chunk(path)
+    caches = [DenseKvCache(8) for _ in range(SERVING_CONFIG.num_layers)]
+    with pytest.raises(TypeError, match="needs a TinyKvPagedCache or BatchingKvCache, got DenseKvCache"):
+        model(tokens, 0, caches)
+
+
+def test_dense_path_rejects_a_paged_cache() -> None:
+    model, tokens = one_token_chunk("dense")
+    caches = [TinyKvPagedCache(TinyKvPagedPool(PAGE_SIZE)) for _ in range(SERVING_CONFIG.num_layers)]
+    with pytest.raises(TypeError, match="needs a DenseKvCache or DenseKvBatch, got TinyKvPagedCache"):
+        model(tokens, 0, caches)

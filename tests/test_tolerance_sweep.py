@@ -1,0 +1,59 @@
+"""The tolerance sweep passes exact subjects and names the cells where a subject drifts or raises."""
+
+from __future__ import annotations
+
+import json
+
+import mlx.core as mx
+import pytest
+
+from pagecheck.tolerance_sweep import SweepGrid, run_sweep
+from reference import attention_mx
+
+TINY_GRID = SweepGrid(dtypes=("float32", "bfloat16"), head_dims=(32,), page_sizes=(4,), query_lens=(1, 3), contexts=(2, 9))
+
+
+def off_by_one_context(query, key_pages, value_pages, block_table, context_lens, page_size, scale=None, mask=None):
+    """Drops the newest key of every request: the classic context-length bug."""
+    return attention_mx.paged_attention(query, key_pages, value_pages, block_table, context_lens - 1, page_size, scale, mask)
+
+
+def raises_on_bfloat16(query, key_pages, value_pages, block_table, context_lens, page_size, scale=None, mask=None):
+    if query.dtype == mx.bfloat16:
+        raise ValueError("query dtype=bfloat16 is not supported")
+    return attention_mx.paged_attention(query, key_pages, value_pages, block_table, context_lens, page_size, scale, mask)
+
+
+def test_grid_skips_contexts_shorter_than_the_query() -> None:
+    cells = list(TINY_GRID.cells())
+    assert all(cell.context >= cell.query_len for cell in cells)
+    assert len(cells) == 2 * 3  # (L=1: contexts 2, 9; L=3: context 9) per dtype
+
+
+def test_the_mlx_oracle_passes_every_cell_and_the_document_is_json() -> None:
+    body = run_sweep(attention_mx.paged_attention, TINY_GRID, seed=3)
+    assert body["passed"], [row for row in body["rows"] if not row["passed"]]
+    assert body["totals"] == {"rows": 6, "passed": 6, "failed": 0, "errors": 0}
+    json.dumps(body, allow_nan=False)
+
+
+def test_a_context_bug_fails_with_its_distance_recorded() -> None:
+    body = run_sweep(off_by_one_context, TINY_GRID, seed=3)
+    assert not body["passed"]
+    for row in body["rows"]:
+        assert not row["passed"], row
+        assert row["vs_reference"]["allowance_used"] > 1
+        assert row["vs_reference"]["first_mismatches"]
+
+
+def test_an_exception_becomes_a_failing_row_not_a_crash() -> None:
+    body = run_sweep(raises_on_bfloat16, TINY_GRID, seed=3)
+    failed = [row for row in body["rows"] if not row["passed"]]
+    assert {row["dtype"] for row in failed} == {"bfloat16"}
+    assert all("bfloat16 is not supported" in row["error"] for row in failed)
+    assert body["totals"]["errors"] == len(failed) == 3
+
+
+def test_invalid_grid_is_rejected_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="page_sizes"):
+        SweepGrid(dtypes=("float32",), head_dims=(32,), page_sizes=(0,), query_lens=(1,), contexts=(4,))
