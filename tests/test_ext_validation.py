@@ -5,6 +5,10 @@ raise ValueError at the call. Block-table and context values raise ValueError
 at the call when the arrays are already computed, and RuntimeError (MLX's
 wrapper for errors inside a task) at evaluation when they are still lazy; in
 both cases before any K/V memory is read.
+
+Every call here names the CPU stream: only CPU streams read metadata values
+at the call (on the CUDA back-end they may live in device memory), so these
+checks are about the CPU path wherever the suite runs.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ def paged_args() -> dict[str, Any]:
         "block_table": mx.array([[2, 0, -1]], dtype=mx.int32),
         "context_lens": mx.array([6], dtype=mx.int32),
         "page_size": 4,
+        "stream": mx.cpu,
     }
 
 
@@ -102,10 +107,10 @@ def test_bad_shape_or_dtype_raises_value_error(case: str) -> None:
 def test_dense_op_rejects_context_past_key_length() -> None:
     query, key = mx.zeros((1, 2, 1, 8)), mx.zeros((1, 1, 5, 8))
     with pytest.raises(ValueError, match=r"context_lens\[0\] = 6 exceeds key length S = 5"):
-        ext.dense_attention(query, key, key, None, False, mx.array([6], dtype=mx.int32))
+        ext.dense_attention(query, key, key, None, False, mx.array([6], dtype=mx.int32), stream=mx.cpu)
 
 
 def test_dense_op_rejects_keys_shorter_than_queries() -> None:
     query, key = mx.zeros((1, 2, 4, 8)), mx.zeros((1, 1, 3, 8))
     with pytest.raises(ValueError, match=r"shorter than the query length L = 4"):
-        ext.dense_attention(query, key, key, None, True)
+        ext.dense_attention(query, key, key, None, True, stream=mx.cpu)

@@ -4,6 +4,10 @@
 // when it is already computed, so bad values raise at the call (ValueError)
 // instead of when the graph is evaluated. Lazy inputs (not yet scheduled, or
 // traced under mx.compile) return nullptr and are checked when the task runs.
+// So do inputs of ops on a GPU stream: on the CUDA back-end a computed array
+// may live in device memory, which the host must not dereference. There the
+// GPU kernels treat out-of-range page ids as absent, and impl validates on the
+// host (through a proper copy) before calling the op.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +18,9 @@
 
 namespace pagecheck {
 
-inline const int32_t* ready_int32_values(mlx::core::array& array) {
-  if (array.status() == mlx::core::array::Status::unscheduled || !array.flags().row_contiguous) {
+inline const int32_t* ready_int32_values(mlx::core::array& array, const mlx::core::Stream& stream) {
+  if (stream.device != mlx::core::Device::cpu || array.status() == mlx::core::array::Status::unscheduled ||
+      !array.flags().row_contiguous) {
     return nullptr;
   }
   array.wait();

@@ -52,18 +52,18 @@ mx::array dense_attention(
   const float resolved_scale = resolve_scale(scale ? &*scale : nullptr, head_dim);
   const AttentionShape shape = dense_shape(query, key, resolved_scale, causal);
   const int key_len = key.shape(2);
+  const mx::Stream resolved_stream = mx::to_stream(stream);
   if (!context_lens) {
     const std::vector<int32_t> full_contexts(batch, key_len);
     validate_context_lens(shape, full_contexts.data(), key_len, "key length S");
   } else {
     mx::array context_values = *context_lens;
-    if (const int32_t* ready_contexts = ready_int32_values(context_values)) {
+    if (const int32_t* ready_contexts = ready_int32_values(context_values, resolved_stream)) {
       validate_context_lens(shape, ready_contexts, key_len, "key length S");
     }
   }
 
   const mx::Dtype storage_dtype = key.dtype();
-  const mx::Stream resolved_stream = mx::to_stream(stream);
   std::vector<mx::array> inputs{
       row_contiguous_input(mx::astype(query, storage_dtype, stream), stream),
       row_contiguous_input(key, stream),

@@ -65,17 +65,17 @@ mx::array paged_attention(
     throw std::invalid_argument("pagecheck: block_table columns * page_size exceeds the int32 position range");
   }
   const float resolved_scale = resolve_scale(scale ? &*scale : nullptr, head_dim);
+  const mx::Stream resolved_stream = mx::to_stream(stream);
   mx::array table_values = block_table;
   mx::array context_values = context_lens;
-  const int32_t* ready_table = ready_int32_values(table_values);
-  const int32_t* ready_contexts = ready_int32_values(context_values);
+  const int32_t* ready_table = ready_int32_values(table_values, resolved_stream);
+  const int32_t* ready_contexts = ready_int32_values(context_values, resolved_stream);
   if (ready_table != nullptr && ready_contexts != nullptr) {
     validate_paged_metadata(
         paged_shape(query, key_pages, block_table, page_size, resolved_scale, causal), ready_table, ready_contexts);
   }
 
   const mx::Dtype storage_dtype = key_pages.dtype();
-  const mx::Stream resolved_stream = mx::to_stream(stream);
   auto primitive = std::make_shared<PagedAttention>(resolved_stream, page_size, resolved_scale, causal);
   std::vector<mx::array> inputs{
       row_contiguous_input(mx::astype(query, storage_dtype, stream), stream),

@@ -10,7 +10,7 @@
 
 #include "mlx/fast.h"
 #include "mlx/primitives.h"
-#include "quantized_embedding_source.h"
+#include "common/kernel_sources.h"
 
 namespace pagecheck {
 
@@ -29,10 +29,10 @@ const mx::fast::CustomKernelFunction& quantized_embedding_kernel() {
   std::call_once(created, [] {
     try {
       kernel = mx::fast::cuda_kernel(
-          "pagecheck_quantized_embedding",
+          std::string("pagecheck_quantized_embedding_") + kernel_sources_digest(),
           {"ids", "weight", "scales", "biases"},
           {"out"},
-          kQuantizedEmbeddingSource,
+          kernel_file("quantized_embedding.cu"),
           "",
           /*ensure_row_contiguous=*/true);
     } catch (const std::exception& error) {
