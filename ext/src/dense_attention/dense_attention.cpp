@@ -58,7 +58,7 @@ mx::array dense_attention(
     validate_context_lens(shape, full_contexts.data(), key_len, "key length S");
   } else {
     mx::array context_values = *context_lens;
-    if (const int32_t* ready_contexts = ready_int32_values(context_values, resolved_stream)) {
+    if (const int32_t* ready_contexts = ready_int32_values(context_values)) {
       validate_context_lens(shape, ready_contexts, key_len, "key length S");
     }
   }

@@ -68,8 +68,8 @@ mx::array paged_attention(
   const mx::Stream resolved_stream = mx::to_stream(stream);
   mx::array table_values = block_table;
   mx::array context_values = context_lens;
-  const int32_t* ready_table = ready_int32_values(table_values, resolved_stream);
-  const int32_t* ready_contexts = ready_int32_values(context_values, resolved_stream);
+  const int32_t* ready_table = ready_int32_values(table_values);
+  const int32_t* ready_contexts = ready_int32_values(context_values);
   if (ready_table != nullptr && ready_contexts != nullptr) {
     validate_paged_metadata(
         paged_shape(query, key_pages, block_table, page_size, resolved_scale, causal), ready_table, ready_contexts);

@@ -93,7 +93,7 @@ mx::array quantized_embedding(
   }
 
   mx::array given_ids = ids;
-  if (const int32_t* ready_ids = ready_int32_values(given_ids, mx::to_stream(stream))) {
+  if (const int32_t* ready_ids = ready_int32_values(given_ids)) {
     check_ids_in_range(ready_ids, given_ids.size(), vocab_size);
   }
   const mx::array flat_ids = ids.ndim() == 1 ? ids : mx::reshape(ids, {static_cast<int>(ids.size())}, stream);
