@@ -3,7 +3,9 @@
 Same contract as reference/attention.py, vectorised over the batch: gather
 each request's keys through its block table, score, mask, softmax, weight the
 values. Math in float32, result in the query's dtype. Unlike the float64
-oracle it runs on any MLX device, so it also checks GPU subjects in place.
+oracle it runs on any MLX device, so it also checks GPU subjects in place;
+its float32 accuracy is float32's only on the CPU, since on CUDA MLX may run
+float32 matmuls in TF32 (10-bit mantissa).
 """
 
 from __future__ import annotations
