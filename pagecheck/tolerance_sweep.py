@@ -17,6 +17,7 @@ import traceback
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator
 
+import mlx.core as mx
 import numpy as np
 
 from reference import attention_mx
@@ -163,7 +164,10 @@ def measure_cell(
     }
     layout = _layout_for(cell, grid, seed, cell_index)
     inputs = layout.as_mx()
-    oracle = to_numpy(attention_mx.paged_attention(**inputs), np.float64)
+    # The oracle runs on the CPU stream whatever the subject's device: on CUDA,
+    # MLX may run float32 matmuls in TF32, which would make it no oracle.
+    with mx.stream(mx.cpu):
+        oracle = to_numpy(attention_mx.paged_attention(**inputs), np.float64)
     want = layout.reference_output()
     try:
         got = to_numpy(paged_attention(**inputs), np.float64)
