@@ -12,6 +12,9 @@ of 128 (the Qwen3-4B decode heads). Variants:
                     for bfloat16 is the tensor-core walk)
 - paged[ext op]:    ext.paged_attention, the C++ op (same kernels, chosen by
                     its eval_gpu)
+- paged[stages N]:  the tensor-core decode walk with an N-stage copy ring
+                    (only with --mma-stages; the op's choice is
+                    gpu_kernels.DECODE_MMA_STAGES)
 - gather+mlx_sdpa:  gather K/V from the pages into dense tensors, then MLX SDPA
 - mlx_sdpa:         MLX SDPA on K/V gathered beforehand
 - torch_cudnn:      PyTorch SDPA, cuDNN backend, enable_gqa=True, on dense
@@ -275,7 +278,8 @@ def attention_flops(batch: int, queries: int, context: int, causal: bool) -> int
 
 
 def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: float, use_torch: bool,
-                extension_paged_attention: Callable[..., mx.array] | None) -> list[Row]:
+                extension_paged_attention: Callable[..., mx.array] | None,
+                mma_stages: tuple[int, ...] = ()) -> list[Row]:
     kv_bytes = batch * context * NUM_KV_HEADS * HEAD_DIM * 2 * 2
     # Each variant reads one copy of K/V per call (pages or dense), so the sets
     # rotate through at least L2_MULTIPLE times the L2 cache of it.
@@ -285,10 +289,11 @@ def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: floa
     flops = attention_flops(batch, queries, context, mask == "causal")
     scale = HEAD_DIM**-0.5
 
-    def paged(schedule: str | None = None, mma: bool | None = None) -> Callable[[InputSet, mx.array], mx.array]:
+    def paged(schedule: str | None = None, mma: bool | None = None,
+              stages: int = gpu_kernels.DECODE_MMA_STAGES) -> Callable[[InputSet, mx.array], mx.array]:
         return lambda s, q: gpu_kernels.paged_attention(
             q, s.key_pages, s.value_pages, s.block_table, s.context_lens, PAGE_SIZE,
-            scale=scale, mask=mask, schedule=schedule, mma=mma,
+            scale=scale, mask=mask, schedule=schedule, mma=mma, mma_stages=stages,
         )
 
     def sdpa(q: mx.array, k: mx.array, v: mx.array) -> mx.array:
@@ -301,6 +306,7 @@ def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: floa
         if plan.schedule == "split":
             variants.append(("paged[one pass]", paged("decode")))
         variants.append(("paged[cuda cores]", paged(mma=False)))
+        variants += [(f"paged[stages {n}]", paged(stages=n)) for n in mma_stages]
     if extension_paged_attention is not None:
         variants.append(("paged[ext op]", lambda s, q: extension_paged_attention(
             q, s.key_pages, s.value_pages, s.block_table, s.context_lens, PAGE_SIZE, scale, mask == "causal")))
@@ -348,7 +354,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the goal shapes only")
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--no-ext", action="store_true", help="leave out the C++ extension's op")
+    parser.add_argument("--mma-stages", default="", metavar="N,N",
+                        help="extra decode rows with these copy-ring depths of the tensor-core walk, e.g. 3,4")
     args = parser.parse_args(argv)
+    try:
+        mma_stages = tuple(int(n) for n in args.mma_stages.split(",") if n.strip())
+    except ValueError:
+        parser.error(f"--mma-stages={args.mma_stages!r} is not a comma-separated list of integers")
+    if any(n < 2 for n in mma_stages):
+        parser.error(f"--mma-stages={args.mma_stages!r}: every depth must be at least 2")
     if not mx.cuda.is_available():
         print("no CUDA device: mlx.core.cuda.is_available() is False")
         return 2
@@ -373,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         shapes.append(("prefill", *PREFILL_SHAPE))
     rows: list[Row] = []
     for kind, batch, queries, context in shapes:
-        found = bench_shape(kind, batch, queries, context, copy_bw, use_torch, extension_paged_attention)
+        found = bench_shape(kind, batch, queries, context, copy_bw, use_torch, extension_paged_attention, mma_stages)
         print_rows(found)
         rows += found
     print("\nsummary")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "ext" / "kernels"
 
@@ -50,7 +51,8 @@ DECODE_MMA_ROWS = 16
 DECODE_MMA_STAGES = 2
 
 SCHEDULES = ("decode", "split", "prefill", "prefill_mma")
-PAGED_INPUTS = ("query", "key_pages", "value_pages", "block_table", "context_lens", "scale")
+# The softmax scale is no input: it is the template argument SCALE_BITS.
+PAGED_INPUTS = ("query", "key_pages", "value_pages", "block_table", "context_lens")
 DECODE_HEADERS = (
     "paged_common.cuh", "paged_mma.cuh", "paged_decode_merge.cuh", "paged_decode_walk.cuh",
     "paged_decode_mma_walk.cuh", "paged_decode_walker.cuh",
@@ -103,13 +105,9 @@ def compiled(stem: str, shared_bytes: int) -> Any:
     )
 
 
-@cache
-def scale_array(scale: float) -> mx.array:
-    """One float32 [1] array per scale value, made once: a fresh host-made scalar
-    per call would cost a transfer in front of every launch."""
-    value = mx.array([scale], dtype=mx.float32)
-    mx.eval(value)
-    return value
+def scale_bits(scale: float) -> int:
+    """The float32 bit pattern of `scale` as a signed int (template argument SCALE_BITS)."""
+    return int(np.array(scale, dtype=np.float32).view(np.int32))
 
 
 def next_pow2(x: int) -> int:
@@ -130,10 +128,10 @@ def decode_rows(rows: int, mma: bool) -> int:
     return DECODE_MMA_ROWS if mma else min(next_pow2(rows), DECODE_MAX_ROWS)
 
 
-def decode_shared_bytes(itemsize: int, head_dim: int, rows: int, mma: bool) -> int:
+def decode_shared_bytes(itemsize: int, head_dim: int, rows: int, mma: bool, mma_stages: int = DECODE_MMA_STAGES) -> int:
     """DecodeWalker<...>::Layout::SHARED_BYTES: the staging ring or the merge region."""
     if mma:
-        ring = 4 * DECODE_MMA_STAGES * 2 * 16 * (head_dim + 8) * itemsize
+        ring = 4 * mma_stages * 2 * 16 * (head_dim + 8) * itemsize
         return max(ring, 4 * rows * (head_dim + 2) * 4)
     vec = 16 // itemsize
     num_vecs = -(-head_dim // vec)
@@ -204,13 +202,17 @@ class LaunchPlan:
     splits: int
     shared_bytes: int
     key_tile: int  # tensor-core prefill only
+    mma_stages: int = DECODE_MMA_STAGES  # ring stages of the tensor-core decode walk
 
 
 def plan_launch(
     query_shape: tuple[int, ...], dtype: mx.Dtype, num_kv_heads: int, page_size: int, table_width: int,
     schedule: str | None = None, num_splits: int | None = None, mma: bool | None = None,
+    mma_stages: int = DECODE_MMA_STAGES,
 ) -> LaunchPlan:
-    """The automatic plan, or one with the schedule, split count or decode walk pinned."""
+    """The automatic plan, or one with the schedule, split count, decode walk or ring depth pinned."""
+    if mma_stages < 2:
+        raise ValueError(f"mma_stages={mma_stages} must be at least 2")
     batch, num_q_heads, num_queries, head_dim = query_shape
     group_rows = num_q_heads // num_kv_heads * num_queries
     if mma and not takes_mma(dtype, head_dim):
@@ -218,7 +220,7 @@ def plan_launch(
     mma = takes_mma(dtype, head_dim) if mma is None else mma
     rows = decode_rows(group_rows, mma)
     decode_blocks = batch * num_kv_heads * -(-group_rows // rows)
-    shared_bytes = decode_shared_bytes(dtype.size, head_dim, rows, mma)
+    shared_bytes = decode_shared_bytes(dtype.size, head_dim, rows, mma, mma_stages)
     if num_splits is None:
         resident = resident_blocks(shared_bytes, decode_registers(mma, head_dim, rows))
         num_splits = choose_splits(decode_blocks, table_width * page_size, resident)
@@ -232,7 +234,7 @@ def plan_launch(
         raise ValueError(f"schedule={schedule!r} is not one of {SCHEDULES}")
     itemsize = dtype.size
     if schedule in ("decode", "split"):
-        return LaunchPlan(schedule, mma, rows, decode_blocks, splits, shared_bytes, 0)
+        return LaunchPlan(schedule, mma, rows, decode_blocks, splits, shared_bytes, 0, mma_stages)
     prefill_blocks = batch * num_kv_heads * -(-group_rows // PREFILL_ROW_TILE)
     if schedule == "prefill_mma":
         if not takes_mma(dtype, head_dim):
@@ -259,6 +261,7 @@ def paged_attention(
     schedule: str | None = None,
     num_splits: int | None = None,
     mma: bool | None = None,
+    mma_stages: int = DECODE_MMA_STAGES,
     poison_output: bool = False,
 ) -> mx.array:
     """Paged attention on the GPU with a chosen (or the automatic) schedule.
@@ -280,14 +283,10 @@ def paged_attention(
     if query.size == 0:
         return mx.zeros(query.shape, dtype=query.dtype)
     plan = plan_launch(query.shape, query.dtype, key_pages.shape[1], page_size, block_table.shape[1],
-                       schedule, num_splits, mma)
+                       schedule, num_splits, mma, mma_stages)
     causal = mask == "causal"
-    scale = head_dim**-0.5 if scale is None else scale
-    inputs = [
-        query, key_pages, value_pages,
-        block_table.astype(mx.int32), context_lens.astype(mx.int32),
-        scale_array(float(scale)),
-    ]
+    bits = scale_bits(head_dim**-0.5 if scale is None else scale)
+    inputs = [query, key_pages, value_pages, block_table.astype(mx.int32), context_lens.astype(mx.int32)]
     fill = float("nan") if poison_output else 0.0
 
     def launch(stem: str, shared_bytes: int, args: list[mx.array], template: list[tuple[str, Any]],
@@ -306,7 +305,7 @@ def paged_attention(
     if plan.schedule in ("decode", "split"):
         template = [
             ("T", query.dtype), ("HEAD_DIM", head_dim), ("ROWS", plan.rows), ("CAUSAL", causal),
-            ("MMA", plan.mma), ("TABLE", TABLE_PAGED),
+            ("MMA", plan.mma), ("MMA_STAGES", plan.mma_stages), ("TABLE", TABLE_PAGED), ("SCALE_BITS", bits),
         ]
         if plan.schedule == "decode":
             return launch("paged_decode", plan.shared_bytes, inputs, template, (plan.blocks, 1),
@@ -319,9 +318,11 @@ def paged_attention(
     if plan.schedule == "prefill_mma":
         template = [
             ("T", query.dtype), ("HEAD_DIM", head_dim), ("KEY_TILE", plan.key_tile), ("CAUSAL", causal),
-            ("TABLE", TABLE_PAGED),
+            ("TABLE", TABLE_PAGED), ("SCALE_BITS", bits),
         ]
     else:
-        template = [("T", query.dtype), ("HEAD_DIM", head_dim), ("CAUSAL", causal), ("TABLE", TABLE_PAGED)]
+        template = [
+            ("T", query.dtype), ("HEAD_DIM", head_dim), ("CAUSAL", causal), ("TABLE", TABLE_PAGED), ("SCALE_BITS", bits),
+        ]
     return launch(f"paged_{plan.schedule}", plan.shared_bytes, inputs, template, (plan.blocks, 1),
                   query.shape, query.dtype)

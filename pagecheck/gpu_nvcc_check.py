@@ -42,7 +42,9 @@ using Strides = cuda::std::array<int64_t, MAX_NDIM>;
 """
 
 CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
-PAGED_INPUT_TYPES = {"block_table": "int32_t", "context_lens": "int32_t", "scale": "float"}
+PAGED_INPUT_TYPES = {"block_table": "int32_t", "context_lens": "int32_t"}
+# SCALE_BITS of 0.125 (any float32 bit pattern compiles the same way).
+SCALE = ("SCALE_BITS", 1040187392)
 
 
 @dataclass(frozen=True)
@@ -98,19 +100,22 @@ def variants() -> list[Variant]:
         for head_dim in (128, 64, 96, 256, 5):
             for rows in (1, 4, 8):
                 for stem in ("paged_decode", "paged_decode_split"):
-                    template = (("HEAD_DIM", head_dim), ("ROWS", rows), ("CAUSAL", True), ("MMA", False), ("TABLE", 0))
+                    template = (("HEAD_DIM", head_dim), ("ROWS", rows), ("CAUSAL", True), ("MMA", False),
+                                ("MMA_STAGES", 2), ("TABLE", 0), SCALE)
                     out.append(Variant(stem, dtype, template))
-            out.append(Variant("paged_prefill", dtype, (("HEAD_DIM", head_dim), ("CAUSAL", True), ("TABLE", 0))))
+            out.append(Variant("paged_prefill", dtype, (("HEAD_DIM", head_dim), ("CAUSAL", True), ("TABLE", 0), SCALE)))
         out.append(Variant("paged_decode_reduce", dtype, ()))
     for dtype in ("bfloat16", "float16"):
         for head_dim in (128, 64, 48, 16):
             for stem in ("paged_decode", "paged_decode_split"):
-                template = (("HEAD_DIM", head_dim), ("ROWS", 16), ("CAUSAL", True), ("MMA", True), ("TABLE", 0))
-                out.append(Variant(stem, dtype, template))
+                for stages in (2, 3, 4):
+                    template = (("HEAD_DIM", head_dim), ("ROWS", 16), ("CAUSAL", True), ("MMA", True),
+                                ("MMA_STAGES", stages), ("TABLE", 0), SCALE)
+                    out.append(Variant(stem, dtype, template))
             for key_tile in (16, 32, 64):
                 out.append(
                     Variant("paged_prefill_mma", dtype,
-                            (("HEAD_DIM", head_dim), ("KEY_TILE", key_tile), ("CAUSAL", True), ("TABLE", 0)))
+                            (("HEAD_DIM", head_dim), ("KEY_TILE", key_tile), ("CAUSAL", True), ("TABLE", 0), SCALE))
                 )
     return out
 

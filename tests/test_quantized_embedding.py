@@ -1,4 +1,4 @@
-"""The extension's quantized_embedding equals mx.dequantize followed by take, bit for bit on the CPU."""
+"""The extension's quantized_embedding equals mx.dequantize followed by take, bit for bit, on the CPU and on the GPU."""
 
 from __future__ import annotations
 

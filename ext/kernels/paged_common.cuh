@@ -18,6 +18,14 @@ constexpr unsigned ALL_LANES = 0xffffffffu;
 constexpr float LOG2_E = 1.4426950408889634f;
 constexpr float NEG_INF = -cuda::std::numeric_limits<float>::infinity();
 
+// The softmax scale reaches every kernel as the float32 bit pattern in the
+// template argument SCALE_BITS, so it is a constant of the compiled code. An
+// input array would be a scalar the host has just written, which the GPU then
+// reads from host-coherent memory in front of every launch.
+__device__ __forceinline__ float scale_of(int bits) {
+  return __int_as_float(bits);
+}
+
 __host__ __device__ constexpr int ceil_div(int a, int b) {
   return (a + b - 1) / b;
 }

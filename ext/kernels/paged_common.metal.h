@@ -15,6 +15,12 @@ constant constexpr int TABLE_PAGED = 0;
 constant constexpr int TABLE_DENSE_WITH_LENS = 1;
 constant constexpr int TABLE_DENSE_FULL = 2;
 
+// The softmax scale: the float32 bit pattern in the template argument
+// SCALE_BITS (see scale_of in paged_common.cuh).
+inline float scale_of(int bits) {
+  return as_type<float>(bits);
+}
+
 inline constexpr int ceil_div(int a, int b) {
   return (a + b - 1) / b;
 }

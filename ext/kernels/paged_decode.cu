@@ -5,10 +5,12 @@
 // paged_decode_*.cuh walk headers).
 // Template arguments: T (storage dtype), HEAD_DIM, ROWS (query rows per
 // block: a power of two up to 8 for the CUDA-core walk, 16 for the tensor-core
-// walk), CAUSAL, MMA (which walk, paged_decode_walker.cuh), TABLE (where
-// pages and contexts come from, paged_common.cuh).
+// walk), CAUSAL, MMA (which walk, paged_decode_walker.cuh), MMA_STAGES
+// (ring stages of the tensor-core walk), TABLE (where pages and contexts come
+// from, paged_common.cuh), SCALE_BITS (the softmax scale, scale_of).
 // Inputs: query [B, H_q, L, D], key_pages / value_pages [P, H_kv, page, D],
-// block_table int32 [B, max_pages], context_lens int32 [B], scale float32 [1].
+// block_table int32 [B, max_pages], context_lens int32 [B]. The softmax scale is the
+// template argument SCALE_BITS (its float32 bit pattern, see scale_of).
 // Output: out [B, H_q, L, D] in T.
 //
 // Ownership: block x owns (request_idx, kv_head_idx, chunk_idx): rows
@@ -19,7 +21,7 @@
 // Launch: DECODE_THREADS threads per block, blocks = B * H_kv * row_chunks,
 // dynamic shared memory DecodeWalker<...>::Layout::SHARED_BYTES.
 using namespace pagecheck;
-using Walker = DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, MMA>;
+using Walker = DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, MMA, MMA_STAGES>;
 using Layout = typename Walker::Layout;
 require_shared_bytes(Layout::SHARED_BYTES);
 extern __shared__ __align__(16) unsigned char shared[];
@@ -36,7 +38,7 @@ const int context_len = request_context(geo, context_lens, request_idx);
 // ---- Walk every tile of the context ----------------------------------------------
 const TileRange tiles = split_tiles(context_len, geo.page_size, Layout::TILE_TOKENS, 0, 1);
 Walker::walk(
-    query, key_pages, value_pages, block_table, geo, scale[0],
+    query, key_pages, value_pages, block_table, geo, scale_of(SCALE_BITS),
     request_idx, kv_head_idx, row_begin, context_len,
     tiles.begin, tiles.end, shared);
 

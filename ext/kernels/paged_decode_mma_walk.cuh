@@ -24,18 +24,18 @@
 namespace pagecheck {
 
 constexpr int DECODE_MMA_ROWS = 16;
-constexpr int DECODE_MMA_STAGES = 2;
 
-template <typename T, int HEAD_DIM>
+template <typename T, int HEAD_DIM, int STAGES>
 struct DecodeMmaLayout {
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 128, "HEAD_DIM");
+  static_assert(STAGES >= 2, "the ring needs a stage in flight and one consumed");
   static constexpr int TILE_TOKENS = 16;
   static constexpr int ROW_STRIDE = HEAD_DIM + 8;
   static constexpr int QK_CHUNKS = HEAD_DIM / 16;
   static constexpr int O_TILES = HEAD_DIM / 8;
   static constexpr int ACC_ELEMS = HEAD_DIM;
   static constexpr int STAGE_ELEMS = 2 * TILE_TOKENS * ROW_STRIDE;
-  static constexpr int RING_BYTES = DECODE_WARPS * DECODE_MMA_STAGES *
+  static constexpr int RING_BYTES = DECODE_WARPS * STAGES *
       STAGE_ELEMS * static_cast<int>(sizeof(T));
   using Merge = DecodeMerge<DECODE_MMA_ROWS, ACC_ELEMS>;
   static constexpr int MERGE_BYTES = Merge::BYTES;
@@ -43,7 +43,7 @@ struct DecodeMmaLayout {
       RING_BYTES > MERGE_BYTES ? RING_BYTES : MERGE_BYTES;
 };
 
-template <typename T, int HEAD_DIM, bool CAUSAL>
+template <typename T, int HEAD_DIM, bool CAUSAL, int STAGES>
 __device__ void decode_walk_mma(
     const T* query,
     const T* key_pages,
@@ -58,7 +58,7 @@ __device__ void decode_walk_mma(
     int tile_begin,
     int tile_end,
     unsigned char* shared) {
-  using L = DecodeMmaLayout<T, HEAD_DIM>;
+  using L = DecodeMmaLayout<T, HEAD_DIM, STAGES>;
   constexpr int TILE = L::TILE_TOKENS;
 
   // ---- Positions -------------------------------------------------------------
@@ -100,7 +100,7 @@ __device__ void decode_walk_mma(
   const int tiles_per_page = ceil_div(geo.page_size, TILE);
   const int my_tiles = warp_tile_count(tile_begin, tile_end, warp_idx);
   T* ring = reinterpret_cast<T*>(shared) +
-      warp_idx * DECODE_MMA_STAGES * L::STAGE_ELEMS;
+      warp_idx * STAGES * L::STAGE_ELEMS;
   const bool vector_copy = is_aligned16(key_pages) && is_aligned16(value_pages);
   const int32_t* table_row =
       block_table + static_cast<long long>(request_idx) * geo.max_pages;
@@ -120,7 +120,7 @@ __device__ void decode_walk_mma(
     const int page_id = tile_page_id(geo, table_row, request_idx, tile);
     const long long base = page_offset(geo, page_id, kv_head_idx) +
         static_cast<long long>(tile.slot_begin) * HEAD_DIM;
-    T* stage_k = ring + (local % DECODE_MMA_STAGES) * L::STAGE_ELEMS;
+    T* stage_k = ring + (local % STAGES) * L::STAGE_ELEMS;
     T* stage_v = stage_k + TILE * L::ROW_STRIDE;
     copy_tile_rows<T, HEAD_DIM, TILE, L::ROW_STRIDE>(
         stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy, lane_idx,
@@ -129,7 +129,7 @@ __device__ void decode_walk_mma(
 
   auto consume = [&](int local) {
     const PageTile tile = tile_of(local);
-    const T* stage_k = ring + (local % DECODE_MMA_STAGES) * L::STAGE_ELEMS;
+    const T* stage_k = ring + (local % STAGES) * L::STAGE_ELEMS;
     const T* stage_v = stage_k + TILE * L::ROW_STRIDE;
 
     // Scores: 16 rows x 16 keys as two n-tiles of 8 keys.
@@ -174,20 +174,20 @@ __device__ void decode_walk_mma(
     }
   };
 
-  // ---- Pipeline: DECODE_MMA_STAGES - 1 tiles in flight ahead of the one consumed --
+  // ---- Pipeline: STAGES - 1 tiles in flight ahead of the one consumed --
 #pragma unroll
-  for (int local = 0; local < DECODE_MMA_STAGES - 1; ++local) {
+  for (int local = 0; local < STAGES - 1; ++local) {
     if (local < my_tiles) {
       issue(local);
     }
     commit_async();
   }
   for (int local = 0; local < my_tiles; ++local) {
-    if (local + DECODE_MMA_STAGES - 1 < my_tiles) {
-      issue(local + DECODE_MMA_STAGES - 1);
+    if (local + STAGES - 1 < my_tiles) {
+      issue(local + STAGES - 1);
     }
     commit_async();
-    wait_async<DECODE_MMA_STAGES - 1>();
+    wait_async<STAGES - 1>();
     __syncwarp();
     consume(local);
     __syncwarp();

@@ -15,7 +15,7 @@
 // Launch: DECODE_THREADS threads per block, grid (blocks, S), dynamic shared
 // memory DecodeWalker<...>::Layout::SHARED_BYTES.
 using namespace pagecheck;
-using Walker = DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, MMA>;
+using Walker = DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, MMA, MMA_STAGES>;
 using Layout = typename Walker::Layout;
 require_shared_bytes(Layout::SHARED_BYTES);
 extern __shared__ __align__(16) unsigned char shared[];
@@ -35,7 +35,7 @@ const int context_len = request_context(geo, context_lens, request_idx);
 const TileRange tiles = split_tiles(
     context_len, geo.page_size, Layout::TILE_TOKENS, split_idx, num_splits);
 Walker::walk(
-    query, key_pages, value_pages, block_table, geo, scale[0],
+    query, key_pages, value_pages, block_table, geo, scale_of(SCALE_BITS),
     request_idx, kv_head_idx, row_begin, context_len,
     tiles.begin, tiles.end, shared);
 

@@ -35,12 +35,22 @@ if (row_idx < 0 || row_idx >= vocab_size) {
   return;
 }
 
-// Dequantize: level * scale rounded to T, then + bias rounded to T (MLX's order).
+// Dequantize as MLX's CUDA dequantize does: scale * level + bias in T, which
+// the compiler contracts into one fused multiply-add, so the exact value is
+// rounded to T once (MLX's CPU rounds the product first; the CPU op follows
+// that order). A double holds level * scale + bias exactly (a level has at
+// most 8 bits, a 16-bit scale or bias at most 11 significant bits), so
+// converting it rounds once; float32 tables take fmaf directly.
 const uint32_t word = weight[static_cast<int64_t>(row_idx) * words_per_row + word_idx];
-const float scale = static_cast<float>(scales[static_cast<int64_t>(row_idx) * groups_per_row + group_idx]);
-const float bias = static_cast<float>(biases[static_cast<int64_t>(row_idx) * groups_per_row + group_idx]);
+const T scale = scales[static_cast<int64_t>(row_idx) * groups_per_row + group_idx];
+const T bias = biases[static_cast<int64_t>(row_idx) * groups_per_row + group_idx];
 for (int value_idx = 0; value_idx < VALUES_PER_WORD; ++value_idx) {
-  const float level = static_cast<float>((word >> (BITS * value_idx)) & VALUE_MASK);
-  const T scaled = static_cast<T>(level * scale);
-  out_word[value_idx] = static_cast<T>(static_cast<float>(scaled) + bias);
+  const uint32_t level = (word >> (BITS * value_idx)) & VALUE_MASK;
+  if constexpr (sizeof(T) == sizeof(float)) {
+    out_word[value_idx] = fmaf(static_cast<float>(scale), static_cast<float>(level), static_cast<float>(bias));
+  } else {
+    const double exact =
+        static_cast<double>(static_cast<float>(scale)) * level + static_cast<double>(static_cast<float>(bias));
+    out_word[value_idx] = T(exact);
+  }
 }

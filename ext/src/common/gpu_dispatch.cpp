@@ -1,7 +1,10 @@
 #include "common/gpu_dispatch.h"
 
+#include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -28,8 +31,9 @@ struct KernelSpec {
   std::vector<const char*> headers;
 };
 
-const std::vector<std::string> kPagedInputs{
-    "query", "key_pages", "value_pages", "block_table", "context_lens", "scale"};
+// The softmax scale is no input: it is the template argument SCALE_BITS.
+const std::vector<std::string> kPagedInputs{"query", "key_pages", "value_pages", "block_table", "context_lens"};
+constexpr size_t kPagedInputCount = 5;
 
 #ifdef __APPLE__
 constexpr const char* kBodyExtension = ".metal";
@@ -87,28 +91,90 @@ mx::fast::CustomKernelFunction& kernel_for(const KernelSpec& spec, int shared_by
   }
 }
 
-// Runs one kernel into `outputs` now. fast::cuda_kernel returns lazy arrays;
-// their primitive is evaluated straight into this primitive's outputs, with
-// this primitive's inputs, which are already computed. The outputs are
-// zero-filled first: that is what gives them device memory (without an
-// initial value the custom kernel allocates managed memory, and recycling a
-// device buffer as managed costs a synchronizing copy on every call).
+// What makes two launches of one kernel file the same launch: the generated
+// source depends on the template arguments and on the inputs' dtypes and
+// whether each has dimensions; the primitive also holds the grid and stream.
+std::string launch_key(
+    const KernelSpec& spec,
+    int shared_bytes,
+    const std::vector<mx::array>& inputs,
+    const std::vector<mx::array>& outputs,
+    std::tuple<int, int, int> grid,
+    const TemplateArgs& template_args,
+    mx::Stream stream) {
+  std::ostringstream key;
+  key << spec.stem << ':' << shared_bytes << ':' << std::get<0>(grid) << ',' << std::get<1>(grid) << ','
+      << std::get<2>(grid) << ':' << stream.index;
+  for (const auto& [name, arg] : template_args) {
+    key << ':' << name << '=';
+    if (const int* value = std::get_if<int>(&arg)) {
+      key << *value;
+    } else if (const bool* flag = std::get_if<bool>(&arg)) {
+      key << *flag;
+    } else {
+      key << static_cast<int>(std::get<mx::Dtype>(arg).val());
+    }
+  }
+  for (const std::vector<mx::array>* arrays : {&inputs, &outputs}) {
+    for (const mx::array& a : *arrays) {
+      key << ':' << static_cast<int>(a.dtype().val()) << (a.ndim() > 0 ? 'n' : 's');
+    }
+  }
+  return key.str();
+}
+
+// Runs one kernel into `outputs` now. fast::cuda_kernel returns lazy arrays
+// whose primitive is evaluated straight into this primitive's outputs, with
+// this primitive's inputs, which are already computed. Making that primitive
+// writes the whole kernel source (the headers are tens of kilobytes) on every
+// call, so it is made once per launch key and reused: it keeps no state
+// between evaluations. The outputs are zero-filled first: that is what gives
+// them device memory (without an initial value the custom kernel allocates
+// managed memory, and recycling a device buffer as managed costs a
+// synchronizing copy on every call).
 void run_kernel(
-    mx::fast::CustomKernelFunction& kernel,
+    const KernelSpec& spec,
+    int shared_bytes,
     const std::vector<mx::array>& inputs,
     std::vector<mx::array> outputs,
     std::tuple<int, int, int> grid,
     const TemplateArgs& template_args,
     mx::Stream stream) {
-  std::vector<mx::Shape> shapes;
-  std::vector<mx::Dtype> dtypes;
-  for (const mx::array& out : outputs) {
-    shapes.push_back(out.shape());
-    dtypes.push_back(out.dtype());
+  constexpr size_t kMaxCachedLaunches = 1024;
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<mx::Primitive>> launches;
+  const std::string key = launch_key(spec, shared_bytes, inputs, outputs, grid, template_args, stream);
+  std::shared_ptr<mx::Primitive> primitive;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = launches.find(key);
+    if (it != launches.end()) {
+      primitive = it->second;
+    }
   }
-  std::vector<mx::array> lazy = kernel(
-      inputs, shapes, dtypes, grid, {kGpuThreadsPerBlock, 1, 1}, template_args, 0.0f, false, stream);
-  lazy[0].primitive().eval_gpu(lazy[0].inputs(), outputs);
+  if (!primitive) {
+    std::vector<mx::Shape> shapes;
+    std::vector<mx::Dtype> dtypes;
+    for (const mx::array& out : outputs) {
+      shapes.push_back(out.shape());
+      dtypes.push_back(out.dtype());
+    }
+    std::vector<mx::array> lazy = kernel_for(spec, shared_bytes)(
+        inputs, shapes, dtypes, grid, {kGpuThreadsPerBlock, 1, 1}, template_args, 0.0f, false, stream);
+    primitive = lazy[0].primitive_ptr();
+    std::lock_guard<std::mutex> lock(mutex);
+    if (launches.size() >= kMaxCachedLaunches) {
+      launches.clear(); // shapes seen once (a sweep) must not grow the cache forever
+    }
+    launches.emplace(key, primitive);
+  }
+  primitive->eval_gpu(inputs, outputs);
+}
+
+int float_bits(float value) {
+  int bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
 }
 
 } // namespace
@@ -141,7 +207,7 @@ void eval_attention_gpu(
     outputs[0].set_data(mx::allocator::malloc(0));
     return;
   }
-  const std::vector<mx::array> paged_inputs(inputs.begin(), inputs.begin() + 6);
+  const std::vector<mx::array> paged_inputs(inputs.begin(), inputs.begin() + kPagedInputCount);
   const int grid_x = static_cast<int>(plan.blocks * kGpuThreadsPerBlock);
   const int table_kind = static_cast<int>(table);
   const TemplateArgs decode_args{
@@ -150,30 +216,36 @@ void eval_attention_gpu(
       {"ROWS", plan.rows},
       {"CAUSAL", shape.causal},
       {"MMA", plan.tensor_cores},
-      {"TABLE", table_kind}};
+      {"MMA_STAGES", plan.mma_stages},
+      {"TABLE", table_kind},
+      {"SCALE_BITS", float_bits(shape.scale)}};
   switch (plan.schedule) {
     case GpuSchedule::kDecode:
-      run_kernel(kernel_for(kDecode, plan.shared_bytes), paged_inputs, {outputs[0]}, {grid_x, 1, 1}, decode_args,
-                 stream);
+      run_kernel(kDecode, plan.shared_bytes, paged_inputs, {outputs[0]}, {grid_x, 1, 1}, decode_args, stream);
       return;
     case GpuSchedule::kSplitDecode:
-      run_kernel(kernel_for(kDecodeSplit, plan.shared_bytes), paged_inputs, {outputs[1]},
-                 {grid_x, plan.splits, 1}, decode_args, stream);
-      run_kernel(kernel_for(kDecodeReduce, 0), {outputs[1]}, {outputs[0]},
+      run_kernel(kDecodeSplit, plan.shared_bytes, paged_inputs, {outputs[1]}, {grid_x, plan.splits, 1}, decode_args,
+                 stream);
+      run_kernel(kDecodeReduce, 0, {outputs[1]}, {outputs[0]},
                  {static_cast<int>(plan.scratch_rows * kGpuThreadsPerBlock), 1, 1}, {{"T", dtype}}, stream);
       return;
     case GpuSchedule::kPrefillMma:
-      run_kernel(kernel_for(kPrefillMma, plan.shared_bytes), paged_inputs, {outputs[0]}, {grid_x, 1, 1},
+      run_kernel(kPrefillMma, plan.shared_bytes, paged_inputs, {outputs[0]}, {grid_x, 1, 1},
                  {{"T", dtype},
                   {"HEAD_DIM", shape.head_dim},
                   {"KEY_TILE", plan.key_tile},
                   {"CAUSAL", shape.causal},
-                  {"TABLE", table_kind}},
+                  {"TABLE", table_kind},
+                  {"SCALE_BITS", float_bits(shape.scale)}},
                  stream);
       return;
     case GpuSchedule::kPrefill:
-      run_kernel(kernel_for(kPrefill, plan.shared_bytes), paged_inputs, {outputs[0]}, {grid_x, 1, 1},
-                 {{"T", dtype}, {"HEAD_DIM", shape.head_dim}, {"CAUSAL", shape.causal}, {"TABLE", table_kind}},
+      run_kernel(kPrefill, plan.shared_bytes, paged_inputs, {outputs[0]}, {grid_x, 1, 1},
+                 {{"T", dtype},
+                  {"HEAD_DIM", shape.head_dim},
+                  {"CAUSAL", shape.causal},
+                  {"TABLE", table_kind},
+                  {"SCALE_BITS", float_bits(shape.scale)}},
                  stream);
       return;
   }

@@ -129,6 +129,7 @@ GpuPlan plan_gpu_call(const AttentionShape& shape, mx::Dtype dtype, bool tensor_
   const int itemsize = static_cast<int>(mx::size_of(dtype));
   if (shape.query_len <= kDecodeMaxQueryLen) {
     plan.tensor_cores = mma;
+    plan.mma_stages = kDecodeMmaStages;
     plan.rows = mma ? kDecodeMmaRows : std::min(next_pow2(group_rows), kDecodeMaxRows);
     plan.blocks = static_cast<int64_t>(shape.batch) * shape.num_kv_heads * ceil_div(group_rows, plan.rows);
     plan.shared_bytes = decode_shared_bytes(itemsize, shape.head_dim, plan.rows, mma);
