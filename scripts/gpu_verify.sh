@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a CUDA machine with MLX's CUDA back-end importable: build the extension in
-# place (once), then run the named GPU steps, each under a time limit, with
+# place (incremental, so a changed source is always rebuilt), then run the
+# named GPU steps, each under a time limit, with
 # logs in LOGDIR.
 #
 #   bash scripts/gpu_verify.sh LOGDIR STEP...
@@ -8,8 +9,9 @@
 # Steps: tests (the test suite, one process per file so a crash names its
 # file; the default device is the GPU, so the GPU tests run and the op tests
 # go through eval_gpu), invariants (the invariants
-# suite with --device gpu), harness (every kernel schedule against the
-# float64 reference), bench (the GPU benchmark). Each step prints its exit
+# suite with --device gpu), tolerance (the tolerance sweep with --device gpu,
+# report files in LOGDIR/tolerance), harness (every kernel schedule against
+# the float64 reference), bench (the GPU benchmark; BENCH_ARGS adds options). Each step prints its exit
 # status and the tail of its log.
 set -uo pipefail
 out=${1:?usage: gpu_verify.sh LOGDIR STEP...}
@@ -29,17 +31,16 @@ step() {
 }
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-if ! ls ext/_ext*.so > /dev/null 2>&1; then
-  step build 240 python3 setup.py build_ext --inplace
-fi
+step build 240 python3 setup.py build_ext --inplace
 for name in "$@"; do
   case $name in
     tests) step tests 300 bash -c 'for f in tests/test_*.py; do
              echo "## $f"; timeout 120 python3 -m pytest -q -p no:cacheprovider "$f" 2>&1 | tail -n 40
              echo "## $f exit ${PIPESTATUS[0]}"; done' ;;
     invariants) step invariants 200 python3 -m pytest -q -n 8 invariants --device gpu --subject impl ;;
+    tolerance) step tolerance 300 python3 -m pagecheck.cli tolerance --device gpu --out "$out/tolerance" ;;
     harness) step harness 330 python3 -m pagecheck.gpu_harness --json "$out/harness.json" ;;
-    bench) TAIL=45 step bench 500 python3 -m pagecheck.bench_gpu --json "$out/bench.json" ;;
+    bench) TAIL=45 step bench 500 python3 -m pagecheck.bench_gpu --json "$out/bench.json" ${BENCH_ARGS:-} ;;
     *) echo "unknown step $name" ;;
   esac
 done
