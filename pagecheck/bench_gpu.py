@@ -15,6 +15,8 @@ of 128 (the Qwen3-4B decode heads). Variants:
 - paged[stages N]:  the tensor-core decode walk with an N-stage copy ring
                     (only with --mma-stages; the op's choice is
                     gpu_kernels.DECODE_MMA_STAGES)
+- paged[splits N]:  the decode with its context split N ways (only with
+                    --splits; the op chooses by gpu_kernels.choose_splits)
 - gather+mlx_sdpa:  gather K/V from the pages into dense tensors, then MLX SDPA
 - mlx_sdpa:         MLX SDPA on K/V gathered beforehand
 - torch_cudnn:      PyTorch SDPA, cuDNN backend, enable_gqa=True, on dense
@@ -279,7 +281,7 @@ def attention_flops(batch: int, queries: int, context: int, causal: bool) -> int
 
 def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: float, use_torch: bool,
                 extension_paged_attention: Callable[..., mx.array] | None,
-                mma_stages: tuple[int, ...] = ()) -> list[Row]:
+                mma_stages: tuple[int, ...] = (), splits: tuple[int, ...] = ()) -> list[Row]:
     kv_bytes = batch * context * NUM_KV_HEADS * HEAD_DIM * 2 * 2
     # Each variant reads one copy of K/V per call (pages or dense), so the sets
     # rotate through at least L2_MULTIPLE times the L2 cache of it.
@@ -289,11 +291,11 @@ def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: floa
     flops = attention_flops(batch, queries, context, mask == "causal")
     scale = HEAD_DIM**-0.5
 
-    def paged(schedule: str | None = None, mma: bool | None = None,
-              stages: int = gpu_kernels.DECODE_MMA_STAGES) -> Callable[[InputSet, mx.array], mx.array]:
+    def paged(schedule: str | None = None, mma: bool | None = None, stages: int = gpu_kernels.DECODE_MMA_STAGES,
+              splits: int | None = None) -> Callable[[InputSet, mx.array], mx.array]:
         return lambda s, q: gpu_kernels.paged_attention(
             q, s.key_pages, s.value_pages, s.block_table, s.context_lens, PAGE_SIZE,
-            scale=scale, mask=mask, schedule=schedule, mma=mma, mma_stages=stages,
+            scale=scale, mask=mask, schedule=schedule, mma=mma, mma_stages=stages, num_splits=splits,
         )
 
     def sdpa(q: mx.array, k: mx.array, v: mx.array) -> mx.array:
@@ -307,6 +309,8 @@ def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: floa
             variants.append(("paged[one pass]", paged("decode")))
         variants.append(("paged[cuda cores]", paged(mma=False)))
         variants += [(f"paged[stages {n}]", paged(stages=n)) for n in mma_stages]
+        variants += [(f"paged[splits {n}]", paged(schedule="decode" if n == 1 else "split", splits=n))
+                     for n in splits if n <= max(1, context // gpu_kernels.MIN_SPLIT_POSITIONS)]
     if extension_paged_attention is not None:
         variants.append(("paged[ext op]", lambda s, q: extension_paged_attention(
             q, s.key_pages, s.value_pages, s.block_table, s.context_lens, PAGE_SIZE, scale, mask == "causal")))
@@ -347,6 +351,17 @@ def print_rows(rows: list[Row]) -> None:
               f"{r.kernel_us:>10.1f} {r.tb_per_s:>6.2f} {r.copy_fraction:>7.0%} {r.tflop_per_s:>8.1f}  {r.note}")
 
 
+def int_list(parser: argparse.ArgumentParser, option: str, text: str, least: int) -> tuple[int, ...]:
+    """A comma-separated option as integers, each at least `least` (a usage error otherwise)."""
+    try:
+        values = tuple(int(n) for n in text.split(",") if n.strip())
+    except ValueError:
+        parser.error(f"{option}={text!r} is not a comma-separated list of integers")
+    if any(n < least for n in values):
+        parser.error(f"{option}={text!r}: every value must be at least {least}")
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None)
@@ -356,13 +371,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-ext", action="store_true", help="leave out the C++ extension's op")
     parser.add_argument("--mma-stages", default="", metavar="N,N",
                         help="extra decode rows with these copy-ring depths of the tensor-core walk, e.g. 3,4")
+    parser.add_argument("--splits", default="", metavar="N,N",
+                        help="extra decode rows with the context split these many ways, e.g. 1,2,4")
     args = parser.parse_args(argv)
-    try:
-        mma_stages = tuple(int(n) for n in args.mma_stages.split(",") if n.strip())
-    except ValueError:
-        parser.error(f"--mma-stages={args.mma_stages!r} is not a comma-separated list of integers")
-    if any(n < 2 for n in mma_stages):
-        parser.error(f"--mma-stages={args.mma_stages!r}: every depth must be at least 2")
+    mma_stages = int_list(parser, "--mma-stages", args.mma_stages, least=2)
+    splits = int_list(parser, "--splits", args.splits, least=1)
     if not mx.cuda.is_available():
         print("no CUDA device: mlx.core.cuda.is_available() is False")
         return 2
@@ -387,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         shapes.append(("prefill", *PREFILL_SHAPE))
     rows: list[Row] = []
     for kind, batch, queries, context in shapes:
-        found = bench_shape(kind, batch, queries, context, copy_bw, use_torch, extension_paged_attention, mma_stages)
+        found = bench_shape(kind, batch, queries, context, copy_bw, use_torch, extension_paged_attention, mma_stages,
+                            splits)
         print_rows(found)
         rows += found
     print("\nsummary")

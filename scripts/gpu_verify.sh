@@ -8,7 +8,7 @@
 #
 # Steps: tests (the test suite, one process per file so a crash names its
 # file; the default device is the GPU, so the GPU tests run and the op tests
-# go through eval_gpu), invariants (the invariants
+# go through eval_gpu; TESTS narrows the files), invariants (the invariants
 # suite with --device gpu), tolerance (the tolerance sweep with --device gpu,
 # report files in LOGDIR/tolerance), harness (every kernel schedule against
 # the float64 reference), bench (the GPU benchmark; BENCH_ARGS adds options). Each step prints its exit
@@ -34,7 +34,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 step build 240 python3 setup.py build_ext --inplace
 for name in "$@"; do
   case $name in
-    tests) step tests 300 bash -c 'for f in tests/test_*.py; do
+    tests) step tests 300 bash -c 'for f in ${TESTS:-tests/test_*.py}; do
              echo "## $f"; timeout 120 python3 -m pytest -q -p no:cacheprovider "$f" 2>&1 | tail -n 40
              echo "## $f exit ${PIPESTATUS[0]}"; done' ;;
     invariants) step invariants 200 python3 -m pytest -q -n 8 invariants --device gpu --subject impl ;;

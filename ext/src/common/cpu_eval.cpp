@@ -28,4 +28,14 @@ mx::cpu::CommandEncoder& begin_cpu_eval(
   return encoder;
 }
 
+std::vector<mx::array> task_arrays(const std::vector<mx::array>& inputs, const mx::array& out) {
+  std::vector<mx::array> arrays;
+  arrays.reserve(inputs.size() + 1);
+  for (const mx::array& input : inputs) {
+    arrays.push_back(mx::array::unsafe_weak_copy(input));
+  }
+  arrays.push_back(mx::array::unsafe_weak_copy(out));
+  return arrays;
+}
+
 } // namespace pagecheck

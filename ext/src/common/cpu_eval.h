@@ -17,4 +17,11 @@ mlx::core::cpu::CommandEncoder& begin_cpu_eval(
     mlx::core::array& out,
     mlx::core::Stream stream);
 
+// Non-owning copies of the inputs followed by the output, for the dispatched
+// task to take data pointers from. Pointers must be taken inside the task,
+// once the stream has waited for the inputs' producers: on MLX's CUDA
+// back-end an input made on the GPU is readable by the host only then
+// (taking them earlier crashed on the H200; MLX's own CPU ops do the same).
+std::vector<mlx::core::array> task_arrays(const std::vector<mlx::core::array>& inputs, const mlx::core::array& out);
+
 } // namespace pagecheck

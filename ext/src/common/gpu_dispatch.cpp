@@ -2,9 +2,7 @@
 
 #include <cstring>
 #include <map>
-#include <memory>
 #include <mutex>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -91,47 +89,14 @@ mx::fast::CustomKernelFunction& kernel_for(const KernelSpec& spec, int shared_by
   }
 }
 
-// What makes two launches of one kernel file the same launch: the generated
-// source depends on the template arguments and on the inputs' dtypes and
-// whether each has dimensions; the primitive also holds the grid and stream.
-std::string launch_key(
-    const KernelSpec& spec,
-    int shared_bytes,
-    const std::vector<mx::array>& inputs,
-    const std::vector<mx::array>& outputs,
-    std::tuple<int, int, int> grid,
-    const TemplateArgs& template_args,
-    mx::Stream stream) {
-  std::ostringstream key;
-  key << spec.stem << ':' << shared_bytes << ':' << std::get<0>(grid) << ',' << std::get<1>(grid) << ','
-      << std::get<2>(grid) << ':' << stream.index;
-  for (const auto& [name, arg] : template_args) {
-    key << ':' << name << '=';
-    if (const int* value = std::get_if<int>(&arg)) {
-      key << *value;
-    } else if (const bool* flag = std::get_if<bool>(&arg)) {
-      key << *flag;
-    } else {
-      key << static_cast<int>(std::get<mx::Dtype>(arg).val());
-    }
-  }
-  for (const std::vector<mx::array>* arrays : {&inputs, &outputs}) {
-    for (const mx::array& a : *arrays) {
-      key << ':' << static_cast<int>(a.dtype().val()) << (a.ndim() > 0 ? 'n' : 's');
-    }
-  }
-  return key.str();
-}
-
-// Runs one kernel into `outputs` now. fast::cuda_kernel returns lazy arrays
-// whose primitive is evaluated straight into this primitive's outputs, with
-// this primitive's inputs, which are already computed. Making that primitive
-// writes the whole kernel source (the headers are tens of kilobytes) on every
-// call, so it is made once per launch key and reused: it keeps no state
-// between evaluations. The outputs are zero-filled first: that is what gives
-// them device memory (without an initial value the custom kernel allocates
-// managed memory, and recycling a device buffer as managed costs a
-// synchronizing copy on every call).
+// Runs one kernel into `outputs` now. fast::cuda_kernel returns lazy arrays;
+// their primitive is evaluated straight into this primitive's outputs, with
+// this primitive's inputs, which are already computed. (Reusing that
+// primitive across calls, to skip rewriting the kernel source each time,
+// segfaulted on the H200 once the lazy arrays were gone: it is made per call.)
+// The outputs are zero-filled first: that is what gives them device memory
+// (without an initial value the custom kernel allocates managed memory, and
+// recycling a device buffer as managed costs a synchronizing copy per call).
 void run_kernel(
     const KernelSpec& spec,
     int shared_bytes,
@@ -140,35 +105,15 @@ void run_kernel(
     std::tuple<int, int, int> grid,
     const TemplateArgs& template_args,
     mx::Stream stream) {
-  constexpr size_t kMaxCachedLaunches = 1024;
-  static std::mutex mutex;
-  static std::map<std::string, std::shared_ptr<mx::Primitive>> launches;
-  const std::string key = launch_key(spec, shared_bytes, inputs, outputs, grid, template_args, stream);
-  std::shared_ptr<mx::Primitive> primitive;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = launches.find(key);
-    if (it != launches.end()) {
-      primitive = it->second;
-    }
+  std::vector<mx::Shape> shapes;
+  std::vector<mx::Dtype> dtypes;
+  for (const mx::array& out : outputs) {
+    shapes.push_back(out.shape());
+    dtypes.push_back(out.dtype());
   }
-  if (!primitive) {
-    std::vector<mx::Shape> shapes;
-    std::vector<mx::Dtype> dtypes;
-    for (const mx::array& out : outputs) {
-      shapes.push_back(out.shape());
-      dtypes.push_back(out.dtype());
-    }
-    std::vector<mx::array> lazy = kernel_for(spec, shared_bytes)(
-        inputs, shapes, dtypes, grid, {kGpuThreadsPerBlock, 1, 1}, template_args, 0.0f, false, stream);
-    primitive = lazy[0].primitive_ptr();
-    std::lock_guard<std::mutex> lock(mutex);
-    if (launches.size() >= kMaxCachedLaunches) {
-      launches.clear(); // shapes seen once (a sweep) must not grow the cache forever
-    }
-    launches.emplace(key, primitive);
-  }
-  primitive->eval_gpu(inputs, outputs);
+  std::vector<mx::array> lazy = kernel_for(spec, shared_bytes)(
+      inputs, shapes, dtypes, grid, {kGpuThreadsPerBlock, 1, 1}, template_args, 0.0f, false, stream);
+  lazy[0].primitive().eval_gpu(lazy[0].inputs(), outputs);
 }
 
 int float_bits(float value) {

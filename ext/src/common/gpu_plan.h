@@ -29,7 +29,7 @@ struct GpuPlan {
   GpuSchedule schedule = GpuSchedule::kDecode;
   bool tensor_cores = false; // decode walk (prefill: the schedule says)
   int rows = 0; // query rows per decode block
-  int mma_stages = 2; // cp.async ring stages of the tensor-core decode walk
+  int mma_stages = 3; // cp.async ring stages of the tensor-core decode walk
   int64_t blocks = 0; // thread blocks along grid x
   int splits = 1; // context splits of the split decode
   int shared_bytes = 0; // dynamic shared memory of the main kernel

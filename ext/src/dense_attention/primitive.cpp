@@ -36,15 +36,16 @@ void DenseAttention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<
   mx::array& out = outputs[0];
   const AttentionShape shape = dense_shape(inputs[0], inputs[1], scale_, causal_);
   const int key_len = inputs[1].shape(2);
-  const int32_t* given_context_lens = has_context_lens_ ? inputs[3].data<int32_t>() : nullptr;
+  const bool has_context_lens = has_context_lens_;
   auto& encoder = begin_cpu_eval("DenseAttention", inputs, out, stream());
   dispatch_storage_dtype(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* query = inputs[0].data<T>();
-    const T* key = inputs[1].data<T>();
-    const T* value = inputs[2].data<T>();
-    T* out_data = out.data<T>();
-    encoder.dispatch([shape, query, key, value, out_data, given_context_lens, key_len]() {
+    encoder.dispatch([shape, key_len, has_context_lens, arrays = task_arrays(inputs, out)]() mutable {
+      const T* query = arrays[0].data<T>();
+      const T* key = arrays[1].data<T>();
+      const T* value = arrays[2].data<T>();
+      const int32_t* given_context_lens = has_context_lens ? arrays[3].data<int32_t>() : nullptr;
+      T* out_data = arrays.back().data<T>();
       std::vector<int32_t> block_table(shape.batch);
       std::iota(block_table.begin(), block_table.end(), 0);
       std::vector<int32_t> context_lens(shape.batch, key_len);

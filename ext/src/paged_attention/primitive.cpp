@@ -40,10 +40,10 @@ void PagedAttention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<
   auto& encoder = begin_cpu_eval("PagedAttention", inputs, out, stream());
   dispatch_storage_dtype(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const AttentionOperands<T> operands{
-        inputs[0].data<T>(), inputs[1].data<T>(), inputs[2].data<T>(),
-        inputs[3].data<int32_t>(), inputs[4].data<int32_t>(), out.data<T>()};
-    encoder.dispatch([shape, operands]() {
+    encoder.dispatch([shape, arrays = task_arrays(inputs, out)]() mutable {
+      const AttentionOperands<T> operands{
+          arrays[0].data<T>(), arrays[1].data<T>(), arrays[2].data<T>(),
+          arrays[3].data<int32_t>(), arrays[4].data<int32_t>(), arrays[5].data<T>()};
       validate_paged_metadata(shape, operands.block_table, operands.context_lens);
       run_attention_cpu<T>(shape, operands);
     });

@@ -79,17 +79,14 @@ void QuantizedEmbedding::eval_cpu(const std::vector<mx::array>& inputs, mx::arra
   const EmbeddingShape shape{
       static_cast<int64_t>(inputs[0].size()), inputs[1].shape(0), inputs[1].shape(1), inputs[2].shape(1)};
   auto& encoder = begin_cpu_eval("QuantizedEmbedding", inputs, out, stream());
-  const int32_t* ids = inputs[0].data<int32_t>();
-  const uint32_t* weight = inputs[1].data<uint32_t>();
   dispatch_storage_dtype(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* scales = inputs[2].data<T>();
-    const T* biases = inputs[3].data<T>();
-    T* out_data = out.data<T>();
     dispatch_bits(bits_, [&](auto bits_tag) {
       constexpr int BITS = decltype(bits_tag)::value;
-      encoder.dispatch([shape, ids, weight, scales, biases, out_data]() {
-        embed_rows_cpu<T, BITS>(shape, ids, weight, scales, biases, out_data);
+      encoder.dispatch([shape, arrays = task_arrays(inputs, out)]() mutable {
+        embed_rows_cpu<T, BITS>(
+            shape, arrays[0].data<int32_t>(), arrays[1].data<uint32_t>(), arrays[2].data<T>(), arrays[3].data<T>(),
+            arrays[4].data<T>());
       });
     });
   });
