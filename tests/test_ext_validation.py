@@ -69,7 +69,9 @@ def test_bad_ready_metadata_raises_value_error_at_call(case: str) -> None:
 def test_bad_lazy_metadata_raises_at_eval_without_crashing(case: str) -> None:
     field, value, message = BAD_VALUES[case]
     args = paged_args()
-    args[field] = mx.array(value, dtype=mx.int32) + 0  # not computed until evaluation
+    # Not computed until evaluation, and made on the CPU stream like the call: on a CUDA build a
+    # GPU-made input to a failing CPU task crashed the process (see ext/kernels/NOTES.md).
+    args[field] = mx.add(mx.array(value, dtype=mx.int32), 0, stream=mx.cpu)
     out = ext.paged_attention(**args)
     with pytest.raises(RuntimeError, match=message):
         mx.eval(out)

@@ -60,7 +60,7 @@ def test_ready_id_out_of_range_is_a_value_error() -> None:
 
 def test_lazy_id_out_of_range_raises_at_evaluation() -> None:
     matrix = table(mx.float32, 64, 4)
-    lazy = mx.array([1, -2], dtype=mx.int32) + 0
+    lazy = mx.add(mx.array([1, -2], dtype=mx.int32), 0, stream=mx.cpu)  # lazy, made where it is used
     with mx.stream(mx.cpu), pytest.raises(RuntimeError, match=r"ids\[1\] = -2"):
         mx.eval(embedding_lookup(lazy, matrix))
 
