@@ -11,7 +11,7 @@
 # go through eval_gpu; TESTS narrows the files), invariants (the invariants
 # suite with --device gpu), tolerance (the tolerance sweep with --device gpu,
 # report files in LOGDIR/tolerance), harness (every kernel schedule against
-# the float64 reference), bench (the GPU benchmark; BENCH_ARGS adds options). Each step prints its exit
+# the float64 reference; HARNESS_LIMIT seconds, 330 by default), bench (the GPU benchmark; BENCH_ARGS adds options). Each step prints its exit
 # status and the tail of its log.
 set -uo pipefail
 out=${1:?usage: gpu_verify.sh LOGDIR STEP...}
@@ -39,7 +39,7 @@ for name in "$@"; do
              echo "## $f exit ${PIPESTATUS[0]}"; done' ;;
     invariants) step invariants 200 python3 -m pytest -q -n 8 invariants --device gpu --subject impl ;;
     tolerance) step tolerance 300 python3 -m pagecheck.cli tolerance --device gpu --out "$out/tolerance" ;;
-    harness) step harness 330 python3 -m pagecheck.gpu_harness --json "$out/harness.json" ;;
+    harness) step harness ${HARNESS_LIMIT:-330} python3 -m pagecheck.gpu_harness --json "$out/harness.json" ;;
     bench) TAIL=45 step bench 500 python3 -m pagecheck.bench_gpu --json "$out/bench.json" ${BENCH_ARGS:-} ;;
     *) echo "unknown step $name" ;;
   esac
