@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# On a CUDA machine with MLX's CUDA back-end importable: build the extension in
-# place (incremental, so a changed source is always rebuilt), then run the
-# named GPU steps, each under a time limit, with
-# logs in LOGDIR.
+# On a CUDA machine with MLX's CUDA back-end importable: build the extension
+# in place (incremental, so a changed source is always rebuilt), then run the
+# named GPU steps, each under a time limit, with logs in LOGDIR.
 #
 #   bash scripts/gpu_verify.sh LOGDIR STEP...
 #
-# Steps: tests (the test suite, one process per file so a crash names its
-# file; the default device is the GPU, so the GPU tests run and the op tests
-# go through eval_gpu; TESTS narrows the files), invariants (the invariants
-# suite with --device gpu), tolerance (the tolerance sweep with --device gpu,
-# report files in LOGDIR/tolerance), harness (every kernel schedule against
-# the float64 reference; HARNESS_LIMIT seconds, 330 by default), bench (the GPU benchmark; BENCH_ARGS adds options). Each step prints its exit
-# status and the tail of its log.
+# Steps:
+#   tests       the test suite, one process per file so a crash names its
+#               file; the default device is the GPU, so the GPU tests run and
+#               the op tests go through eval_gpu (TESTS narrows the files)
+#   invariants  the invariants suite with --device gpu
+#   tolerance   the tolerance sweep with --device gpu, reports in LOGDIR/tolerance
+#   harness     every kernel schedule against the float64 reference
+#               (HARNESS_LIMIT seconds, 330 by default)
+#   bench       the GPU benchmark (BENCH_ARGS adds options)
+# Each step prints its exit status and the tail of its log.
 set -uo pipefail
 out=${1:?usage: gpu_verify.sh LOGDIR STEP...}
 shift
