@@ -14,6 +14,13 @@ import numpy as np
 from reference.arrays import to_numpy
 
 
+# Tables with at least this many entries are first checked in bulk with NumPy
+# (the loop below costs about 0.3 us per entry: 2.3 ms at B 64 x 128 pages).
+# The loop stays the statement of the rules: it runs whenever the bulk check
+# does not accept, and its exception names the first bad entry.
+BULK_CHECK_MIN_ENTRIES = 64
+
+
 def _dtype(x: Any) -> str:
     return str(x.dtype).rsplit(".", 1)[-1]
 
@@ -60,6 +67,8 @@ def check_paged_inputs(
     if not np.issubdtype(lens.dtype, np.integer):
         raise ValueError(f"context_lens dtype={lens.dtype} must be an integer type")
 
+    if table.size >= BULK_CHECK_MIN_ENTRIES and metadata_valid_in_bulk(table, lens, num_queries, page_size, num_pages):
+        return
     seen: dict[int, int] = {}
     for b in range(batch):
         n = int(lens[b])
@@ -83,3 +92,25 @@ def check_paged_inputs(
             if page in seen:
                 raise ValueError(f"block_table[{b}, {col}]={page} is aliased: row {seen[page]} uses it too")
             seen[page] = b
+
+
+def metadata_valid_in_bulk(table: np.ndarray, lens: np.ndarray, num_queries: int, page_size: int,
+                           num_pages: int) -> bool:
+    """True exactly when the rule loop of check_paged_inputs accepts `table` and
+    `lens` (tests/test_validation_bulk.py holds the two to the same verdicts)."""
+    lens = lens.astype(np.int64)
+    if (lens < 0).any() or ((lens > 0) & (lens < num_queries)).any():
+        return False
+    live = -(-lens // page_size)
+    if (live > table.shape[1]).any():
+        return False
+    in_context = np.arange(table.shape[1])[None, :] < live[:, None]
+    pages = table[in_context].astype(np.int64)
+    if (table[~in_context] != -1).any() or (pages < 0).any() or (pages >= num_pages).any():
+        return False
+    if num_pages <= 64 * pages.size + 65536:
+        marks = np.zeros(num_pages, dtype=bool)  # one flag per page id: cheaper than sorting
+        marks[pages] = True
+        return int(np.count_nonzero(marks)) == pages.size
+    ordered = np.sort(pages)
+    return bool((ordered[1:] != ordered[:-1]).all())
