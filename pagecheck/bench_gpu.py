@@ -35,6 +35,9 @@ fraction of a device-to-device copy measured in the same run. A program, not
 a test:
 
     python -m pagecheck.bench_gpu [--json PATH] [--only decode|prefill] [--quick]
+
+`pagecheck bench --device gpu` runs the same measurement and writes it as a
+report (bench_gpu.md, bench_gpu.json) with the speed goals judged.
 """
 
 from __future__ import annotations
@@ -347,8 +350,9 @@ def print_rows(rows: list[Row]) -> None:
             f"{'TB/s':>6} {'of copy':>7} {'TFLOP/s':>8}  note")
     print(head)
     for r in rows:
+        fraction = f"{r.copy_fraction:>7.0%}" if finite_or_none(r.copy_fraction) is not None else f"{'-':>7}"
         print(f"{r.kind:8} {r.batch:>3} {r.queries:>4} {r.context:>6} {r.variant:18} {r.per_call_us:>11.1f} "
-              f"{r.kernel_us:>10.1f} {r.tb_per_s:>6.2f} {r.copy_fraction:>7.0%} {r.tflop_per_s:>8.1f}  {r.note}")
+              f"{r.kernel_us:>10.1f} {r.tb_per_s:>6.2f} {fraction} {r.tflop_per_s:>8.1f}  {r.note}")
 
 
 def int_list(parser: argparse.ArgumentParser, option: str, text: str, least: int) -> tuple[int, ...]:
@@ -360,6 +364,49 @@ def int_list(parser: argparse.ArgumentParser, option: str, text: str, least: int
     if any(n < least for n in values):
         parser.error(f"{option}={text!r}: every value must be at least {least}")
     return values
+
+
+# Every shape a decode goal names (pagecheck/gpu_goals.py).
+QUICK_DECODE_SHAPES = ((1, 16384), (16, 1024), (16, 4096), (16, 16384), (64, 1024), (64, 4096), (64, 16384))
+
+
+def bench_shapes(quick: bool = False, only: str | None = None) -> list[tuple[str, int, int, int]]:
+    """(kind, batch, queries, context) of every shape a run times: the goal shapes when quick."""
+    shapes: list[tuple[str, int, int, int]] = []
+    if only in (None, "decode"):
+        pairs = QUICK_DECODE_SHAPES if quick else tuple((b, c) for b in DECODE_BATCHES for c in DECODE_CONTEXTS)
+        shapes += [("decode", b, 1, c) for b, c in pairs]
+    if only in (None, "prefill"):
+        shapes.append(("prefill", *PREFILL_SHAPE))
+    return shapes
+
+
+def finite_or_none(value: Any) -> Any:
+    return value if not isinstance(value, float) or math.isfinite(value) else None
+
+
+def run_gpu_bench(
+    shapes: list[tuple[str, int, int, int]],
+    use_torch: bool,
+    extension_paged_attention: Callable[..., mx.array] | None,
+    mma_stages: tuple[int, ...] = (),
+    splits: tuple[int, ...] = (),
+    on_shape: Callable[[int, int, list[Row]], None] | None = None,
+) -> dict[str, Any]:
+    """Every shape's rows as a JSON-ready document ({"copy_tb_per_s", "rows"}; None where
+    a number needs torch and torch is left out). `on_shape(done, total, rows)` after each shape."""
+    copy_bw = copy_bandwidth() if use_torch else float("nan")
+    rows: list[Row] = []
+    for done, (kind, batch, queries, context) in enumerate(shapes, start=1):
+        found = bench_shape(kind, batch, queries, context, copy_bw, use_torch, extension_paged_attention, mma_stages,
+                            splits)
+        rows += found
+        if on_shape is not None:
+            on_shape(done, len(shapes), found)
+    return {
+        "copy_tb_per_s": finite_or_none(copy_bw / 1e12),
+        "rows": [{key: finite_or_none(value) for key, value in asdict(r).items()} for r in rows],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -379,7 +426,6 @@ def main(argv: list[str] | None = None) -> int:
     if not mx.cuda.is_available():
         print("no CUDA device: mlx.core.cuda.is_available() is False")
         return 2
-    use_torch = not args.no_torch
     extension_paged_attention = None
     if not args.no_ext:
         try:
@@ -388,27 +434,15 @@ def main(argv: list[str] | None = None) -> int:
             extension_paged_attention = ext.paged_attention
         except ImportError as err:
             print(f"extension not importable, its row is left out: {err}")
-    copy_bw = copy_bandwidth() if use_torch else float("nan")
-    print(f"copy bandwidth {copy_bw / 1e12:.2f} TB/s (read + write)")
-    shapes: list[tuple[str, int, int, int]] = []
-    if args.only in (None, "decode"):
-        pairs = ((1, 16384), (16, 1024), (16, 16384), (64, 1024), (64, 4096)) if args.quick else tuple(
-            (b, c) for b in DECODE_BATCHES for c in DECODE_CONTEXTS
-        )
-        shapes += [("decode", b, 1, c) for b, c in pairs]
-    if args.only in (None, "prefill"):
-        shapes.append(("prefill", *PREFILL_SHAPE))
-    rows: list[Row] = []
-    for kind, batch, queries, context in shapes:
-        found = bench_shape(kind, batch, queries, context, copy_bw, use_torch, extension_paged_attention, mma_stages,
-                            splits)
-        print_rows(found)
-        rows += found
-    print("\nsummary")
-    print_rows(rows)
+    document = run_gpu_bench(bench_shapes(args.quick, args.only), not args.no_torch, extension_paged_attention,
+                             mma_stages, splits, on_shape=lambda done, total, found: print_rows(found))
+    copy = document["copy_tb_per_s"]
+    print(f"\ncopy bandwidth {copy:.2f} TB/s (read + write)" if copy else "\ncopy bandwidth not measured (no torch)")
+    print("summary")
+    print_rows([Row(**row) for row in document["rows"]])
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"copy_tb_per_s": copy_bw / 1e12, "rows": [asdict(r) for r in rows]}, fh, indent=1)
+            json.dump(document, fh, indent=1)
     return 0
 
 

@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
+# What `pagecheck report` writes; `pagecheck bench --device gpu` adds bench_gpu on a CUDA machine.
 KINDS = ("conformance", "tolerance", "bench")
+DOCUMENT_KINDS = (*KINDS, "bench_gpu")
 
 
 def new_document(kind: str, *, subject: str, device: str, seed: int | None, profile: str) -> dict[str, Any]:
-    if kind not in KINDS:
-        raise ValueError(f"kind={kind!r} is not one of {KINDS}")
+    if kind not in DOCUMENT_KINDS:
+        raise ValueError(f"kind={kind!r} is not one of {DOCUMENT_KINDS}")
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": kind,

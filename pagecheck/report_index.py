@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from pagecheck.render.index import render_index
-from pagecheck.report_document import KINDS, read_json
+from pagecheck.report_document import DOCUMENT_KINDS, read_json
 
 
 def read_documents(out: Path) -> dict[str, dict[str, Any]]:
     """The report documents present in `out`, by kind."""
-    return {kind: read_json(out / f"{kind}.json") for kind in KINDS if (out / f"{kind}.json").exists()}
+    return {kind: read_json(out / f"{kind}.json") for kind in DOCUMENT_KINDS if (out / f"{kind}.json").exists()}
 
 
 def write_index(out: Path) -> Path:

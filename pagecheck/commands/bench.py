@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from dataclasses import replace
 from pathlib import Path
 
+import mlx.core as mx
+
 from pagecheck.bench import BenchConfig
 from pagecheck.bench_report import FULL_CONFIG, QUICK_CONFIG, run_bench_report
+from pagecheck import bench_gpu
 from pagecheck.commands import options
 from pagecheck.device import DeviceUnavailable, use_device
 from pagecheck.exit_codes import ExitCode
+from pagecheck.gpu_goals import evaluate_goals
 from pagecheck.progress import StageProgress
 from pagecheck.render.bench import PLOT_FILE, render_bench, render_plot
+from pagecheck.render.bench_gpu import render_bench_gpu
 from pagecheck.report_document import write_json
 from pagecheck.report_index import write_index
 
@@ -65,7 +71,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "Benchmark this project's extension in the Qwen3-4B decode shape: direct paged attention,\n"
         "gather + dense attention (gather timed) and MLX SDPA on pre-gathered K/V, each in fresh\n"
         "processes, at several contexts. Writes bench.md, bench.json (the keys of\n"
-        "`python -m pagecheck.bench`, plus speedups and a correctness verdict) and bench.svg.",
+        "`python -m pagecheck.bench`, plus speedups and a correctness verdict) and bench.svg.\n\n"
+        "With --device gpu on a CUDA machine it then times the GPU kernels themselves\n"
+        "(bench_gpu.md, bench_gpu.json): decode at B 1, 16, 64 x contexts 128..16384 and one\n"
+        "prefill (--quick: the goal shapes), kernel-only and per call, against gather + MLX SDPA,\n"
+        "MLX SDPA and, when PyTorch is installed, cuDNN SDPA on dense K/V, with the speed goals\n"
+        "judged from the numbers (pagecheck/gpu_goals.py).",
     )
     options.add_device_option(parser)
     options.add_out_option(parser)
@@ -107,6 +118,48 @@ def run_bench_stage(args: argparse.Namespace, out: Path, progress: StageProgress
     return ExitCode.OK if document["correct"] else ExitCode.BENCH_INCORRECT
 
 
+def cuda_kernels_available(device: str) -> bool:
+    """The GPU kernel benchmark drives the CUDA kernels; on Metal or the CPU it does not run."""
+    return device == "gpu" and mx.cuda.is_available()
+
+
+def run_gpu_bench_stage(args: argparse.Namespace, out: Path, progress: StageProgress) -> ExitCode:
+    shapes = bench_gpu.bench_shapes(quick=args.quick)
+    use_torch = importlib.util.find_spec("torch") is not None
+    try:
+        import ext
+
+        extension_paged_attention = ext.paged_attention
+    except ImportError:
+        extension_paged_attention = None
+    progress.begin(
+        f"{len(shapes)} shapes; cuDNN rows {'on' if use_torch else 'off (PyTorch is not installed)'}"
+        + ("" if extension_paged_attention else "; the extension did not import, its rows are left out")
+    )
+    document = options.start_document("bench_gpu", args, subject=BENCH_SUBJECT)
+    document["configuration"] = {
+        "shapes": [list(shape) for shape in shapes],
+        "num_q_heads": bench_gpu.NUM_Q_HEADS,
+        "num_kv_heads": bench_gpu.NUM_KV_HEADS,
+        "head_dim": bench_gpu.HEAD_DIM,
+        "page_size": bench_gpu.PAGE_SIZE,
+        "dtype": "bfloat16",
+        "torch": use_torch,
+        "ext": extension_paged_attention is not None,
+    }
+    document.update(bench_gpu.run_gpu_bench(
+        shapes, use_torch, extension_paged_attention,
+        on_shape=lambda done, total, rows: progress.update(
+            done, total, f"shapes (last: {rows[0].kind} B {rows[0].batch} x {rows[0].context})"),
+    ))  # fmt: skip
+    document["goals"] = evaluate_goals(document["rows"])
+    write_json(out / "bench_gpu.json", document)
+    (out / "bench_gpu.md").write_text(render_bench_gpu(document))
+    met = [goal["met"] for goal in document["goals"]]
+    progress.finish(f"{sum(m is True for m in met)} of {len(met)} speed goals met")
+    return ExitCode.OK
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         use_device(args.device)
@@ -115,7 +168,12 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.DEVICE_UNAVAILABLE
     args.subject = BENCH_SUBJECT  # names the default output directory
     out = options.report_dir(args)
-    code = run_bench_stage(args, out, StageProgress(NAME, 1, 1))
+    kernels = cuda_kernels_available(args.device)
+    code = run_bench_stage(args, out, StageProgress(NAME, 1, 2 if kernels else 1))
+    if kernels:
+        run_gpu_bench_stage(args, out, StageProgress(NAME, 2, 2))
+    elif args.device == "gpu":
+        print(f"pagecheck {NAME}: the GPU kernel benchmark (bench_gpu.md) needs MLX's CUDA back-end; skipped")
     write_index(out)
-    print(f"pagecheck {NAME}: wrote {out / 'bench.md'}")
+    print(f"pagecheck {NAME}: wrote {out / 'bench.md'}" + (f" and {out / 'bench_gpu.md'}" if kernels else ""))
     return code

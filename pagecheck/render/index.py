@@ -5,11 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from pagecheck.render.bench import PLOT_FILE, median_headers, median_rows, shape_line
+from pagecheck.render.bench_gpu import goal_rows
 from pagecheck.render.conformance import VERDICT_TEXT, unchecked_phrase
 from pagecheck.render.markdown import inline_code, table
 from pagecheck.render.tolerance import describe_cell, worst_rows
 
-TITLES = {"conformance": "Conformance", "tolerance": "Tolerance sweep", "bench": "Operator benchmark"}
+TITLES = {
+    "conformance": "Conformance",
+    "tolerance": "Tolerance sweep",
+    "bench": "Operator benchmark",
+    "bench_gpu": "GPU kernel benchmark",
+}
 
 
 def _environment_line(environment: dict[str, Any]) -> str:
@@ -114,4 +120,14 @@ def render_index(documents: dict[str, dict[str, Any]]) -> str:
         lines += ["## Tolerance", "", *_tolerance_summary(documents["tolerance"]), ""]
     if "bench" in documents:
         lines += ["## Benchmark", "", *_bench_summary(documents["bench"]), ""]
+    if "bench_gpu" in documents:
+        lines += [
+            "## GPU kernel speed goals",
+            "",
+            "Reported, not asserted; every row is in [bench_gpu.md](bench_gpu.md).",
+            "",
+            table(("goal", "B x context", "measured", "verdict"), goal_rows(documents["bench_gpu"]),
+                  ("left", "right", "left", "left")),
+            "",
+        ]
     return "\n".join(lines)

@@ -1,0 +1,116 @@
+"""The GPU speed goals are judged from the measured rows, and `pagecheck bench --device gpu` writes them as a report.
+
+The rows in tests/data/bench_gpu_h200.json were measured on the H200 (ext/kernels/NOTES.md,
+round 6); CI has no GPU, so the measurement itself is replaced by those rows here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from pagecheck import bench_gpu
+from pagecheck.commands import bench as bench_command
+from pagecheck.gpu_goals import evaluate_goals
+from pagecheck.progress import StageProgress
+from pagecheck.render.bench_gpu import render_bench_gpu
+from pagecheck.report_index import write_index
+from tests.report_schemas import schema_errors
+
+MEASURED = json.loads((Path(__file__).parent / "data" / "bench_gpu_h200.json").read_text())
+
+
+def by_shape(goals: list[dict]) -> dict[tuple[str, int, int], dict]:
+    return {(goal["goal"], goal["batch"], goal["context"]): goal for goal in goals}
+
+
+def test_goals_on_the_h200_rows() -> None:
+    goals = by_shape(evaluate_goals(MEASURED["rows"]))
+    assert goals[("faster than MLX SDPA", 16, 1024)]["met"] is True  # 33.0 us against 33.7 us
+    assert goals[("faster than MLX SDPA", 64, 4096)]["met"] is False  # 280.8 us against 273.6 us
+    cudnn = goals[("at least 90% of cuDNN's bandwidth", 64, 4096)]
+    assert cudnn["met"] is False and cudnn["measured"].startswith("86%")
+    assert goals[("at least 1.5 TB/s", 1, 16384)]["met"] is True  # 1.74 TB/s
+    # Shapes below B 16 or context 1024 are not judged against MLX SDPA.
+    assert all(g["batch"] >= 16 and g["context"] >= 1024 for g in goals.values() if g["goal"] == "faster than MLX SDPA")
+
+
+def row(batch: int, context: int, variant: str, kernel_us: float, tb_per_s: float) -> dict:
+    return {"kind": "decode", "batch": batch, "context": context, "variant": variant, "kernel_us": kernel_us,
+            "tb_per_s": tb_per_s}
+
+
+def test_a_faster_kernel_meets_every_goal_and_a_missing_baseline_is_not_judged() -> None:
+    rows = [
+        row(16, 16384, "paged[ext op]", 240.0, 4.30), row(16, 16384, "mlx_sdpa", 270.0, 3.9),
+        row(16, 16384, "torch_cudnn", 240.0, 4.45),
+        row(64, 4096, "paged[ext op]", 250.0, 4.10), row(64, 4096, "mlx_sdpa", 270.0, 3.9),
+        row(1, 16384, "paged[ext op]", 30.0, 2.2),
+    ]  # fmt: skip
+    goals = by_shape(evaluate_goals(rows))
+    assert goals[("faster than MLX SDPA", 16, 16384)]["met"] is True
+    assert goals[("at least 90% of cuDNN's bandwidth", 16, 16384)]["met"] is True
+    assert goals[("at least 90% of cuDNN's bandwidth", 64, 4096)]["met"] is None  # no cuDNN row
+    assert goals[("at least 1.5 TB/s", 1, 16384)]["met"] is True
+    slower = [r if r["variant"] != "paged[ext op]" or r["batch"] != 16 else {**r, "kernel_us": 280.0} for r in rows]
+    assert by_shape(evaluate_goals(slower))[("faster than MLX SDPA", 16, 16384)]["met"] is False
+
+
+def test_the_python_launcher_row_stands_in_when_the_op_is_missing() -> None:
+    rows = [row(16, 1024, "paged", 30.0, 2.2), row(16, 1024, "mlx_sdpa", 33.0, 2.0)]
+    assert by_shape(evaluate_goals(rows))[("faster than MLX SDPA", 16, 1024)]["met"] is True
+
+
+@pytest.fixture
+def gpu_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The GPU stage of `pagecheck bench`, with the H200's rows in place of a measurement."""
+    seen: dict = {}
+
+    def measured(shapes, use_torch, extension_paged_attention, on_shape=None, **_):
+        seen["shapes"] = shapes
+        return copy.deepcopy(MEASURED)
+
+    monkeypatch.setattr(bench_gpu, "run_gpu_bench", measured)
+    args = argparse.Namespace(device="gpu", quick=True, seed=7, subject="impl")
+    code = bench_command.run_gpu_bench_stage(args, tmp_path, StageProgress("bench", 2, 2))
+    assert code == 0
+    assert seen["shapes"] == bench_gpu.bench_shapes(quick=True)
+    write_index(tmp_path)
+    return tmp_path
+
+
+def test_gpu_stage_writes_a_document_that_follows_its_schema(gpu_report: Path) -> None:
+    document = json.loads((gpu_report / "bench_gpu.json").read_text())
+    assert schema_errors("bench_gpu", document) == []
+    assert document["goals"] == evaluate_goals(MEASURED["rows"])
+    stray = {**document, "unexpected": 1}
+    assert schema_errors("bench_gpu", stray)
+
+
+def test_gpu_page_and_index_show_the_goal_verdicts(gpu_report: Path) -> None:
+    page = (gpu_report / "bench_gpu.md").read_text()
+    goals = evaluate_goals(MEASURED["rows"])
+    met = sum(goal["met"] is True for goal in goals)
+    assert f"**Speed goals: {met} of {len(goals)} met**" in page
+    assert "| faster than MLX SDPA" in page and "**missed**" in page
+    assert "286.3" in page  # the op's kernel time at 16 x 16384
+    index = (gpu_report / "index.md").read_text()
+    assert "[GPU kernel benchmark](bench_gpu.md)" in index and "## GPU kernel speed goals" in index
+
+
+def test_the_page_renders_without_pytorch_numbers() -> None:
+    rows = [r for r in copy.deepcopy(MEASURED["rows"]) if r["variant"] != "torch_cudnn"]
+    for r in rows:
+        r["copy_fraction"] = None
+    document = {
+        "subject": "impl", "device": "gpu", "profile": "quick", "seed": 1, "created": "2026-11-30T00:00:00+00:00",
+        "configuration": {"num_q_heads": 32, "num_kv_heads": 8, "head_dim": 128, "page_size": 128,
+                          "dtype": "bfloat16"},
+        "copy_tb_per_s": None, "rows": rows, "goals": evaluate_goals(rows),
+    }  # fmt: skip
+    page = render_bench_gpu(document)
+    assert "need PyTorch" in page and "not measured" in page
