@@ -8,12 +8,30 @@
 #include <nanobind/stl/variant.h>
 
 #include "build_info.h"
+#include "common/gpu_plan.h"
 #include "dense_attention/dense_attention.h"
 #include "paged_attention/paged_attention.h"
 #include "quantized_embedding/quantized_embedding.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
+
+namespace {
+
+mlx::core::Dtype storage_dtype_named(const std::string& name) {
+  if (name == "float32") {
+    return mlx::core::float32;
+  }
+  if (name == "bfloat16") {
+    return mlx::core::bfloat16;
+  }
+  if (name == "float16") {
+    return mlx::core::float16;
+  }
+  throw std::invalid_argument("dtype = " + name + " must be float32, bfloat16 or float16");
+}
+
+} // namespace
 
 NB_MODULE(_ext, module) {
   module.doc() = "pagecheck C++ MLX extension: paged and dense attention, quantized embedding";
@@ -76,4 +94,41 @@ NB_MODULE(_ext, module) {
     result["num_threads"] = info.num_threads;
     return result;
   }, "How the extension was compiled: kernel flags, -march, compiler, MLX versions, CPU threads.");
+
+  // The GPU launch plan for a shape, without a GPU: the tests hold the Python
+  // launcher (pagecheck/gpu_kernels.py) to the same plan.
+  module.def(
+      "gpu_launch_plan",
+      [](int batch, int num_q_heads, int query_len, int head_dim, int num_kv_heads, int page_size,
+         int pages_per_request, const std::string& dtype) {
+        const mlx::core::Dtype storage = storage_dtype_named(dtype);
+        if (batch < 1 || num_q_heads < 1 || query_len < 1 || head_dim < 1 || num_kv_heads < 1 || page_size < 1 ||
+            pages_per_request < 0 || num_q_heads % num_kv_heads != 0) {
+          throw std::invalid_argument("gpu_launch_plan: every size must be positive and H_q a multiple of H_kv");
+        }
+        pagecheck::AttentionShape shape;
+        shape.batch = batch;
+        shape.num_q_heads = num_q_heads;
+        shape.num_kv_heads = num_kv_heads;
+        shape.query_len = query_len;
+        shape.head_dim = head_dim;
+        shape.page_size = page_size;
+        shape.pages_per_request = pages_per_request;
+        pagecheck::check_gpu_shape(shape);
+        const pagecheck::GpuPlan plan = pagecheck::plan_gpu_call(shape, storage, /*tensor_cores_available=*/true);
+        nb::dict result;
+        result["schedule"] = std::string(pagecheck::gpu_schedule_name(plan.schedule));
+        result["mma"] = plan.tensor_cores;
+        result["rows"] = plan.rows;
+        result["blocks"] = plan.blocks;
+        result["splits"] = plan.splits;
+        result["shared_bytes"] = plan.shared_bytes;
+        result["key_tile"] = plan.key_tile;
+        result["mma_stages"] = plan.mma_stages;
+        return result;
+      },
+      "batch"_a, "num_q_heads"_a, "query_len"_a, "head_dim"_a, "num_kv_heads"_a, "page_size"_a,
+      "pages_per_request"_a, "dtype"_a,
+      "The CUDA launch plan the op would take for this shape (schedule, split count, shared memory); "
+      "computed on any machine.");
 }

@@ -1,0 +1,60 @@
+"""The Python launcher plans every GPU call exactly as the C++ op does (no GPU needed).
+
+pagecheck/gpu_kernels.py mirrors ext/src/common/gpu_plan.cpp so that the checks and the
+benchmark can pin a schedule; a constant changed on one side only would make the benchmark
+time a launch the op never takes.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import mlx.core as mx
+import pytest
+
+from ext import _ext
+from pagecheck import gpu_kernels
+
+SCHEDULES = {"paged_decode": "decode", "paged_decode_split": "split", "paged_prefill": "prefill",
+             "paged_prefill_mma": "prefill_mma"}
+HEADS = ((32, 8), (8, 8), (12, 4), (6, 2))
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+def shapes():
+    for batch, (h_q, h_kv), query_len, head_dim, page_size, pages in itertools.product(
+        (1, 3, 16, 64), HEADS, (1, 3, 8, 9, 64), (5, 64, 96, 128, 256), (1, 16, 128), (1, 4, 32, 128)
+    ):
+        if page_size * pages <= 32768:
+            yield batch, h_q, query_len, head_dim, h_kv, page_size, pages
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_python_launcher_plans_as_the_op(dtype: str) -> None:
+    mismatches = []
+    for batch, h_q, query_len, head_dim, h_kv, page_size, pages in shapes():
+        op = _ext.gpu_launch_plan(batch, h_q, query_len, head_dim, h_kv, page_size, pages, dtype)
+        py = gpu_kernels.plan_launch((batch, h_q, query_len, head_dim), getattr(mx, dtype), h_kv, page_size, pages)
+        fields = ["schedule", "blocks", "shared_bytes", "splits"]
+        fields += ["rows", "mma", "mma_stages"] if py.schedule in ("decode", "split") else ["key_tile"]
+        got = {"schedule": SCHEDULES[op["schedule"]], **{f: op[f] for f in fields[1:]}}
+        want = {f: getattr(py, f) for f in fields}
+        if got != want:
+            mismatches.append(((batch, h_q, query_len, head_dim, h_kv, page_size, pages), got, want))
+    assert not mismatches, f"{len(mismatches)} shapes differ, first: {mismatches[0]}"
+
+
+def test_the_goal_shapes_take_the_schedules_the_notes_report() -> None:
+    # ext/kernels/NOTES.md, v5: one pass at 64 x 4096, 33 splits at 1 x 16384, 3 ring stages.
+    plan = _ext.gpu_launch_plan(64, 32, 1, 128, 8, 128, 32, "bfloat16")
+    assert (plan["schedule"], plan["mma"], plan["mma_stages"]) == ("paged_decode", True, 3)
+    assert _ext.gpu_launch_plan(1, 32, 1, 128, 8, 128, 128, "bfloat16")["splits"] == 33
+
+
+def test_bad_plan_arguments_are_value_errors() -> None:
+    with pytest.raises(ValueError, match="dtype = int8"):
+        _ext.gpu_launch_plan(1, 32, 1, 128, 8, 128, 8, "int8")
+    with pytest.raises(ValueError, match="multiple of H_kv"):
+        _ext.gpu_launch_plan(1, 30, 1, 128, 8, 128, 8, "float32")
+    with pytest.raises(ValueError, match="head dim D = 512"):
+        _ext.gpu_launch_plan(1, 32, 1, 512, 8, 128, 8, "float32")
