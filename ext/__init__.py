@@ -6,6 +6,17 @@ that the extension's bindings share (nanobind domain "mlx").
 
 import mlx.core  # noqa: F401  (must precede the extension module)
 
+from ext import _ext
 from ext._ext import build_info, dense_attention, paged_attention, quantized_embedding
 
-__all__ = ["build_info", "dense_attention", "paged_attention", "quantized_embedding"]
+__all__ = ["PLAN_FIELDS", "build_info", "dense_attention", "gpu_launch_plan", "paged_attention", "quantized_embedding"]
+
+PLAN_FIELDS = ("schedule", "mma", "rows", "blocks", "splits", "shared_bytes", "key_tile", "mma_stages")
+
+
+def gpu_launch_plan(batch: int, num_q_heads: int, query_len: int, head_dim: int, num_kv_heads: int, page_size: int,
+                    pages_per_request: int, dtype: str) -> dict:
+    """The CUDA launch plan the op takes for this shape (ext/src/common/gpu_plan.cpp), on any machine."""
+    plan = _ext.gpu_launch_plan(batch, num_q_heads, query_len, head_dim, num_kv_heads, page_size, pages_per_request,
+                                dtype)
+    return dict(zip(PLAN_FIELDS, plan))

@@ -12,7 +12,7 @@ import itertools
 import mlx.core as mx
 import pytest
 
-from ext import _ext
+import ext
 from pagecheck import gpu_kernels
 
 SCHEDULES = {"paged_decode": "decode", "paged_decode_split": "split", "paged_prefill": "prefill",
@@ -33,7 +33,7 @@ def shapes():
 def test_python_launcher_plans_as_the_op(dtype: str) -> None:
     mismatches = []
     for batch, h_q, query_len, head_dim, h_kv, page_size, pages in shapes():
-        op = _ext.gpu_launch_plan(batch, h_q, query_len, head_dim, h_kv, page_size, pages, dtype)
+        op = ext.gpu_launch_plan(batch, h_q, query_len, head_dim, h_kv, page_size, pages, dtype)
         py = gpu_kernels.plan_launch((batch, h_q, query_len, head_dim), getattr(mx, dtype), h_kv, page_size, pages)
         fields = ["schedule", "blocks", "shared_bytes", "splits"]
         fields += ["rows", "mma", "mma_stages"] if py.schedule in ("decode", "split") else ["key_tile"]
@@ -46,15 +46,15 @@ def test_python_launcher_plans_as_the_op(dtype: str) -> None:
 
 def test_the_goal_shapes_take_the_schedules_the_notes_report() -> None:
     # ext/kernels/NOTES.md, v5: one pass at 64 x 4096, 33 splits at 1 x 16384, 3 ring stages.
-    plan = _ext.gpu_launch_plan(64, 32, 1, 128, 8, 128, 32, "bfloat16")
+    plan = ext.gpu_launch_plan(64, 32, 1, 128, 8, 128, 32, "bfloat16")
     assert (plan["schedule"], plan["mma"], plan["mma_stages"]) == ("paged_decode", True, 3)
-    assert _ext.gpu_launch_plan(1, 32, 1, 128, 8, 128, 128, "bfloat16")["splits"] == 33
+    assert ext.gpu_launch_plan(1, 32, 1, 128, 8, 128, 128, "bfloat16")["splits"] == 33
 
 
 def test_bad_plan_arguments_are_value_errors() -> None:
     with pytest.raises(ValueError, match="dtype = int8"):
-        _ext.gpu_launch_plan(1, 32, 1, 128, 8, 128, 8, "int8")
+        ext.gpu_launch_plan(1, 32, 1, 128, 8, 128, 8, "int8")
     with pytest.raises(ValueError, match="multiple of H_kv"):
-        _ext.gpu_launch_plan(1, 30, 1, 128, 8, 128, 8, "float32")
+        ext.gpu_launch_plan(1, 30, 1, 128, 8, 128, 8, "float32")
     with pytest.raises(ValueError, match="head dim D = 512"):
-        _ext.gpu_launch_plan(1, 32, 1, 512, 8, 128, 8, "float32")
+        ext.gpu_launch_plan(1, 32, 1, 512, 8, 128, 8, "float32")

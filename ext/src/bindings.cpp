@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/variant.h>
 
 #include "build_info.h"
@@ -116,19 +117,12 @@ NB_MODULE(_ext, module) {
         shape.pages_per_request = pages_per_request;
         pagecheck::check_gpu_shape(shape);
         const pagecheck::GpuPlan plan = pagecheck::plan_gpu_call(shape, storage, /*tensor_cores_available=*/true);
-        nb::dict result;
-        result["schedule"] = std::string(pagecheck::gpu_schedule_name(plan.schedule));
-        result["mma"] = plan.tensor_cores;
-        result["rows"] = plan.rows;
-        result["blocks"] = plan.blocks;
-        result["splits"] = plan.splits;
-        result["shared_bytes"] = plan.shared_bytes;
-        result["key_tile"] = plan.key_tile;
-        result["mma_stages"] = plan.mma_stages;
-        return result;
+        // The order of ext.PLAN_FIELDS.
+        return std::make_tuple(std::string(pagecheck::gpu_schedule_name(plan.schedule)), plan.tensor_cores, plan.rows,
+                               plan.blocks, plan.splits, plan.shared_bytes, plan.key_tile, plan.mma_stages);
       },
       "batch"_a, "num_q_heads"_a, "query_len"_a, "head_dim"_a, "num_kv_heads"_a, "page_size"_a,
       "pages_per_request"_a, "dtype"_a,
-      "The CUDA launch plan the op would take for this shape (schedule, split count, shared memory); "
+      "The CUDA launch plan the op would take for this shape, as a tuple in the order of ext.PLAN_FIELDS; "
       "computed on any machine.");
 }
