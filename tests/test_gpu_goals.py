@@ -114,3 +114,12 @@ def test_the_page_renders_without_pytorch_numbers() -> None:
     }  # fmt: skip
     page = render_bench_gpu(document)
     assert "need PyTorch" in page and "not measured" in page
+
+
+def test_a_report_adds_the_gpu_kernel_stage_only_where_cuda_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pagecheck.commands import report
+
+    assert report.chosen_stages([], "cpu") == ["invariants", "tolerance", "bench"]
+    monkeypatch.setattr(report, "cuda_kernels_available", lambda device: device == "gpu")
+    assert report.chosen_stages([], "gpu") == ["invariants", "tolerance", "bench", "gpu_kernels"]
+    assert report.chosen_stages(["gpu_kernels", "bench"], "gpu") == ["invariants", "tolerance"]

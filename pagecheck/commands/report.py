@@ -9,7 +9,13 @@ from typing import Any
 
 from invariants.catalog import INVARIANTS
 from pagecheck.commands import options
-from pagecheck.commands.bench import add_bench_options, quick_bench_text, run_bench_stage
+from pagecheck.commands.bench import (
+    add_bench_options,
+    cuda_kernels_available,
+    quick_bench_text,
+    run_bench_stage,
+    run_gpu_bench_stage,
+)
 from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
 from pagecheck.commands.tolerance import run_tolerance_stage
 from pagecheck.conformance import conformance_body, subject_error_body
@@ -23,7 +29,8 @@ from pagecheck.suite_run import SuiteRequest, run_suite
 from pagecheck.tolerance_sweep import FULL_GRID, QUICK_GRID
 
 NAME = "report"
-STAGES = ("invariants", "tolerance", "bench")
+# gpu_kernels runs only with --device gpu on a CUDA machine (the GPU kernel benchmark).
+STAGES = ("invariants", "tolerance", "bench", "gpu_kernels")
 # The Hypothesis profile (invariants/profiles.py) of the suite for each report profile.
 SUITE_PROFILE = {"full": "thorough", "quick": "default"}
 
@@ -35,8 +42,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "check, measure and benchmark a subject; write a full report",
         "Run the invariants suite on the subject (in parallel, in child processes), the tolerance sweep\n"
         "and the operator benchmark, then write conformance, tolerance and bench reports (Markdown +\n"
-        "JSON, plus an SVG plot) and an index.md that sums them up. The exit status names the most\n"
-        "serious finding: a broken invariant exits 1.",
+        "JSON, plus an SVG plot) and an index.md that sums them up. With --device gpu on a CUDA\n"
+        "machine, also the GPU kernel benchmark with its speed goals (bench_gpu.md). The exit status\n"
+        "names the most serious finding: a broken invariant exits 1.",
     )
     options.add_subject_option(parser)
     options.add_device_option(parser)
@@ -112,8 +120,15 @@ def _write_conformance(args: argparse.Namespace, out: Path, body: dict[str, Any]
     return document
 
 
+def chosen_stages(skip: list[str], device: str) -> list[str]:
+    """The stages a report runs: all but the skipped ones, gpu_kernels only where CUDA runs it."""
+    return [
+        name for name in STAGES if name not in skip and (name != "gpu_kernels" or cuda_kernels_available(device))
+    ]
+
+
 def run(args: argparse.Namespace) -> int:
-    chosen = [name for name in STAGES if name not in args.skip]
+    chosen = chosen_stages(args.skip, args.device)
     if not chosen:
         print(f"pagecheck {NAME}: every stage was skipped; nothing to report")
         return ExitCode.USAGE
@@ -132,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         "invariants": lambda progress: run_conformance_stage(args, out, progress),
         "tolerance": lambda progress: run_tolerance_stage(subject, args, out, progress),
         "bench": lambda progress: run_bench_stage(args, out, progress),
+        "gpu_kernels": lambda progress: run_gpu_bench_stage(args, out, progress),
     }
     codes = []
     try:
