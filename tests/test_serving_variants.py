@@ -22,9 +22,10 @@ def run(path: str, num_layers: int = SERVING_CONFIG.num_layers):
 
 def test_variants_produce_identical_greedy_tokens_in_float32() -> None:
     # On the CPU stream the three paths run the same schedule in the same order, so their
-    # logits agree bit for bit. On the GPU the split count follows the table's capacity,
-    # which differs between the dense and paged views: last-bit differences then flip
-    # near-tied greedy picks of the random-weight model (seen on the H200).
+    # logits agree bit for bit. On the GPU the plan follows the table's capacity, which
+    # differs between the dense and paged views (split count, tiles), so the sums run in
+    # another order: last-bit differences then flip near-tied greedy picks of the
+    # random-weight model (seen on the H200; the cause is inferred, not traced).
     with mx.stream(mx.cpu):
         outputs = {path: run(path).outputs for path in ATTENTION_PATHS}
     expected = {request.request_id: request.max_new_tokens for request in short_trace()}
