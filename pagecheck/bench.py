@@ -29,6 +29,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from pagecheck.arg_types import int_list
+
 VARIANTS = ("dense_gather", "paged", "mlx_sdpa")
 DEVICES = ("cpu", "gpu")
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -286,7 +288,7 @@ def format_table(result: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pagecheck.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--contexts", type=lambda text: tuple(int(x) for x in text.split(",")), default=BenchConfig.contexts,
+    parser.add_argument("--contexts", type=int_list("contexts"), default=BenchConfig.contexts,
                         help="comma-separated context lengths (default 128,1024,4096)")
     parser.add_argument("--repeats", type=int, default=BenchConfig.repeats, help="fresh processes per variant and context")
     parser.add_argument("--iterations", type=int, default=BenchConfig.iterations, help="timed calls per process")

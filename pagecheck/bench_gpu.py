@@ -55,6 +55,7 @@ import mlx.core as mx
 
 from impl.page_gather import gather_pages_dense
 from pagecheck import gpu_kernels
+from pagecheck.arg_types import int_list
 
 NUM_Q_HEADS = 32
 NUM_KV_HEADS = 8
@@ -355,17 +356,6 @@ def print_rows(rows: list[Row]) -> None:
               f"{r.kernel_us:>10.1f} {r.tb_per_s:>6.2f} {fraction} {r.tflop_per_s:>8.1f}  {r.note}")
 
 
-def int_list(parser: argparse.ArgumentParser, option: str, text: str, least: int) -> tuple[int, ...]:
-    """A comma-separated option as integers, each at least `least` (a usage error otherwise)."""
-    try:
-        values = tuple(int(n) for n in text.split(",") if n.strip())
-    except ValueError:
-        parser.error(f"{option}={text!r} is not a comma-separated list of integers")
-    if any(n < least for n in values):
-        parser.error(f"{option}={text!r}: every value must be at least {least}")
-    return values
-
-
 # Every shape a decode goal names (pagecheck/gpu_goals.py).
 QUICK_DECODE_SHAPES = ((1, 16384), (16, 1024), (16, 4096), (16, 16384), (64, 1024), (64, 4096), (64, 16384))
 
@@ -381,8 +371,31 @@ def bench_shapes(quick: bool = False, only: str | None = None) -> list[tuple[str
     return shapes
 
 
+def extension_paged_attention() -> tuple[Callable[..., mx.array] | None, str | None]:
+    """(ext.paged_attention, None), or (None, why) when the extension does not import."""
+    try:
+        import ext
+    except ImportError as err:
+        return None, str(err)
+    return ext.paged_attention, None
+
+
 def finite_or_none(value: Any) -> Any:
     return value if not isinstance(value, float) or math.isfinite(value) else None
+
+
+def configuration(shapes: list[tuple[str, int, int, int]], use_torch: bool, has_extension: bool) -> dict[str, Any]:
+    """What a run measures: its shapes, the fixed heads, dtype and page size, and which baselines ran."""
+    return {
+        "shapes": [list(shape) for shape in shapes],
+        "num_q_heads": NUM_Q_HEADS,
+        "num_kv_heads": NUM_KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "page_size": PAGE_SIZE,
+        "dtype": "bfloat16",
+        "torch": use_torch,
+        "ext": has_extension,
+    }
 
 
 def run_gpu_bench(
@@ -393,8 +406,8 @@ def run_gpu_bench(
     splits: tuple[int, ...] = (),
     on_shape: Callable[[int, int, list[Row]], None] | None = None,
 ) -> dict[str, Any]:
-    """Every shape's rows as a JSON-ready document ({"copy_tb_per_s", "rows"}; None where
-    a number needs torch and torch is left out). `on_shape(done, total, rows)` after each shape."""
+    """Every shape's rows as a JSON-ready document ({"configuration", "copy_tb_per_s", "rows"}; None
+    where a number needs torch and torch is left out). `on_shape(done, total, rows)` after each shape."""
     copy_bw = copy_bandwidth() if use_torch else float("nan")
     rows: list[Row] = []
     for done, (kind, batch, queries, context) in enumerate(shapes, start=1):
@@ -404,6 +417,7 @@ def run_gpu_bench(
         if on_shape is not None:
             on_shape(done, len(shapes), found)
     return {
+        "configuration": configuration(shapes, use_torch, extension_paged_attention is not None),
         "copy_tb_per_s": finite_or_none(copy_bw / 1e12),
         "rows": [{key: finite_or_none(value) for key, value in asdict(r).items()} for r in rows],
     }
@@ -416,25 +430,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the goal shapes only")
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--no-ext", action="store_true", help="leave out the C++ extension's op")
-    parser.add_argument("--mma-stages", default="", metavar="N,N",
+    parser.add_argument("--mma-stages", type=int_list("mma-stages", least=2), default=(), metavar="N,N",
                         help="extra decode rows with these copy-ring depths of the tensor-core walk, e.g. 3,4")
-    parser.add_argument("--splits", default="", metavar="N,N",
+    parser.add_argument("--splits", type=int_list("splits"), default=(), metavar="N,N",
                         help="extra decode rows with the context split these many ways, e.g. 1,2,4")
     args = parser.parse_args(argv)
-    mma_stages = int_list(parser, "--mma-stages", args.mma_stages, least=2)
-    splits = int_list(parser, "--splits", args.splits, least=1)
+    mma_stages, splits = args.mma_stages, args.splits
     if not mx.cuda.is_available():
         print("no CUDA device: mlx.core.cuda.is_available() is False")
         return 2
-    extension_paged_attention = None
-    if not args.no_ext:
-        try:
-            import ext
-
-            extension_paged_attention = ext.paged_attention
-        except ImportError as err:
-            print(f"extension not importable, its row is left out: {err}")
-    document = run_gpu_bench(bench_shapes(args.quick, args.only), not args.no_torch, extension_paged_attention,
+    paged_op, why = (None, None) if args.no_ext else extension_paged_attention()
+    if why:
+        print(f"extension not importable, its row is left out: {why}")
+    document = run_gpu_bench(bench_shapes(args.quick, args.only), not args.no_torch, paged_op,
                              mma_stages, splits, on_shape=lambda done, total, found: print_rows(found))
     copy = document["copy_tb_per_s"]
     print(f"\ncopy bandwidth {copy:.2f} TB/s (read + write)" if copy else "\ncopy bandwidth not measured (no torch)")

@@ -28,6 +28,7 @@ from impl.quantized import DEFAULT_BITS, DEFAULT_GROUP_SIZE
 from impl.qwen3_attention import ATTENTION_PATHS
 from impl.qwen3_weights import random_qwen3_weights
 from impl.serving_kv import DEFAULT_PAGE_SIZE, serving_kv_for
+from pagecheck.arg_types import int_list
 from pagecheck.commands import options
 from pagecheck.device import DeviceUnavailable, use_device
 from pagecheck.environment import collect_environment
@@ -64,10 +65,6 @@ def _variants(text: str) -> tuple[str, ...]:
     return names
 
 
-def _budgets(text: str) -> tuple[int, ...]:
-    return tuple(_positive_int(part) for part in text.split(","))
-
-
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=sorted(QWEN3_CONFIGS), default=None,
                         help="model dimensions (default: qwen3-tiny on cpu, qwen3-4b on gpu)")
@@ -87,7 +84,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="activation and KV dtype (default: float32 on cpu, bfloat16 on gpu)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="N",
                         help="seed of the trace and of the random weights (default: %(default)s)")
-    parser.add_argument("--kv-budget-bytes", type=_budgets, default=None, metavar="B,B",
+    parser.add_argument("--kv-budget-bytes", type=int_list("kv-budget-bytes"), default=None, metavar="B,B",
                         help="also run the admission sweep: each variant under each KV byte budget")
     parser.add_argument("--budget-slots", type=_positive_int, default=None, metavar="N",
                         help="decode slots in the budget sweep (default: --requests, so only the budget limits)")

@@ -72,7 +72,8 @@ def gpu_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
     def measured(shapes, use_torch, extension_paged_attention, on_shape=None, **_):
         seen["shapes"] = shapes
-        return copy.deepcopy(MEASURED)
+        has_extension = extension_paged_attention is not None
+        return {"configuration": bench_gpu.configuration(shapes, use_torch, has_extension), **copy.deepcopy(MEASURED)}
 
     monkeypatch.setattr(bench_gpu, "run_gpu_bench", measured)
     args = argparse.Namespace(device="gpu", quick=True, seed=7, subject="impl")

@@ -12,6 +12,7 @@ import mlx.core as mx
 from pagecheck.bench import BenchConfig
 from pagecheck.bench_report import FULL_CONFIG, QUICK_CONFIG, run_bench_report
 from pagecheck import bench_gpu
+from pagecheck.arg_types import int_list
 from pagecheck.commands import options
 from pagecheck.device import DeviceUnavailable, use_device
 from pagecheck.exit_codes import ExitCode
@@ -27,16 +28,6 @@ NAME = "bench"
 BENCH_SUBJECT = "impl"
 
 
-def _contexts(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"contexts={text!r} must be comma-separated integers") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"contexts={text!r} must be positive")
-    return values
-
-
 def quick_bench_text() -> str:
     return (
         f"contexts {','.join(map(str, QUICK_CONFIG.contexts))}, {QUICK_CONFIG.repeats} process per point, "
@@ -48,7 +39,7 @@ def add_bench_options(parser: argparse.ArgumentParser) -> None:
     """--contexts and --repeats, shared by `bench` and `report`."""
     parser.add_argument(
         "--contexts",
-        type=_contexts,
+        type=int_list("contexts"),
         default=None,
         metavar="N,N,...",
         help=f"benchmark: context lengths to time (default: {','.join(map(str, FULL_CONFIG.contexts))}, "
@@ -126,27 +117,12 @@ def cuda_kernels_available(device: str) -> bool:
 def run_gpu_bench_stage(args: argparse.Namespace, out: Path, progress: StageProgress) -> ExitCode:
     shapes = bench_gpu.bench_shapes(quick=args.quick)
     use_torch = importlib.util.find_spec("torch") is not None
-    try:
-        import ext
-
-        extension_paged_attention = ext.paged_attention
-    except ImportError:
-        extension_paged_attention = None
+    extension_paged_attention, _ = bench_gpu.extension_paged_attention()
     progress.begin(
         f"{len(shapes)} shapes; cuDNN rows {'on' if use_torch else 'off (PyTorch is not installed)'}"
         + ("" if extension_paged_attention else "; the extension did not import, its rows are left out")
     )
     document = options.start_document("bench_gpu", args, subject=BENCH_SUBJECT)
-    document["configuration"] = {
-        "shapes": [list(shape) for shape in shapes],
-        "num_q_heads": bench_gpu.NUM_Q_HEADS,
-        "num_kv_heads": bench_gpu.NUM_KV_HEADS,
-        "head_dim": bench_gpu.HEAD_DIM,
-        "page_size": bench_gpu.PAGE_SIZE,
-        "dtype": "bfloat16",
-        "torch": use_torch,
-        "ext": extension_paged_attention is not None,
-    }
     document.update(bench_gpu.run_gpu_bench(
         shapes, use_torch, extension_paged_attention,
         on_shape=lambda done, total, rows: progress.update(

@@ -15,11 +15,13 @@ def _met(met: bool | None) -> str:
     return "not measured" if met is None else "met" if met else "**missed**"
 
 
-def goal_rows(document: dict[str, Any]) -> list[list[str]]:
-    return [
+def goal_table(document: dict[str, Any]) -> str:
+    """One line per goal and shape, with its verdict (also shown in index.md)."""
+    rows = [
         [goal["goal"], f"{goal['batch']} x {goal['context']}", goal["measured"] or "-", _met(goal["met"])]
         for goal in document["goals"]
     ]
+    return table(("goal", "B x context", "measured", "verdict"), rows, ("left", "right", "left", "left"))
 
 
 def shape_rows(document: dict[str, Any]) -> list[list[str]]:
@@ -64,7 +66,7 @@ def render_bench_gpu(document: dict[str, Any]) -> str:
         "",
         "## Goals",
         "",
-        table(("goal", "B x context", "measured", "verdict"), goal_rows(document), ("left", "right", "left", "left")),
+        goal_table(document),
         "",
         "## Every row",
         "",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pagecheck.render.bench import PLOT_FILE, median_headers, median_rows, shape_line
-from pagecheck.render.bench_gpu import goal_rows
+from pagecheck.render.bench_gpu import goal_table
 from pagecheck.render.conformance import VERDICT_TEXT, unchecked_phrase
 from pagecheck.render.markdown import inline_code, table
 from pagecheck.render.tolerance import describe_cell, worst_rows
@@ -126,8 +126,7 @@ def render_index(documents: dict[str, dict[str, Any]]) -> str:
             "",
             "Reported, not asserted; every row is in [bench_gpu.md](bench_gpu.md).",
             "",
-            table(("goal", "B x context", "measured", "verdict"), goal_rows(documents["bench_gpu"]),
-                  ("left", "right", "left", "left")),
+            goal_table(documents["bench_gpu"]),
             "",
         ]
     return "\n".join(lines)
