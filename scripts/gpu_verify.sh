@@ -14,6 +14,8 @@
 #   harness     every kernel schedule against the float64 reference
 #               (HARNESS_LIMIT seconds, 330 by default)
 #   bench       the GPU benchmark (BENCH_ARGS adds options)
+#   profile     each kernel's GPU time per chained call (PROFILE_ARGS adds
+#               options)
 # Each step prints its exit status and the tail of its log.
 set -uo pipefail
 out=${1:?usage: gpu_verify.sh LOGDIR STEP...}
@@ -43,6 +45,7 @@ for name in "$@"; do
     tolerance) step tolerance 300 python3 -m pagecheck.cli tolerance --device gpu --out "$out/tolerance" ;;
     harness) step harness ${HARNESS_LIMIT:-330} python3 -m pagecheck.gpu_harness --json "$out/harness.json" ;;
     bench) TAIL=45 step bench 500 python3 -m pagecheck.bench_gpu --json "$out/bench.json" ${BENCH_ARGS:-} ;;
+    profile) TAIL=${TAIL:-200} step profile 400 python3 -m pagecheck.gpu_profile --json "$out/profile.json" ${PROFILE_ARGS:-} ;;
     *) echo "unknown step $name" ;;
   esac
 done

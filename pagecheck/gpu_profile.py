@@ -1,0 +1,178 @@
+"""Where a chained call's device time goes: every GPU kernel of the call, timed by the GPU.
+
+bench_gpu's kernel-only time is wall time over many chained calls, so it
+cannot tell a slow kernel from gaps between kernels or from extra kernels
+(output fills, the split reduce, the chain's own add). This program runs the
+same chained calls under PyTorch's profiler, whose CUPTI tracing records
+every kernel launched in the process (MLX's included) with the GPU's own
+start and end times, and prints per variant and shape:
+
+- each kernel name: launches per call and mean duration,
+- busy: the summed kernel time per call,
+- span: first kernel start to last kernel end, per call (busy + gaps).
+
+`paged[pages in order]` reads the same pools through a table that walks them
+in pool order instead of the benchmark's shuffled order: the difference is
+what scattered pages cost (address translation, DRAM locality).
+
+Needs a CUDA device, MLX's CUDA back-end and torch. A program, not a test:
+
+    python -m pagecheck.gpu_profile [--shapes 64x4096,16x16384] [--calls N] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from typing import Any, Callable
+
+import mlx.core as mx
+
+from pagecheck import bench_gpu, gpu_kernels
+
+DEFAULT_SHAPES = "1x16384,16x1024,16x4096,16x16384,64x1024,64x4096,64x16384"
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """'64x4096,16x16384' -> [(64, 4096), (16, 16384)]; ValueError names the bad item."""
+    shapes = []
+    for item in text.split(","):
+        parts = item.strip().lower().split("x")
+        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise argparse.ArgumentTypeError(f"shape {item!r} is not BATCHxCONTEXT with positive integers")
+        batch, context = int(parts[0]), int(parts[1])
+        if context % bench_gpu.PAGE_SIZE:
+            raise argparse.ArgumentTypeError(f"shape {item!r}: context must be a multiple of {bench_gpu.PAGE_SIZE}")
+        shapes.append((batch, context))
+    return shapes
+
+
+def kernel_events(run: Callable[[], None]) -> list[tuple[str, float, float]]:
+    """(name, start_us, end_us) of every GPU kernel that `run` launched, in start order."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+    found = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+             if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start]
+    return sorted(found, key=lambda e: e[1])
+
+
+def summarize(events: list[tuple[str, float, float]], calls: int) -> dict[str, Any]:
+    """Per-call busy and span times and a per-kernel breakdown."""
+    if not events:
+        return {"kernels": {}, "busy_us": None, "span_us": None}
+    per_name: dict[str, list[float]] = defaultdict(list)
+    for name, start, end in events:
+        per_name[name].append(end - start)
+    kernels = {name: {"per_call": len(d) / calls, "mean_us": sum(d) / len(d)} for name, d in per_name.items()}
+    busy = sum(end - start for _, start, end in events) / calls
+    span = (events[-1][2] - events[0][1]) / calls
+    return {"kernels": kernels, "busy_us": busy, "span_us": span}
+
+
+def profile_chain(call: Callable[[bench_gpu.InputSet, mx.array], mx.array], sets: list[bench_gpu.InputSet],
+                  calls: int) -> dict[str, Any]:
+    mx.eval(call(sets[0], sets[0].query))  # compile outside the trace
+    mx.synchronize()
+    previous = None
+    outs = []
+    for i in range(calls):
+        s = sets[i % len(sets)]
+        previous = call(s, bench_gpu.chained(s.query, previous))
+        outs.append(previous)
+
+    def run() -> None:
+        mx.eval(outs)
+        mx.synchronize()
+
+    return summarize(kernel_events(run), calls)
+
+
+def in_order_table(s: bench_gpu.InputSet) -> mx.array:
+    """The set's pages read in pool order (request r owns pages r * width ... (r + 1) * width - 1)."""
+    batch, width = s.block_table.shape
+    return mx.arange(batch * width, dtype=mx.int32).reshape(batch, width)
+
+
+Call = Callable[[bench_gpu.InputSet, mx.array], mx.array]
+
+
+def variants() -> dict[str, Call]:
+    scale = bench_gpu.HEAD_DIM**-0.5
+
+    def paged(s: bench_gpu.InputSet, q: mx.array, table: mx.array) -> mx.array:
+        return gpu_kernels.paged_attention(q, s.key_pages, s.value_pages, table, s.context_lens,
+                                           bench_gpu.PAGE_SIZE, scale=scale)
+
+    tables: dict[int, mx.array] = {}
+
+    def paged_in_order(s: bench_gpu.InputSet, q: mx.array) -> mx.array:
+        if id(s) not in tables:
+            tables[id(s)] = in_order_table(s)
+        return paged(s, q, tables[id(s)])
+
+    found: dict[str, Call] = {
+        "paged": lambda s, q: paged(s, q, s.block_table),
+        "paged[pages in order]": paged_in_order,
+    }
+    op, _ = bench_gpu.extension_paged_attention()
+    if op is not None:
+        found["paged[ext op]"] = lambda s, q: op(
+            q, s.key_pages, s.value_pages, s.block_table, s.context_lens, bench_gpu.PAGE_SIZE, scale, False)
+    found["mlx_sdpa"] = lambda s, q: mx.fast.scaled_dot_product_attention(q, s.dense_k, s.dense_v, scale=scale)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", type=parse_shapes, default=parse_shapes(DEFAULT_SHAPES), metavar="BxCTX,...",
+                        help=f"decode shapes (default {DEFAULT_SHAPES})")
+    parser.add_argument("--variants", default="paged,mlx_sdpa", metavar="NAME,...",
+                        help="which calls to trace: paged, 'paged[pages in order]', 'paged[ext op]', mlx_sdpa "
+                             "(default paged,mlx_sdpa)")
+    parser.add_argument("--calls", type=int, default=200, help="chained calls per trace (default 200)")
+    parser.add_argument("--json", default=None, help="also write the summaries here")
+    args = parser.parse_args(argv)
+    if args.calls < 1:
+        parser.error(f"--calls must be at least 1, got {args.calls}")
+    if not mx.cuda.is_available():
+        print("no CUDA device: mlx.core.cuda.is_available() is False")
+        return 2
+    try:
+        import torch.profiler  # noqa: F401
+    except ImportError:
+        print("torch is not importable: its profiler is what reads the GPU's kernel times")
+        return 2
+    known = variants()
+    chosen = [name.strip() for name in args.variants.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in known]
+    if unknown or not chosen:
+        parser.error(f"--variants: unknown {unknown or 'empty list'}; known: {', '.join(known)}")
+    document = []
+    for batch, context in args.shapes:
+        kv_bytes = batch * context * bench_gpu.NUM_KV_HEADS * bench_gpu.HEAD_DIM * 2 * 2
+        num_sets = max(2, min(bench_gpu.MAX_SETS, -(-bench_gpu.L2_MULTIPLE * bench_gpu.l2_bytes() // kv_bytes)))
+        sets = [bench_gpu.make_set(batch, 1, context, mx.random.key(i)) for i in range(num_sets)]
+        chain_only = profile_chain(lambda s, q: q, sets, args.calls)
+        for name, call in [("chain only", None)] + [(name, known[name]) for name in chosen]:
+            found = chain_only if call is None else profile_chain(call, sets, args.calls)
+            busy, span = found["busy_us"], found["span_us"]
+            tb = f"{kv_bytes / busy / 1e6:.2f} TB/s busy" if busy else "no kernels seen"
+            print(f"B {batch:3d} ctx {context:6d} {name:14s} busy {busy or 0:8.1f} us  span {span or 0:8.1f} us  {tb}")
+            for kernel, info in sorted(found["kernels"].items(), key=lambda kv: -kv[1]["mean_us"] * kv[1]["per_call"]):
+                print(f"    {info['per_call']:5.2f} x {info['mean_us']:8.1f} us  {kernel[:110]}")
+            document.append({"batch": batch, "context": context, "variant": name, "kv_bytes": kv_bytes, **found})
+        del sets
+        mx.clear_cache()
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(document, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""gpu_profile's pieces that need no GPU: shape parsing and the per-call summary."""
+
+import argparse
+
+import pytest
+
+from pagecheck import gpu_profile
+
+
+def test_parse_shapes_reads_batch_by_context():
+    assert gpu_profile.parse_shapes("64x4096, 16X16384") == [(64, 4096), (16, 16384)]
+
+
+@pytest.mark.parametrize("text, names", [("64", "'64'"), ("0x128", "'0x128'"), ("4x100", "multiple of 128"),
+                                         ("ax128", "'ax128'")])
+def test_parse_shapes_names_the_bad_item(text, names):
+    with pytest.raises(argparse.ArgumentTypeError, match=names):
+        gpu_profile.parse_shapes(text)
+
+
+def test_summarize_splits_busy_time_from_gaps():
+    # Two calls, each a 10 us kernel and a 2 us kernel, with a 3 us gap between calls.
+    events = [("attn", 0.0, 10.0), ("fill", 10.0, 12.0), ("attn", 15.0, 25.0), ("fill", 25.0, 27.0)]
+    found = gpu_profile.summarize(events, calls=2)
+    assert found["busy_us"] == pytest.approx(12.0)
+    assert found["span_us"] == pytest.approx(13.5)
+    assert found["kernels"]["attn"] == {"per_call": 1.0, "mean_us": 10.0}
+    assert found["kernels"]["fill"] == {"per_call": 1.0, "mean_us": 2.0}
+
+
+def test_summarize_without_kernels_says_so():
+    assert gpu_profile.summarize([], calls=3) == {"kernels": {}, "busy_us": None, "span_us": None}
+
+
+def test_main_without_cuda_exits_2(capsys):
+    import mlx.core as mx
+
+    if mx.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert gpu_profile.main(["--shapes", "1x128"]) == 2
+    assert "no CUDA device" in capsys.readouterr().out
