@@ -23,13 +23,19 @@ of 128 (the Qwen3-4B decode heads). Variants:
                     K/V of the same shapes (prefill: no mask, cuDNN's causal
                     mask aligns to the top left, which is less work)
 
-Two times per variant: `per_call`, the median of synchronized single calls
+Times per variant: `per_call`, the median of synchronized single calls
 (host overhead included), and `kernel`, the time per call of many calls run
 back to back on the device, rotating among enough input sets that the L2
 cache cannot serve them. MLX runs independent graph nodes concurrently, so
 the MLX calls are chained (each query is the set's query plus 0 x the
-previous output) and the measured cost of that chain alone is subtracted;
-the torch calls are captured in one CUDA graph and replayed. Bandwidth is
+previous output) and the cost of that chain alone is subtracted; the torch
+calls are captured in one CUDA graph and replayed. With torch present,
+`kernel` is read from the GPU's own clock (CUPTI kernel timestamps through
+torch's profiler, pagecheck/gpu_clock.py: the summed time of the call's
+kernels, fills and reduce included) and `chained` keeps the wall-clock
+figure; without torch, `kernel` is the wall-clock figure. The wall clock
+under-counts: a chain-only link takes the host ~25 us to submit and the GPU
+~6 us to run, and it is the 25 that gets subtracted. Bandwidth is
 the K/V bytes the attention must read over the kernel time, also as a
 fraction of a device-to-device copy measured in the same run. A program, not
 a test:
@@ -54,7 +60,7 @@ from typing import Any, Callable
 import mlx.core as mx
 
 from impl.page_gather import gather_pages_dense
-from pagecheck import gpu_kernels
+from pagecheck import gpu_clock, gpu_kernels
 from pagecheck.arg_types import int_list
 
 NUM_Q_HEADS = 32
@@ -70,6 +76,8 @@ L2_MULTIPLE = 3
 MAX_SETS = 256
 KERNEL_TARGET_SECONDS = 0.05
 PER_CALL_REPEATS = 15
+# Chained calls traced per variant for the GPU-clock kernel time.
+GPU_CLOCK_CALLS = 100
 
 
 @dataclass
@@ -86,6 +94,10 @@ class Row:
     copy_fraction: float
     tflop_per_s: float
     note: str = ""
+    # The wall-clock chain measure (chain minus chain alone), kept beside a GPU-clock kernel_us.
+    chained_us: float | None = None
+    # Which clock kernel_us comes from: "gpu" (CUPTI kernel times) or "wall".
+    clock: str = "wall"
 
 
 @dataclass
@@ -129,26 +141,52 @@ def chained(query: mx.array, previous: mx.array | None) -> mx.array:
     return query if previous is None else query + previous * 0
 
 
+def build_chain(calls: Callable[[mx.array | None, int], mx.array], count: int) -> list[mx.array]:
+    """`count` calls, each fed the previous one's output, as one lazy graph."""
+    previous = None
+    outs = []
+    for i in range(count):
+        previous = calls(previous, i)
+        outs.append(previous)
+    return outs
+
+
 def time_chain(calls: Callable[[mx.array | None, int], mx.array], count: int) -> float:
-    """Seconds per link of `count` chained calls evaluated as one graph (best of 3)."""
+    """Wall seconds per link of `count` chained calls evaluated as one graph (best of 3)."""
     runs = []
     for _ in range(3):
-        previous = None
-        outs = []
-        for i in range(count):
-            previous = calls(previous, i)
-            outs.append(previous)
+        outs = build_chain(calls, count)
         mx.synchronize()
         start = time.perf_counter()
         mx.eval(outs)
         mx.synchronize()
         runs.append((time.perf_counter() - start) / count)
-        del outs, previous
+        del outs
     return min(runs)
 
 
-def time_mlx(call: Callable[[InputSet, mx.array], mx.array], sets: list[InputSet]) -> tuple[float, float]:
-    """(median synchronized per-call seconds, chained device seconds per call)."""
+def gpu_chain(calls: Callable[[mx.array | None, int], mx.array], count: int) -> float:
+    """GPU seconds of kernels per link of `count` chained calls (the GPU's own clock)."""
+    outs = build_chain(calls, count)
+    mx.synchronize()
+
+    def run() -> None:
+        mx.eval(outs)
+        mx.synchronize()
+
+    busy = gpu_clock.summarize(gpu_clock.kernel_events(run), count)["busy_us"]
+    return float("nan") if busy is None else busy / 1e6
+
+
+def time_mlx(call: Callable[[InputSet, mx.array], mx.array], sets: list[InputSet],
+             use_gpu_clock: bool) -> tuple[float, float, float]:
+    """(median synchronized per-call seconds, chained wall seconds per call, GPU kernel seconds per call).
+
+    The chain's own links (query + 0 x previous) are subtracted from both.
+    The host submits a chain-only link in ~25 us while its kernels take ~6,
+    so the wall figure under-counts a GPU-bound call by the difference; the
+    GPU-clock figure (NaN when `use_gpu_clock` is off) does not.
+    """
     mx.eval(call(sets[0], sets[0].query))  # compile and warm up
     mx.synchronize()
     singles = []
@@ -169,11 +207,17 @@ def time_mlx(call: Callable[[InputSet, mx.array], mx.array], sets: list[InputSet
     def chain_only(previous: mx.array | None, i: int) -> mx.array:
         return chained(sets[i % len(sets)].query, previous)
 
-    return per_call, time_chain(attention, count) - time_chain(chain_only, count)
+    chained_wall = time_chain(attention, count) - time_chain(chain_only, count)
+    gpu = float("nan")
+    if use_gpu_clock:
+        links = min(count, GPU_CLOCK_CALLS)
+        gpu = gpu_chain(attention, links) - gpu_chain(chain_only, links)
+    return per_call, chained_wall, gpu
 
 
-def time_torch(call: Callable[[int], Any], num_sets: int) -> tuple[float, float, str]:
-    """(median synchronized per-call seconds, device seconds per call, how)."""
+def time_torch(call: Callable[[int], Any], num_sets: int, use_gpu_clock: bool) -> tuple[float, float, float, str]:
+    """(median synchronized per-call seconds, replayed wall seconds per call, GPU kernel seconds per call
+    (NaN when `use_gpu_clock` is off), how)."""
     import torch
 
     call(0)
@@ -217,7 +261,15 @@ def time_torch(call: Callable[[int], Any], num_sets: int) -> tuple[float, float,
         end.record()
         torch.cuda.synchronize()
         runs.append(begin.elapsed_time(end) / 1e3 / count)
-    return per_call, min(runs), how
+    gpu = float("nan")
+    if use_gpu_clock:
+        def replayed() -> None:
+            run()
+            torch.cuda.synchronize()
+
+        busy = gpu_clock.summarize(gpu_clock.kernel_events(replayed), count)["busy_us"]
+        gpu = float("nan") if busy is None else busy / 1e6
+    return per_call, min(runs), gpu, how
 
 
 def copy_bandwidth() -> float:
@@ -283,6 +335,11 @@ def attention_flops(batch: int, queries: int, context: int, causal: bool) -> int
     return 4 * batch * NUM_Q_HEADS * HEAD_DIM * pairs
 
 
+def kernel_time(wall: float, gpu: float) -> tuple[float, str]:
+    """The kernel time a row reports and its clock: the GPU's where it was read, else the wall clock's."""
+    return (gpu, "gpu") if math.isfinite(gpu) else (wall, "wall")
+
+
 def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: float, use_torch: bool,
                 extension_paged_attention: Callable[..., mx.array] | None,
                 mma_stages: tuple[int, ...] = (), splits: tuple[int, ...] = ()) -> list[Row]:
@@ -324,11 +381,17 @@ def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: floa
         ("mlx_sdpa", lambda s, q: sdpa(q, s.dense_k, s.dense_v)),
     ]
 
+    use_gpu_clock = use_torch and gpu_clock.available()
+
+    def row(name: str, per_call: float, wall: float, gpu: float, row_flops: int, note: str = "") -> Row:
+        kernel, clock = kernel_time(wall, gpu)
+        return Row(kind, batch, queries, context, name, per_call * 1e6, kernel * 1e6, kv_bytes,
+                   kv_bytes / kernel / 1e12, kv_bytes / kernel / copy_bw, row_flops / kernel / 1e12, note,
+                   wall * 1e6, clock)
+
     out = []
     for name, call in variants:
-        per_call, kernel = time_mlx(call, sets)
-        out.append(Row(kind, batch, queries, context, name, per_call * 1e6, kernel * 1e6, kv_bytes,
-                       kv_bytes / kernel / 1e12, kv_bytes / kernel / copy_bw, flops / kernel / 1e12))
+        out.append(row(name, *time_mlx(call, sets, use_gpu_clock), flops))
     del sets
     mx.clear_cache()
     if use_torch:
@@ -336,11 +399,9 @@ def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: floa
 
         torch_sets = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2_bytes() / kv_bytes)))
         call, backend, tensors = torch_sdpa(batch, queries, context, torch_sets, kind == "prefill")
-        per_call, kernel, how = time_torch(call, torch_sets)
+        per_call, wall, gpu, how = time_torch(call, torch_sets, use_gpu_clock)
         note = f"{backend}, {how}" + (", no mask" if kind == "prefill" else "")
-        torch_flops = attention_flops(batch, queries, context, False)
-        out.append(Row(kind, batch, queries, context, "torch_cudnn", per_call * 1e6, kernel * 1e6, kv_bytes,
-                       kv_bytes / kernel / 1e12, kv_bytes / kernel / copy_bw, torch_flops / kernel / 1e12, note))
+        out.append(row("torch_cudnn", per_call, wall, gpu, attention_flops(batch, queries, context, False), note))
         del tensors, call
         torch.cuda.empty_cache()
     return out
@@ -348,12 +409,14 @@ def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: floa
 
 def print_rows(rows: list[Row]) -> None:
     head = (f"{'kind':8} {'B':>3} {'L':>4} {'ctx':>6} {'variant':18} {'per_call_us':>11} {'kernel_us':>10} "
-            f"{'TB/s':>6} {'of copy':>7} {'TFLOP/s':>8}  note")
+            f"{'clock':>5} {'chained_us':>10} {'TB/s':>6} {'of copy':>7} {'TFLOP/s':>8}  note")
     print(head)
     for r in rows:
         fraction = f"{r.copy_fraction:>7.0%}" if finite_or_none(r.copy_fraction) is not None else f"{'-':>7}"
+        chained = "-" if finite_or_none(r.chained_us) is None else f"{r.chained_us:.1f}"
         print(f"{r.kind:8} {r.batch:>3} {r.queries:>4} {r.context:>6} {r.variant:18} {r.per_call_us:>11.1f} "
-              f"{r.kernel_us:>10.1f} {r.tb_per_s:>6.2f} {fraction} {r.tflop_per_s:>8.1f}  {r.note}")
+              f"{r.kernel_us:>10.1f} {r.clock:>5} {chained:>10} {r.tb_per_s:>6.2f} {fraction} {r.tflop_per_s:>8.1f}  "
+              f"{r.note}")
 
 
 # Every shape a decode goal names (pagecheck/gpu_goals.py).

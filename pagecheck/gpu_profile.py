@@ -25,12 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
 from typing import Any, Callable
 
 import mlx.core as mx
 
-from pagecheck import bench_gpu, gpu_kernels
+from pagecheck import bench_gpu, gpu_clock, gpu_kernels
+from pagecheck.gpu_clock import summarize
 
 DEFAULT_SHAPES = "1x16384,16x1024,16x4096,16x16384,64x1024,64x4096,64x16384"
 
@@ -49,47 +49,18 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     return shapes
 
 
-def kernel_events(run: Callable[[], None]) -> list[tuple[str, float, float]]:
-    """(name, start_us, end_us) of every GPU kernel that `run` launched, in start order."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        run()
-    found = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
-             if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start]
-    return sorted(found, key=lambda e: e[1])
-
-
-def summarize(events: list[tuple[str, float, float]], calls: int) -> dict[str, Any]:
-    """Per-call busy and span times and a per-kernel breakdown."""
-    if not events:
-        return {"kernels": {}, "busy_us": None, "span_us": None}
-    per_name: dict[str, list[float]] = defaultdict(list)
-    for name, start, end in events:
-        per_name[name].append(end - start)
-    kernels = {name: {"per_call": len(d) / calls, "mean_us": sum(d) / len(d)} for name, d in per_name.items()}
-    busy = sum(end - start for _, start, end in events) / calls
-    span = (events[-1][2] - events[0][1]) / calls
-    return {"kernels": kernels, "busy_us": busy, "span_us": span}
-
-
 def profile_chain(call: Callable[[bench_gpu.InputSet, mx.array], mx.array], sets: list[bench_gpu.InputSet],
                   calls: int) -> dict[str, Any]:
     mx.eval(call(sets[0], sets[0].query))  # compile outside the trace
     mx.synchronize()
-    previous = None
-    outs = []
-    for i in range(calls):
-        s = sets[i % len(sets)]
-        previous = call(s, bench_gpu.chained(s.query, previous))
-        outs.append(previous)
+    outs = bench_gpu.build_chain(lambda previous, i: call(sets[i % len(sets)], bench_gpu.chained(
+        sets[i % len(sets)].query, previous)), calls)
 
     def run() -> None:
         mx.eval(outs)
         mx.synchronize()
 
-    return summarize(kernel_events(run), calls)
+    return summarize(gpu_clock.kernel_events(run), calls)
 
 
 def in_order_table(s: bench_gpu.InputSet) -> mx.array:
@@ -142,10 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     if not mx.cuda.is_available():
         print("no CUDA device: mlx.core.cuda.is_available() is False")
         return 2
-    try:
-        import torch.profiler  # noqa: F401
-    except ImportError:
-        print("torch is not importable: its profiler is what reads the GPU's kernel times")
+    if not gpu_clock.available():
+        print("torch with CUDA is not importable: its profiler is what reads the GPU's kernel times")
         return 2
     known = variants()
     chosen = [name.strip() for name in args.variants.split(",") if name.strip()]

@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from pagecheck import gpu_profile
+from pagecheck import gpu_clock, gpu_profile
 
 
 def test_parse_shapes_reads_batch_by_context():
@@ -21,7 +21,7 @@ def test_parse_shapes_names_the_bad_item(text, names):
 def test_summarize_splits_busy_time_from_gaps():
     # Two calls, each a 10 us kernel and a 2 us kernel, with a 3 us gap between calls.
     events = [("attn", 0.0, 10.0), ("fill", 10.0, 12.0), ("attn", 15.0, 25.0), ("fill", 25.0, 27.0)]
-    found = gpu_profile.summarize(events, calls=2)
+    found = gpu_clock.summarize(events, calls=2)
     assert found["busy_us"] == pytest.approx(12.0)
     assert found["span_us"] == pytest.approx(13.5)
     assert found["kernels"]["attn"] == {"per_call": 1.0, "mean_us": 10.0}
@@ -29,7 +29,7 @@ def test_summarize_splits_busy_time_from_gaps():
 
 
 def test_summarize_without_kernels_says_so():
-    assert gpu_profile.summarize([], calls=3) == {"kernels": {}, "busy_us": None, "span_us": None}
+    assert gpu_clock.summarize([], calls=3) == {"kernels": {}, "busy_us": None, "span_us": None}
 
 
 def test_main_without_cuda_exits_2(capsys):
@@ -39,3 +39,10 @@ def test_main_without_cuda_exits_2(capsys):
         pytest.skip("this machine has CUDA")
     assert gpu_profile.main(["--shapes", "1x128"]) == 2
     assert "no CUDA device" in capsys.readouterr().out
+
+
+def test_rows_report_the_gpu_clock_where_it_was_read():
+    from pagecheck import bench_gpu
+
+    assert bench_gpu.kernel_time(50e-6, 60e-6) == (60e-6, "gpu")
+    assert bench_gpu.kernel_time(50e-6, float("nan")) == (50e-6, "wall")
