@@ -37,7 +37,7 @@ PREFILL_ROW_TILE = 64
 TABLE_PAGED = 0
 # Split rule (see choose_splits): an H200 has 132 multiprocessors; a split
 # covers at least MIN_SPLIT_POSITIONS positions of the table's capacity; a
-# block's fixed cost (prologue, merge, epilogue) and the reduce pass are
+# block's fixed cost (prologue, merge, epilogue) and the merge of the splits are
 # counted as BLOCK_COST_POSITIONS and REDUCE_COST_POSITIONS positions of work.
 SM_COUNT = 132
 MIN_SPLIT_POSITIONS = 256
@@ -55,7 +55,7 @@ SCHEDULES = ("decode", "split", "prefill", "prefill_mma")
 PAGED_INPUTS = ("query", "key_pages", "value_pages", "block_table", "context_lens")
 DECODE_HEADERS = (
     "paged_common.cuh", "paged_mma.cuh", "paged_decode_merge.cuh", "paged_decode_walk.cuh",
-    "paged_decode_mma_walk.cuh", "paged_decode_walker.cuh",
+    "paged_decode_mma_walk.cuh", "paged_decode_walker.cuh", "paged_decode_split_scratch.cuh",
 )
 
 
@@ -74,8 +74,7 @@ class KernelSource:
 
 KERNELS: dict[str, KernelSource] = {
     "paged_decode": KernelSource("paged_decode", PAGED_INPUTS, ("out",), DECODE_HEADERS),
-    "paged_decode_split": KernelSource("paged_decode_split", PAGED_INPUTS, ("partial",), DECODE_HEADERS),
-    "paged_decode_reduce": KernelSource("paged_decode_reduce", ("partial",), ("out",), ("paged_common.cuh",)),
+    "paged_decode_split": KernelSource("paged_decode_split", PAGED_INPUTS, ("scratch",), DECODE_HEADERS),
     "paged_prefill": KernelSource("paged_prefill", PAGED_INPUTS, ("out",), ("paged_common.cuh",)),
     "paged_prefill_mma": KernelSource(
         "paged_prefill_mma", PAGED_INPUTS, ("out",), ("paged_common.cuh", "paged_mma.cuh")
@@ -175,8 +174,8 @@ def choose_splits(blocks: int, capacity: int, resident: int) -> int:
     """Splits of each (request, kv head, rows) block's context.
 
     Blocks run in waves of SM_COUNT * resident slots, so the time is about
-    waves x (positions per block + a block's fixed cost), plus the reduce pass
-    when split. The count minimising that fills an under-occupied GPU and
+    waves x (positions per block + a block's fixed cost), plus the merge of
+    the splits when split. The count minimising that fills an under-occupied GPU and
     evens out a last, partial wave (512 blocks on 396 slots run as two waves
     unsplit, as four of a third the length split in three).
     """
@@ -203,6 +202,28 @@ class LaunchPlan:
     shared_bytes: int
     key_tile: int  # tensor-core prefill only
     mma_stages: int = DECODE_MMA_STAGES  # ring stages of the tensor-core decode walk
+    scratch_words: int = 0  # float32 words of the split scratch (split only)
+    out_begin_words: int = 0  # where the output starts inside it
+
+
+@dataclass(frozen=True)
+class SplitScratch:
+    """The split decode's one float32 output, in words (paged_decode_split_scratch.cuh):
+    partial states [R, S, D + 2] (R = B * H_q * L) from 0, one counter per block column
+    from `counters`, the fill value at `base`, the attention output from `out_begin`
+    (16-byte aligned) to `total_words`."""
+
+    counters: int
+    base: int
+    out_begin: int
+    total_words: int
+
+
+def split_scratch(rows: int, splits: int, head_dim: int, blocks: int, itemsize: int) -> SplitScratch:
+    counters = rows * splits * (head_dim + 2)
+    base = counters + blocks
+    out_begin = -(-(base + 1) // 4) * 4
+    return SplitScratch(counters, base, out_begin, out_begin + -(-(rows * head_dim * itemsize) // 4))
 
 
 def plan_launch(
@@ -233,8 +254,12 @@ def plan_launch(
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule={schedule!r} is not one of {SCHEDULES}")
     itemsize = dtype.size
-    if schedule in ("decode", "split"):
-        return LaunchPlan(schedule, mma, rows, decode_blocks, splits, shared_bytes, 0, mma_stages)
+    if schedule == "decode":
+        return LaunchPlan(schedule, mma, rows, decode_blocks, 1, shared_bytes, 0, mma_stages)
+    if schedule == "split":
+        scratch = split_scratch(batch * num_q_heads * num_queries, splits, head_dim, decode_blocks, itemsize)
+        return LaunchPlan(schedule, mma, rows, decode_blocks, splits, shared_bytes, 0, mma_stages,
+                          scratch.total_words, scratch.out_begin)
     prefill_blocks = batch * num_kv_heads * -(-group_rows // PREFILL_ROW_TILE)
     if schedule == "prefill_mma":
         if not takes_mma(dtype, head_dim):
@@ -310,11 +335,10 @@ def paged_attention(
         if plan.schedule == "decode":
             return launch("paged_decode", plan.shared_bytes, inputs, template, (plan.blocks, 1),
                           query.shape, query.dtype)
-        total_rows = batch * num_q_heads * num_queries
-        partial = launch("paged_decode_split", plan.shared_bytes, inputs, template, (plan.blocks, plan.splits),
-                         (total_rows, plan.splits, head_dim + 2), mx.float32)
-        return launch("paged_decode_reduce", 0, [partial], [("T", query.dtype)], (total_rows, 1),
-                      query.shape, query.dtype)
+        # The kernel merges the splits into the scratch's out region: the output is a view of it.
+        scratch = launch("paged_decode_split", plan.shared_bytes, inputs, template, (plan.blocks, plan.splits),
+                         (plan.scratch_words,), mx.float32)
+        return scratch[plan.out_begin_words:].view(query.dtype)[: query.size].reshape(query.shape)
     if plan.schedule == "prefill_mma":
         template = [
             ("T", query.dtype), ("HEAD_DIM", head_dim), ("KEY_TILE", plan.key_tile), ("CAUSAL", causal),

@@ -60,13 +60,12 @@ class Variant:
 
 
 def input_type(source: KernelSource, name: str, dtype: str) -> str:
-    if name.startswith("partial"):
-        return "float"
     return PAGED_INPUT_TYPES.get(name, CUDA_TYPES[dtype])
 
 
 def output_type(name: str, dtype: str) -> str:
-    return "float" if name.startswith("partial") else CUDA_TYPES[dtype]
+    # The split decode's scratch is float32 words whatever the dtype (paged_decode_split_scratch.cuh).
+    return "float" if name == "scratch" else CUDA_TYPES[dtype]
 
 
 def wrap(variant: Variant) -> str:
@@ -104,7 +103,6 @@ def variants() -> list[Variant]:
                                 ("MMA_STAGES", 2), ("TABLE", 0), SCALE)
                     out.append(Variant(stem, dtype, template))
             out.append(Variant("paged_prefill", dtype, (("HEAD_DIM", head_dim), ("CAUSAL", True), ("TABLE", 0), SCALE)))
-        out.append(Variant("paged_decode_reduce", dtype, ()))
     for dtype in ("bfloat16", "float16"):
         for head_dim in (128, 64, 48, 16):
             for stem in ("paged_decode", "paged_decode_split"):

@@ -37,6 +37,7 @@ def test_python_launcher_plans_as_the_op(dtype: str) -> None:
         py = gpu_kernels.plan_launch((batch, h_q, query_len, head_dim), getattr(mx, dtype), h_kv, page_size, pages)
         fields = ["schedule", "blocks", "shared_bytes", "splits"]
         fields += ["rows", "mma", "mma_stages"] if py.schedule in ("decode", "split") else ["key_tile"]
+        fields += ["scratch_words", "out_begin_words"] if py.schedule == "split" else []
         got = {"schedule": SCHEDULES[op["schedule"]], **{f: op[f] for f in fields[1:]}}
         want = {f: getattr(py, f) for f in fields}
         if got != want:
@@ -49,6 +50,16 @@ def test_the_goal_shapes_take_the_schedules_the_notes_report() -> None:
     plan = ext.gpu_launch_plan(64, 32, 1, 128, 8, 128, 32, "bfloat16")
     assert (plan["schedule"], plan["mma"], plan["mma_stages"]) == ("paged_decode", True, 3)
     assert ext.gpu_launch_plan(1, 32, 1, 128, 8, 128, 128, "bfloat16")["splits"] == 33
+
+
+def test_split_scratch_holds_partials_counters_and_an_aligned_output() -> None:
+    # B 1, H_q 32, L 1, D 128, bfloat16, 33 splits over 8 blocks: 32 rows x 33 x 130 words of partials,
+    # 8 counters, the fill word, then 32 x 128 bfloat16 = 2048 words from a multiple of 4.
+    plan = ext.gpu_launch_plan(1, 32, 1, 128, 8, 128, 128, "bfloat16")
+    partial = 32 * 33 * 130
+    assert plan["out_begin_words"] == -(-(partial + 8 + 1) // 4) * 4
+    assert plan["scratch_words"] == plan["out_begin_words"] + 2048
+    assert ext.gpu_launch_plan(64, 32, 1, 128, 8, 128, 32, "bfloat16")["scratch_words"] == 0
 
 
 def test_bad_plan_arguments_are_value_errors() -> None:

@@ -84,6 +84,7 @@ __device__ void decode_walk_mma(
     }
   }
   const float score_scale = scale * LOG2_E;
+  const bool upper_rows = __any_sync(0xffffffffu, rows[1].valid);
 
   float out_acc[L::O_TILES][4];
 #pragma unroll
@@ -155,7 +156,7 @@ __device__ void decode_walk_mma(
       }
     }
 
-    fragment_softmax(score, out_acc, run_max, run_sum, rows, tile, pair_idx, score_scale);
+    fragment_softmax(score, out_acc, run_max, run_sum, rows, tile, pair_idx, score_scale, upper_rows);
 
     // Output += P V over the tile's 16 keys (one k-chunk).
     const unsigned p_frag[4] = {

@@ -1,24 +1,30 @@
-// paged_decode_split: first pass of split-context decode (L <= 8).
+// paged_decode_split: split-context decode (L <= 8), splits merged in place.
 //
-// Body of an MLX fast::cuda_kernel (headers as paged_decode). Template
-// arguments: T, HEAD_DIM, ROWS, CAUSAL, MMA, TABLE, as paged_decode.
-// Inputs: as paged_decode. Output: partial float32 [B * H_q * L, S, D + 2]:
-// per row and split the unnormalised output, then the max (log2 units) and
-// the sum of weights; paged_decode_reduce merges the splits. S = gridDim.y.
+// Body of an MLX fast::cuda_kernel (headers as paged_decode, plus
+// paged_decode_split_scratch.cuh). Template arguments: T, HEAD_DIM, ROWS,
+// CAUSAL, MMA, MMA_STAGES, TABLE, SCALE_BITS, as paged_decode.
+// Inputs: as paged_decode. Output: scratch, float32 words laid out by
+// split_scratch (paged_decode_split_scratch.cuh); the attention output is its
+// out region. S = gridDim.y.
 //
 // Ownership: block (x, y) owns (request_idx, kv_head_idx, chunk_idx) as in
 // paged_decode and split y: an equal share of the context's tiles (whole
 // tiles, so every K/V slot is read by one block only; split_tiles in
-// paged_decode_walker.cuh). It writes slot y of its rows of `partial` and
-// nothing else; a split past the context writes the empty state (max -inf,
-// sum 0, output 0), which the reduce weighs by zero.
+// paged_decode_walker.cuh). It writes slot y of its rows' partial states; a
+// split past the context writes the empty state (max -inf, sum 0, output 0).
+// Then it takes a ticket from column x's counter; the block that draws the
+// last ticket (all S partials of its rows are visible by then: each block
+// fences before drawing) merges the S partials of its rows into their rows
+// of the output, in split order, so the result does not depend on which
+// block came last. No other block writes those output rows.
 // Launch: DECODE_THREADS threads per block, grid (blocks, S), dynamic shared
-// memory DecodeWalker<...>::Layout::SHARED_BYTES.
+// memory DecodeWalker<...>::Layout::SHARED_BYTES; scratch filled beforehand.
 using namespace pagecheck;
 using Walker = DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, MMA, MMA_STAGES>;
 using Layout = typename Walker::Layout;
 require_shared_bytes(Layout::SHARED_BYTES);
 extern __shared__ __align__(16) unsigned char shared[];
+__shared__ bool merges_splits;
 
 // ---- Positions -----------------------------------------------------------------
 const PagedGeometry geo = make_geometry(
@@ -30,6 +36,13 @@ const int split_idx = blockIdx.y;
 const int num_splits = gridDim.y;
 const int row_begin = block.row_begin;
 const int context_len = request_context(geo, context_lens, request_idx);
+const long long total_rows = static_cast<long long>(geo.batch) * geo.num_q_heads * geo.num_queries;
+const SplitScratch layout = split_scratch(
+    total_rows, num_splits, HEAD_DIM, gridDim.x, static_cast<int>(sizeof(T)));
+float* partial = scratch;
+unsigned* counters = reinterpret_cast<unsigned*>(scratch + layout.counters);
+T* out = reinterpret_cast<T*>(scratch + layout.out_begin);
+constexpr int ENTRY = HEAD_DIM + 2;
 
 // ---- Walk this split's tiles --------------------------------------------------------
 const TileRange tiles = split_tiles(
@@ -48,12 +61,51 @@ for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += blockDim.x) {
       geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
   if (row.valid) {
     const MergedState s = merge.merged(r, dim);
-    const long long slot = (row.offset / HEAD_DIM) * num_splits + split_idx;
-    float* entry = partial + slot * (HEAD_DIM + 2);
+    float* entry = partial + ((row.offset / HEAD_DIM) * num_splits + split_idx) * ENTRY;
     entry[dim] = s.acc;
     if (dim == 0) {
       entry[HEAD_DIM] = s.max;
       entry[HEAD_DIM + 1] = s.sum;
     }
   }
+}
+
+// ---- The last block of the column merges the splits ------------------------------------
+__threadfence();
+__syncthreads();
+if (threadIdx.x == 0) {
+  const unsigned start = counters[layout.base - layout.counters];
+  const unsigned ticket = atomicAdd(counters + blockIdx.x, 1u) - start;
+  merges_splits = ticket == static_cast<unsigned>(num_splits - 1);
+}
+__syncthreads();
+if (!merges_splits) {
+  return;
+}
+__threadfence();
+for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += blockDim.x) {
+  const int r = idx / HEAD_DIM;
+  const int dim = idx % HEAD_DIM;
+  const QueryRow row = query_row(
+      geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
+  if (!row.valid) {
+    continue;
+  }
+  // Other blocks wrote these words: read them from L2 (__ldcg), not L1.
+  const float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY;
+  float row_max = NEG_INF;
+  for (int split = 0; split < num_splits; ++split) {
+    row_max = fmaxf(row_max, __ldcg(entries + split * ENTRY + HEAD_DIM));
+  }
+  const float base = usable_max(row_max);
+  float acc = 0.0f;
+  float total = 0.0f;
+#pragma unroll 4
+  for (int split = 0; split < num_splits; ++split) {
+    const float* entry = entries + split * ENTRY;
+    const float weight = exp2f(__ldcg(entry + HEAD_DIM) - base);
+    total = fmaf(__ldcg(entry + HEAD_DIM + 1), weight, total);
+    acc = fmaf(__ldcg(entry + dim), weight, acc);
+  }
+  out[row.offset + dim] = from_float<T>(total > 0.0f ? acc * (1.0f / total) : 0.0f);
 }

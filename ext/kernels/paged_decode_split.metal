@@ -1,10 +1,15 @@
 // paged_decode_split (Metal): mirror of paged_decode_split.cu, for
-// fast::metal_kernel (headers as paged_decode.metal). Template arguments as
-// paged_decode.metal. Output: partial float32 [B * H_q * L, S, D + 2]. Split y
-// = threadgroup_position_in_grid.y of S = threadgroups_per_grid.y.
+// fast::metal_kernel (headers as paged_decode.metal, plus
+// paged_decode_split_scratch.metal.h). Template arguments as
+// paged_decode.metal. Output: scratch, float32 words laid out by
+// split_scratch. Split y = threadgroup_position_in_grid.y of
+// S = threadgroups_per_grid.y. The last threadgroup of each column to draw a
+// ticket merges the S partials of its rows into the output region, in split
+// order. The device-scope fence needs Metal 3.2 (macOS 15).
 using namespace pagecheck;
 using Layout = DecodeLayout<T, HEAD_DIM, ROWS>;
 threadgroup float merge[Layout::MERGE_FLOATS];
+threadgroup bool merges_splits;
 
 // ---- Positions -----------------------------------------------------------------
 const PagedGeometry geo = make_geometry(query_shape, key_pages_shape, block_table_shape, TABLE);
@@ -17,6 +22,13 @@ const int split_idx = int(threadgroup_position_in_grid.y);
 const int num_splits = int(threadgroups_per_grid.y);
 const int row_begin = chunk_idx * ROWS;
 const int context_len = request_context(geo, context_lens, request_idx);
+const long total_rows = long(geo.batch) * geo.num_q_heads * geo.num_queries;
+const SplitScratch layout = split_scratch(
+    total_rows, num_splits, HEAD_DIM, long(threadgroups_per_grid.x), int(sizeof(T)));
+device float* partial = scratch;
+device atomic_uint* counters = reinterpret_cast<device atomic_uint*>(scratch + layout.counters);
+device T* out = reinterpret_cast<device T*>(scratch + layout.out_begin);
+constexpr int ENTRY = HEAD_DIM + 2;
 
 // ---- Walk this split's tiles --------------------------------------------------------
 const TileRange tiles = split_tiles(context_len, geo.page_size, Layout::TILE_TOKENS, split_idx, num_splits);
@@ -32,12 +44,48 @@ for (int idx = int(thread_index_in_threadgroup); idx < ROWS * HEAD_DIM; idx += D
   const QueryRow row = query_row(geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
   if (row.valid) {
     const MergedState s = merged_state<ROWS, Layout::ACC_ELEMS>(merge, r, dim);
-    const long slot = (row.offset / HEAD_DIM) * num_splits + split_idx;
-    device float* entry = partial + slot * (HEAD_DIM + 2);
+    device float* entry = partial + ((row.offset / HEAD_DIM) * num_splits + split_idx) * ENTRY;
     entry[dim] = s.acc;
     if (dim == 0) {
       entry[HEAD_DIM] = s.max;
       entry[HEAD_DIM + 1] = s.sum;
     }
   }
+}
+
+// ---- The last threadgroup of the column merges the splits ------------------------------
+atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device);
+threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
+if (thread_index_in_threadgroup == 0) {
+  const uint start = as_type<uint>(scratch[layout.base]);
+  const uint ticket = atomic_fetch_add_explicit(counters + block_idx, 1u, memory_order_relaxed) - start;
+  merges_splits = ticket == uint(num_splits - 1);
+}
+threadgroup_barrier(mem_flags::mem_threadgroup);
+if (!merges_splits) {
+  return;
+}
+atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device);
+for (int idx = int(thread_index_in_threadgroup); idx < ROWS * HEAD_DIM; idx += DECODE_THREADS) {
+  const int r = idx / HEAD_DIM;
+  const int dim = idx % HEAD_DIM;
+  const QueryRow row = query_row(geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
+  if (!row.valid) {
+    continue;
+  }
+  const device float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY;
+  float row_max = -INFINITY;
+  for (int split = 0; split < num_splits; ++split) {
+    row_max = metal::max(row_max, entries[split * ENTRY + HEAD_DIM]);
+  }
+  const float base = usable_max(row_max);
+  float acc = 0.0f;
+  float total = 0.0f;
+  for (int split = 0; split < num_splits; ++split) {
+    const device float* entry = entries + split * ENTRY;
+    const float weight = metal::exp2(entry[HEAD_DIM] - base);
+    total = metal::fma(entry[HEAD_DIM + 1], weight, total);
+    acc = metal::fma(entry[dim], weight, acc);
+  }
+  out[row.offset + dim] = static_cast<T>(total > 0.0f ? acc * (1.0f / total) : 0.0f);
 }

@@ -116,6 +116,10 @@ __device__ __forceinline__ void copy_tile_rows(
 // update the running max (shared by the 4 lanes of a group) and the per-lane
 // running sum of this lane's two rows (group and group + 8), rescale the
 // output accumulators, and turn the scores into weights in place.
+// `upper_rows` (the same in every lane) says whether rows 8..15 hold any query
+// row: a decode block of G * L <= 8 rows leaves them empty, and their half of
+// the work is skipped (their weights are 0). The output is rescaled only when
+// some row's max moved, which after the first tiles is rare.
 template <int S_TILES, int O_TILES>
 __device__ __forceinline__ void fragment_softmax(
     float (&score)[S_TILES][4],
@@ -125,40 +129,51 @@ __device__ __forceinline__ void fragment_softmax(
     const QueryRow (&rows)[2],
     const PageTile& tile,
     int pair_idx,
-    float score_scale) {
-  float tile_max[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-  for (int nt = 0; nt < S_TILES; ++nt) {
-#pragma unroll
-    for (int part = 0; part < 4; ++part) {
-      const int half = part / 2;
-      const int token = nt * 8 + 2 * pair_idx + part % 2;
-      const bool visible = token < tile.count &&
-          tile.pos_begin + token <= rows[half].key_limit;
-      score[nt][part] = visible ? score[nt][part] * score_scale : NEG_INF;
-      tile_max[half] = fmaxf(tile_max[half], score[nt][part]);
-    }
-  }
-  float base[2];
+    float score_scale,
+    bool upper_rows = true) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const float new_max = fmaxf(run_max[half], group_max<4>(tile_max[half]));
-    base[half] = usable_max(new_max);
-    const float rescale = exp2f(run_max[half] - base[half]);
+    if (half == 1 && !upper_rows) {
+#pragma unroll
+      for (int nt = 0; nt < S_TILES; ++nt) {
+        score[nt][2] = 0.0f;
+        score[nt][3] = 0.0f;
+      }
+      continue;
+    }
+    float tile_max = NEG_INF;
+#pragma unroll
+    for (int nt = 0; nt < S_TILES; ++nt) {
+#pragma unroll
+      for (int col = 0; col < 2; ++col) {
+        const int token = nt * 8 + 2 * pair_idx + col;
+        const bool visible = token < tile.count &&
+            tile.pos_begin + token <= rows[half].key_limit;
+        float& value = score[nt][2 * half + col];
+        value = visible ? value * score_scale : NEG_INF;
+        tile_max = fmaxf(tile_max, value);
+      }
+    }
+    const float new_max = fmaxf(run_max[half], group_max<4>(tile_max));
+    const float base = usable_max(new_max);
+    const float rescale = exp2f(run_max[half] - base);
     run_max[half] = new_max;
     run_sum[half] *= rescale;
+    if (__any_sync(0xffffffffu, rescale != 1.0f)) {
 #pragma unroll
-    for (int nt = 0; nt < O_TILES; ++nt) {
-      out_acc[nt][2 * half] *= rescale;
-      out_acc[nt][2 * half + 1] *= rescale;
+      for (int nt = 0; nt < O_TILES; ++nt) {
+        out_acc[nt][2 * half] *= rescale;
+        out_acc[nt][2 * half + 1] *= rescale;
+      }
     }
-  }
 #pragma unroll
-  for (int nt = 0; nt < S_TILES; ++nt) {
+    for (int nt = 0; nt < S_TILES; ++nt) {
 #pragma unroll
-    for (int part = 0; part < 4; ++part) {
-      score[nt][part] = exp2f(score[nt][part] - base[part / 2]);
-      run_sum[part / 2] += score[nt][part];
+      for (int col = 0; col < 2; ++col) {
+        float& value = score[nt][2 * half + col];
+        value = exp2f(value - base);
+        run_sum[half] += value;
+      }
     }
   }
 }

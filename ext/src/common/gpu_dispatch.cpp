@@ -1,5 +1,6 @@
 #include "common/gpu_dispatch.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -35,21 +36,21 @@ constexpr size_t kPagedInputCount = 5;
 
 #ifdef __APPLE__
 constexpr const char* kBodyExtension = ".metal";
-const std::vector<const char*> kDecodeHeaders{"paged_common.metal.h", "paged_decode_walk.metal.h"};
+const std::vector<const char*> kDecodeHeaders{
+    "paged_common.metal.h", "paged_decode_walk.metal.h", "paged_decode_split_scratch.metal.h"};
 const std::vector<const char*> kCommonHeaders{"paged_common.metal.h"};
 const std::vector<const char*> kMmaHeaders{};
 #else
 constexpr const char* kBodyExtension = ".cu";
 const std::vector<const char*> kDecodeHeaders{
     "paged_common.cuh", "paged_mma.cuh", "paged_decode_merge.cuh", "paged_decode_walk.cuh",
-    "paged_decode_mma_walk.cuh", "paged_decode_walker.cuh"};
+    "paged_decode_mma_walk.cuh", "paged_decode_walker.cuh", "paged_decode_split_scratch.cuh"};
 const std::vector<const char*> kCommonHeaders{"paged_common.cuh"};
 const std::vector<const char*> kMmaHeaders{"paged_common.cuh", "paged_mma.cuh"};
 #endif
 
 const KernelSpec kDecode{"paged_decode", kPagedInputs, {"out"}, kDecodeHeaders};
-const KernelSpec kDecodeSplit{"paged_decode_split", kPagedInputs, {"partial"}, kDecodeHeaders};
-const KernelSpec kDecodeReduce{"paged_decode_reduce", {"partial"}, {"out"}, kCommonHeaders};
+const KernelSpec kDecodeSplit{"paged_decode_split", kPagedInputs, {"scratch"}, kDecodeHeaders};
 const KernelSpec kPrefill{"paged_prefill", kPagedInputs, {"out"}, kCommonHeaders};
 const KernelSpec kPrefillMma{"paged_prefill_mma", kPagedInputs, {"out"}, kMmaHeaders};
 
@@ -116,6 +117,22 @@ void run_kernel(
   lazy[0].primitive().eval_gpu(lazy[0].inputs(), outputs);
 }
 
+// The split kernel writes the attention output into its scratch (one fill,
+// one launch): the output array is a row-contiguous view of that region.
+void view_split_output(const mx::array& scratch, int64_t out_begin_words, mx::array& out) {
+  mx::Strides strides(out.ndim(), 1);
+  for (int axis = static_cast<int>(out.ndim()) - 2; axis >= 0; --axis) {
+    strides[axis] = strides[axis + 1] * out.shape(axis + 1);
+  }
+  mx::array::Flags flags;
+  flags.contiguous = true;
+  flags.row_contiguous = true;
+  const auto longest = std::max_element(out.shape().begin(), out.shape().end());
+  flags.col_contiguous = out.size() <= 1 || static_cast<int64_t>(out.size()) == *longest;
+  const int64_t offset = out_begin_words * 4 / static_cast<int64_t>(out.itemsize());
+  out.copy_shared_buffer(scratch, strides, flags, out.size(), offset);
+}
+
 int float_bits(float value) {
   int bits = 0;
   std::memcpy(&bits, &value, sizeof(bits));
@@ -141,11 +158,10 @@ void eval_attention_gpu(
   check_gpu_shape(shape);
   const mx::Dtype dtype = inputs[0].dtype();
   const GpuPlan plan = plan_gpu_call(shape, dtype, gpu_has_tensor_cores());
-  if (outputs.size() != 2 ||
-      static_cast<int64_t>(outputs[1].size()) != plan.scratch_rows * plan.splits * (shape.head_dim + 2)) {
+  if (outputs.size() != 2 || static_cast<int64_t>(outputs[1].size()) != plan.scratch_words) {
     throw std::logic_error("pagecheck: GPU outputs do not match the launch plan");
   }
-  if (plan.scratch_rows == 0) {
+  if (plan.scratch_words == 0) {
     outputs[1].set_data(mx::allocator::malloc(0));
   }
   if (outputs[0].size() == 0) {
@@ -171,8 +187,7 @@ void eval_attention_gpu(
     case GpuSchedule::kSplitDecode:
       run_kernel(kDecodeSplit, plan.shared_bytes, paged_inputs, {outputs[1]}, {grid_x, plan.splits, 1}, decode_args,
                  stream);
-      run_kernel(kDecodeReduce, 0, {outputs[1]}, {outputs[0]},
-                 {static_cast<int>(plan.scratch_rows * kGpuThreadsPerBlock), 1, 1}, {{"T", dtype}}, stream);
+      view_split_output(outputs[1], plan.out_begin_words, outputs[0]);
       return;
     case GpuSchedule::kPrefillMma:
       run_kernel(kPrefillMma, plan.shared_bytes, paged_inputs, {outputs[0]}, {grid_x, 1, 1},

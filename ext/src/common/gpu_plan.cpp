@@ -13,9 +13,10 @@ namespace {
 
 // Split rule (choose_splits): an H200 has 132 multiprocessors; a split covers
 // at least kMinSplitPositions positions of the table's capacity; a block's
-// fixed cost and the reduce pass count as that many positions of work. The
-// reduce's cost comes from the H200: its fill and launch take about 7 us,
-// and B 16 x context 1024 ran 30 us unsplit against 37 us in 3 splits.
+// fixed cost and the merge of the splits count as that many positions of
+// work. The merge's cost comes from the H200: as a separate pass its fill and
+// launch took about 7 us, and B 16 x context 1024 ran 30 us unsplit against
+// 37 us in 3 splits.
 constexpr int kSmCount = 132;
 constexpr int kMinSplitPositions = 256;
 constexpr int kMaxSplits = 64;
@@ -91,8 +92,8 @@ int resident_blocks(int shared_bytes, int registers) {
 }
 
 // Blocks run in waves of kSmCount * resident slots, so the time is about
-// waves x (positions per block + a block's fixed cost), plus the reduce pass
-// when split. The count minimising that fills an under-occupied GPU and evens
+// waves x (positions per block + a block's fixed cost), plus the merge of the
+// splits when split. The count minimising that fills an under-occupied GPU and evens
 // out a last, partial wave (512 blocks on 396 slots run as two waves
 // unsplit, as four of a third the length split in three).
 int choose_splits(int64_t blocks, int64_t capacity, int resident) {
@@ -114,6 +115,16 @@ int choose_splits(int64_t blocks, int64_t capacity, int resident) {
 }
 
 } // namespace
+
+SplitScratch gpu_split_scratch(const AttentionShape& shape, int splits, int64_t blocks, int itemsize) {
+  const int64_t rows = static_cast<int64_t>(shape.batch) * shape.num_q_heads * shape.query_len;
+  SplitScratch s;
+  s.counters = rows * splits * (shape.head_dim + 2);
+  s.base = s.counters + blocks;
+  s.out_begin = ceil_div(s.base + 1, 4) * 4;
+  s.total_words = s.out_begin + ceil_div(rows * shape.head_dim * itemsize, 4);
+  return s;
+}
 
 void check_gpu_shape(const AttentionShape& shape) {
   if (shape.head_dim > kMaxHeadDim) {
@@ -140,7 +151,9 @@ GpuPlan plan_gpu_call(const AttentionShape& shape, mx::Dtype dtype, bool tensor_
         choose_splits(plan.blocks, static_cast<int64_t>(shape.pages_per_request) * shape.page_size, resident);
     plan.schedule = plan.splits > 1 ? GpuSchedule::kSplitDecode : GpuSchedule::kDecode;
     if (plan.splits > 1) {
-      plan.scratch_rows = static_cast<int64_t>(shape.batch) * shape.num_q_heads * shape.query_len;
+      const SplitScratch scratch = gpu_split_scratch(shape, plan.splits, plan.blocks, itemsize);
+      plan.scratch_words = scratch.total_words;
+      plan.out_begin_words = scratch.out_begin;
     }
   } else {
     const int row_tile = mma ? kPrefillMmaRowTile : kPrefillRowTile;
@@ -155,7 +168,7 @@ GpuPlan plan_gpu_call(const AttentionShape& shape, mx::Dtype dtype, bool tensor_
       plan.shared_bytes = 4 * (96 * stride + 32 * shape.head_dim + 64 * 33);
     }
   }
-  if (plan.blocks * kGpuThreadsPerBlock > INT_MAX || plan.scratch_rows * kGpuThreadsPerBlock > INT_MAX) {
+  if (plan.blocks * kGpuThreadsPerBlock > INT_MAX || plan.scratch_words > INT_MAX) {
     throw std::invalid_argument("pagecheck: the GPU launch for this shape exceeds the int32 grid range");
   }
   return plan;
@@ -177,11 +190,7 @@ const char* gpu_schedule_name(GpuSchedule schedule) {
 
 std::vector<mx::Shape> gpu_output_shapes(const AttentionShape& shape, const GpuPlan& plan) {
   const mx::Shape out{shape.batch, shape.num_q_heads, shape.query_len, shape.head_dim};
-  if (plan.scratch_rows == 0) {
-    return {out, mx::Shape{0}};
-  }
-  const int rows = static_cast<int>(plan.scratch_rows);
-  return {out, mx::Shape{rows, plan.splits, shape.head_dim + 2}};
+  return {out, mx::Shape{static_cast<int>(plan.scratch_words)}};
 }
 
 std::vector<mx::Dtype> gpu_output_dtypes(mx::Dtype dtype) {

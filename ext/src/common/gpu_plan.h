@@ -34,8 +34,22 @@ struct GpuPlan {
   int splits = 1; // context splits of the split decode
   int shared_bytes = 0; // dynamic shared memory of the main kernel
   int key_tile = 0; // key tile of the tensor-core prefill
-  int64_t scratch_rows = 0; // B * H_q * L rows of split scratch, 0 unless split
+  int64_t scratch_words = 0; // float32 words of the split scratch, 0 unless split
+  int64_t out_begin_words = 0; // where the output starts inside the split scratch
 };
+
+// The split decode's scratch in float32 words, as paged_decode_split_scratch.cuh
+// lays it out: partial states [R, S, D + 2] (R = B * H_q * L), one counter per
+// block column from `counters`, the fill value at `base`, then the attention
+// output from `out_begin` (16-byte aligned) to `total_words`.
+struct SplitScratch {
+  int64_t counters = 0;
+  int64_t base = 0;
+  int64_t out_begin = 0;
+  int64_t total_words = 0;
+};
+
+SplitScratch gpu_split_scratch(const AttentionShape& shape, int splits, int64_t blocks, int itemsize);
 
 // `tensor_cores_available`: false where no mma kernels exist (Metal).
 GpuPlan plan_gpu_call(const AttentionShape& shape, mlx::core::Dtype dtype, bool tensor_cores_available);
@@ -43,9 +57,8 @@ GpuPlan plan_gpu_call(const AttentionShape& shape, mlx::core::Dtype dtype, bool 
 const char* gpu_schedule_name(GpuSchedule schedule);
 
 // The outputs of a GPU call: the attention output, then the split-decode
-// scratch, float32 [R, S, D + 2] (R = B * H_q * L; per row and split the
-// unnormalised output, its max and its sum of weights; zero-sized when the
-// plan does not split).
+// scratch, float32 [scratch_words] (zero-sized when the plan does not split;
+// when it does, the attention output is a view of the scratch's out region).
 std::vector<mlx::core::Shape> gpu_output_shapes(const AttentionShape& shape, const GpuPlan& plan);
 std::vector<mlx::core::Dtype> gpu_output_dtypes(mlx::core::Dtype dtype);
 

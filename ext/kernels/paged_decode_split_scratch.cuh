@@ -1,0 +1,49 @@
+// The split decode's single float32 output, "scratch", in 4-byte words:
+//
+//   [0, partial_words)             per row and split: the unnormalised output
+//                                  (D words), its max in log2 units, its sum
+//                                  of weights ([R, S, D + 2], R = B * H_q * L)
+//   [counters, counters + blocks)  one arrival counter per block column x
+//   base                           never written: the value every word was
+//                                  filled with, so the counters' start
+//   [out_begin, out_begin + out_words)  the attention output, dtype T,
+//                                  [B, H_q, L, D], 16-byte aligned
+//
+// One output means one fill (the fill is what gives a custom kernel's output
+// device memory) and the last split block of each column merges the splits
+// itself, so a split call is one fill and one kernel instead of two of each.
+// The host mirrors: gpu_split_scratch (ext/src/common/gpu_plan.cpp) and
+// split_scratch (pagecheck/gpu_kernels.py).
+#ifndef PAGECHECK_PAGED_DECODE_SPLIT_SCRATCH_CUH
+#define PAGECHECK_PAGED_DECODE_SPLIT_SCRATCH_CUH
+
+namespace pagecheck {
+
+struct SplitScratch {
+  long long partial_words;
+  long long counters;
+  long long base;
+  long long out_begin;
+  long long out_words;
+  long long total_words;
+};
+
+__device__ __forceinline__ SplitScratch split_scratch(
+    long long rows,
+    int splits,
+    int head_dim,
+    long long blocks,
+    int itemsize) {
+  SplitScratch s;
+  s.partial_words = rows * splits * (head_dim + 2);
+  s.counters = s.partial_words;
+  s.base = s.counters + blocks;
+  s.out_begin = (s.base + 1 + 3) / 4 * 4;
+  s.out_words = (rows * head_dim * itemsize + 3) / 4;
+  s.total_words = s.out_begin + s.out_words;
+  return s;
+}
+
+} // namespace pagecheck
+
+#endif // PAGECHECK_PAGED_DECODE_SPLIT_SCRATCH_CUH
