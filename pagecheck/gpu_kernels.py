@@ -246,6 +246,8 @@ def plan_launch(
         resident = resident_blocks(shared_bytes, decode_registers(mma, head_dim, rows))
         num_splits = choose_splits(decode_blocks, table_width * page_size, resident)
     splits = num_splits
+    if not 1 <= splits <= MAX_SPLITS:
+        raise ValueError(f"num_splits={splits} must be in 1..{MAX_SPLITS} (the split kernel's merge holds that many)")
     if schedule is None:
         if num_queries <= DECODE_MAX_QUERIES:
             schedule = "split" if splits > 1 else "decode"

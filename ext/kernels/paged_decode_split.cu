@@ -16,7 +16,8 @@
 // last ticket (all S partials of its rows are visible by then: each block
 // fences before drawing) merges the S partials of its rows into their rows
 // of the output, in split order, so the result does not depend on which
-// block came last. No other block writes those output rows.
+// block came last. No other block writes those output rows. S is at most
+// MAX_MERGED_SPLITS (the launchers' limit).
 // Launch: DECODE_THREADS threads per block, grid (blocks, S), dynamic shared
 // memory DecodeWalker<...>::Layout::SHARED_BYTES; scratch filled beforehand.
 using namespace pagecheck;
@@ -43,6 +44,9 @@ float* partial = scratch;
 unsigned* counters = reinterpret_cast<unsigned*>(scratch + layout.counters);
 T* out = reinterpret_cast<T*>(scratch + layout.out_begin);
 constexpr int ENTRY = HEAD_DIM + 2;
+static_assert(
+    Layout::SHARED_BYTES >= ROWS * (MAX_MERGED_SPLITS + 1) * static_cast<int>(sizeof(float)),
+    "the merge's weights live in the ring's shared memory");
 
 // ---- Walk this split's tiles --------------------------------------------------------
 const TileRange tiles = split_tiles(
@@ -83,6 +87,47 @@ if (!merges_splits) {
   return;
 }
 __threadfence();
+// Other blocks wrote the partials: read them from L2 (__ldcg), not L1. The
+// ring's shared memory is free now; it holds each row's split weights.
+// 1. Warp w takes rows w, w + DECODE_WARPS, ...; its lanes read the splits'
+//    maxima and sums side by side: weight of split s = 2^(max_s - row max),
+//    and the row's 1 / sum of weighted sums.
+float* weights = reinterpret_cast<float*>(shared); // [ROWS][MAX_MERGED_SPLITS]
+float* inv_totals = weights + ROWS * MAX_MERGED_SPLITS; // [ROWS]
+const int lane_idx = threadIdx.x % WARP_LANES;
+for (int r = threadIdx.x / WARP_LANES; r < ROWS; r += DECODE_WARPS) {
+  const QueryRow row = query_row(
+      geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
+  if (!row.valid) {
+    continue;
+  }
+  const float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY;
+  float split_max[MAX_MERGED_SPLITS / WARP_LANES];
+  float row_max = NEG_INF;
+#pragma unroll
+  for (int k = 0; k < MAX_MERGED_SPLITS / WARP_LANES; ++k) {
+    const int split = lane_idx + k * WARP_LANES;
+    split_max[k] = split < num_splits ? __ldcg(entries + split * ENTRY + HEAD_DIM) : NEG_INF;
+    row_max = fmaxf(row_max, split_max[k]);
+  }
+  const float base = usable_max(group_max<WARP_LANES>(row_max));
+  float total = 0.0f;
+#pragma unroll
+  for (int k = 0; k < MAX_MERGED_SPLITS / WARP_LANES; ++k) {
+    const int split = lane_idx + k * WARP_LANES;
+    if (split < num_splits) {
+      const float weight = exp2f(split_max[k] - base);
+      weights[r * MAX_MERGED_SPLITS + split] = weight;
+      total = fmaf(__ldcg(entries + split * ENTRY + HEAD_DIM + 1), weight, total);
+    }
+  }
+  total = group_sum<WARP_LANES>(total);
+  if (lane_idx == 0) {
+    inv_totals[r] = total > 0.0f ? 1.0f / total : 0.0f;
+  }
+}
+__syncthreads();
+// 2. Each thread merges (row, dim) pairs: S independent loads in flight.
 for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += blockDim.x) {
   const int r = idx / HEAD_DIM;
   const int dim = idx % HEAD_DIM;
@@ -91,21 +136,12 @@ for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += blockDim.x) {
   if (!row.valid) {
     continue;
   }
-  // Other blocks wrote these words: read them from L2 (__ldcg), not L1.
-  const float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY;
-  float row_max = NEG_INF;
-  for (int split = 0; split < num_splits; ++split) {
-    row_max = fmaxf(row_max, __ldcg(entries + split * ENTRY + HEAD_DIM));
-  }
-  const float base = usable_max(row_max);
+  const float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY + dim;
+  const float* row_weights = weights + r * MAX_MERGED_SPLITS;
   float acc = 0.0f;
-  float total = 0.0f;
-#pragma unroll 4
+#pragma unroll 8
   for (int split = 0; split < num_splits; ++split) {
-    const float* entry = entries + split * ENTRY;
-    const float weight = exp2f(__ldcg(entry + HEAD_DIM) - base);
-    total = fmaf(__ldcg(entry + HEAD_DIM + 1), weight, total);
-    acc = fmaf(__ldcg(entry + dim), weight, acc);
+    acc = fmaf(__ldcg(entries + split * ENTRY), row_weights[split], acc);
   }
-  out[row.offset + dim] = from_float<T>(total > 0.0f ? acc * (1.0f / total) : 0.0f);
+  out[row.offset + dim] = from_float<T>(acc * inv_totals[r]);
 }

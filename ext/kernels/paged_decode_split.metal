@@ -10,6 +10,8 @@ using namespace pagecheck;
 using Layout = DecodeLayout<T, HEAD_DIM, ROWS>;
 threadgroup float merge[Layout::MERGE_FLOATS];
 threadgroup bool merges_splits;
+// The merge's split weights per row, then each row's 1 / total.
+threadgroup float split_weights[ROWS * (MAX_MERGED_SPLITS + 1)];
 
 // ---- Positions -----------------------------------------------------------------
 const PagedGeometry geo = make_geometry(query_shape, key_pages_shape, block_table_shape, TABLE);
@@ -66,6 +68,39 @@ if (!merges_splits) {
   return;
 }
 atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device);
+// 1. Simdgroup w takes rows w, w + DECODE_WARPS, ...: the splits' weights and
+//    the row's 1 / sum of weighted sums.
+const int lane_idx = int(thread_index_in_simdgroup);
+for (int r = int(simdgroup_index_in_threadgroup); r < ROWS; r += DECODE_WARPS) {
+  const QueryRow row = query_row(geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
+  if (!row.valid) {
+    continue;
+  }
+  const device float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY;
+  float split_max[MAX_MERGED_SPLITS / WARP_LANES];
+  float row_max = -INFINITY;
+  for (int k = 0; k < MAX_MERGED_SPLITS / WARP_LANES; ++k) {
+    const int split = lane_idx + k * WARP_LANES;
+    split_max[k] = split < num_splits ? entries[split * ENTRY + HEAD_DIM] : -INFINITY;
+    row_max = metal::max(row_max, split_max[k]);
+  }
+  const float base = usable_max(simd_max(row_max));
+  float total = 0.0f;
+  for (int k = 0; k < MAX_MERGED_SPLITS / WARP_LANES; ++k) {
+    const int split = lane_idx + k * WARP_LANES;
+    if (split < num_splits) {
+      const float weight = metal::exp2(split_max[k] - base);
+      split_weights[r * MAX_MERGED_SPLITS + split] = weight;
+      total = metal::fma(entries[split * ENTRY + HEAD_DIM + 1], weight, total);
+    }
+  }
+  total = simd_sum(total);
+  if (lane_idx == 0) {
+    split_weights[ROWS * MAX_MERGED_SPLITS + r] = total > 0.0f ? 1.0f / total : 0.0f;
+  }
+}
+threadgroup_barrier(mem_flags::mem_threadgroup);
+// 2. Each thread merges (row, dim) pairs.
 for (int idx = int(thread_index_in_threadgroup); idx < ROWS * HEAD_DIM; idx += DECODE_THREADS) {
   const int r = idx / HEAD_DIM;
   const int dim = idx % HEAD_DIM;
@@ -73,19 +108,10 @@ for (int idx = int(thread_index_in_threadgroup); idx < ROWS * HEAD_DIM; idx += D
   if (!row.valid) {
     continue;
   }
-  const device float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY;
-  float row_max = -INFINITY;
-  for (int split = 0; split < num_splits; ++split) {
-    row_max = metal::max(row_max, entries[split * ENTRY + HEAD_DIM]);
-  }
-  const float base = usable_max(row_max);
+  const device float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY + dim;
   float acc = 0.0f;
-  float total = 0.0f;
   for (int split = 0; split < num_splits; ++split) {
-    const device float* entry = entries + split * ENTRY;
-    const float weight = metal::exp2(entry[HEAD_DIM] - base);
-    total = metal::fma(entry[HEAD_DIM + 1], weight, total);
-    acc = metal::fma(entry[dim], weight, acc);
+    acc = metal::fma(entries[split * ENTRY], split_weights[r * MAX_MERGED_SPLITS + split], acc);
   }
-  out[row.offset + dim] = static_cast<T>(total > 0.0f ? acc * (1.0f / total) : 0.0f);
+  out[row.offset + dim] = static_cast<T>(acc * split_weights[ROWS * MAX_MERGED_SPLITS + r]);
 }

@@ -19,6 +19,10 @@
 
 namespace pagecheck {
 
+// Most splits a launch may take (the merge keeps a weight per split in
+// registers and shared memory); the launchers' MAX_SPLITS / kMaxSplits.
+constexpr int MAX_MERGED_SPLITS = 64;
+
 struct SplitScratch {
   long long partial_words;
   long long counters;

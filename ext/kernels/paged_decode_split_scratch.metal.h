@@ -6,6 +6,8 @@
 
 namespace pagecheck {
 
+constant constexpr int MAX_MERGED_SPLITS = 64;
+
 struct SplitScratch {
   long partial_words;
   long counters;
