@@ -209,7 +209,7 @@ class LaunchPlan:
 @dataclass(frozen=True)
 class SplitScratch:
     """The split decode's one float32 output, in words (paged_decode_split_scratch.cuh):
-    partial states [R, S, D + 2] (R = B * H_q * L) from 0, one counter per block column
+    partial states [R, S, D + 2 rounded up to 4] (R = B * H_q * L) from 0, one counter per block column
     from `counters`, the fill value at `base`, the attention output from `out_begin`
     (16-byte aligned) to `total_words`."""
 
@@ -220,7 +220,7 @@ class SplitScratch:
 
 
 def split_scratch(rows: int, splits: int, head_dim: int, blocks: int, itemsize: int) -> SplitScratch:
-    counters = rows * splits * (head_dim + 2)
+    counters = rows * splits * (-(-(head_dim + 2) // 4) * 4)
     base = counters + blocks
     out_begin = -(-(base + 1) // 4) * 4
     return SplitScratch(counters, base, out_begin, out_begin + -(-(rows * head_dim * itemsize) // 4))

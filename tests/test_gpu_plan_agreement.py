@@ -53,10 +53,11 @@ def test_the_goal_shapes_take_the_schedules_the_notes_report() -> None:
 
 
 def test_split_scratch_holds_partials_counters_and_an_aligned_output() -> None:
-    # B 1, H_q 32, L 1, D 128, bfloat16, 33 splits over 8 blocks: 32 rows x 33 x 130 words of partials,
-    # 8 counters, the fill word, then 32 x 128 bfloat16 = 2048 words from a multiple of 4.
+    # B 1, H_q 32, L 1, D 128, bfloat16, 33 splits over 8 blocks: 32 rows x 33 x 132 words of partials
+    # (D + 2 rounded up to 4), 8 counters, the fill word, then 32 x 128 bfloat16 = 2048 words from a
+    # multiple of 4.
     plan = ext.gpu_launch_plan(1, 32, 1, 128, 8, 128, 128, "bfloat16")
-    partial = 32 * 33 * 130
+    partial = 32 * 33 * 132
     assert plan["out_begin_words"] == -(-(partial + 8 + 1) // 4) * 4
     assert plan["scratch_words"] == plan["out_begin_words"] + 2048
     assert ext.gpu_launch_plan(64, 32, 1, 128, 8, 128, 32, "bfloat16")["scratch_words"] == 0

@@ -43,7 +43,7 @@ const SplitScratch layout = split_scratch(
 float* partial = scratch;
 unsigned* counters = reinterpret_cast<unsigned*>(scratch + layout.counters);
 T* out = reinterpret_cast<T*>(scratch + layout.out_begin);
-constexpr int ENTRY = HEAD_DIM + 2;
+constexpr int ENTRY = partial_entry(HEAD_DIM);
 static_assert(
     Layout::SHARED_BYTES >= ROWS * (MAX_MERGED_SPLITS + 1) * static_cast<int>(sizeof(float)),
     "the merge's weights live in the ring's shared memory");
@@ -127,10 +127,16 @@ for (int r = threadIdx.x / WARP_LANES; r < ROWS; r += DECODE_WARPS) {
   }
 }
 __syncthreads();
-// 2. Each thread merges (row, dim) pairs: S independent loads in flight.
-for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += blockDim.x) {
-  const int r = idx / HEAD_DIM;
-  const int dim = idx % HEAD_DIM;
+// 2. Each thread merges a (row, group of VEC dims): VEC = 4 reads an entry's
+//    dims as float4 (entries are 16-byte aligned), MERGE_LOADS loads in flight
+//    at once, summed in split order.
+constexpr int VEC = HEAD_DIM % 4 == 0 ? 4 : 1;
+constexpr int GROUPS = HEAD_DIM / VEC;
+constexpr int MERGE_LOADS = 16;
+using Vec = typename MergeLoad<VEC>::type;
+for (int idx = threadIdx.x; idx < ROWS * GROUPS; idx += blockDim.x) {
+  const int r = idx / GROUPS;
+  const int dim = (idx % GROUPS) * VEC;
   const QueryRow row = query_row(
       geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
   if (!row.valid) {
@@ -138,10 +144,33 @@ for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += blockDim.x) {
   }
   const float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY + dim;
   const float* row_weights = weights + r * MAX_MERGED_SPLITS;
-  float acc = 0.0f;
-#pragma unroll 8
-  for (int split = 0; split < num_splits; ++split) {
-    acc = fmaf(__ldcg(entries + split * ENTRY), row_weights[split], acc);
+  float acc[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    acc[e] = 0.0f;
   }
-  out[row.offset + dim] = from_float<T>(acc * inv_totals[r]);
+  for (int first = 0; first < num_splits; first += MERGE_LOADS) {
+    Vec values[MERGE_LOADS];
+#pragma unroll
+    for (int k = 0; k < MERGE_LOADS; ++k) {
+      if (first + k < num_splits) {
+        values[k] = __ldcg(reinterpret_cast<const Vec*>(entries + (first + k) * ENTRY));
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < MERGE_LOADS; ++k) {
+      if (first + k < num_splits) {
+        const float weight = row_weights[first + k];
+        const float* v = reinterpret_cast<const float*>(&values[k]);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          acc[e] = fmaf(v[e], weight, acc[e]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    out[row.offset + dim + e] = from_float<T>(acc[e] * inv_totals[r]);
+  }
 }

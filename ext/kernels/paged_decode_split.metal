@@ -30,7 +30,7 @@ const SplitScratch layout = split_scratch(
 device float* partial = scratch;
 device atomic_uint* counters = reinterpret_cast<device atomic_uint*>(scratch + layout.counters);
 device T* out = reinterpret_cast<device T*>(scratch + layout.out_begin);
-constexpr int ENTRY = HEAD_DIM + 2;
+constexpr int ENTRY = partial_entry(HEAD_DIM);
 
 // ---- Walk this split's tiles --------------------------------------------------------
 const TileRange tiles = split_tiles(context_len, geo.page_size, Layout::TILE_TOKENS, split_idx, num_splits);
@@ -100,18 +100,36 @@ for (int r = int(simdgroup_index_in_threadgroup); r < ROWS; r += DECODE_WARPS) {
   }
 }
 threadgroup_barrier(mem_flags::mem_threadgroup);
-// 2. Each thread merges (row, dim) pairs.
-for (int idx = int(thread_index_in_threadgroup); idx < ROWS * HEAD_DIM; idx += DECODE_THREADS) {
-  const int r = idx / HEAD_DIM;
-  const int dim = idx % HEAD_DIM;
+// 2. Each thread merges a (row, group of VEC dims): VEC = 4 reads an entry's
+//    dims as float4 (entries are 16-byte aligned), MERGE_LOADS loads issued
+//    before they are summed in split order.
+constexpr int VEC = HEAD_DIM % 4 == 0 ? 4 : 1;
+constexpr int GROUPS = HEAD_DIM / VEC;
+constexpr int MERGE_LOADS = 16;
+for (int idx = int(thread_index_in_threadgroup); idx < ROWS * GROUPS; idx += DECODE_THREADS) {
+  const int r = idx / GROUPS;
+  const int dim = (idx % GROUPS) * VEC;
   const QueryRow row = query_row(geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
   if (!row.valid) {
     continue;
   }
   const device float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY + dim;
-  float acc = 0.0f;
-  for (int split = 0; split < num_splits; ++split) {
-    acc = metal::fma(entries[split * ENTRY], split_weights[r * MAX_MERGED_SPLITS + split], acc);
+  float4 acc = float4(0.0f);
+  for (int first = 0; first < num_splits; first += MERGE_LOADS) {
+    float4 values[MERGE_LOADS];
+    for (int k = 0; k < MERGE_LOADS; ++k) {
+      if (first + k < num_splits) {
+        const device float* entry = entries + (first + k) * ENTRY;
+        values[k] = VEC == 4 ? *reinterpret_cast<const device float4*>(entry) : float4(entry[0], 0.0f, 0.0f, 0.0f);
+      }
+    }
+    for (int k = 0; k < MERGE_LOADS; ++k) {
+      if (first + k < num_splits) {
+        acc = metal::fma(values[k], float4(split_weights[r * MAX_MERGED_SPLITS + first + k]), acc);
+      }
+    }
   }
-  out[row.offset + dim] = static_cast<T>(acc * split_weights[ROWS * MAX_MERGED_SPLITS + r]);
+  for (int e = 0; e < VEC; ++e) {
+    out[row.offset + dim + e] = static_cast<T>(acc[e] * split_weights[ROWS * MAX_MERGED_SPLITS + r]);
+  }
 }

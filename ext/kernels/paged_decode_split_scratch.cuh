@@ -1,8 +1,10 @@
 // The split decode's single float32 output, "scratch", in 4-byte words:
 //
-//   [0, partial_words)             per row and split: the unnormalised output
-//                                  (D words), its max in log2 units, its sum
-//                                  of weights ([R, S, D + 2], R = B * H_q * L)
+//   [0, partial_words)             per row and split an entry of
+//                                  partial_entry(D) words: the unnormalised
+//                                  output (D words), its max in log2 units,
+//                                  its sum of weights, padding to 16 bytes
+//                                  ([R, S, entry], R = B * H_q * L)
 //   [counters, counters + blocks)  one arrival counter per block column x
 //   base                           never written: the value every word was
 //                                  filled with, so the counters' start
@@ -23,6 +25,22 @@ namespace pagecheck {
 // registers and shared memory); the launchers' MAX_SPLITS / kMaxSplits.
 constexpr int MAX_MERGED_SPLITS = 64;
 
+// Words per partial entry: D + 2 rounded up to 4, so every entry starts
+// 16-byte aligned and the merge reads it as float4.
+__host__ __device__ constexpr int partial_entry(int head_dim) {
+  return (head_dim + 2 + 3) / 4 * 4;
+}
+
+// What the merge reads per load: float4 where the head dim allows it.
+template <int VEC>
+struct MergeLoad {
+  using type = float;
+};
+template <>
+struct MergeLoad<4> {
+  using type = float4;
+};
+
 struct SplitScratch {
   long long partial_words;
   long long counters;
@@ -39,7 +57,7 @@ __device__ __forceinline__ SplitScratch split_scratch(
     long long blocks,
     int itemsize) {
   SplitScratch s;
-  s.partial_words = rows * splits * (head_dim + 2);
+  s.partial_words = rows * splits * partial_entry(head_dim);
   s.counters = s.partial_words;
   s.base = s.counters + blocks;
   s.out_begin = (s.base + 1 + 3) / 4 * 4;

@@ -39,7 +39,7 @@ struct GpuPlan {
 };
 
 // The split decode's scratch in float32 words, as paged_decode_split_scratch.cuh
-// lays it out: partial states [R, S, D + 2] (R = B * H_q * L), one counter per
+// lays it out: partial states [R, S, D + 2 rounded up to 4] (R = B * H_q * L), one counter per
 // block column from `counters`, the fill value at `base`, then the attention
 // output from `out_begin` (16-byte aligned) to `total_words`.
 struct SplitScratch {
