@@ -124,3 +124,28 @@ def test_a_report_adds_the_gpu_kernel_stage_only_where_cuda_runs_it(monkeypatch:
     monkeypatch.setattr(report, "cuda_kernels_available", lambda device: device == "gpu")
     assert report.chosen_stages([], "gpu") == ["invariants", "tolerance", "bench", "gpu_kernels"]
     assert report.chosen_stages(["gpu_kernels", "bench"], "gpu") == ["invariants", "tolerance"]
+
+
+GPU_CLOCK = json.loads((Path(__file__).parent / "data" / "bench_gpu_h200_gpu_clock.json").read_text())
+
+
+def test_goals_on_the_gpu_clock_rows() -> None:
+    # bench_gpu.json exactly as the H200's end-to-end `pagecheck bench --device gpu` wrote it
+    # (session 3), kernel times from CUPTI.
+    assert schema_errors("bench_gpu", GPU_CLOCK) == []
+    assert GPU_CLOCK["goals"] == evaluate_goals(GPU_CLOCK["rows"])
+    assert all(r["clock"] == "gpu" for r in GPU_CLOCK["rows"])
+    goals = by_shape(evaluate_goals(GPU_CLOCK["rows"]))
+    assert [key[1:] for key, goal in goals.items() if goal["met"]] == [(16, 1024), (64, 1024), (64, 4096)]
+    assert goals[("faster than MLX SDPA", 64, 4096)]["measured"] == "277.2 us vs 287.8 us"
+    assert goals[("at least 1.5 TB/s", 1, 16384)]["measured"] == "1.42 TB/s"
+
+
+def test_the_page_names_each_rows_clock_and_keeps_the_wall_clock_figure() -> None:
+    document = copy.deepcopy(GPU_CLOCK)
+    page = render_bench_gpu(document)
+    assert "| clock " in page and "chained us" in page
+    assert any("`paged[ext op]`" in line and "1049.1" in line and "| gpu " in line for line in page.splitlines())
+    # Rows measured before the GPU clock existed render as wall-clock rows.
+    old = render_bench_gpu({**document, "rows": MEASURED["rows"], "goals": evaluate_goals(MEASURED["rows"])})
+    assert "| wall " in old
