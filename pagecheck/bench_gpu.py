@@ -165,8 +165,8 @@ def time_chain(calls: Callable[[mx.array | None, int], mx.array], count: int) ->
     return min(runs)
 
 
-def gpu_chain(calls: Callable[[mx.array | None, int], mx.array], count: int) -> float:
-    """GPU seconds of kernels per link of `count` chained calls (the GPU's own clock)."""
+def gpu_chain(calls: Callable[[mx.array | None, int], mx.array], count: int) -> dict[str, Any]:
+    """`count` chained calls traced on the GPU's clock: gpu_clock.summarize's per-link summary."""
     outs = build_chain(calls, count)
     mx.synchronize()
 
@@ -174,8 +174,27 @@ def gpu_chain(calls: Callable[[mx.array | None, int], mx.array], count: int) -> 
         mx.eval(outs)
         mx.synchronize()
 
-    busy = gpu_clock.summarize(gpu_clock.kernel_events(run), count)["busy_us"]
+    return gpu_clock.summarize(gpu_clock.kernel_events(run), count)
+
+
+def gpu_seconds(calls: Callable[[mx.array | None, int], mx.array], count: int) -> float:
+    """GPU seconds of kernels per link of `count` chained calls (NaN when no kernel was seen)."""
+    busy = gpu_chain(calls, count)["busy_us"]
     return float("nan") if busy is None else busy / 1e6
+
+
+def kv_bytes_of(batch: int, context: int) -> int:
+    """K and V bytes one call reads (bfloat16)."""
+    return batch * context * NUM_KV_HEADS * HEAD_DIM * 2 * 2
+
+
+def set_count(kv_bytes: int) -> int:
+    """Input sets whose rotation covers L2_MULTIPLE times the L2 cache in K/V."""
+    return max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2_bytes() / kv_bytes)))
+
+
+def input_sets(batch: int, queries: int, context: int) -> list[InputSet]:
+    return [make_set(batch, queries, context, mx.random.key(i)) for i in range(set_count(kv_bytes_of(batch, context)))]
 
 
 def time_mlx(call: Callable[[InputSet, mx.array], mx.array], sets: list[InputSet],
@@ -211,7 +230,7 @@ def time_mlx(call: Callable[[InputSet, mx.array], mx.array], sets: list[InputSet
     gpu = float("nan")
     if use_gpu_clock:
         links = min(count, GPU_CLOCK_CALLS)
-        gpu = gpu_chain(attention, links) - gpu_chain(chain_only, links)
+        gpu = gpu_seconds(attention, links) - gpu_seconds(chain_only, links)
     return per_call, chained_wall, gpu
 
 
@@ -343,11 +362,9 @@ def kernel_time(wall: float, gpu: float) -> tuple[float, str]:
 def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: float, use_torch: bool,
                 extension_paged_attention: Callable[..., mx.array] | None,
                 mma_stages: tuple[int, ...] = (), splits: tuple[int, ...] = ()) -> list[Row]:
-    kv_bytes = batch * context * NUM_KV_HEADS * HEAD_DIM * 2 * 2
-    # Each variant reads one copy of K/V per call (pages or dense), so the sets
-    # rotate through at least L2_MULTIPLE times the L2 cache of it.
-    num_sets = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2_bytes() / kv_bytes)))
-    sets = [make_set(batch, queries, context, mx.random.key(i)) for i in range(num_sets)]
+    kv_bytes = kv_bytes_of(batch, context)
+    # Each variant reads one copy of K/V per call (pages or dense).
+    sets = input_sets(batch, queries, context)
     mask = "causal" if kind == "prefill" else None
     flops = attention_flops(batch, queries, context, mask == "causal")
     scale = HEAD_DIM**-0.5
@@ -397,7 +414,7 @@ def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: floa
     if use_torch:
         import torch
 
-        torch_sets = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2_bytes() / kv_bytes)))
+        torch_sets = set_count(kv_bytes)
         call, backend, tensors = torch_sdpa(batch, queries, context, torch_sets, kind == "prefill")
         per_call, wall, gpu, how = time_torch(call, torch_sets, use_gpu_clock)
         note = f"{backend}, {how}" + (", no mask" if kind == "prefill" else "")

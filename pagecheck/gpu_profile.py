@@ -30,7 +30,6 @@ from typing import Any, Callable
 import mlx.core as mx
 
 from pagecheck import bench_gpu, gpu_clock, gpu_kernels
-from pagecheck.gpu_clock import summarize
 
 DEFAULT_SHAPES = "1x16384,16x1024,16x4096,16x16384,64x1024,64x4096,64x16384"
 
@@ -53,14 +52,8 @@ def profile_chain(call: Callable[[bench_gpu.InputSet, mx.array], mx.array], sets
                   calls: int) -> dict[str, Any]:
     mx.eval(call(sets[0], sets[0].query))  # compile outside the trace
     mx.synchronize()
-    outs = bench_gpu.build_chain(lambda previous, i: call(sets[i % len(sets)], bench_gpu.chained(
+    return bench_gpu.gpu_chain(lambda previous, i: call(sets[i % len(sets)], bench_gpu.chained(
         sets[i % len(sets)].query, previous)), calls)
-
-    def run() -> None:
-        mx.eval(outs)
-        mx.synchronize()
-
-    return summarize(gpu_clock.kernel_events(run), calls)
 
 
 def in_order_table(s: bench_gpu.InputSet) -> mx.array:
@@ -123,9 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--variants: unknown {unknown or 'empty list'}; known: {', '.join(known)}")
     document = []
     for batch, context in args.shapes:
-        kv_bytes = batch * context * bench_gpu.NUM_KV_HEADS * bench_gpu.HEAD_DIM * 2 * 2
-        num_sets = max(2, min(bench_gpu.MAX_SETS, -(-bench_gpu.L2_MULTIPLE * bench_gpu.l2_bytes() // kv_bytes)))
-        sets = [bench_gpu.make_set(batch, 1, context, mx.random.key(i)) for i in range(num_sets)]
+        kv_bytes = bench_gpu.kv_bytes_of(batch, context)
+        sets = bench_gpu.input_sets(batch, 1, context)
         chain_only = profile_chain(lambda s, q: q, sets, args.calls)
         for name, call in [("chain only", None)] + [(name, known[name]) for name in chosen]:
             found = chain_only if call is None else profile_chain(call, sets, args.calls)

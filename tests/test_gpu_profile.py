@@ -46,3 +46,34 @@ def test_rows_report_the_gpu_clock_where_it_was_read():
 
     assert bench_gpu.kernel_time(50e-6, 60e-6) == (60e-6, "gpu")
     assert bench_gpu.kernel_time(50e-6, float("nan")) == (50e-6, "wall")
+
+
+def test_chained_timing_runs_anywhere_and_leaves_the_gpu_clock_out_when_asked():
+    import math
+
+    import mlx.core as mx
+
+    from pagecheck import bench_gpu
+
+    sets = [bench_gpu.make_set(1, 1, bench_gpu.PAGE_SIZE, mx.random.key(i)) for i in range(2)]
+    assert bench_gpu.set_count(bench_gpu.kv_bytes_of(64, 16384)) == 2  # 4.3 GB of K/V per call
+    per_call, chained, gpu = bench_gpu.time_mlx(
+        lambda s, q: mx.fast.scaled_dot_product_attention(q, s.dense_k, s.dense_v, scale=0.1), sets,
+        use_gpu_clock=False)
+    assert per_call > 0 and math.isfinite(chained) and math.isnan(gpu)
+
+
+def test_gpu_seconds_reads_the_traced_kernels_per_link(monkeypatch):
+    import mlx.core as mx
+
+    from pagecheck import bench_gpu
+
+    def traced(run):
+        run()  # the chain is evaluated inside the trace
+        return [("attn", 10.0 * i, 10.0 * i + 4.0) for i in range(5)]  # 4 us per link
+
+    monkeypatch.setattr(gpu_clock, "kernel_events", traced)
+    link = lambda previous, i: mx.ones((4,)) if previous is None else previous + 1  # noqa: E731
+    assert bench_gpu.gpu_seconds(link, 5) == pytest.approx(4e-6)
+    monkeypatch.setattr(gpu_clock, "kernel_events", lambda run: [])
+    assert bench_gpu.gpu_chain(link, 5)["busy_us"] is None
