@@ -61,8 +61,8 @@ def render_bench_gpu(document: dict[str, Any]) -> str:
         f"{config['dtype']}, pages of {config['page_size']}. *kernel* is the time per call of many "
         "calls run back to back on the device, rotating among input sets larger than the L2 cache, read "
         "from the GPU's own clock (the summed time of the call's kernels) where the row's clock says gpu; "
-        "*chained* is the wall-clock figure of the same chain (it subtracts the chain's host-bound submit "
-        "time, so it runs low); *per call* is a synchronized single call, host work included. Bandwidth is the K/V bytes "
+        "*chained* is the wall-clock figure of the same chain (it includes the host's submit time where the "
+        "host is slower than the GPU, at small shapes); *per call* is a synchronized single call, host work included. Bandwidth is the K/V bytes "
         "the attention must read over the kernel time. "
         + (f"A device-to-device copy measured {copy:.2f} TB/s (read + write) in the same run."
            if copy is not None else "The copy bandwidth and cuDNN rows need PyTorch, which this run did not use."),
