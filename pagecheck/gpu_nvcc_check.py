@@ -13,8 +13,10 @@ show up before any device time is spent.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -123,13 +125,43 @@ SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 STACK = re.compile(r"(\d+) bytes stack frame")
 
 
-def compile_one(nvcc: str, variant: Variant, workdir: Path) -> tuple[Variant, bool, str]:
-    path = workdir / f"{abs(hash(variant.label))}.cu"
+def text_sections(elf: bytes) -> list[tuple[str, bytes]]:
+    """(name, bytes) of each .text section of a 64-bit little-endian ELF file (a cubin)."""
+    shoff, = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
+
+    def header(i: int) -> tuple[int, int, int]:
+        name, _, _, _, offset, size = struct.unpack_from("<IIQQQQ", elf, shoff + i * shentsize)
+        return name, offset, size
+
+    _, names_at, _ = header(shstrndx)
+    found = []
+    for i in range(shnum):
+        name_at, offset, size = header(i)
+        name = elf[names_at + name_at: elf.index(b"\0", names_at + name_at)].decode()
+        if name.startswith(".text"):
+            found.append((name, elf[offset: offset + size]))
+    return found
+
+
+def code_digest(cubin: Path) -> str:
+    """A digest of the kernel's machine code (the cubin's .text sections; the rest of the file holds a
+    per-compile id): equal digests before and after a refactor mean the GPU runs the same code."""
+    digest = hashlib.sha1()
+    for name, code in text_sections(cubin.read_bytes()):
+        digest.update(name.encode() + code)
+    return digest.hexdigest()[:12]
+
+
+def compile_one(nvcc: str, variant: Variant, workdir: Path, with_digest: bool = False) -> tuple[Variant, bool, str]:
+    path = workdir / f"{hashlib.sha1(variant.label.encode()).hexdigest()[:16]}.cu"
     path.write_text(wrap(variant))
+    # Relative names, run in the work folder: the cubin then holds no temporary path.
     result = subprocess.run(
-        [nvcc, "-arch=sm_90", "-std=c++17", "-cubin", "-Xptxas", "-v", "-o", str(path.with_suffix(".cubin")), str(path)],
+        [nvcc, "-arch=sm_90", "-std=c++17", "-cubin", "-Xptxas", "-v", "-o", path.with_suffix(".cubin").name, path.name],
         capture_output=True,
         text=True,
+        cwd=workdir,
     )
     log = result.stdout + result.stderr
     if result.returncode != 0:
@@ -142,6 +174,8 @@ def compile_one(nvcc: str, variant: Variant, workdir: Path) -> tuple[Variant, bo
         f"spill_st={spill.group(1) if spill else '?'} spill_ld={spill.group(2) if spill else '?'} "
         f"stack={stack.group(1) if stack else '?'}"
     )
+    if with_digest:
+        summary += f" code={code_digest(path.with_suffix('.cubin'))}"
     return variant, True, summary
 
 
@@ -149,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--filter", default="", help="only variants whose label contains this text")
+    parser.add_argument("--digest", action="store_true",
+                        help="also print a digest of each variant's compiled code (equal digests before and after "
+                             "a refactor: the GPU runs the same code)")
     args = parser.parse_args(argv)
     nvcc = shutil.which("nvcc")
     if nvcc is None:
@@ -157,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [v for v in variants() if args.filter in v.label]
     failures = 0
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
-        for variant, ok, text in pool.map(lambda v: compile_one(nvcc, v, Path(tmp)), chosen):
+        for variant, ok, text in pool.map(lambda v: compile_one(nvcc, v, Path(tmp), args.digest), chosen):
             if ok:
                 print(f"ok    {variant.label}: {text}")
             else:

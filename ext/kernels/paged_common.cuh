@@ -283,6 +283,31 @@ __device__ __forceinline__ QueryRow query_row(
   return r;
 }
 
+// Where decode block x sits (paged_decode, paged_decode_split and their walks):
+// geometry, request, kv head, first row, context.
+struct DecodeBlock {
+  PagedGeometry geo;
+  int request_idx;
+  int kv_head_idx;
+  int row_begin;
+  int context_len;
+
+  // Row r of the block (0 <= r < rows per block).
+  __device__ __forceinline__ QueryRow row(int r, bool causal) const {
+    return query_row(geo, request_idx, kv_head_idx, row_begin + r, context_len, causal);
+  }
+};
+
+__device__ __forceinline__ DecodeBlock decode_block(
+    const PagedGeometry& geo,
+    const int32_t* context_lens,
+    int rows_per_block) {
+  const RowBlock rows = row_block(geo, blockIdx.x, rows_per_block);
+  return DecodeBlock{geo, rows.request_idx, rows.kv_head_idx, rows.row_begin,
+                     request_context(geo, context_lens, rows.request_idx)};
+}
+
+
 // The end of the key positions the query rows [row_first, row_first +
 // row_tile) need: the context, cut after the causal limit of the last row
 // (rows are position-major, so the last row sees the most).

@@ -26,29 +26,18 @@ using Layout = typename Walker::Layout;
 require_shared_bytes(Layout::SHARED_BYTES);
 extern __shared__ __align__(16) unsigned char shared[];
 
-// ---- Positions -----------------------------------------------------------------
-const PagedGeometry geo = make_geometry(
-    query_shape.data(), key_pages_shape.data(), block_table_shape.data(), TABLE);
-const RowBlock block = row_block(geo, blockIdx.x, ROWS);
-const int request_idx = block.request_idx;
-const int kv_head_idx = block.kv_head_idx;
-const int row_begin = block.row_begin;
-const int context_len = request_context(geo, context_lens, request_idx);
-
 // ---- Walk every tile of the context ----------------------------------------------
-const TileRange tiles = split_tiles(context_len, geo.page_size, Layout::TILE_TOKENS, 0, 1);
-Walker::walk(
-    query, key_pages, value_pages, block_table, geo, scale_of(SCALE_BITS),
-    request_idx, kv_head_idx, row_begin, context_len,
-    tiles.begin, tiles.end, shared);
+const DecodeBlock block = decode_block(
+    make_geometry(query_shape.data(), key_pages_shape.data(), block_table_shape.data(), TABLE),
+    context_lens, ROWS);
+walk_decode_block<Walker>(block, query, key_pages, value_pages, block_table, scale_of(SCALE_BITS), 0, 1, shared);
 
 // ---- Normalise and store this block's rows ------------------------------------------
 const typename Layout::Merge merge(shared);
 for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += blockDim.x) {
   const int r = idx / HEAD_DIM;
   const int dim = idx % HEAD_DIM;
-  const QueryRow row = query_row(
-      geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
+  const QueryRow row = block.row(r, CAUSAL);
   if (row.valid) {
     const MergedState s = merge.merged(r, dim);
     out[row.offset + dim] = from_float<T>(s.sum > 0.0f ? s.acc / s.sum : 0.0f);

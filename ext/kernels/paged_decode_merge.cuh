@@ -75,6 +75,18 @@ __device__ __forceinline__ int warp_tile_count(int tile_begin, int tile_end, int
   return first < tile_end ? ceil_div(tile_end - first, DECODE_WARPS) : 0;
 }
 
+// A decode block's dynamic shared memory: DECODE_WARPS copy rings of STAGES
+// stages of STAGE_ELEMS elements during the walk, the merge region (same
+// bytes, reused) after it. Both walks' layouts are built on it.
+template <typename T, int STAGE_ELEMS, int STAGES, int ROWS, int ACC_ELEMS>
+struct DecodeShared {
+  static constexpr int RING_BYTES =
+      DECODE_WARPS * STAGES * STAGE_ELEMS * static_cast<int>(sizeof(T));
+  using Merge = DecodeMerge<ROWS, ACC_ELEMS>;
+  static constexpr int SHARED_BYTES =
+      RING_BYTES > Merge::BYTES ? RING_BYTES : Merge::BYTES;
+};
+
 } // namespace pagecheck
 
 #endif // PAGECHECK_PAGED_DECODE_MERGE_CUH

@@ -35,12 +35,9 @@ struct DecodeMmaLayout {
   static constexpr int O_TILES = HEAD_DIM / 8;
   static constexpr int ACC_ELEMS = HEAD_DIM;
   static constexpr int STAGE_ELEMS = 2 * TILE_TOKENS * ROW_STRIDE;
-  static constexpr int RING_BYTES = DECODE_WARPS * STAGES *
-      STAGE_ELEMS * static_cast<int>(sizeof(T));
-  using Merge = DecodeMerge<DECODE_MMA_ROWS, ACC_ELEMS>;
-  static constexpr int MERGE_BYTES = Merge::BYTES;
-  static constexpr int SHARED_BYTES =
-      RING_BYTES > MERGE_BYTES ? RING_BYTES : MERGE_BYTES;
+  using Shared = DecodeShared<T, STAGE_ELEMS, STAGES, DECODE_MMA_ROWS, ACC_ELEMS>;
+  using Merge = typename Shared::Merge;
+  static constexpr int SHARED_BYTES = Shared::SHARED_BYTES;
 };
 
 template <typename T, int HEAD_DIM, bool CAUSAL, int STAGES>
@@ -49,15 +46,14 @@ __device__ void decode_walk_mma(
     const T* key_pages,
     const T* value_pages,
     const int32_t* block_table,
-    const PagedGeometry& geo,
+    const DecodeBlock& block,
     float scale,
-    int request_idx,
-    int kv_head_idx,
-    int row_begin,
-    int context_len,
     int tile_begin,
     int tile_end,
     unsigned char* shared) {
+  const PagedGeometry& geo = block.geo;
+  const int request_idx = block.request_idx;
+  const int kv_head_idx = block.kv_head_idx;
   using L = DecodeMmaLayout<T, HEAD_DIM, STAGES>;
   constexpr int TILE = L::TILE_TOKENS;
 
@@ -67,8 +63,7 @@ __device__ void decode_walk_mma(
   const int group_idx = lane_idx / 4;
   const int pair_idx = lane_idx % 4;
   const QueryRow rows[2] = {
-      query_row(geo, request_idx, kv_head_idx, row_begin + group_idx, context_len, CAUSAL),
-      query_row(geo, request_idx, kv_head_idx, row_begin + group_idx + 8, context_len, CAUSAL)};
+      block.row(group_idx, CAUSAL), block.row(group_idx + 8, CAUSAL)};
 
   // ---- Query fragments (raw; the scale is applied to the float32 scores) -----
   unsigned q_frag[L::QK_CHUNKS][4];
@@ -112,7 +107,7 @@ __device__ void decode_walk_mma(
         TILE,
         tiles_per_page,
         geo.page_size,
-        context_len);
+        block.context_len);
   };
 
   // All lanes copy the local-th tile's K and V rows into its ring stage.

@@ -27,16 +27,12 @@ require_shared_bytes(Layout::SHARED_BYTES);
 extern __shared__ __align__(16) unsigned char shared[];
 __shared__ bool merges_splits;
 
-// ---- Positions -----------------------------------------------------------------
+// ---- Positions and the scratch's regions -----------------------------------------------
 const PagedGeometry geo = make_geometry(
     query_shape.data(), key_pages_shape.data(), block_table_shape.data(), TABLE);
-const RowBlock block = row_block(geo, blockIdx.x, ROWS);
-const int request_idx = block.request_idx;
-const int kv_head_idx = block.kv_head_idx;
+const DecodeBlock block = decode_block(geo, context_lens, ROWS);
 const int split_idx = blockIdx.y;
 const int num_splits = gridDim.y;
-const int row_begin = block.row_begin;
-const int context_len = request_context(geo, context_lens, request_idx);
 const long long total_rows = static_cast<long long>(geo.batch) * geo.num_q_heads * geo.num_queries;
 const SplitScratch layout = split_scratch(
     total_rows, num_splits, HEAD_DIM, gridDim.x, static_cast<int>(sizeof(T)));
@@ -49,20 +45,15 @@ static_assert(
     "the merge's weights live in the ring's shared memory");
 
 // ---- Walk this split's tiles --------------------------------------------------------
-const TileRange tiles = split_tiles(
-    context_len, geo.page_size, Layout::TILE_TOKENS, split_idx, num_splits);
-Walker::walk(
-    query, key_pages, value_pages, block_table, geo, scale_of(SCALE_BITS),
-    request_idx, kv_head_idx, row_begin, context_len,
-    tiles.begin, tiles.end, shared);
+walk_decode_block<Walker>(
+    block, query, key_pages, value_pages, block_table, scale_of(SCALE_BITS), split_idx, num_splits, shared);
 
 // ---- Store the unnormalised partial state --------------------------------------------
 const typename Layout::Merge merge(shared);
 for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += blockDim.x) {
   const int r = idx / HEAD_DIM;
   const int dim = idx % HEAD_DIM;
-  const QueryRow row = query_row(
-      geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
+  const QueryRow row = block.row(r, CAUSAL);
   if (row.valid) {
     const MergedState s = merge.merged(r, dim);
     float* entry = partial + ((row.offset / HEAD_DIM) * num_splits + split_idx) * ENTRY;
@@ -96,8 +87,7 @@ float* weights = reinterpret_cast<float*>(shared); // [ROWS][MAX_MERGED_SPLITS]
 float* inv_totals = weights + ROWS * MAX_MERGED_SPLITS; // [ROWS]
 const int lane_idx = threadIdx.x % WARP_LANES;
 for (int r = threadIdx.x / WARP_LANES; r < ROWS; r += DECODE_WARPS) {
-  const QueryRow row = query_row(
-      geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
+  const QueryRow row = block.row(r, CAUSAL);
   if (!row.valid) {
     continue;
   }
@@ -137,8 +127,7 @@ using Vec = typename MergeLoad<VEC>::type;
 for (int idx = threadIdx.x; idx < ROWS * GROUPS; idx += blockDim.x) {
   const int r = idx / GROUPS;
   const int dim = (idx % GROUPS) * VEC;
-  const QueryRow row = query_row(
-      geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
+  const QueryRow row = block.row(r, CAUSAL);
   if (!row.valid) {
     continue;
   }

@@ -42,12 +42,9 @@ struct DecodeLayout {
   // Dims covered by one token group (>= HEAD_DIM).
   static constexpr int ACC_ELEMS = LANES_PER_TOKEN * DIMS_PER_LANE;
   static constexpr int STAGE_ELEMS = 2 * TILE_TOKENS * ROW_ELEMS;
-  static constexpr int RING_BYTES = DECODE_WARPS * DECODE_STAGES *
-      STAGE_ELEMS * static_cast<int>(sizeof(T));
-  using Merge = DecodeMerge<ROWS, ACC_ELEMS>;
-  static constexpr int MERGE_BYTES = Merge::BYTES;
-  static constexpr int SHARED_BYTES =
-      RING_BYTES > MERGE_BYTES ? RING_BYTES : MERGE_BYTES;
+  using Shared = DecodeShared<T, STAGE_ELEMS, DECODE_STAGES, ROWS, ACC_ELEMS>;
+  using Merge = typename Shared::Merge;
+  static constexpr int SHARED_BYTES = Shared::SHARED_BYTES;
 };
 
 template <typename T, int HEAD_DIM, int ROWS, bool CAUSAL>
@@ -56,15 +53,14 @@ __device__ void decode_walk(
     const T* key_pages,
     const T* value_pages,
     const int32_t* block_table,
-    const PagedGeometry& geo,
+    const DecodeBlock& block,
     float scale,
-    int request_idx,
-    int kv_head_idx,
-    int row_begin,
-    int context_len,
     int tile_begin,
     int tile_end,
     unsigned char* shared) {
+  const PagedGeometry& geo = block.geo;
+  const int request_idx = block.request_idx;
+  const int kv_head_idx = block.kv_head_idx;
   using L = DecodeLayout<T, HEAD_DIM, ROWS>;
   constexpr int DPL = L::DIMS_PER_LANE;
   constexpr int VPL = L::VECS_PER_LANE;
@@ -83,8 +79,7 @@ __device__ void decode_walk(
   int key_limit[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
-    const QueryRow row = query_row(
-        geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
+    const QueryRow row = block.row(r, CAUSAL);
     key_limit[r] = row.key_limit;
 #pragma unroll
     for (int e = 0; e < DPL; ++e) {
@@ -124,7 +119,7 @@ __device__ void decode_walk(
         L::TILE_TOKENS,
         tiles_per_page,
         geo.page_size,
-        context_len);
+        block.context_len);
   };
 
   // Copy the local-th tile of this warp into its ring stage; slots past the

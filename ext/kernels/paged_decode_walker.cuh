@@ -51,6 +51,25 @@ __device__ __forceinline__ TileRange split_tiles(
   return range;
 }
 
+// The walk of paged_decode and paged_decode_split: the block's share
+// split_idx of num_splits of its context (one share: the whole context),
+// leaving the warps' states in DecodeMerge's shared layout.
+template <typename Walker, typename T>
+__device__ __forceinline__ void walk_decode_block(
+    const DecodeBlock& block,
+    const T* query,
+    const T* key_pages,
+    const T* value_pages,
+    const int32_t* block_table,
+    float scale,
+    int split_idx,
+    int num_splits,
+    unsigned char* shared) {
+  const TileRange tiles = split_tiles(
+      block.context_len, block.geo.page_size, Walker::Layout::TILE_TOKENS, split_idx, num_splits);
+  Walker::walk(query, key_pages, value_pages, block_table, block, scale, tiles.begin, tiles.end, shared);
+}
+
 } // namespace pagecheck
 
 #endif // PAGECHECK_PAGED_DECODE_WALKER_CUH

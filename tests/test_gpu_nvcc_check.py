@@ -1,0 +1,48 @@
+"""gpu_nvcc_check's pieces that need no nvcc: the kernel wrapper and the machine-code digest."""
+
+import struct
+
+from pagecheck import gpu_nvcc_check
+
+
+def tiny_elf(sections: list[tuple[str, bytes]]) -> bytes:
+    """A 64-bit little-endian ELF file holding only these sections (after the null one) and their names."""
+    names = b"\0" + b"".join(name.encode() + b"\0" for name, _ in sections) + b".shstrtab\0"
+    body, headers, at = b"", [(0, 0, 0, 0)], 64
+    name_at = 1
+    for name, data in sections:
+        headers.append((name_at, 1, at + len(body), len(data)))
+        body += data
+        name_at += len(name) + 1
+    headers.append((name_at, 3, at + len(body), len(names)))
+    body += names
+    shoff = at + len(body)
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    elf_header = ident + struct.pack("<HHIQQQIHHHHHH", 1, 190, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(headers),
+                                     len(headers) - 1)
+    table = b"".join(struct.pack("<IIQQQQIIQQ", n, kind, 0, 0, off, size, 0, 0, 1, 0) for n, kind, off, size in headers)
+    return elf_header + body + table
+
+
+def test_text_sections_are_read_by_name():
+    elf = tiny_elf([(".text.kernel", b"\x01\x02\x03"), (".note.id", b"random"), (".text.other", b"\x04")])
+    assert gpu_nvcc_check.text_sections(elf) == [(".text.kernel", b"\x01\x02\x03"), (".text.other", b"\x04")]
+
+
+def test_the_digest_follows_the_code_and_ignores_the_rest(tmp_path):
+    def digest(*sections):
+        path = tmp_path / "k.cubin"
+        path.write_bytes(tiny_elf(list(sections)))
+        return gpu_nvcc_check.code_digest(path)
+
+    same = digest((".text.k", b"\x01\x02"), (".note.id", b"run 1"))
+    assert same == digest((".text.k", b"\x01\x02"), (".note.id", b"run 2"))
+    assert same != digest((".text.k", b"\x01\x03"), (".note.id", b"run 1"))
+
+
+def test_every_variant_wraps_its_kernel_in_a_signature():
+    variants = gpu_nvcc_check.variants()
+    assert {v.stem for v in variants} == {"paged_decode", "paged_decode_split", "paged_prefill", "paged_prefill_mma"}
+    split = next(v for v in variants if v.stem == "paged_decode_split")
+    source = gpu_nvcc_check.wrap(split)
+    assert "float* scratch" in source and "kernel_under_test" in source
