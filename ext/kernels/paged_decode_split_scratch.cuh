@@ -14,10 +14,16 @@
 // One output means one fill (the fill is what gives a custom kernel's output
 // device memory) and the last split block of each column merges the splits
 // itself, so a split call is one fill and one kernel instead of two of each.
-// The host mirrors: gpu_split_scratch (ext/src/common/gpu_plan.cpp) and
-// split_scratch (pagecheck/gpu_kernels.py).
+// The C++ op plans with this very header (ext/src/common/gpu_plan.cpp includes
+// it; only the layout is plain C++); pagecheck/gpu_kernels.py mirrors it.
 #ifndef PAGECHECK_PAGED_DECODE_SPLIT_SCRATCH_CUH
 #define PAGECHECK_PAGED_DECODE_SPLIT_SCRATCH_CUH
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define PAGECHECK_HOST_DEVICE __host__ __device__
+#else
+#define PAGECHECK_HOST_DEVICE
+#endif
 
 namespace pagecheck {
 
@@ -27,10 +33,11 @@ constexpr int MAX_MERGED_SPLITS = 64;
 
 // Words per partial entry: D + 2 rounded up to 4, so every entry starts
 // 16-byte aligned and the merge reads it as float4.
-__host__ __device__ constexpr int partial_entry(int head_dim) {
+PAGECHECK_HOST_DEVICE constexpr int partial_entry(int head_dim) {
   return (head_dim + 2 + 3) / 4 * 4;
 }
 
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 // What the merge reads per load: float4 where the head dim allows it.
 template <int VEC>
 struct MergeLoad {
@@ -40,6 +47,7 @@ template <>
 struct MergeLoad<4> {
   using type = float4;
 };
+#endif
 
 struct SplitScratch {
   long long partial_words;
@@ -50,7 +58,7 @@ struct SplitScratch {
   long long total_words;
 };
 
-__device__ __forceinline__ SplitScratch split_scratch(
+PAGECHECK_HOST_DEVICE inline SplitScratch split_scratch(
     long long rows,
     int splits,
     int head_dim,

@@ -118,12 +118,7 @@ int choose_splits(int64_t blocks, int64_t capacity, int resident) {
 
 SplitScratch gpu_split_scratch(const AttentionShape& shape, int splits, int64_t blocks, int itemsize) {
   const int64_t rows = static_cast<int64_t>(shape.batch) * shape.num_q_heads * shape.query_len;
-  SplitScratch s;
-  s.counters = rows * splits * ((shape.head_dim + 2 + 3) / 4 * 4); // partial_entry(D)
-  s.base = s.counters + blocks;
-  s.out_begin = ceil_div(s.base + 1, 4) * 4;
-  s.total_words = s.out_begin + ceil_div(rows * shape.head_dim * itemsize, 4);
-  return s;
+  return split_scratch(rows, splits, shape.head_dim, blocks, itemsize);
 }
 
 void check_gpu_shape(const AttentionShape& shape) {

@@ -13,6 +13,7 @@
 
 #include "common/attention_shape.h"
 #include "mlx/array.h"
+#include "paged_decode_split_scratch.cuh"
 
 namespace pagecheck {
 
@@ -38,17 +39,9 @@ struct GpuPlan {
   int64_t out_begin_words = 0; // where the output starts inside the split scratch
 };
 
-// The split decode's scratch in float32 words, as paged_decode_split_scratch.cuh
-// lays it out: partial states [R, S, D + 2 rounded up to 4] (R = B * H_q * L), one counter per
-// block column from `counters`, the fill value at `base`, then the attention
-// output from `out_begin` (16-byte aligned) to `total_words`.
-struct SplitScratch {
-  int64_t counters = 0;
-  int64_t base = 0;
-  int64_t out_begin = 0;
-  int64_t total_words = 0;
-};
-
+// The split decode's scratch in float32 words: split_scratch of the kernel
+// header itself (partial states, one counter per block column, the fill
+// value, the 16-byte aligned output).
 SplitScratch gpu_split_scratch(const AttentionShape& shape, int splits, int64_t blocks, int itemsize);
 
 // `tensor_cores_available`: false where no mma kernels exist (Metal).
