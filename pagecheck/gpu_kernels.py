@@ -11,6 +11,7 @@ ext/src's GPU dispatch; both follow the layouts documented in the kernels.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -275,6 +276,11 @@ def plan_launch(
 # ---- Launch ---------------------------------------------------------------------
 
 
+def split_output(scratch: mx.array, plan: LaunchPlan, shape: tuple[int, ...], dtype: mx.Dtype) -> mx.array:
+    """The attention output inside the split kernel's scratch: a view of its out region, no copy."""
+    return scratch[plan.out_begin_words:].view(dtype)[: math.prod(shape)].reshape(shape)
+
+
 def paged_attention(
     query: mx.array,
     key_pages: mx.array,
@@ -337,10 +343,9 @@ def paged_attention(
         if plan.schedule == "decode":
             return launch("paged_decode", plan.shared_bytes, inputs, template, (plan.blocks, 1),
                           query.shape, query.dtype)
-        # The kernel merges the splits into the scratch's out region: the output is a view of it.
         scratch = launch("paged_decode_split", plan.shared_bytes, inputs, template, (plan.blocks, plan.splits),
                          (plan.scratch_words,), mx.float32)
-        return scratch[plan.out_begin_words:].view(query.dtype)[: query.size].reshape(query.shape)
+        return split_output(scratch, plan, query.shape, query.dtype)
     if plan.schedule == "prefill_mma":
         template = [
             ("T", query.dtype), ("HEAD_DIM", head_dim), ("KEY_TILE", plan.key_tile), ("CAUSAL", causal),

@@ -70,3 +70,20 @@ def test_bad_plan_arguments_are_value_errors() -> None:
         ext.gpu_launch_plan(1, 30, 1, 128, 8, 128, 8, "float32")
     with pytest.raises(ValueError, match="head dim D = 512"):
         ext.gpu_launch_plan(1, 32, 1, 512, 8, 128, 8, "float32")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_output_is_read_from_the_scratch_out_region(dtype: str) -> None:
+    # Lay out a scratch as the kernel would (poisoned partials and counters, the output from out_begin) and
+    # read it back through the launcher's view, on any device.
+    shape = (3, 12, 1, 96)
+    plan = gpu_kernels.plan_launch(shape, getattr(mx, dtype), 4, 16, 64, schedule="split", num_splits=5)
+    want = mx.random.normal(shape).astype(getattr(mx, dtype))
+    words = want.reshape(-1).view(mx.uint8)
+    head = mx.full((plan.out_begin_words * 4,), 0xFF, dtype=mx.uint8)
+    tail = mx.zeros((plan.scratch_words * 4 - head.size - words.size,), dtype=mx.uint8)
+    scratch = mx.concatenate([head, words, tail]).view(mx.float32)
+    assert scratch.size == plan.scratch_words
+    got = gpu_kernels.split_output(scratch, plan, shape, getattr(mx, dtype))
+    assert got.shape == shape and got.dtype == getattr(mx, dtype)
+    assert mx.array_equal(got, want).item()
