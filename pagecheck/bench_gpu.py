@@ -180,8 +180,7 @@ def gpu_chain(calls: Callable[[mx.array | None, int], mx.array], count: int) -> 
 
 def gpu_seconds(calls: Callable[[mx.array | None, int], mx.array], count: int) -> float:
     """GPU seconds of kernels per link of `count` chained calls (NaN when no kernel was seen)."""
-    busy = gpu_chain(calls, count)["busy_us"]
-    return float("nan") if busy is None else busy / 1e6
+    return gpu_clock.busy_seconds(gpu_chain(calls, count))
 
 
 def kv_bytes_of(batch: int, context: int) -> int:
@@ -287,8 +286,7 @@ def time_torch(call: Callable[[int], Any], num_sets: int, use_gpu_clock: bool) -
             run()
             torch.cuda.synchronize()
 
-        busy = gpu_clock.summarize(gpu_clock.kernel_events(replayed), count)["busy_us"]
-        gpu = float("nan") if busy is None else busy / 1e6
+        gpu = gpu_clock.busy_seconds(gpu_clock.summarize(gpu_clock.kernel_events(replayed), count))
     return per_call, min(runs), gpu, how
 
 

@@ -48,3 +48,9 @@ def summarize(events: list[Event], calls: int) -> dict[str, Any]:
     busy = sum(end - start for _, start, end in events) / calls
     span = (events[-1][2] - events[0][1]) / calls
     return {"kernels": kernels, "busy_us": busy, "span_us": span}
+
+
+def busy_seconds(summary: dict[str, Any]) -> float:
+    """A summary's busy time per call in seconds; NaN when the trace saw no kernel."""
+    busy = summary["busy_us"]
+    return float("nan") if busy is None else busy / 1e6

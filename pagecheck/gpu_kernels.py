@@ -207,24 +207,13 @@ class LaunchPlan:
     out_begin_words: int = 0  # where the output starts inside it
 
 
-@dataclass(frozen=True)
-class SplitScratch:
-    """The split decode's one float32 output, in words (paged_decode_split_scratch.cuh):
-    partial states [R, S, D + 2 rounded up to 4] (R = B * H_q * L) from 0, one counter per block column
-    from `counters`, the fill value at `base`, the attention output from `out_begin`
-    (16-byte aligned) to `total_words`."""
-
-    counters: int
-    base: int
-    out_begin: int
-    total_words: int
-
-
-def split_scratch(rows: int, splits: int, head_dim: int, blocks: int, itemsize: int) -> SplitScratch:
-    counters = rows * splits * (-(-(head_dim + 2) // 4) * 4)
-    base = counters + blocks
-    out_begin = -(-(base + 1) // 4) * 4
-    return SplitScratch(counters, base, out_begin, out_begin + -(-(rows * head_dim * itemsize) // 4))
+def split_scratch(rows: int, splits: int, head_dim: int, blocks: int, itemsize: int) -> tuple[int, int]:
+    """(out_begin, total_words) of the split decode's one float32 output (paged_decode_split_scratch.cuh):
+    partial states [R, S, D + 2 rounded up to 4] (R = B * H_q * L) from 0, one counter per block column,
+    the fill value, then the attention output from out_begin (16-byte aligned)."""
+    fill_word = rows * splits * (-(-(head_dim + 2) // 4) * 4) + blocks
+    out_begin = -(-(fill_word + 1) // 4) * 4
+    return out_begin, out_begin + -(-(rows * head_dim * itemsize) // 4)
 
 
 def plan_launch(
@@ -260,9 +249,10 @@ def plan_launch(
     if schedule == "decode":
         return LaunchPlan(schedule, mma, rows, decode_blocks, 1, shared_bytes, 0, mma_stages)
     if schedule == "split":
-        scratch = split_scratch(batch * num_q_heads * num_queries, splits, head_dim, decode_blocks, itemsize)
-        return LaunchPlan(schedule, mma, rows, decode_blocks, splits, shared_bytes, 0, mma_stages,
-                          scratch.total_words, scratch.out_begin)
+        out_begin, total_words = split_scratch(batch * num_q_heads * num_queries, splits, head_dim, decode_blocks,
+                                               itemsize)
+        return LaunchPlan(schedule, mma, rows, decode_blocks, splits, shared_bytes, 0, mma_stages, total_words,
+                          out_begin)
     prefill_blocks = batch * num_kv_heads * -(-group_rows // PREFILL_ROW_TILE)
     if schedule == "prefill_mma":
         if not takes_mma(dtype, head_dim):

@@ -1,11 +1,11 @@
 """Where a chained call's device time goes: every GPU kernel of the call, timed by the GPU.
 
-bench_gpu's kernel-only time is wall time over many chained calls, so it
-cannot tell a slow kernel from gaps between kernels or from extra kernels
-(output fills, the split reduce, the chain's own add). This program runs the
-same chained calls under PyTorch's profiler, whose CUPTI tracing records
-every kernel launched in the process (MLX's included) with the GPU's own
-start and end times, and prints per variant and shape:
+bench_gpu reports one kernel time per call; this program breaks it down. It
+runs the same chained calls under PyTorch's profiler, whose CUPTI tracing
+records every kernel launched in the process (MLX's included) with the GPU's
+own start and end times, so a slow kernel shows apart from extra kernels
+(output fills, the chain's own multiply and add) and from gaps between
+kernels. Per variant and shape it prints:
 
 - each kernel name: launches per call and mean duration,
 - busy: the summed kernel time per call,

@@ -1,6 +1,7 @@
 """gpu_profile's pieces that need no GPU: shape parsing and the per-call summary."""
 
 import argparse
+import math
 
 import pytest
 
@@ -77,3 +78,4 @@ def test_gpu_seconds_reads_the_traced_kernels_per_link(monkeypatch):
     assert bench_gpu.gpu_seconds(link, 5) == pytest.approx(4e-6)
     monkeypatch.setattr(gpu_clock, "kernel_events", lambda run: [])
     assert bench_gpu.gpu_chain(link, 5)["busy_us"] is None
+    assert math.isnan(bench_gpu.gpu_seconds(link, 5))  # no kernel seen: no GPU-clock figure

@@ -116,11 +116,6 @@ int choose_splits(int64_t blocks, int64_t capacity, int resident) {
 
 } // namespace
 
-SplitScratch gpu_split_scratch(const AttentionShape& shape, int splits, int64_t blocks, int itemsize) {
-  const int64_t rows = static_cast<int64_t>(shape.batch) * shape.num_q_heads * shape.query_len;
-  return split_scratch(rows, splits, shape.head_dim, blocks, itemsize);
-}
-
 void check_gpu_shape(const AttentionShape& shape) {
   if (shape.head_dim > kMaxHeadDim) {
     std::ostringstream message;
@@ -146,7 +141,8 @@ GpuPlan plan_gpu_call(const AttentionShape& shape, mx::Dtype dtype, bool tensor_
         choose_splits(plan.blocks, static_cast<int64_t>(shape.pages_per_request) * shape.page_size, resident);
     plan.schedule = plan.splits > 1 ? GpuSchedule::kSplitDecode : GpuSchedule::kDecode;
     if (plan.splits > 1) {
-      const SplitScratch scratch = gpu_split_scratch(shape, plan.splits, plan.blocks, itemsize);
+      const int64_t rows = static_cast<int64_t>(shape.batch) * shape.num_q_heads * shape.query_len;
+      const SplitScratch scratch = split_scratch(rows, plan.splits, shape.head_dim, plan.blocks, itemsize);
       plan.scratch_words = scratch.total_words;
       plan.out_begin_words = scratch.out_begin;
     }

@@ -35,14 +35,12 @@ struct GpuPlan {
   int splits = 1; // context splits of the split decode
   int shared_bytes = 0; // dynamic shared memory of the main kernel
   int key_tile = 0; // key tile of the tensor-core prefill
-  int64_t scratch_words = 0; // float32 words of the split scratch, 0 unless split
-  int64_t out_begin_words = 0; // where the output starts inside the split scratch
+  // The split scratch (split_scratch of paged_decode_split_scratch.cuh, the
+  // kernel's own layout): its float32 words, 0 unless split, and where the
+  // output starts inside it.
+  int64_t scratch_words = 0;
+  int64_t out_begin_words = 0;
 };
-
-// The split decode's scratch in float32 words: split_scratch of the kernel
-// header itself (partial states, one counter per block column, the fill
-// value, the 16-byte aligned output).
-SplitScratch gpu_split_scratch(const AttentionShape& shape, int splits, int64_t blocks, int itemsize);
 
 // `tensor_cores_available`: false where no mma kernels exist (Metal).
 GpuPlan plan_gpu_call(const AttentionShape& shape, mlx::core::Dtype dtype, bool tensor_cores_available);
