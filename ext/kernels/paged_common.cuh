@@ -307,7 +307,6 @@ __device__ __forceinline__ DecodeBlock decode_block(
                      request_context(geo, context_lens, rows.request_idx)};
 }
 
-
 // The end of the key positions the query rows [row_first, row_first +
 // row_tile) need: the context, cut after the causal limit of the last row
 // (rows are position-major, so the last row sees the most).
