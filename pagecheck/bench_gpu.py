@@ -360,7 +360,7 @@ def kernel_time(wall: float, gpu: float) -> tuple[float, str]:
 
 def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: float, use_torch: bool,
                 extension_paged_attention: Callable[..., mx.array] | None,
-                mma_stages: tuple[int, ...] = (), splits: tuple[int, ...] = ()) -> list[Row]:
+                mma_stages: tuple[int, ...] = (), splits: tuple[int, ...] = (), bulk: bool = False) -> list[Row]:
     kv_bytes = kv_bytes_of(batch, context)
     # Each variant reads one copy of K/V per call (pages or dense).
     sets = input_sets(batch, queries, context)
@@ -369,10 +369,11 @@ def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: floa
     scale = HEAD_DIM**-0.5
 
     def paged(schedule: str | None = None, mma: bool | None = None, stages: int = gpu_kernels.DECODE_MMA_STAGES,
-              splits: int | None = None) -> Callable[[InputSet, mx.array], mx.array]:
+              splits: int | None = None, bulk: bool = False) -> Callable[[InputSet, mx.array], mx.array]:
         return lambda s, q: gpu_kernels.paged_attention(
             q, s.key_pages, s.value_pages, s.block_table, s.context_lens, PAGE_SIZE,
             scale=scale, mask=mask, schedule=schedule, mma=mma, mma_stages=stages, num_splits=splits,
+            mma_bulk=bulk,
         )
 
     def sdpa(q: mx.array, k: mx.array, v: mx.array) -> mx.array:
@@ -386,6 +387,9 @@ def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: floa
             variants.append(("paged[one pass]", paged("decode")))
         variants.append(("paged[cuda cores]", paged(mma=False)))
         variants += [(f"paged[stages {n}]", paged(stages=n)) for n in mma_stages]
+        if bulk:
+            variants += [(f"paged[bulk copies, stages {n}]", paged(stages=n, bulk=True))
+                         for n in sorted({gpu_kernels.DECODE_MMA_STAGES, *mma_stages})]
         variants += [(f"paged[splits {n}]", paged(schedule="decode" if n == 1 else "split", splits=n))
                      for n in splits if n <= max(1, context // gpu_kernels.MIN_SPLIT_POSITIONS)]
     if extension_paged_attention is not None:
@@ -484,6 +488,7 @@ def run_gpu_bench(
     mma_stages: tuple[int, ...] = (),
     splits: tuple[int, ...] = (),
     on_shape: Callable[[int, int, list[Row]], None] | None = None,
+    bulk: bool = False,
 ) -> dict[str, Any]:
     """Every shape's rows as a JSON-ready document ({"configuration", "copy_tb_per_s", "rows"}; None
     where a number needs torch and torch is left out). `on_shape(done, total, rows)` after each shape."""
@@ -491,7 +496,7 @@ def run_gpu_bench(
     rows: list[Row] = []
     for done, (kind, batch, queries, context) in enumerate(shapes, start=1):
         found = bench_shape(kind, batch, queries, context, copy_bw, use_torch, extension_paged_attention, mma_stages,
-                            splits)
+                            splits, bulk)
         rows += found
         if on_shape is not None:
             on_shape(done, len(shapes), found)
@@ -513,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="extra decode rows with these copy-ring depths of the tensor-core walk, e.g. 3,4")
     parser.add_argument("--splits", type=int_list("splits"), default=(), metavar="N,N",
                         help="extra decode rows with the context split these many ways, e.g. 1,2,4")
+    parser.add_argument("--bulk", action="store_true",
+                        help="extra decode rows whose tensor-core ring is filled by bulk (TMA) copies, sm_90+")
     args = parser.parse_args(argv)
     mma_stages, splits = args.mma_stages, args.splits
     if not mx.cuda.is_available():
@@ -522,7 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"extension not importable, its row is left out: {why}")
     document = run_gpu_bench(bench_shapes(args.quick, args.only), not args.no_torch, paged_op,
-                             mma_stages, splits, on_shape=lambda done, total, found: print_rows(found))
+                             mma_stages, splits, on_shape=lambda done, total, found: print_rows(found),
+                             bulk=args.bulk)
     copy = document["copy_tb_per_s"]
     print(f"\ncopy bandwidth {copy:.2f} TB/s (read + write)" if copy else "\ncopy bandwidth not measured (no torch)")
     print("summary")

@@ -136,7 +136,7 @@ def reference_output(layout: PagedLayout, scale: float | None) -> np.ndarray:
 
 
 def run_layout(label: str, layout: PagedLayout, want: np.ndarray, runs: tuple[Run, ...], scale: float | None,
-               kwargs: dict[str, Any] | None = None) -> list[Outcome]:
+               kwargs: dict[str, Any] | None = None, bulk: bool = False) -> list[Outcome]:
     import mlx.core as mx
 
     from pagecheck import gpu_kernels
@@ -150,14 +150,15 @@ def run_layout(label: str, layout: PagedLayout, want: np.ndarray, runs: tuple[Ru
             continue
         start = time.perf_counter()
         got = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, num_splits=splits, mma=mma,
-                                          poison_output=True)
+                                          mma_bulk=bulk, poison_output=True)
         mx.eval(got)
         seconds = time.perf_counter() - start
         result = compare(got, want, layout.dtype)
         extra: dict[str, Any] = {}
         passed = result.passed
         if schedule == "split":
-            again = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, num_splits=splits, mma=mma)
+            again = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, num_splits=splits, mma=mma,
+                                                mma_bulk=bulk)
             same = bool(mx.array_equal(got, again, equal_nan=True).item())
             extra["repeatable"] = same
             passed = passed and same
@@ -169,7 +170,7 @@ def run_layout(label: str, layout: PagedLayout, want: np.ndarray, runs: tuple[Ru
     return outcomes
 
 
-def big_pool_outcomes(rng: np.random.Generator, filler: int = (1 << 20) - 4) -> list[Outcome]:
+def big_pool_outcomes(rng: np.random.Generator, filler: int = (1 << 20) - 4, bulk: bool = False) -> list[Outcome]:
     """Pages at ids from `filler` on; the default gives ids near 2**20 in a pool of more
     than 2**31 elements (float16, 4 GiB per pool)."""
     import mlx.core as mx
@@ -191,7 +192,7 @@ def big_pool_outcomes(rng: np.random.Generator, filler: int = (1 << 20) - 4) -> 
         ("decode", None, False), ("split", 4, False), ("decode", None, True), ("split", 4, True),
         ("prefill_mma", None, None), ("prefill", None, None),
     )
-    return run_layout(label, small, small.reference_output(), runs, None, kwargs)
+    return run_layout(label, small, small.reference_output(), runs, None, kwargs, bulk)
 
 
 def print_table(outcomes: list[Outcome]) -> None:
@@ -210,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="write every outcome to this JSON file")
     parser.add_argument("--seed", type=int, default=20240)
     parser.add_argument("--no-big-pool", action="store_true")
+    parser.add_argument("--only", choices=("decode", "prefill"), default=None, help="one kind of case")
+    parser.add_argument("--bulk", action="store_true",
+                        help="tensor-core decode runs fill their ring with bulk (TMA) copies, sm_90+")
     args = parser.parse_args(argv)
 
     import mlx.core as mx
@@ -219,7 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rng = np.random.default_rng(args.seed)
     dtypes = args.dtypes.split(",")
-    cases = [case for case in decode_cases() + prefill_cases() if case.dtype in dtypes]
+    kinds = {"decode": decode_cases, "prefill": prefill_cases}
+    cases = [case for kind, make in kinds.items() if args.only in (None, kind) for case in make()
+             if case.dtype in dtypes]
     layouts = [layout_for(case, rng) for case in cases]
     outcomes: list[Outcome] = []
     # The float64 reference is the slow part; worker processes (spawned, so
@@ -228,14 +234,14 @@ def main(argv: list[str] | None = None) -> int:
         wants = [pool.submit(reference_output, layout, case.scale) for case, layout in zip(cases, layouts)]
         for case, layout, want in zip(cases, layouts, wants):
             try:
-                found = run_layout(case.label, layout, want.result(), case.runs, case.scale)
+                found = run_layout(case.label, layout, want.result(), case.runs, case.scale, bulk=args.bulk)
             except Exception as err:  # a kernel that fails to compile or launch is a failed check
                 found = [Outcome(case.label, "error", None, False, repr(err), float("nan"), float("nan"), 0.0)]
             print_table(found)
             outcomes += found
     if "float16" in dtypes and not args.no_big_pool:
         try:
-            big = big_pool_outcomes(rng)
+            big = big_pool_outcomes(rng, bulk=args.bulk)
         except Exception as err:
             big = [Outcome("big pool", "error", None, False, repr(err), float("nan"), float("nan"), 0.0)]
         print_table(big)

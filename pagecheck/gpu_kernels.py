@@ -39,12 +39,15 @@ TABLE_PAGED = 0
 # Split rule (see choose_splits): an H200 has 132 multiprocessors; a split
 # covers at least MIN_SPLIT_POSITIONS positions of the table's capacity; a
 # block's fixed cost (prologue, merge, epilogue) and the merge of the splits are
-# counted as BLOCK_COST_POSITIONS and REDUCE_COST_POSITIONS positions of work.
+# counted as BLOCK_COST_POSITIONS and MERGE_COST_POSITIONS (+ MERGE_COST_PER_SPLIT
+# per split: the last block of a column reads every split's partial) positions
+# of work. Fitted on the H200 (ext/src/common/gpu_plan.cpp says how).
 SM_COUNT = 132
 MIN_SPLIT_POSITIONS = 256
 MAX_SPLITS = 64
 BLOCK_COST_POSITIONS = 128
-REDUCE_COST_POSITIONS = 1024
+MERGE_COST_POSITIONS = 1024
+MERGE_COST_PER_SPLIT = 64
 SM_SHARED_BYTES = 228 * 1024
 SM_REGISTERS = 65536
 
@@ -55,7 +58,7 @@ SCHEDULES = ("decode", "split", "prefill", "prefill_mma")
 # The softmax scale is no input: it is the template argument SCALE_BITS.
 PAGED_INPUTS = ("query", "key_pages", "value_pages", "block_table", "context_lens")
 DECODE_HEADERS = (
-    "paged_common.cuh", "paged_mma.cuh", "paged_decode_merge.cuh", "paged_decode_walk.cuh",
+    "paged_common.cuh", "paged_mma.cuh", "paged_bulk_copy.cuh", "paged_decode_merge.cuh", "paged_decode_walk.cuh",
     "paged_decode_mma_walk.cuh", "paged_decode_walker.cuh", "paged_decode_split_scratch.cuh",
 )
 
@@ -66,11 +69,12 @@ class KernelSource:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     headers: tuple[str, ...]
+    directory: Path = KERNEL_DIR  # where the body lives (headers are always ext/kernels')
 
     def read(self) -> tuple[str, str]:
         """(header, body) exactly as fast::cuda_kernel receives them."""
         header = "\n".join((KERNEL_DIR / name).read_text() for name in self.headers)
-        return header, (KERNEL_DIR / f"{self.stem}.cu").read_text()
+        return header, (self.directory / f"{self.stem}.cu").read_text()
 
 
 KERNELS: dict[str, KernelSource] = {
@@ -185,8 +189,8 @@ def choose_splits(blocks: int, capacity: int, resident: int) -> int:
 
     def cost(splits: int) -> float:
         waves = -(-(blocks * splits) // slots)
-        reduce = REDUCE_COST_POSITIONS if splits > 1 else 0
-        return waves * (capacity / splits + BLOCK_COST_POSITIONS) + reduce
+        merge = MERGE_COST_POSITIONS + MERGE_COST_PER_SPLIT * splits if splits > 1 else 0
+        return waves * (capacity / splits + BLOCK_COST_POSITIONS) + merge
 
     return min(range(1, most + 1), key=lambda splits: (cost(splits), splits))
 
@@ -205,6 +209,7 @@ class LaunchPlan:
     mma_stages: int = DECODE_MMA_STAGES  # ring stages of the tensor-core decode walk
     scratch_words: int = 0  # float32 words of the split scratch (split only)
     out_begin_words: int = 0  # where the output starts inside it
+    mma_bulk: bool = False  # its ring filled by bulk copies (sm_90+) instead of cp.async
 
 
 def split_scratch(rows: int, splits: int, head_dim: int, blocks: int, itemsize: int) -> tuple[int, int]:
@@ -219,7 +224,7 @@ def split_scratch(rows: int, splits: int, head_dim: int, blocks: int, itemsize: 
 def plan_launch(
     query_shape: tuple[int, ...], dtype: mx.Dtype, num_kv_heads: int, page_size: int, table_width: int,
     schedule: str | None = None, num_splits: int | None = None, mma: bool | None = None,
-    mma_stages: int = DECODE_MMA_STAGES,
+    mma_stages: int = DECODE_MMA_STAGES, mma_bulk: bool = False,
 ) -> LaunchPlan:
     """The automatic plan, or one with the schedule, split count, decode walk or ring depth pinned."""
     if mma_stages < 2:
@@ -247,12 +252,12 @@ def plan_launch(
         raise ValueError(f"schedule={schedule!r} is not one of {SCHEDULES}")
     itemsize = dtype.size
     if schedule == "decode":
-        return LaunchPlan(schedule, mma, rows, decode_blocks, 1, shared_bytes, 0, mma_stages)
+        return LaunchPlan(schedule, mma, rows, decode_blocks, 1, shared_bytes, 0, mma_stages, mma_bulk=mma_bulk)
     if schedule == "split":
         out_begin, total_words = split_scratch(batch * num_q_heads * num_queries, splits, head_dim, decode_blocks,
                                                itemsize)
         return LaunchPlan(schedule, mma, rows, decode_blocks, splits, shared_bytes, 0, mma_stages, total_words,
-                          out_begin)
+                          out_begin, mma_bulk)
     prefill_blocks = batch * num_kv_heads * -(-group_rows // PREFILL_ROW_TILE)
     if schedule == "prefill_mma":
         if not takes_mma(dtype, head_dim):
@@ -285,6 +290,7 @@ def paged_attention(
     num_splits: int | None = None,
     mma: bool | None = None,
     mma_stages: int = DECODE_MMA_STAGES,
+    mma_bulk: bool = False,
     poison_output: bool = False,
 ) -> mx.array:
     """Paged attention on the GPU with a chosen (or the automatic) schedule.
@@ -306,7 +312,7 @@ def paged_attention(
     if query.size == 0:
         return mx.zeros(query.shape, dtype=query.dtype)
     plan = plan_launch(query.shape, query.dtype, key_pages.shape[1], page_size, block_table.shape[1],
-                       schedule, num_splits, mma, mma_stages)
+                       schedule, num_splits, mma, mma_stages, mma_bulk)
     causal = mask == "causal"
     bits = scale_bits(head_dim**-0.5 if scale is None else scale)
     inputs = [query, key_pages, value_pages, block_table.astype(mx.int32), context_lens.astype(mx.int32)]
@@ -328,7 +334,8 @@ def paged_attention(
     if plan.schedule in ("decode", "split"):
         template = [
             ("T", query.dtype), ("HEAD_DIM", head_dim), ("ROWS", plan.rows), ("CAUSAL", causal),
-            ("MMA", plan.mma), ("MMA_STAGES", plan.mma_stages), ("TABLE", TABLE_PAGED), ("SCALE_BITS", bits),
+            ("MMA", plan.mma), ("MMA_STAGES", plan.mma_stages),
+            ("MMA_BULK", plan.mma_bulk), ("TABLE", TABLE_PAGED), ("SCALE_BITS", bits),
         ]
         if plan.schedule == "decode":
             return launch("paged_decode", plan.shared_bytes, inputs, template, (plan.blocks, 1),

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pagecheck.gpu_kernels import KERNELS, KernelSource
+from pagecheck.gpu_stream_probe import PROBE_SOURCE
 
 # Stands in for MLX's JIT prelude (device/utils.cuh and friends): the names
 # the kernel bodies rely on, nothing else.
@@ -43,6 +44,7 @@ using Strides = cuda::std::array<int64_t, MAX_NDIM>;
 }
 """
 
+SOURCES = {**KERNELS, PROBE_SOURCE.stem: PROBE_SOURCE}
 CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 PAGED_INPUT_TYPES = {"block_table": "int32_t", "context_lens": "int32_t"}
 # SCALE_BITS of 0.125 (any float32 bit pattern compiles the same way).
@@ -65,14 +67,19 @@ def input_type(source: KernelSource, name: str, dtype: str) -> str:
     return PAGED_INPUT_TYPES.get(name, CUDA_TYPES[dtype])
 
 
+# Outputs that are float32 whatever the dtype: the split decode's scratch
+# (paged_decode_split_scratch.cuh) and the stream probe's checksums.
+FLOAT_OUTPUTS = ("scratch", "checksum")
+
+
 def output_type(name: str, dtype: str) -> str:
     # The split decode's scratch is float32 words whatever the dtype (paged_decode_split_scratch.cuh).
-    return "float" if name == "scratch" else CUDA_TYPES[dtype]
+    return "float" if name in FLOAT_OUTPUTS else CUDA_TYPES[dtype]
 
 
 def wrap(variant: Variant) -> str:
     """The translation unit MLX would build for this variant."""
-    source = KERNELS[variant.stem]
+    source = SOURCES[variant.stem]
     header, body = source.read()
     params = []
     for name in source.inputs:
@@ -102,21 +109,23 @@ def variants() -> list[Variant]:
             for rows in (1, 4, 8):
                 for stem in ("paged_decode", "paged_decode_split"):
                     template = (("HEAD_DIM", head_dim), ("ROWS", rows), ("CAUSAL", True), ("MMA", False),
-                                ("MMA_STAGES", 2), ("TABLE", 0), SCALE)
+                                ("MMA_STAGES", 2), ("MMA_BULK", False), ("TABLE", 0), SCALE)
                     out.append(Variant(stem, dtype, template))
             out.append(Variant("paged_prefill", dtype, (("HEAD_DIM", head_dim), ("CAUSAL", True), ("TABLE", 0), SCALE)))
     for dtype in ("bfloat16", "float16"):
         for head_dim in (128, 64, 48, 16):
             for stem in ("paged_decode", "paged_decode_split"):
-                for stages in (2, 3, 4):
+                for stages, bulk in ((2, False), (3, False), (4, False), (3, True)):
                     template = (("HEAD_DIM", head_dim), ("ROWS", 16), ("CAUSAL", True), ("MMA", True),
-                                ("MMA_STAGES", stages), ("TABLE", 0), SCALE)
+                                ("MMA_STAGES", stages), ("MMA_BULK", bulk), ("TABLE", 0), SCALE)
                     out.append(Variant(stem, dtype, template))
             for key_tile in (16, 32, 64):
                 out.append(
                     Variant("paged_prefill_mma", dtype,
                             (("HEAD_DIM", head_dim), ("KEY_TILE", key_tile), ("CAUSAL", True), ("TABLE", 0), SCALE))
                 )
+    out += [Variant(PROBE_SOURCE.stem, "bfloat16", (("HEAD_DIM", 128), ("STAGES", 3), ("MODE", mode)))
+            for mode in (0, 1, 2)]
     return out
 
 

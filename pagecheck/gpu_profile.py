@@ -68,20 +68,22 @@ Call = Callable[[bench_gpu.InputSet, mx.array], mx.array]
 def variants() -> dict[str, Call]:
     scale = bench_gpu.HEAD_DIM**-0.5
 
-    def paged(s: bench_gpu.InputSet, q: mx.array, table: mx.array) -> mx.array:
+    def paged(s: bench_gpu.InputSet, q: mx.array, table: mx.array, bulk: bool = False) -> mx.array:
         return gpu_kernels.paged_attention(q, s.key_pages, s.value_pages, table, s.context_lens,
-                                           bench_gpu.PAGE_SIZE, scale=scale)
+                                           bench_gpu.PAGE_SIZE, scale=scale, mma_bulk=bulk)
 
     tables: dict[int, mx.array] = {}
 
-    def paged_in_order(s: bench_gpu.InputSet, q: mx.array) -> mx.array:
+    def ordered(s: bench_gpu.InputSet) -> mx.array:
         if id(s) not in tables:
             tables[id(s)] = in_order_table(s)
-        return paged(s, q, tables[id(s)])
+        return tables[id(s)]
 
     found: dict[str, Call] = {
         "paged": lambda s, q: paged(s, q, s.block_table),
-        "paged[pages in order]": paged_in_order,
+        "paged[pages in order]": lambda s, q: paged(s, q, ordered(s)),
+        "paged[bulk copies]": lambda s, q: paged(s, q, s.block_table, bulk=True),
+        "paged[bulk copies in order]": lambda s, q: paged(s, q, ordered(s), bulk=True),
     }
     op, _ = bench_gpu.extension_paged_attention()
     if op is not None:
@@ -96,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", type=parse_shapes, default=parse_shapes(DEFAULT_SHAPES), metavar="BxCTX,...",
                         help=f"decode shapes (default {DEFAULT_SHAPES})")
     parser.add_argument("--variants", default="paged,mlx_sdpa", metavar="NAME,...",
-                        help="which calls to trace: paged, 'paged[pages in order]', 'paged[ext op]', mlx_sdpa "
-                             "(default paged,mlx_sdpa)")
+                        help="which calls to trace: paged, 'paged[pages in order]', 'paged[bulk copies]', "
+                             "'paged[bulk copies in order]', 'paged[ext op]', mlx_sdpa (default paged,mlx_sdpa)")
     parser.add_argument("--calls", type=int, default=200, help="chained calls per trace (default 200)")
     parser.add_argument("--json", default=None, help="also write the summaries here")
     args = parser.parse_args(argv)
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             found = chain_only if call is None else profile_chain(call, sets, args.calls)
             busy, span = found["busy_us"], found["span_us"]
             tb = f"{kv_bytes / busy / 1e6:.2f} TB/s busy" if busy else "no kernels seen"
-            print(f"B {batch:3d} ctx {context:6d} {name:14s} busy {busy or 0:8.1f} us  span {span or 0:8.1f} us  {tb}")
+            print(f"B {batch:3d} ctx {context:6d} {name:28s} busy {busy or 0:8.1f} us  span {span or 0:8.1f} us  {tb}")
             for kernel, info in sorted(found["kernels"].items(), key=lambda kv: -kv[1]["mean_us"] * kv[1]["per_call"]):
                 print(f"    {info['per_call']:5.2f} x {info['mean_us']:8.1f} us  {kernel[:110]}")
             document.append({"batch": batch, "context": context, "variant": name, "kv_bytes": kv_bytes, **found})

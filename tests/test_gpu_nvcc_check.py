@@ -42,7 +42,12 @@ def test_the_digest_follows_the_code_and_ignores_the_rest(tmp_path):
 
 def test_every_variant_wraps_its_kernel_in_a_signature():
     variants = gpu_nvcc_check.variants()
-    assert {v.stem for v in variants} == {"paged_decode", "paged_decode_split", "paged_prefill", "paged_prefill_mma"}
+    assert {v.stem for v in variants} == {
+        "paged_decode", "paged_decode_split", "paged_prefill", "paged_prefill_mma", "paged_stream"}
     split = next(v for v in variants if v.stem == "paged_decode_split")
     source = gpu_nvcc_check.wrap(split)
     assert "float* scratch" in source and "kernel_under_test" in source
+    probe = gpu_nvcc_check.wrap(next(v for v in variants if v.stem == "paged_stream"))
+    assert "float* checksum" in probe and "__nv_bfloat16* key_pages" in probe
+    bulk = [v for v in variants if ("MMA_BULK", True) in v.template]
+    assert bulk and all(("MMA", True) in v.template for v in bulk)

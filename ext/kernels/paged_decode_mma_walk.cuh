@@ -40,7 +40,7 @@ struct DecodeMmaLayout {
   static constexpr int SHARED_BYTES = Shared::SHARED_BYTES;
 };
 
-template <typename T, int HEAD_DIM, bool CAUSAL, int STAGES>
+template <typename T, int HEAD_DIM, bool CAUSAL, int STAGES, bool BULK>
 __device__ void decode_walk_mma(
     const T* query,
     const T* key_pages,
@@ -100,6 +100,18 @@ __device__ void decode_walk_mma(
   const bool vector_copy = is_aligned16(key_pages) && is_aligned16(value_pages);
   const int32_t* table_row =
       block_table + static_cast<long long>(request_idx) * geo.max_pages;
+  // Bulk copies complete on one barrier per ring stage (paged_bulk_copy.cuh).
+  __shared__ unsigned long long barriers[BULK ? DECODE_WARPS * STAGES : 1];
+  auto stage_barrier = [&](int local) { return &barriers[warp_idx * STAGES + local % STAGES]; };
+  if constexpr (BULK) {
+    if (lane_idx == 0) {
+      for (int stage = 0; stage < STAGES; ++stage) {
+        barrier_init(stage_barrier(stage), 1);
+      }
+      barrier_init_fence();
+    }
+    __syncwarp();
+  }
 
   auto tile_of = [&](int local) {
     return page_tile(
@@ -118,9 +130,32 @@ __device__ void decode_walk_mma(
         static_cast<long long>(tile.slot_begin) * HEAD_DIM;
     T* stage_k = ring + (local % STAGES) * L::STAGE_ELEMS;
     T* stage_v = stage_k + TILE * L::ROW_STRIDE;
+    if constexpr (BULK) {
+      if (vector_copy) {
+        bulk_copy_tile_rows<T, HEAD_DIM, TILE, L::ROW_STRIDE>(
+            stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, stage_barrier(local),
+            lane_idx);
+        return;
+      }
+      // Unaligned pools: plain copies, and a phase with nothing to wait for.
+      if (lane_idx == 0) {
+        barrier_expect_bytes(stage_barrier(local), 0);
+      }
+    }
     copy_tile_rows<T, HEAD_DIM, TILE, L::ROW_STRIDE>(
         stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy, lane_idx,
         WARP_LANES);
+  };
+
+  // A stage's tile has landed: its bulk copies are complete, or (cp.async)
+  // at most STAGES - 1 later groups are still in flight.
+  auto wait_landed = [&](int local) {
+    if constexpr (BULK) {
+      barrier_wait(stage_barrier(local), (local / STAGES) % 2);
+    } else {
+      wait_async<STAGES - 1>();
+    }
+    __syncwarp();
   };
 
   auto consume = [&](int local) {
@@ -183,8 +218,7 @@ __device__ void decode_walk_mma(
       issue(local + STAGES - 1);
     }
     commit_async();
-    wait_async<STAGES - 1>();
-    __syncwarp();
+    wait_landed(local);
     consume(local);
     __syncwarp();
   }

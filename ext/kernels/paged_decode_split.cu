@@ -21,7 +21,7 @@
 // Launch: DECODE_THREADS threads per block, grid (blocks, S), dynamic shared
 // memory DecodeWalker<...>::Layout::SHARED_BYTES; scratch filled beforehand.
 using namespace pagecheck;
-using Walker = DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, MMA, MMA_STAGES>;
+using Walker = DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, MMA, MMA_STAGES, MMA_BULK>;
 using Layout = typename Walker::Layout;
 require_shared_bytes(Layout::SHARED_BYTES);
 extern __shared__ __align__(16) unsigned char shared[];

@@ -7,11 +7,11 @@
 
 namespace pagecheck {
 
-template <typename T, int HEAD_DIM, int ROWS, bool CAUSAL, bool MMA, int MMA_STAGES>
+template <typename T, int HEAD_DIM, int ROWS, bool CAUSAL, bool MMA, int MMA_STAGES, bool MMA_BULK>
 struct DecodeWalker;
 
-template <typename T, int HEAD_DIM, int ROWS, bool CAUSAL, int MMA_STAGES>
-struct DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, false, MMA_STAGES> {
+template <typename T, int HEAD_DIM, int ROWS, bool CAUSAL, int MMA_STAGES, bool MMA_BULK>
+struct DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, false, MMA_STAGES, MMA_BULK> {
   using Layout = DecodeLayout<T, HEAD_DIM, ROWS>;
   template <typename... Args>
   __device__ static void walk(Args... args) {
@@ -19,13 +19,13 @@ struct DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, false, MMA_STAGES> {
   }
 };
 
-template <typename T, int HEAD_DIM, int ROWS, bool CAUSAL, int MMA_STAGES>
-struct DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, true, MMA_STAGES> {
+template <typename T, int HEAD_DIM, int ROWS, bool CAUSAL, int MMA_STAGES, bool MMA_BULK>
+struct DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, true, MMA_STAGES, MMA_BULK> {
   static_assert(ROWS == DECODE_MMA_ROWS, "the tensor-core walk takes 16 rows");
   using Layout = DecodeMmaLayout<T, HEAD_DIM, MMA_STAGES>;
   template <typename... Args>
   __device__ static void walk(Args... args) {
-    decode_walk_mma<T, HEAD_DIM, CAUSAL, MMA_STAGES>(args...);
+    decode_walk_mma<T, HEAD_DIM, CAUSAL, MMA_STAGES, MMA_BULK>(args...);
   }
 };
 

@@ -43,7 +43,7 @@ const std::vector<const char*> kMmaHeaders{};
 #else
 constexpr const char* kBodyExtension = ".cu";
 const std::vector<const char*> kDecodeHeaders{
-    "paged_common.cuh", "paged_mma.cuh", "paged_decode_merge.cuh", "paged_decode_walk.cuh",
+    "paged_common.cuh", "paged_mma.cuh", "paged_bulk_copy.cuh", "paged_decode_merge.cuh", "paged_decode_walk.cuh",
     "paged_decode_mma_walk.cuh", "paged_decode_walker.cuh", "paged_decode_split_scratch.cuh"};
 const std::vector<const char*> kCommonHeaders{"paged_common.cuh"};
 const std::vector<const char*> kMmaHeaders{"paged_common.cuh", "paged_mma.cuh"};
@@ -178,6 +178,7 @@ void eval_attention_gpu(
       {"CAUSAL", shape.causal},
       {"MMA", plan.tensor_cores},
       {"MMA_STAGES", plan.mma_stages},
+      {"MMA_BULK", plan.mma_bulk},
       {"TABLE", table_kind},
       {"SCALE_BITS", float_bits(shape.scale)}};
   switch (plan.schedule) {

@@ -14,14 +14,17 @@ namespace {
 // Split rule (choose_splits): an H200 has 132 multiprocessors; a split covers
 // at least kMinSplitPositions positions of the table's capacity; a block's
 // fixed cost and the merge of the splits count as that many positions of
-// work. The merge's cost comes from the H200: as a separate pass its fill and
-// launch took about 7 us, and B 16 x context 1024 ran 30 us unsplit against
-// 37 us in 3 splits.
+// work: a fixed part, and a part per split (the last block of a column reads
+// every split's partial). Both come from the H200: B 16 x context 1024 ran
+// 30 us unsplit against 37 us in 3 splits, and B 1 x context 16384 (8
+// blocks) ran 43.0 us in 16 splits against 44.3-44.7 us in 20-33 and 47.7 us
+// in 12 (in-kernel merge, GPU clock, session 4).
 constexpr int kSmCount = 132;
 constexpr int kMinSplitPositions = 256;
 constexpr int kMaxSplits = 64;
 constexpr int kBlockCostPositions = 128;
-constexpr int kReduceCostPositions = 1024;
+constexpr int kMergeCostPositions = 1024;
+constexpr int kMergeCostPerSplitPositions = 64;
 constexpr int kSmSharedBytes = 228 * 1024;
 constexpr int kSmRegisters = 65536;
 
@@ -93,7 +96,7 @@ int resident_blocks(int shared_bytes, int registers) {
 
 // Blocks run in waves of kSmCount * resident slots, so the time is about
 // waves x (positions per block + a block's fixed cost), plus the merge of the
-// splits when split. The count minimising that fills an under-occupied GPU and evens
+// splits when split (fixed, and per split). The count minimising that fills an under-occupied GPU and evens
 // out a last, partial wave (512 blocks on 396 slots run as two waves
 // unsplit, as four of a third the length split in three).
 int choose_splits(int64_t blocks, int64_t capacity, int resident) {
@@ -105,7 +108,7 @@ int choose_splits(int64_t blocks, int64_t capacity, int resident) {
     const int64_t waves = ceil_div(blocks * splits, slots);
     const double cost = static_cast<double>(waves) *
             (static_cast<double>(capacity) / splits + kBlockCostPositions) +
-        (splits > 1 ? kReduceCostPositions : 0);
+        (splits > 1 ? kMergeCostPositions + static_cast<double>(kMergeCostPerSplitPositions) * splits : 0);
     if (splits == 1 || cost < best_cost) {
       best = splits;
       best_cost = cost;

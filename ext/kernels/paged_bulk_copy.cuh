@@ -1,0 +1,108 @@
+// Bulk (TMA) row copies into a warp's staging ring, completed on an mbarrier
+// (sm_90+: cp.async.bulk and mbarrier transaction counts).
+//
+// Why: the cp.async ring moves a 16-token tile of K and V as 16 copies of 16
+// bytes per lane (512 per warp); a bulk copy moves one 256-byte row per
+// instruction, so a tile is 32 instructions per warp and the copy engine,
+// not the lanes, generates the addresses. Rows keep the ring's padded stride
+// (ldmatrix stays conflict-free), which is why a tile is copied row by row
+// rather than as one 4 KB block.
+//
+// Protocol of one ring stage: lane 0 arrives on the stage's barrier with the
+// bytes the copies will bring (expect_tx), lanes 0..TILE-1 copy K rows and
+// TILE..2 TILE-1 V rows, or zero-fill rows past the tile or of an unmapped
+// page with plain stores; consumers wait on the barrier's phase and then
+// __syncwarp (which orders the zero-fill stores). Before a stage is
+// refilled, fence.proxy.async orders the generic reads of its previous use
+// before the copy engine's writes.
+#ifndef PAGECHECK_PAGED_BULK_COPY_CUH
+#define PAGECHECK_PAGED_BULK_COPY_CUH
+
+namespace pagecheck {
+
+__device__ __forceinline__ void barrier_init(unsigned long long* barrier, unsigned arrivals) {
+  asm volatile(
+      "mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(barrier)),
+      "r"(arrivals)
+      : "memory");
+}
+
+// Makes initialised barriers visible to the copy engine (the async proxy).
+__device__ __forceinline__ void barrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void barrier_expect_bytes(unsigned long long* barrier, unsigned bytes) {
+  asm volatile(
+      "{\n .reg .b64 state;\n mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(
+          shared_address(barrier)),
+      "r"(bytes)
+      : "memory");
+}
+
+// Blocks until the barrier's phase of the given parity has completed.
+__device__ __forceinline__ void barrier_wait(unsigned long long* barrier, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(shared_address(barrier)), "r"(parity)
+        : "memory");
+  }
+}
+
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void bulk_copy(
+    void* shared_dst, const void* global_src, unsigned bytes, unsigned long long* barrier) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          shared_address(shared_dst)),
+      "l"(global_src),
+      "r"(bytes),
+      "r"(shared_address(barrier))
+      : "memory");
+}
+
+// One tile's K and V rows into a ring stage, as the protocol above: one row
+// per lane (2 * TILE == 32 lanes). Needs 16-byte aligned pools (rows of
+// HEAD_DIM * sizeof(T) bytes, a multiple of 16).
+template <typename T, int HEAD_DIM, int TILE, int ROW_STRIDE>
+__device__ __forceinline__ void bulk_copy_tile_rows(
+    T* stage_k,
+    T* stage_v,
+    const T* key_pages,
+    const T* value_pages,
+    long long base,
+    int count,
+    bool mapped,
+    unsigned long long* barrier,
+    int lane_idx) {
+  static_assert(2 * TILE == WARP_LANES, "one row per lane");
+  constexpr unsigned ROW_BYTES = HEAD_DIM * sizeof(T);
+  static_assert(ROW_BYTES % 16 == 0 && (ROW_STRIDE * sizeof(T)) % 16 == 0, "16-byte rows");
+  const int live_rows = mapped ? max(0, min(count, TILE)) : 0;
+  fence_proxy_async_shared();
+  if (lane_idx == 0) {
+    barrier_expect_bytes(barrier, 2u * static_cast<unsigned>(live_rows) * ROW_BYTES);
+  }
+  const bool is_key = lane_idx < TILE;
+  const int row = lane_idx % TILE;
+  T* dst = (is_key ? stage_k : stage_v) + row * ROW_STRIDE;
+  if (row < live_rows) {
+    const T* src = (is_key ? key_pages : value_pages) + base + static_cast<long long>(row) * HEAD_DIM;
+    bulk_copy(dst, src, ROW_BYTES, barrier);
+  } else {
+#pragma unroll
+    for (int chunk = 0; chunk < static_cast<int>(ROW_BYTES / 16); ++chunk) {
+      reinterpret_cast<uint4*>(dst)[chunk] = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+}
+
+} // namespace pagecheck
+
+#endif // PAGECHECK_PAGED_BULK_COPY_CUH

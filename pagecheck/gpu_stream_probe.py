@@ -1,0 +1,121 @@
+"""How fast can a paged K/V pool be streamed at all? The ceiling under the decode kernels.
+
+Runs pagecheck/probes/paged_stream.cu, which reads every K/V slot of the
+benchmark's decode shapes in the tensor-core walk's order and does no
+attention math, with each copy mechanism: the walk's cp.async ring, its
+bulk-copy (TMA) ring, and plain 16-byte loads into registers. Pages are read
+through the benchmark's shuffled block tables and through tables in pool
+order. Kernel times come from the GPU's clock (pagecheck/gpu_clock.py); the
+bandwidth is K/V bytes over kernel time. The gap between a mechanism's
+figure here and the decode kernel's (gpu_profile) is what the math and its
+scheduling cost; the gap between it and cuDNN is the mechanism's.
+
+Needs a CUDA device, MLX's CUDA back-end and torch. A program, not a test:
+
+    python -m pagecheck.gpu_stream_probe [--shapes 64x4096,16x16384] [--stages 2,3,4] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+from pagecheck import bench_gpu, gpu_clock, gpu_kernels
+from pagecheck.arg_types import int_list
+from pagecheck.gpu_profile import in_order_table, parse_shapes
+
+PROBE_SOURCE = gpu_kernels.KernelSource(
+    "paged_stream", ("key_pages", "value_pages", "block_table", "context_lens"), ("checksum",),
+    ("paged_common.cuh", "paged_mma.cuh", "paged_bulk_copy.cuh", "paged_decode_merge.cuh"),
+    Path(__file__).resolve().parent / "probes",
+)
+MODES = {"cp.async ring": 0, "bulk-copy ring": 1, "registers": 2}
+WARPS = 4
+
+
+@cache
+def probe_kernel(shared_bytes: int) -> Any:
+    header, body = PROBE_SOURCE.read()
+    return mx.fast.cuda_kernel(
+        name=gpu_kernels.kernel_name(PROBE_SOURCE), input_names=list(PROBE_SOURCE.inputs),
+        output_names=list(PROBE_SOURCE.outputs), source=body, header=header, ensure_row_contiguous=True,
+        shared_memory=shared_bytes)
+
+
+def stream(s: bench_gpu.InputSet, table: mx.array, lens: mx.array, mode: int, stages: int) -> mx.array:
+    # The ring of the tensor-core walk at this depth (its merge region is smaller).
+    shared = 0 if mode == 2 else gpu_kernels.decode_shared_bytes(2, bench_gpu.HEAD_DIM, 16, True, stages)
+    blocks = table.shape[0] * bench_gpu.NUM_KV_HEADS
+    (out,) = probe_kernel(shared)(
+        inputs=[s.key_pages, s.value_pages, table, lens],
+        template=[("T", mx.bfloat16), ("HEAD_DIM", bench_gpu.HEAD_DIM), ("STAGES", stages), ("MODE", mode)],
+        grid=(blocks * WARPS * 32, 1, 1), threadgroup=(WARPS * 32, 1, 1),
+        output_shapes=[(blocks * WARPS * 32,)], output_dtypes=[mx.float32], init_value=0.0)
+    return out
+
+
+def probe_us(sets: list[bench_gpu.InputSet], ordered: bool, mode: int, stages: int, calls: int) -> float:
+    """Mean GPU time of the probe kernel over `calls` chained calls (each call's context
+    lengths depend on the previous output, so calls cannot overlap)."""
+    tables = [in_order_table(s) if ordered else s.block_table for s in sets]
+    mx.eval(tables)
+
+    def run() -> None:
+        previous = None
+        outs = []
+        for i in range(calls):
+            s = sets[i % len(sets)]
+            lens = s.context_lens if previous is None else s.context_lens + (previous[0] * 0).astype(mx.int32)
+            previous = stream(s, tables[i % len(sets)], lens, mode, stages)
+            outs.append(previous)
+        mx.eval(outs)
+        mx.synchronize()
+
+    run()  # compile outside the trace
+    events = [e for e in gpu_clock.kernel_events(run) if "paged_stream" in e[0]]
+    return sum(end - start for _, start, end in events) / max(1, len(events)) if events else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", type=parse_shapes, default=parse_shapes("64x4096,16x16384"), metavar="BxCTX,...")
+    parser.add_argument("--stages", type=int_list("stages", least=2), default=(2, 3, 4), metavar="N,N",
+                        help="ring depths of the two ring modes (default 2,3,4)")
+    parser.add_argument("--calls", type=int, default=50, help="chained calls per measurement (default 50)")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    if not mx.cuda.is_available():
+        print("no CUDA device: mlx.core.cuda.is_available() is False")
+        return 2
+    if not gpu_clock.available():
+        print("torch with CUDA is not importable: its profiler is what reads the GPU's kernel times")
+        return 2
+    rows = []
+    for batch, context in args.shapes:
+        kv_bytes = bench_gpu.kv_bytes_of(batch, context)
+        sets = bench_gpu.input_sets(batch, 1, context)
+        for mode_name, mode in MODES.items():
+            for stages in ((0,) if mode == 2 else args.stages):
+                for ordered in (False, True):
+                    us = probe_us(sets, ordered, mode, max(stages, 2), args.calls)
+                    row = {"batch": batch, "context": context, "mode": mode_name, "stages": stages,
+                           "pages": "in order" if ordered else "shuffled", "us": us, "tb_per_s": kv_bytes / us / 1e6}
+                    rows.append(row)
+                    print(f"B {batch:3d} ctx {context:6d} {mode_name:15s} stages {stages} {row['pages']:9s} "
+                          f"{us:8.1f} us {row['tb_per_s']:5.2f} TB/s", flush=True)
+        del sets
+        mx.clear_cache()
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+// paged_stream: read every K/V slot of each (request, kv head) in the order
+// the tensor-core decode walk reads them, and nothing else. What it
+// measures is how fast a copy mechanism can stream a paged pool without the
+// attention math (pagecheck/gpu_stream_probe.py), so a kernel's distance
+// from it is the cost of the math and of its scheduling.
+//
+// Body of an MLX fast::cuda_kernel; headers paged_common.cuh, paged_mma.cuh,
+// paged_bulk_copy.cuh, paged_decode_merge.cuh (DECODE_WARPS, warp tiles).
+// Template arguments: T, HEAD_DIM (a multiple of 8), STAGES (ring depth),
+// MODE: 0 cp.async ring and 1 bulk-copy ring (the walk's two copy paths, 16-
+// token tiles into padded shared rows), 2 plain 16-byte loads into registers
+// (no shared memory). Inputs: key_pages / value_pages [P, H_kv, page, D],
+// block_table int32 [B, max_pages] (valid ids), context_lens int32 [B].
+// Output: checksum float32 [blocks * DECODE_THREADS], a checksum per thread so
+// the loads cannot be dropped. Block x owns (request x / H_kv, kv head
+// x % H_kv); warp w reads tiles w, w + DECODE_WARPS, ...
+using namespace pagecheck;
+constexpr int TILE = 16;
+constexpr int ROW_STRIDE = HEAD_DIM + 8;
+constexpr int STAGE_ELEMS = 2 * TILE * ROW_STRIDE;
+constexpr int CHUNKS = TILE * HEAD_DIM / 8; // 16-byte chunks of K (and of V) per tile
+extern __shared__ __align__(16) unsigned char shared[];
+__shared__ unsigned long long barriers[DECODE_WARPS * STAGES];
+
+const int lane_idx = threadIdx.x % WARP_LANES;
+const int warp_idx = threadIdx.x / WARP_LANES;
+const int num_kv_heads = key_pages_shape[1];
+const int page_size = key_pages_shape[2];
+const int request_idx = blockIdx.x / num_kv_heads;
+const int kv_head_idx = blockIdx.x % num_kv_heads;
+const int context_len = context_lens[request_idx];
+const int tiles_per_page = ceil_div(page_size, TILE);
+const int my_tiles = warp_tile_count(0, count_tiles(context_len, page_size, TILE, tiles_per_page), warp_idx);
+const int32_t* table_row = block_table + static_cast<long long>(request_idx) * block_table_shape[1];
+T* ring = reinterpret_cast<T*>(shared) + warp_idx * STAGES * STAGE_ELEMS;
+unsigned folded = 0;
+
+auto tile_of = [&](int local) {
+  return page_tile(warp_idx + local * DECODE_WARPS, TILE, tiles_per_page, page_size, context_len);
+};
+auto tile_base = [&](const PageTile& tile) {
+  return (static_cast<long long>(table_row[tile.page_idx]) * num_kv_heads + kv_head_idx) * page_size * HEAD_DIM +
+      static_cast<long long>(tile.slot_begin) * HEAD_DIM;
+};
+auto barrier_of = [&](int local) { return &barriers[warp_idx * STAGES + local % STAGES]; };
+
+if constexpr (MODE == 2) {
+  for (int local = 0; local < my_tiles; ++local) {
+    const PageTile tile = tile_of(local);
+    const long long base = tile_base(tile);
+    uint4 k[CHUNKS / WARP_LANES];
+    uint4 v[CHUNKS / WARP_LANES];
+#pragma unroll
+    for (int i = 0; i < CHUNKS / WARP_LANES; ++i) {
+      const int chunk = lane_idx + i * WARP_LANES;
+      const bool live = chunk / (HEAD_DIM / 8) < tile.count;
+      const long long at = base + static_cast<long long>(chunk) * 8;
+      k[i] = live ? *reinterpret_cast<const uint4*>(key_pages + at) : make_uint4(0u, 0u, 0u, 0u);
+      v[i] = live ? *reinterpret_cast<const uint4*>(value_pages + at) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int i = 0; i < CHUNKS / WARP_LANES; ++i) {
+      folded ^= k[i].x ^ k[i].w ^ v[i].y ^ v[i].z;
+    }
+  }
+} else {
+  if constexpr (MODE == 1) {
+    if (lane_idx == 0) {
+      for (int stage = 0; stage < STAGES; ++stage) {
+        barrier_init(barrier_of(stage), 1);
+      }
+      barrier_init_fence();
+    }
+    __syncwarp();
+  }
+  auto issue = [&](int local) {
+    const PageTile tile = tile_of(local);
+    T* stage_k = ring + (local % STAGES) * STAGE_ELEMS;
+    T* stage_v = stage_k + TILE * ROW_STRIDE;
+    if constexpr (MODE == 1) {
+      bulk_copy_tile_rows<T, HEAD_DIM, TILE, ROW_STRIDE>(
+          stage_k, stage_v, key_pages, value_pages, tile_base(tile), tile.count, true, barrier_of(local), lane_idx);
+    } else {
+      copy_tile_rows<T, HEAD_DIM, TILE, ROW_STRIDE>(
+          stage_k, stage_v, key_pages, value_pages, tile_base(tile), tile.count, true, true, lane_idx, WARP_LANES);
+    }
+  };
+  for (int local = 0; local < STAGES - 1; ++local) {
+    if (local < my_tiles) {
+      issue(local);
+    }
+    commit_async();
+  }
+  for (int local = 0; local < my_tiles; ++local) {
+    if (local + STAGES - 1 < my_tiles) {
+      issue(local + STAGES - 1);
+    }
+    commit_async();
+    if constexpr (MODE == 1) {
+      barrier_wait(barrier_of(local), (local / STAGES) % 2);
+    } else {
+      wait_async<STAGES - 1>();
+    }
+    __syncwarp();
+    const T* stage = ring + (local % STAGES) * STAGE_ELEMS;
+    const uint4 word = *reinterpret_cast<const uint4*>(stage + lane_idx * ROW_STRIDE);
+    folded ^= word.x ^ word.w;
+    __syncwarp();
+  }
+  wait_async<0>();
+}
+checksum[blockIdx.x * blockDim.x + threadIdx.x] = static_cast<float>(folded & 0xffffu);

@@ -1,0 +1,48 @@
+"""The stream probe's host side, on any machine (its kernel runs only with CUDA)."""
+
+import mlx.core as mx
+import pytest
+
+from pagecheck import gpu_kernels, gpu_stream_probe
+
+
+def test_the_probe_body_is_found_and_named_by_its_source() -> None:
+    header, body = gpu_stream_probe.PROBE_SOURCE.read()
+    assert "copy_tile_rows" in header and "bulk_copy_tile_rows" in header
+    assert "checksum[" in body
+    assert gpu_kernels.kernel_name(gpu_stream_probe.PROBE_SOURCE).startswith("pagecheck_paged_stream_")
+
+
+def test_each_mode_asks_for_the_walk_ring_of_its_depth(monkeypatch) -> None:
+    launches = []
+
+    def fake_kernel(shared_bytes):
+        def launch(**kwargs):
+            launches.append((shared_bytes, dict(kwargs["template"]), kwargs["grid"]))
+            return (mx.zeros(kwargs["output_shapes"][0]),)
+        return launch
+
+    monkeypatch.setattr(gpu_stream_probe, "probe_kernel", fake_kernel)
+
+    class Pools:
+        key_pages = value_pages = mx.zeros((4, 8, 128, 128), dtype=mx.bfloat16)
+
+    table, lens = mx.zeros((2, 2), dtype=mx.int32), mx.full((2,), 256, dtype=mx.int32)
+    for mode, stages in ((0, 3), (1, 2), (2, 3)):
+        gpu_stream_probe.stream(Pools(), table, lens, mode, stages)
+    ring3 = 4 * 3 * 2 * 16 * 136 * 2  # warps x stages x (K, V) x 16 rows x (128 + 8) bfloat16
+    assert [shared for shared, _, _ in launches] == [ring3, ring3 * 2 // 3, 0]
+    assert ring3 == gpu_kernels.decode_shared_bytes(2, 128, 16, True, 3)
+    assert [t["MODE"] for _, t, _ in launches] == [0, 1, 2]
+    assert all(grid == (2 * 8 * 128, 1, 1) for _, _, grid in launches)  # a block of 4 warps per (request, kv head)
+
+
+@pytest.mark.skipif(mx.cuda.is_available(), reason="checks the no-CUDA exit")
+def test_without_cuda_it_says_so_and_exits_2(capsys) -> None:
+    assert gpu_stream_probe.main(["--shapes", "1x128"]) == 2
+    assert "no CUDA device" in capsys.readouterr().out
+
+
+def test_a_ring_of_one_stage_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        gpu_stream_probe.main(["--stages", "1"])
