@@ -125,7 +125,7 @@ def variants() -> list[Variant]:
                             (("HEAD_DIM", head_dim), ("KEY_TILE", key_tile), ("CAUSAL", True), ("TABLE", 0), SCALE))
                 )
     out += [Variant(PROBE_SOURCE.stem, "bfloat16", (("HEAD_DIM", 128), ("STAGES", 3), ("MODE", mode)))
-            for mode in (0, 1, 2)]
+            for mode in (0, 1, 2, 3, 4)]
     return out
 
 

@@ -1,9 +1,11 @@
 """How fast can a paged K/V pool be streamed at all? The ceiling under the decode kernels.
 
 Runs pagecheck/probes/paged_stream.cu, which reads every K/V slot of the
-benchmark's decode shapes in the tensor-core walk's order and does no
-attention math, with each copy mechanism: the walk's cp.async ring, its
-bulk-copy (TMA) ring, and plain 16-byte loads into registers. Pages are read
+benchmark's decode shapes and does no attention math, with each copy
+mechanism: the tensor-core walk's per-warp cp.async ring and its bulk-copy
+(TMA) ring, plain 16-byte loads into registers, and a ring shared by the
+block's warps (64-token tiles, by cp.async or bulk copies) in the same
+shared memory. Pages are read
 through the benchmark's shuffled block tables and through tables in pool
 order. Kernel times come from the GPU's clock (pagecheck/gpu_clock.py); the
 bandwidth is K/V bytes over kernel time. The gap between a mechanism's
@@ -35,7 +37,8 @@ PROBE_SOURCE = gpu_kernels.KernelSource(
     ("paged_common.cuh", "paged_mma.cuh", "paged_bulk_copy.cuh", "paged_decode_merge.cuh"),
     Path(__file__).resolve().parent / "probes",
 )
-MODES = {"cp.async ring": 0, "bulk-copy ring": 1, "registers": 2}
+MODES = {"cp.async ring": 0, "bulk-copy ring": 1, "registers": 2, "block cp.async ring": 3,
+         "block bulk ring": 4}
 WARPS = 4
 
 
@@ -107,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                     row = {"batch": batch, "context": context, "mode": mode_name, "stages": stages,
                            "pages": "in order" if ordered else "shuffled", "us": us, "tb_per_s": kv_bytes / us / 1e6}
                     rows.append(row)
-                    print(f"B {batch:3d} ctx {context:6d} {mode_name:15s} stages {stages} {row['pages']:9s} "
+                    print(f"B {batch:3d} ctx {context:6d} {mode_name:19s} stages {stages} {row['pages']:9s} "
                           f"{us:8.1f} us {row['tb_per_s']:5.2f} TB/s", flush=True)
         del sets
         mx.clear_cache()

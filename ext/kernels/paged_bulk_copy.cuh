@@ -67,8 +67,10 @@ __device__ __forceinline__ void bulk_copy(
       : "memory");
 }
 
-// One tile's K and V rows into a ring stage, as the protocol above: one row
-// per lane (2 * TILE == 32 lanes). Needs 16-byte aligned pools (rows of
+// One tile's K and V rows into a ring stage, as the protocol above: rows
+// 0..TILE-1 are K's, TILE..2 TILE-1 V's, and row r goes to the thread with
+// `first + k * stride == r` (a warp: lane, 32; a block: thread, block size);
+// the thread with first == 0 arrives. Needs 16-byte aligned pools (rows of
 // HEAD_DIM * sizeof(T) bytes, a multiple of 16).
 template <typename T, int HEAD_DIM, int TILE, int ROW_STRIDE>
 __device__ __forceinline__ void bulk_copy_tile_rows(
@@ -80,25 +82,27 @@ __device__ __forceinline__ void bulk_copy_tile_rows(
     int count,
     bool mapped,
     unsigned long long* barrier,
-    int lane_idx) {
-  static_assert(2 * TILE == WARP_LANES, "one row per lane");
+    int first,
+    int stride) {
   constexpr unsigned ROW_BYTES = HEAD_DIM * sizeof(T);
   static_assert(ROW_BYTES % 16 == 0 && (ROW_STRIDE * sizeof(T)) % 16 == 0, "16-byte rows");
   const int live_rows = mapped ? max(0, min(count, TILE)) : 0;
   fence_proxy_async_shared();
-  if (lane_idx == 0) {
+  if (first == 0) {
     barrier_expect_bytes(barrier, 2u * static_cast<unsigned>(live_rows) * ROW_BYTES);
   }
-  const bool is_key = lane_idx < TILE;
-  const int row = lane_idx % TILE;
-  T* dst = (is_key ? stage_k : stage_v) + row * ROW_STRIDE;
-  if (row < live_rows) {
-    const T* src = (is_key ? key_pages : value_pages) + base + static_cast<long long>(row) * HEAD_DIM;
-    bulk_copy(dst, src, ROW_BYTES, barrier);
-  } else {
+  for (int idx = first; idx < 2 * TILE; idx += stride) {
+    const bool is_key = idx < TILE;
+    const int row = idx % TILE;
+    T* dst = (is_key ? stage_k : stage_v) + row * ROW_STRIDE;
+    if (row < live_rows) {
+      const T* src = (is_key ? key_pages : value_pages) + base + static_cast<long long>(row) * HEAD_DIM;
+      bulk_copy(dst, src, ROW_BYTES, barrier);
+    } else {
 #pragma unroll
-    for (int chunk = 0; chunk < static_cast<int>(ROW_BYTES / 16); ++chunk) {
-      reinterpret_cast<uint4*>(dst)[chunk] = make_uint4(0u, 0u, 0u, 0u);
+      for (int chunk = 0; chunk < static_cast<int>(ROW_BYTES / 16); ++chunk) {
+        reinterpret_cast<uint4*>(dst)[chunk] = make_uint4(0u, 0u, 0u, 0u);
+      }
     }
   }
 }

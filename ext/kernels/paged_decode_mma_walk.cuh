@@ -28,10 +28,11 @@ constexpr int DECODE_MMA_ROWS = 16;
 template <typename T, int HEAD_DIM, int STAGES>
 struct DecodeMmaLayout {
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 128, "HEAD_DIM");
-  static_assert(STAGES >= 2, "the ring needs a stage in flight and one consumed");
+  static_assert(STAGES >= 2, "the ring needs a stage landing while another is read");
   static constexpr int TILE_TOKENS = 16;
   static constexpr int ROW_STRIDE = HEAD_DIM + 8;
   static constexpr int QK_CHUNKS = HEAD_DIM / 16;
+  static constexpr int QK_PAIRS = QK_CHUNKS / 2 > 0 ? QK_CHUNKS / 2 : 1; // array size (0 pairs at D 16)
   static constexpr int O_TILES = HEAD_DIM / 8;
   static constexpr int ACC_ELEMS = HEAD_DIM;
   static constexpr int STAGE_ELEMS = 2 * TILE_TOKENS * ROW_STRIDE;
@@ -134,7 +135,7 @@ __device__ void decode_walk_mma(
       if (vector_copy) {
         bulk_copy_tile_rows<T, HEAD_DIM, TILE, L::ROW_STRIDE>(
             stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, stage_barrier(local),
-            lane_idx);
+            lane_idx, WARP_LANES);
         return;
       }
       // Unaligned pools: plain copies, and a phase with nothing to wait for.
@@ -148,7 +149,8 @@ __device__ void decode_walk_mma(
   };
 
   // A stage's tile has landed: its bulk copies are complete, or (cp.async)
-  // at most STAGES - 1 later groups are still in flight.
+  // at most STAGES - 1 later groups are still in flight (tile `local` is
+  // group `local`, and STAGES + local groups are committed by now).
   auto wait_landed = [&](int local) {
     if constexpr (BULK) {
       barrier_wait(stage_barrier(local), (local / STAGES) % 2);
@@ -158,10 +160,40 @@ __device__ void decode_walk_mma(
     __syncwarp();
   };
 
-  auto consume = [&](int local) {
-    const PageTile tile = tile_of(local);
+  // The tile's K and V fragments, read out of its stage so that the stage
+  // can be refilled before the math: the ring then keeps STAGES tiles in
+  // flight instead of STAGES - 1 while the warp computes (the walk is bound
+  // by bytes in flight; pagecheck/gpu_stream_probe.py measures that bound).
+  struct TileFragments {
+    unsigned key[2][L::QK_PAIRS][4]; // n-tile, pair of k-chunks: ldmatrix x4
+    unsigned key_tail[2][2]; // the odd last k-chunk (QK_CHUNKS odd): ldmatrix x2
+    unsigned value[L::O_TILES / 2][4]; // pair of output n-tiles: ldmatrix x4 trans
+  };
+
+  auto load_fragments = [&](int local, TileFragments& f) {
     const T* stage_k = ring + (local % STAGES) * L::STAGE_ELEMS;
     const T* stage_v = stage_k + TILE * L::ROW_STRIDE;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const T* key_row = stage_k + (nt * 8 + lane_idx % 8) * L::ROW_STRIDE;
+#pragma unroll
+      for (int kc = 0; kc + 1 < L::QK_CHUNKS; kc += 2) {
+        load_matrix_x4(f.key[nt][kc / 2], key_row + kc * 16 + (lane_idx / 8) * 8);
+      }
+      if constexpr (L::QK_CHUNKS % 2 == 1) {
+        load_matrix_x2(f.key_tail[nt], key_row + (L::QK_CHUNKS - 1) * 16 + ((lane_idx / 8) % 2) * 8);
+      }
+    }
+    const T* value_row =
+        stage_v + (lane_idx % 8 + ((lane_idx / 8) % 2) * 8) * L::ROW_STRIDE;
+#pragma unroll
+    for (int nt = 0; nt < L::O_TILES; nt += 2) {
+      load_matrix_x4_trans(f.value[nt / 2], value_row + (nt + lane_idx / 16) * 8);
+    }
+  };
+
+  auto compute = [&](int local, const TileFragments& f) {
+    const PageTile tile = tile_of(local);
 
     // Scores: 16 rows x 16 keys as two n-tiles of 8 keys.
     float score[2][4];
@@ -171,18 +203,13 @@ __device__ void decode_walk_mma(
       for (int part = 0; part < 4; ++part) {
         score[nt][part] = 0.0f;
       }
-      const T* key_row = stage_k + (nt * 8 + lane_idx % 8) * L::ROW_STRIDE;
 #pragma unroll
       for (int kc = 0; kc + 1 < L::QK_CHUNKS; kc += 2) {
-        unsigned b[4];
-        load_matrix_x4(b, key_row + kc * 16 + (lane_idx / 8) * 8);
-        mma_16816(score[nt], q_frag[kc], b[0], b[1], T{});
-        mma_16816(score[nt], q_frag[kc + 1], b[2], b[3], T{});
+        mma_16816(score[nt], q_frag[kc], f.key[nt][kc / 2][0], f.key[nt][kc / 2][1], T{});
+        mma_16816(score[nt], q_frag[kc + 1], f.key[nt][kc / 2][2], f.key[nt][kc / 2][3], T{});
       }
       if constexpr (L::QK_CHUNKS % 2 == 1) {
-        unsigned b[2];
-        load_matrix_x2(b, key_row + (L::QK_CHUNKS - 1) * 16 + ((lane_idx / 8) % 2) * 8);
-        mma_16816(score[nt], q_frag[L::QK_CHUNKS - 1], b[0], b[1], T{});
+        mma_16816(score[nt], q_frag[L::QK_CHUNKS - 1], f.key_tail[nt][0], f.key_tail[nt][1], T{});
       }
     }
 
@@ -194,33 +221,32 @@ __device__ void decode_walk_mma(
         pack_pair(score[0][2], score[0][3], T{}),
         pack_pair(score[1][0], score[1][1], T{}),
         pack_pair(score[1][2], score[1][3], T{})};
-    const T* value_row =
-        stage_v + (lane_idx % 8 + ((lane_idx / 8) % 2) * 8) * L::ROW_STRIDE;
 #pragma unroll
     for (int nt = 0; nt < L::O_TILES; nt += 2) {
-      unsigned b[4];
-      load_matrix_x4_trans(b, value_row + (nt + lane_idx / 16) * 8);
-      mma_16816(out_acc[nt], p_frag, b[0], b[1], T{});
-      mma_16816(out_acc[nt + 1], p_frag, b[2], b[3], T{});
+      mma_16816(out_acc[nt], p_frag, f.value[nt / 2][0], f.value[nt / 2][1], T{});
+      mma_16816(out_acc[nt + 1], p_frag, f.value[nt / 2][2], f.value[nt / 2][3], T{});
     }
   };
 
-  // ---- Pipeline: STAGES - 1 tiles in flight ahead of the one consumed --
+  // ---- Pipeline: STAGES tiles in flight; a stage is refilled as soon as its
+  // tile's fragments are in registers, before the tile's math --------------
 #pragma unroll
-  for (int local = 0; local < STAGES - 1; ++local) {
+  for (int local = 0; local < STAGES; ++local) {
     if (local < my_tiles) {
       issue(local);
     }
     commit_async();
   }
   for (int local = 0; local < my_tiles; ++local) {
-    if (local + STAGES - 1 < my_tiles) {
-      issue(local + STAGES - 1);
+    wait_landed(local);
+    TileFragments fragments;
+    load_fragments(local, fragments);
+    __syncwarp(); // every lane has read the stage before any lane refills it
+    if (local + STAGES < my_tiles) {
+      issue(local + STAGES);
     }
     commit_async();
-    wait_landed(local);
-    consume(local);
-    __syncwarp();
+    compute(local, fragments);
   }
   wait_async<0>();
 

@@ -1,24 +1,29 @@
-// paged_stream: read every K/V slot of each (request, kv head) in the order
-// the tensor-core decode walk reads them, and nothing else. What it
-// measures is how fast a copy mechanism can stream a paged pool without the
-// attention math (pagecheck/gpu_stream_probe.py), so a kernel's distance
-// from it is the cost of the math and of its scheduling.
+// paged_stream: read every K/V slot of each (request, kv head) and nothing
+// else. What it measures is how fast a copy mechanism can stream a paged
+// pool without the attention math (pagecheck/gpu_stream_probe.py), so a
+// kernel's distance from it is the cost of the math and of its scheduling.
 //
 // Body of an MLX fast::cuda_kernel; headers paged_common.cuh, paged_mma.cuh,
 // paged_bulk_copy.cuh, paged_decode_merge.cuh (DECODE_WARPS, warp tiles).
 // Template arguments: T, HEAD_DIM (a multiple of 8), STAGES (ring depth),
-// MODE: 0 cp.async ring and 1 bulk-copy ring (the walk's two copy paths, 16-
-// token tiles into padded shared rows), 2 plain 16-byte loads into registers
-// (no shared memory). Inputs: key_pages / value_pages [P, H_kv, page, D],
-// block_table int32 [B, max_pages] (valid ids), context_lens int32 [B].
-// Output: checksum float32 [blocks * DECODE_THREADS], a checksum per thread so
-// the loads cannot be dropped. Block x owns (request x / H_kv, kv head
-// x % H_kv); warp w reads tiles w, w + DECODE_WARPS, ...
+// MODE:
+//   0, 1  a ring per warp, as the tensor-core decode walk: 16-token tiles
+//         into padded shared rows, warp w taking tiles w, w + DECODE_WARPS,
+//         ...; filled by cp.async (0) or bulk row copies (1);
+//   2     plain 16-byte loads into registers, same tiles, no shared memory;
+//   3, 4  one ring per block: 64-token tiles (never crossing a page) that
+//         all threads fill together, by cp.async (3) or bulk row copies (4),
+//         the same bytes of shared memory as modes 0 and 1.
+// Inputs: key_pages / value_pages [P, H_kv, page, D], block_table int32
+// [B, max_pages] (valid ids), context_lens int32 [B]. Output: checksum
+// float32 [blocks * DECODE_THREADS], one per thread so the loads cannot be
+// dropped. Block x owns (request x / H_kv, kv head x % H_kv).
 using namespace pagecheck;
-constexpr int TILE = 16;
+constexpr bool BLOCK_RING = MODE >= 3;
+constexpr int TILE = BLOCK_RING ? 16 * DECODE_WARPS : 16;
 constexpr int ROW_STRIDE = HEAD_DIM + 8;
 constexpr int STAGE_ELEMS = 2 * TILE * ROW_STRIDE;
-constexpr int CHUNKS = TILE * HEAD_DIM / 8; // 16-byte chunks of K (and of V) per tile
+constexpr bool BULK = MODE == 1 || MODE == 4;
 extern __shared__ __align__(16) unsigned char shared[];
 __shared__ unsigned long long barriers[DECODE_WARPS * STAGES];
 
@@ -30,21 +35,35 @@ const int request_idx = blockIdx.x / num_kv_heads;
 const int kv_head_idx = blockIdx.x % num_kv_heads;
 const int context_len = context_lens[request_idx];
 const int tiles_per_page = ceil_div(page_size, TILE);
-const int my_tiles = warp_tile_count(0, count_tiles(context_len, page_size, TILE, tiles_per_page), warp_idx);
+const int total_tiles = count_tiles(context_len, page_size, TILE, tiles_per_page);
+// Who walks which tiles: the whole block every tile, or warp w every DECODE_WARPS-th from w.
+const int first_tile = BLOCK_RING ? 0 : warp_idx;
+const int tile_step = BLOCK_RING ? 1 : DECODE_WARPS;
+const int my_tiles = BLOCK_RING ? total_tiles : warp_tile_count(0, total_tiles, warp_idx);
+const int owner = BLOCK_RING ? static_cast<int>(threadIdx.x) : lane_idx;
+const int owners = BLOCK_RING ? static_cast<int>(blockDim.x) : WARP_LANES;
 const int32_t* table_row = block_table + static_cast<long long>(request_idx) * block_table_shape[1];
-T* ring = reinterpret_cast<T*>(shared) + warp_idx * STAGES * STAGE_ELEMS;
+T* ring = reinterpret_cast<T*>(shared) + (BLOCK_RING ? 0 : warp_idx * STAGES * STAGE_ELEMS);
 unsigned folded = 0;
 
 auto tile_of = [&](int local) {
-  return page_tile(warp_idx + local * DECODE_WARPS, TILE, tiles_per_page, page_size, context_len);
+  return page_tile(first_tile + local * tile_step, TILE, tiles_per_page, page_size, context_len);
 };
 auto tile_base = [&](const PageTile& tile) {
   return (static_cast<long long>(table_row[tile.page_idx]) * num_kv_heads + kv_head_idx) * page_size * HEAD_DIM +
       static_cast<long long>(tile.slot_begin) * HEAD_DIM;
 };
-auto barrier_of = [&](int local) { return &barriers[warp_idx * STAGES + local % STAGES]; };
+auto barrier_of = [&](int local) { return &barriers[(BLOCK_RING ? 0 : warp_idx * STAGES) + local % STAGES]; };
+auto ring_sync = [&]() {
+  if constexpr (BLOCK_RING) {
+    __syncthreads();
+  } else {
+    __syncwarp();
+  }
+};
 
 if constexpr (MODE == 2) {
+  constexpr int CHUNKS = TILE * HEAD_DIM / 8; // 16-byte chunks of K (and of V) per tile
   for (int local = 0; local < my_tiles; ++local) {
     const PageTile tile = tile_of(local);
     const long long base = tile_base(tile);
@@ -64,25 +83,26 @@ if constexpr (MODE == 2) {
     }
   }
 } else {
-  if constexpr (MODE == 1) {
-    if (lane_idx == 0) {
+  if constexpr (BULK) {
+    if (owner == 0) {
       for (int stage = 0; stage < STAGES; ++stage) {
         barrier_init(barrier_of(stage), 1);
       }
       barrier_init_fence();
     }
-    __syncwarp();
+    ring_sync();
   }
   auto issue = [&](int local) {
     const PageTile tile = tile_of(local);
     T* stage_k = ring + (local % STAGES) * STAGE_ELEMS;
     T* stage_v = stage_k + TILE * ROW_STRIDE;
-    if constexpr (MODE == 1) {
+    if constexpr (BULK) {
       bulk_copy_tile_rows<T, HEAD_DIM, TILE, ROW_STRIDE>(
-          stage_k, stage_v, key_pages, value_pages, tile_base(tile), tile.count, true, barrier_of(local), lane_idx);
+          stage_k, stage_v, key_pages, value_pages, tile_base(tile), tile.count, true, barrier_of(local), owner,
+          owners);
     } else {
       copy_tile_rows<T, HEAD_DIM, TILE, ROW_STRIDE>(
-          stage_k, stage_v, key_pages, value_pages, tile_base(tile), tile.count, true, true, lane_idx, WARP_LANES);
+          stage_k, stage_v, key_pages, value_pages, tile_base(tile), tile.count, true, true, owner, owners);
     }
   };
   for (int local = 0; local < STAGES - 1; ++local) {
@@ -96,16 +116,16 @@ if constexpr (MODE == 2) {
       issue(local + STAGES - 1);
     }
     commit_async();
-    if constexpr (MODE == 1) {
+    if constexpr (BULK) {
       barrier_wait(barrier_of(local), (local / STAGES) % 2);
     } else {
       wait_async<STAGES - 1>();
     }
-    __syncwarp();
+    ring_sync();
     const T* stage = ring + (local % STAGES) * STAGE_ELEMS;
-    const uint4 word = *reinterpret_cast<const uint4*>(stage + lane_idx * ROW_STRIDE);
+    const uint4 word = *reinterpret_cast<const uint4*>(stage + (owner % (2 * TILE)) * ROW_STRIDE);
     folded ^= word.x ^ word.w;
-    __syncwarp();
+    ring_sync();
   }
   wait_async<0>();
 }

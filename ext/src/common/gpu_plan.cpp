@@ -79,10 +79,10 @@ int decode_shared_bytes(int itemsize, int head_dim, int rows, bool tensor_cores)
 }
 
 // Registers per thread of the decode kernels as ptxas reports them
-// (python -m pagecheck.gpu_nvcc_check).
+// (python -m pagecheck.gpu_nvcc_check), rounded up to the allocation unit of 8.
 int decode_registers(bool tensor_cores, int head_dim, int rows) {
   if (tensor_cores) {
-    return head_dim > 64 ? 168 : 128;
+    return head_dim > 64 ? 232 : 160;
   }
   return rows <= 4 ? 128 : 255;
 }
