@@ -50,7 +50,6 @@ report (bench_gpu.md, bench_gpu.json) with the speed goals judged.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
@@ -61,7 +60,7 @@ from typing import Any, Callable
 import mlx.core as mx
 
 from impl.page_gather import gather_pages_dense
-from pagecheck import gpu_clock, gpu_kernels
+from pagecheck import gpu_clock, gpu_kernels, gpu_program
 from pagecheck.arg_types import int_list
 
 NUM_Q_HEADS = 32
@@ -522,9 +521,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="extra decode rows whose tensor-core ring is filled by bulk (TMA) copies, sm_90+")
     args = parser.parse_args(argv)
     mma_stages, splits = args.mma_stages, args.splits
-    if not mx.cuda.is_available():
-        print("no CUDA device: mlx.core.cuda.is_available() is False")
-        return 2
+    why_not = gpu_program.cannot_run()
+    if why_not:
+        print(why_not)
+        return gpu_program.CANNOT_RUN
     paged_op, why = (None, None) if args.no_ext else extension_paged_attention()
     if why:
         print(f"extension not importable, its row is left out: {why}")
@@ -535,9 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ncopy bandwidth {copy:.2f} TB/s (read + write)" if copy else "\ncopy bandwidth not measured (no torch)")
     print("summary")
     print_rows([Row(**row) for row in document["rows"]])
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(document, fh, indent=1)
+    gpu_program.write_json(args.json, document)
     return 0
 
 

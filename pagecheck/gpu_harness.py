@@ -16,7 +16,6 @@ Exit status 0 when every check passes, 1 otherwise, 2 without a CUDA device.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -216,11 +215,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="tensor-core decode runs fill their ring with bulk (TMA) copies, sm_90+")
     args = parser.parse_args(argv)
 
-    import mlx.core as mx
+    # Imported here, not at the top: the reference workers (spawned) need no MLX.
+    from pagecheck import gpu_program
 
-    if not mx.cuda.is_available():
-        print("no CUDA device: mlx.core.cuda.is_available() is False")
-        return 2
+    why_not = gpu_program.cannot_run()
+    if why_not:
+        print(why_not)
+        return gpu_program.CANNOT_RUN
     rng = np.random.default_rng(args.seed)
     dtypes = args.dtypes.split(",")
     kinds = {"decode": decode_cases, "prefill": prefill_cases}
@@ -247,9 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print_table(big)
         outcomes += big
     failed = [o for o in outcomes if not o.passed]
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump([asdict(o) for o in outcomes], fh, indent=1)
+    gpu_program.write_json(args.json, [asdict(o) for o in outcomes])
     print(f"{len(outcomes) - len(failed)}/{len(outcomes)} checks passed")
     return 1 if failed else 0
 

@@ -86,6 +86,14 @@ KERNELS: dict[str, KernelSource] = {
     ),
 }
 
+# Not an attention kernel: the streaming ceiling probe of pagecheck/gpu_stream_probe.py, which reads
+# the pages as the tensor-core decode walk does with the walk's own headers.
+STREAM_PROBE = KernelSource(
+    "paged_stream", ("key_pages", "value_pages", "block_table", "context_lens"), ("checksum",),
+    ("paged_common.cuh", "paged_mma.cuh", "paged_bulk_copy.cuh", "paged_decode_merge.cuh"),
+    Path(__file__).resolve().parent / "probes",
+)
+
 
 def kernel_name(source: KernelSource) -> str:
     """A name that changes with the source: MLX caches compiled kernels by name on disk."""

@@ -24,8 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from pagecheck.gpu_kernels import KERNELS, KernelSource
-from pagecheck.gpu_stream_probe import PROBE_SOURCE
+from pagecheck.gpu_kernels import KERNELS, STREAM_PROBE, KernelSource
 
 # Stands in for MLX's JIT prelude (device/utils.cuh and friends): the names
 # the kernel bodies rely on, nothing else.
@@ -44,7 +43,7 @@ using Strides = cuda::std::array<int64_t, MAX_NDIM>;
 }
 """
 
-SOURCES = {**KERNELS, PROBE_SOURCE.stem: PROBE_SOURCE}
+SOURCES = {**KERNELS, STREAM_PROBE.stem: STREAM_PROBE}
 CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 PAGED_INPUT_TYPES = {"block_table": "int32_t", "context_lens": "int32_t"}
 # SCALE_BITS of 0.125 (any float32 bit pattern compiles the same way).
@@ -124,7 +123,7 @@ def variants() -> list[Variant]:
                     Variant("paged_prefill_mma", dtype,
                             (("HEAD_DIM", head_dim), ("KEY_TILE", key_tile), ("CAUSAL", True), ("TABLE", 0), SCALE))
                 )
-    out += [Variant(PROBE_SOURCE.stem, "bfloat16", (("HEAD_DIM", 128), ("STAGES", 3), ("MODE", mode)))
+    out += [Variant(STREAM_PROBE.stem, "bfloat16", (("HEAD_DIM", 128), ("STAGES", 3), ("MODE", mode)))
             for mode in (0, 1, 2, 3, 4)]
     return out
 

@@ -23,13 +23,12 @@ Needs a CUDA device, MLX's CUDA back-end and torch. A program, not a test:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Callable
 
 import mlx.core as mx
 
-from pagecheck import bench_gpu, gpu_clock, gpu_kernels
+from pagecheck import bench_gpu, gpu_kernels, gpu_program
 
 DEFAULT_SHAPES = "1x16384,16x1024,16x4096,16x16384,64x1024,64x4096,64x16384"
 
@@ -105,12 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.calls < 1:
         parser.error(f"--calls must be at least 1, got {args.calls}")
-    if not mx.cuda.is_available():
-        print("no CUDA device: mlx.core.cuda.is_available() is False")
-        return 2
-    if not gpu_clock.available():
-        print("torch with CUDA is not importable: its profiler is what reads the GPU's kernel times")
-        return 2
+    why_not = gpu_program.cannot_run(needs_gpu_clock=True)
+    if why_not:
+        print(why_not)
+        return gpu_program.CANNOT_RUN
     known = variants()
     chosen = [name.strip() for name in args.variants.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in known]
@@ -131,9 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             document.append({"batch": batch, "context": context, "variant": name, "kv_bytes": kv_bytes, **found})
         del sets
         mx.clear_cache()
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(document, fh, indent=1)
+    gpu_program.write_json(args.json, document)
     return 0
 
 

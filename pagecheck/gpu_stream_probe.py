@@ -20,23 +20,17 @@ Needs a CUDA device, MLX's CUDA back-end and torch. A program, not a test:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 
-from pagecheck import bench_gpu, gpu_clock, gpu_kernels
+from pagecheck import bench_gpu, gpu_clock, gpu_kernels, gpu_program
 from pagecheck.arg_types import int_list
 from pagecheck.gpu_profile import in_order_table, parse_shapes
 
-PROBE_SOURCE = gpu_kernels.KernelSource(
-    "paged_stream", ("key_pages", "value_pages", "block_table", "context_lens"), ("checksum",),
-    ("paged_common.cuh", "paged_mma.cuh", "paged_bulk_copy.cuh", "paged_decode_merge.cuh"),
-    Path(__file__).resolve().parent / "probes",
-)
+PROBE_SOURCE = gpu_kernels.STREAM_PROBE
 MODES = {"cp.async ring": 0, "bulk-copy ring": 1, "registers": 2, "block cp.async ring": 3,
          "block bulk ring": 4}
 WARPS = 4
@@ -93,12 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=50, help="chained calls per measurement (default 50)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    if not mx.cuda.is_available():
-        print("no CUDA device: mlx.core.cuda.is_available() is False")
-        return 2
-    if not gpu_clock.available():
-        print("torch with CUDA is not importable: its profiler is what reads the GPU's kernel times")
-        return 2
+    why_not = gpu_program.cannot_run(needs_gpu_clock=True)
+    if why_not:
+        print(why_not)
+        return gpu_program.CANNOT_RUN
     rows = []
     for batch, context in args.shapes:
         kv_bytes = bench_gpu.kv_bytes_of(batch, context)
@@ -114,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"{us:8.1f} us {row['tb_per_s']:5.2f} TB/s", flush=True)
         del sets
         mx.clear_cache()
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
+    gpu_program.write_json(args.json, rows)
     return 0
 
 

@@ -32,6 +32,18 @@ __device__ __forceinline__ void barrier_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
+// A ring's stage barriers, one arrival each, made by the ring's owner 0
+// (lane 0 of a warp's ring, thread 0 of a block's); the caller then
+// synchronises the ring's threads before any of them issues or waits.
+__device__ __forceinline__ void init_stage_barriers(unsigned long long* first, int stages, int owner) {
+  if (owner == 0) {
+    for (int stage = 0; stage < stages; ++stage) {
+      barrier_init(first + stage, 1);
+    }
+    barrier_init_fence();
+  }
+}
+
 __device__ __forceinline__ void barrier_expect_bytes(unsigned long long* barrier, unsigned bytes) {
   asm volatile(
       "{\n .reg .b64 state;\n mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(

@@ -105,12 +105,7 @@ __device__ void decode_walk_mma(
   __shared__ unsigned long long barriers[BULK ? DECODE_WARPS * STAGES : 1];
   auto stage_barrier = [&](int local) { return &barriers[warp_idx * STAGES + local % STAGES]; };
   if constexpr (BULK) {
-    if (lane_idx == 0) {
-      for (int stage = 0; stage < STAGES; ++stage) {
-        barrier_init(stage_barrier(stage), 1);
-      }
-      barrier_init_fence();
-    }
+    init_stage_barriers(stage_barrier(0), STAGES, lane_idx);
     __syncwarp();
   }
 

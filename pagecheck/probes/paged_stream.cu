@@ -84,12 +84,7 @@ if constexpr (MODE == 2) {
   }
 } else {
   if constexpr (BULK) {
-    if (owner == 0) {
-      for (int stage = 0; stage < STAGES; ++stage) {
-        barrier_init(barrier_of(stage), 1);
-      }
-      barrier_init_fence();
-    }
+    init_stage_barriers(barrier_of(0), STAGES, owner);
     ring_sync();
   }
   auto issue = [&](int local) {
