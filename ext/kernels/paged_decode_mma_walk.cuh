@@ -4,7 +4,8 @@
 // Same block as the CUDA-core walk (paged_decode_walk.cuh): DECODE_WARPS warps
 // over a tile range of one (request, kv head), sharing each K/V load among
 // the block's query rows, each warp streaming its own tiles through its own
-// cp.async ring. What changes is who computes: a warp holds the block's 16
+// ring (cp.async, or bulk copies when BULK: paged_bulk_copy.cuh). What
+// changes is who computes: a warp holds the block's 16
 // query rows as one mma.sync A operand (rows past the valid ones are zero)
 // and each tile of 16 positions costs 2 x HEAD_DIM/16 mma for the scores and
 // HEAD_DIM/8 for the output, with no conversion of K/V to float32 and no
@@ -17,7 +18,10 @@
 // nt, a per-lane partial of each row's sum; the running max is the same in
 // the 4 lanes of a group. All lanes of a warp copy its tiles (rows padded by
 // 8 elements so ldmatrix is conflict-free) and read each other's copies, so a
-// __syncwarp follows each wait and precedes each reuse of a stage.
+// __syncwarp follows each wait and precedes each reuse of a stage. A landed
+// tile's K and V fragments go to registers first and its stage is refilled
+// before the tile's math, so STAGES tiles stay in flight while a warp
+// computes; one block per multiprocessor then streams as fast as two.
 #ifndef PAGECHECK_PAGED_DECODE_MMA_WALK_CUH
 #define PAGECHECK_PAGED_DECODE_MMA_WALK_CUH
 
