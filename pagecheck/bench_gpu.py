@@ -17,6 +17,9 @@ of 128 (the Qwen3-4B decode heads). Variants:
                     gpu_kernels.DECODE_MMA_STAGES)
 - paged[splits N]:  the decode with its context split N ways (only with
                     --splits; the op chooses by gpu_kernels.choose_splits)
+- paged[bulk copies, stages N]: the tensor-core walk with its ring filled by
+                    bulk (TMA) row copies instead of cp.async (only with
+                    --bulk; sm_90+; measured no faster, so not the op's choice)
 - gather+mlx_sdpa:  gather K/V from the pages into dense tensors, then MLX SDPA
 - mlx_sdpa:         MLX SDPA on K/V gathered beforehand
 - torch_cudnn:      PyTorch SDPA, cuDNN backend, enable_gqa=True, on dense
@@ -32,7 +35,7 @@ previous output) and the cost of that chain alone is subtracted; the torch
 calls are captured in one CUDA graph and replayed. With torch present,
 `kernel` is read from the GPU's own clock (CUPTI kernel timestamps through
 torch's profiler, pagecheck/gpu_clock.py: the summed time of the call's
-kernels, fills and reduce included) and `chained` keeps the wall-clock
+kernels, fills included) and `chained` keeps the wall-clock
 figure; without torch, `kernel` is the wall-clock figure. Where the GPU is
 the slower side the two agree within a few percent (H200, session 3); where
 the host is (small shapes), the wall clock measures the host's submit time
