@@ -251,6 +251,8 @@ def plan_launch(
     if mma and not takes_mma(dtype, head_dim):
         raise ValueError(f"the tensor-core kernels take bfloat16/float16 with head_dim % 16 == 0 <= {MMA_MAX_HEAD_DIM}")
     mma = takes_mma(dtype, head_dim) if mma is None else mma
+    # Bulk copies are a copy path of the tensor-core walk only: the plan says whether they run.
+    mma_bulk = mma_bulk and mma
     rows = decode_rows(group_rows, mma)
     decode_blocks = batch * num_kv_heads * -(-group_rows // rows)
     shared_bytes = decode_shared_bytes(dtype.size, head_dim, rows, mma, mma_stages)

@@ -92,3 +92,12 @@ def test_the_output_is_read_from_the_scratch_out_region(dtype: str) -> None:
     got = gpu_kernels.split_output(scratch, plan, shape, getattr(mx, dtype))
     assert got.shape == shape and got.dtype == getattr(mx, dtype)
     assert mx.array_equal(got, want).item()
+
+
+def test_bulk_copies_are_planned_only_for_the_tensor_core_walk() -> None:
+    shape = (2, 8, 1, 128)
+    bf16 = gpu_kernels.plan_launch(shape, mx.bfloat16, 2, 16, 8, mma_bulk=True)
+    f32 = gpu_kernels.plan_launch(shape, mx.float32, 2, 16, 8, mma_bulk=True)
+    assert (bf16.mma, bf16.mma_bulk) == (True, True)
+    assert (f32.mma, f32.mma_bulk) == (False, False)
+    assert not gpu_kernels.plan_launch(shape, mx.bfloat16, 2, 16, 8).mma_bulk
