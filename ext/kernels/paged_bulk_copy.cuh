@@ -119,6 +119,50 @@ __device__ __forceinline__ void bulk_copy_tile_rows(
   }
 }
 
+// A ring's two copy paths behind one call, so every ring picks its path the
+// same way: with BULK, bulk row copies where the pools are 16-byte aligned
+// (`vector_copy`), else copy_tile_rows (cp.async when aligned, plain copies
+// otherwise) with, in a bulk ring, a barrier phase that expects no bytes.
+template <bool BULK, typename T, int HEAD_DIM, int TILE, int ROW_STRIDE>
+__device__ __forceinline__ void fill_stage(
+    T* stage_k,
+    T* stage_v,
+    const T* key_pages,
+    const T* value_pages,
+    long long base,
+    int count,
+    bool mapped,
+    bool vector_copy,
+    unsigned long long* barrier,
+    int first,
+    int stride) {
+  if constexpr (BULK) {
+    if (vector_copy) {
+      bulk_copy_tile_rows<T, HEAD_DIM, TILE, ROW_STRIDE>(
+          stage_k, stage_v, key_pages, value_pages, base, count, mapped, barrier, first, stride);
+      return;
+    }
+    if (first == 0) {
+      barrier_expect_bytes(barrier, 0);
+    }
+  }
+  copy_tile_rows<T, HEAD_DIM, TILE, ROW_STRIDE>(
+      stage_k, stage_v, key_pages, value_pages, base, count, mapped, vector_copy, first, stride);
+}
+
+// Until the stage of the local-th tile has landed for this thread: its
+// barrier's phase ((local / STAGES) % 2) completed, or (cp.async) at most
+// STAGES - 1 later groups of this thread in flight. The caller then
+// synchronises the ring's threads.
+template <bool BULK, int STAGES>
+__device__ __forceinline__ void wait_stage(unsigned long long* barrier, int local) {
+  if constexpr (BULK) {
+    barrier_wait(barrier, (local / STAGES) % 2);
+  } else {
+    wait_async<STAGES - 1>();
+  }
+}
+
 } // namespace pagecheck
 
 #endif // PAGECHECK_PAGED_BULK_COPY_CUH

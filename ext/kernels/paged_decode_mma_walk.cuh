@@ -84,7 +84,7 @@ __device__ void decode_walk_mma(
     }
   }
   const float score_scale = scale * LOG2_E;
-  const bool upper_rows = __any_sync(0xffffffffu, rows[1].valid);
+  const bool upper_rows = __any_sync(ALL_LANES, rows[1].valid);
 
   float out_acc[L::O_TILES][4];
 #pragma unroll
@@ -130,32 +130,15 @@ __device__ void decode_walk_mma(
         static_cast<long long>(tile.slot_begin) * HEAD_DIM;
     T* stage_k = ring + (local % STAGES) * L::STAGE_ELEMS;
     T* stage_v = stage_k + TILE * L::ROW_STRIDE;
-    if constexpr (BULK) {
-      if (vector_copy) {
-        bulk_copy_tile_rows<T, HEAD_DIM, TILE, L::ROW_STRIDE>(
-            stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, stage_barrier(local),
-            lane_idx, WARP_LANES);
-        return;
-      }
-      // Unaligned pools: plain copies, and a phase with nothing to wait for.
-      if (lane_idx == 0) {
-        barrier_expect_bytes(stage_barrier(local), 0);
-      }
-    }
-    copy_tile_rows<T, HEAD_DIM, TILE, L::ROW_STRIDE>(
-        stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy, lane_idx,
-        WARP_LANES);
+    fill_stage<BULK, T, HEAD_DIM, TILE, L::ROW_STRIDE>(
+        stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy,
+        stage_barrier(local), lane_idx, WARP_LANES);
   };
 
-  // A stage's tile has landed: its bulk copies are complete, or (cp.async)
-  // at most STAGES - 1 later groups are still in flight (tile `local` is
+  // A stage's tile has landed, for every lane (tile `local` is cp.async
   // group `local`, and STAGES + local groups are committed by now).
   auto wait_landed = [&](int local) {
-    if constexpr (BULK) {
-      barrier_wait(stage_barrier(local), (local / STAGES) % 2);
-    } else {
-      wait_async<STAGES - 1>();
-    }
+    wait_stage<BULK, STAGES>(stage_barrier(local), local);
     __syncwarp();
   };
 

@@ -159,7 +159,7 @@ __device__ __forceinline__ void fragment_softmax(
     const float rescale = exp2f(run_max[half] - base);
     run_max[half] = new_max;
     run_sum[half] *= rescale;
-    if (__any_sync(0xffffffffu, rescale != 1.0f)) {
+    if (__any_sync(ALL_LANES, rescale != 1.0f)) {
 #pragma unroll
       for (int nt = 0; nt < O_TILES; ++nt) {
         out_acc[nt][2 * half] *= rescale;

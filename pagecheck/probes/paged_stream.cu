@@ -14,6 +14,8 @@
 //   3, 4  one ring per block: 64-token tiles (never crossing a page) that
 //         all threads fill together, by cp.async (3) or bulk row copies (4),
 //         the same bytes of shared memory as modes 0 and 1.
+// A ring waits on a tile with STAGES tiles in flight, as the walk does; with
+// no math, refilling its stage before or after reading it is the same.
 // Inputs: key_pages / value_pages [P, H_kv, page, D], block_table int32
 // [B, max_pages] (valid ids), context_lens int32 [B]. Output: checksum
 // float32 [blocks * DECODE_THREADS], one per thread so the loads cannot be
@@ -91,14 +93,9 @@ if constexpr (MODE == 2) {
     const PageTile tile = tile_of(local);
     T* stage_k = ring + (local % STAGES) * STAGE_ELEMS;
     T* stage_v = stage_k + TILE * ROW_STRIDE;
-    if constexpr (BULK) {
-      bulk_copy_tile_rows<T, HEAD_DIM, TILE, ROW_STRIDE>(
-          stage_k, stage_v, key_pages, value_pages, tile_base(tile), tile.count, true, barrier_of(local), owner,
-          owners);
-    } else {
-      copy_tile_rows<T, HEAD_DIM, TILE, ROW_STRIDE>(
-          stage_k, stage_v, key_pages, value_pages, tile_base(tile), tile.count, true, true, owner, owners);
-    }
+    fill_stage<BULK, T, HEAD_DIM, TILE, ROW_STRIDE>(
+        stage_k, stage_v, key_pages, value_pages, tile_base(tile), tile.count, true, true, barrier_of(local), owner,
+        owners);
   };
   for (int local = 0; local < STAGES - 1; ++local) {
     if (local < my_tiles) {
@@ -111,11 +108,7 @@ if constexpr (MODE == 2) {
       issue(local + STAGES - 1);
     }
     commit_async();
-    if constexpr (BULK) {
-      barrier_wait(barrier_of(local), (local / STAGES) % 2);
-    } else {
-      wait_async<STAGES - 1>();
-    }
+    wait_stage<BULK, STAGES>(barrier_of(local), local);
     ring_sync();
     const T* stage = ring + (local % STAGES) * STAGE_ELEMS;
     const uint4 word = *reinterpret_cast<const uint4*>(stage + (owner % (2 * TILE)) * ROW_STRIDE);
