@@ -169,11 +169,9 @@ def prefill_mma_shared_bytes(itemsize: int, head_dim: int, key_tile: int) -> int
     return 4 * key_tile * (head_dim + 8) * itemsize
 
 
-def decode_registers(mma: bool, head_dim: int, rows: int) -> int:
-    """Registers per thread of the decode kernels as ptxas reports them (gpu_nvcc_check), rounded up to
-    the allocation unit of 8."""
-    if mma:
-        return 232 if head_dim > 64 else 160
+def cuda_core_registers(rows: int) -> int:
+    """Registers per thread of the CUDA-core decode walk as ptxas reports them (gpu_nvcc_check). The
+    tensor-core walk's count does not enter the plan: its work is balanced over multiprocessors."""
     return 128 if rows <= 4 else 255
 
 
@@ -184,12 +182,12 @@ def resident_blocks(shared_bytes: int, registers: int) -> int:
     return max(1, min(by_shared, by_registers))
 
 
-def balance_slots(mma: bool, shared_bytes: int, head_dim: int, rows: int) -> int:
+def balance_slots(mma: bool, shared_bytes: int, rows: int) -> int:
     """Blocks per multiprocessor the split rule balances work over. The tensor-core walk refills a
     stage before a tile's math, so one block of it streams a multiprocessor's share of bandwidth
     (H200, B 16 x context 16384: one pass, one block per multiprocessor, 274.0 us of kernel against
     271.9 in two splits): 1. The CUDA-core walk needs its resident blocks to hide its math."""
-    return 1 if mma else resident_blocks(shared_bytes, decode_registers(mma, head_dim, rows))
+    return 1 if mma else resident_blocks(shared_bytes, cuda_core_registers(rows))
 
 
 def choose_splits(blocks: int, capacity: int, resident: int) -> int:
@@ -257,7 +255,7 @@ def plan_launch(
     decode_blocks = batch * num_kv_heads * -(-group_rows // rows)
     shared_bytes = decode_shared_bytes(dtype.size, head_dim, rows, mma, mma_stages)
     if num_splits is None:
-        num_splits = choose_splits(decode_blocks, table_width * page_size, balance_slots(mma, shared_bytes, head_dim, rows))
+        num_splits = choose_splits(decode_blocks, table_width * page_size, balance_slots(mma, shared_bytes, rows))
     splits = num_splits
     if not 1 <= splits <= MAX_SPLITS:
         raise ValueError(f"num_splits={splits} must be in 1..{MAX_SPLITS} (the split kernel's merge holds that many)")

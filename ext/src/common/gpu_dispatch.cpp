@@ -178,7 +178,8 @@ void eval_attention_gpu(
       {"CAUSAL", shape.causal},
       {"MMA", plan.tensor_cores},
       {"MMA_STAGES", plan.mma_stages},
-      {"MMA_BULK", plan.mma_bulk},
+      // The op keeps the cp.async ring: bulk copies measured no faster (ext/kernels/NOTES.md, v7).
+      {"MMA_BULK", false},
       {"TABLE", table_kind},
       {"SCALE_BITS", float_bits(shape.scale)}};
   switch (plan.schedule) {

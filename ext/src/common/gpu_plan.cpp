@@ -78,12 +78,11 @@ int decode_shared_bytes(int itemsize, int head_dim, int rows, bool tensor_cores)
   return std::max(ring, merge);
 }
 
-// Registers per thread of the decode kernels as ptxas reports them
-// (python -m pagecheck.gpu_nvcc_check), rounded up to the allocation unit of 8.
-int decode_registers(bool tensor_cores, int head_dim, int rows) {
-  if (tensor_cores) {
-    return head_dim > 64 ? 232 : 160;
-  }
+// Registers per thread of the CUDA-core decode walk as ptxas reports them
+// (python -m pagecheck.gpu_nvcc_check). The tensor-core walk's count does
+// not enter the plan: its work is balanced over multiprocessors
+// (balance_slots).
+int cuda_core_registers(int rows) {
   return rows <= 4 ? 128 : 255;
 }
 
@@ -94,11 +93,21 @@ int resident_blocks(int shared_bytes, int registers) {
   return std::max(1, std::min(by_shared, by_registers));
 }
 
+// Blocks per multiprocessor the split rule balances work over: one for the
+// tensor-core walk, which refills a stage before a tile's math and so streams
+// a multiprocessor's share alone (H200, B 16 x context 16384: one pass 274.0
+// us of kernel, two splits 271.9); the CUDA-core walk's resident blocks hide
+// its math for each other.
+int balance_slots(bool tensor_cores, int shared_bytes, int rows) {
+  return tensor_cores ? 1 : resident_blocks(shared_bytes, cuda_core_registers(rows));
+}
+
 // Blocks run in waves of kSmCount * resident slots, so the time is about
 // waves x (positions per block + a block's fixed cost), plus the merge of the
-// splits when split (fixed, and per split). The count minimising that fills an under-occupied GPU and evens
-// out a last, partial wave (512 blocks on 396 slots run as two waves
-// unsplit, as four of a third the length split in three).
+// splits when split (fixed, and per split). The count minimising that fills
+// an under-occupied GPU and evens out a last, partial wave (512 blocks on 396
+// slots run as two waves unsplit, as four of a third the length split in
+// three).
 int choose_splits(int64_t blocks, int64_t capacity, int resident) {
   const int64_t slots = static_cast<int64_t>(kSmCount) * resident;
   const int most = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, capacity / kMinSplitPositions)));
@@ -139,15 +148,8 @@ GpuPlan plan_gpu_call(const AttentionShape& shape, mx::Dtype dtype, bool tensor_
     plan.rows = mma ? kDecodeMmaRows : std::min(next_pow2(group_rows), kDecodeMaxRows);
     plan.blocks = static_cast<int64_t>(shape.batch) * shape.num_kv_heads * ceil_div(group_rows, plan.rows);
     plan.shared_bytes = decode_shared_bytes(itemsize, shape.head_dim, plan.rows, mma);
-    // Blocks per multiprocessor the work is balanced over: one for the
-    // tensor-core walk, which refills a stage before a tile's math and so
-    // streams a multiprocessor's share alone (H200, B 16 x context 16384: one
-    // pass 274.0 us of kernel, two splits 271.9); the CUDA-core walk's
-    // resident blocks hide its math for each other.
-    const int resident =
-        mma ? 1 : resident_blocks(plan.shared_bytes, decode_registers(mma, shape.head_dim, plan.rows));
-    plan.splits =
-        choose_splits(plan.blocks, static_cast<int64_t>(shape.pages_per_request) * shape.page_size, resident);
+    plan.splits = choose_splits(plan.blocks, static_cast<int64_t>(shape.pages_per_request) * shape.page_size,
+                                balance_slots(mma, plan.shared_bytes, plan.rows));
     plan.schedule = plan.splits > 1 ? GpuSchedule::kSplitDecode : GpuSchedule::kDecode;
     if (plan.splits > 1) {
       const int64_t rows = static_cast<int64_t>(shape.batch) * shape.num_q_heads * shape.query_len;

@@ -31,7 +31,6 @@ struct GpuPlan {
   bool tensor_cores = false; // decode walk (prefill: the schedule says)
   int rows = 0; // query rows per decode block
   int mma_stages = 3; // ring stages of the tensor-core decode walk
-  bool mma_bulk = false; // its ring filled by bulk copies (sm_90+) instead of cp.async
   int64_t blocks = 0; // thread blocks along grid x
   int splits = 1; // context splits of the split decode
   int shared_bytes = 0; // dynamic shared memory of the main kernel
