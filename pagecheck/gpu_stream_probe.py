@@ -26,7 +26,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from pagecheck import bench_gpu, gpu_clock, gpu_kernels, gpu_program
+from pagecheck import bench_gpu, gpu_kernels, gpu_program
 from pagecheck.arg_types import int_list
 from pagecheck.gpu_profile import in_order_table, parse_shapes
 
@@ -59,24 +59,19 @@ def stream(s: bench_gpu.InputSet, table: mx.array, lens: mx.array, mode: int, st
 
 def probe_us(sets: list[bench_gpu.InputSet], ordered: bool, mode: int, stages: int, calls: int) -> float:
     """Mean GPU time of the probe kernel over `calls` chained calls (each call's context
-    lengths depend on the previous output, so calls cannot overlap)."""
+    lengths depend on the previous output, so calls cannot overlap); NaN when none was traced."""
     tables = [in_order_table(s) if ordered else s.block_table for s in sets]
     mx.eval(tables)
 
-    def run() -> None:
-        previous = None
-        outs = []
-        for i in range(calls):
-            s = sets[i % len(sets)]
-            lens = s.context_lens if previous is None else s.context_lens + (previous[0] * 0).astype(mx.int32)
-            previous = stream(s, tables[i % len(sets)], lens, mode, stages)
-            outs.append(previous)
-        mx.eval(outs)
-        mx.synchronize()
+    def link(previous: mx.array | None, i: int) -> mx.array:
+        s = sets[i % len(sets)]
+        lens = s.context_lens if previous is None else s.context_lens + (previous[0] * 0).astype(mx.int32)
+        return stream(s, tables[i % len(sets)], lens, mode, stages)
 
-    run()  # compile outside the trace
-    events = [e for e in gpu_clock.kernel_events(run) if "paged_stream" in e[0]]
-    return sum(end - start for _, start, end in events) / max(1, len(events)) if events else float("nan")
+    mx.eval(link(None, 0))  # compile outside the trace
+    kernels = bench_gpu.gpu_chain(link, calls)["kernels"]
+    probe = [info["mean_us"] for name, info in kernels.items() if PROBE_SOURCE.stem in name]
+    return probe[0] if probe else float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=50, help="chained calls per measurement (default 50)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    if args.calls < 1:
+        parser.error(f"--calls must be at least 1, got {args.calls}")
     why_not = gpu_program.cannot_run(needs_gpu_clock=True)
     if why_not:
         print(why_not)

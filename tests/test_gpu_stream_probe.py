@@ -1,5 +1,7 @@
 """The stream probe's host side, on any machine (its kernel runs only with CUDA)."""
 
+import math
+
 import mlx.core as mx
 import pytest
 
@@ -46,3 +48,23 @@ def test_without_cuda_it_says_so_and_exits_2(capsys) -> None:
 def test_a_ring_of_one_stage_is_refused() -> None:
     with pytest.raises(SystemExit):
         gpu_stream_probe.main(["--stages", "1"])
+
+
+def test_the_probe_time_is_its_own_kernel_not_the_chain(monkeypatch) -> None:
+    monkeypatch.setattr(gpu_stream_probe, "stream", lambda s, table, lens, mode, stages: mx.zeros((4,)))
+    traced = {"kernels": {"copy_s<float>": {"per_call": 1.0, "mean_us": 3.0},
+                          "custom_kernel_pagecheck_paged_stream_abc_bfloat16": {"per_call": 1.0, "mean_us": 250.0}}}
+    monkeypatch.setattr(gpu_stream_probe.bench_gpu, "gpu_chain", lambda link, calls: traced)
+
+    class Set:
+        block_table = mx.zeros((1, 1), dtype=mx.int32)
+        context_lens = mx.ones((1,), dtype=mx.int32)
+
+    assert gpu_stream_probe.probe_us([Set()], False, 0, 3, 5) == 250.0
+    del traced["kernels"]["custom_kernel_pagecheck_paged_stream_abc_bfloat16"]
+    assert math.isnan(gpu_stream_probe.probe_us([Set()], False, 0, 3, 5))
+
+
+def test_zero_calls_are_refused() -> None:
+    with pytest.raises(SystemExit):
+        gpu_stream_probe.main(["--calls", "0"])
