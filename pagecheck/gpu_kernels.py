@@ -46,7 +46,7 @@ SM_COUNT = 132
 MIN_SPLIT_POSITIONS = 256
 MAX_SPLITS = 64
 BLOCK_COST_POSITIONS = 128
-MERGE_COST_POSITIONS = 1024
+MERGE_COST_POSITIONS = 2048
 MERGE_COST_PER_SPLIT = 64
 SM_SHARED_BYTES = 228 * 1024
 SM_REGISTERS = 65536
@@ -169,9 +169,11 @@ def prefill_mma_shared_bytes(itemsize: int, head_dim: int, key_tile: int) -> int
     return 4 * key_tile * (head_dim + 8) * itemsize
 
 
-def cuda_core_registers(rows: int) -> int:
-    """Registers per thread of the CUDA-core decode walk as ptxas reports them (gpu_nvcc_check). The
-    tensor-core walk's count does not enter the plan: its work is balanced over multiprocessors."""
+def walk_registers(mma: bool, rows: int) -> int:
+    """Registers per thread of a decode walk as ptxas reports them (gpu_nvcc_check): the tensor-core
+    walk's 217 rounded up to the allocation unit of 8, the CUDA-core walk's by its rows."""
+    if mma:
+        return 224
     return 128 if rows <= 4 else 255
 
 
@@ -180,14 +182,6 @@ def resident_blocks(shared_bytes: int, registers: int) -> int:
     by_shared = SM_SHARED_BYTES // (shared_bytes + 1024)
     by_registers = SM_REGISTERS // (registers * THREADS_PER_BLOCK)
     return max(1, min(by_shared, by_registers))
-
-
-def balance_slots(mma: bool, shared_bytes: int, rows: int) -> int:
-    """Blocks per multiprocessor the split rule balances work over. The tensor-core walk refills a
-    stage before a tile's math, so one block of it streams a multiprocessor's share of bandwidth
-    (H200, B 16 x context 16384: one pass, one block per multiprocessor, 274.0 us of kernel against
-    271.9 in two splits): 1. The CUDA-core walk needs its resident blocks to hide its math."""
-    return 1 if mma else resident_blocks(shared_bytes, cuda_core_registers(rows))
 
 
 def choose_splits(blocks: int, capacity: int, resident: int) -> int:
@@ -255,7 +249,7 @@ def plan_launch(
     decode_blocks = batch * num_kv_heads * -(-group_rows // rows)
     shared_bytes = decode_shared_bytes(dtype.size, head_dim, rows, mma, mma_stages)
     if num_splits is None:
-        num_splits = choose_splits(decode_blocks, table_width * page_size, balance_slots(mma, shared_bytes, rows))
+        num_splits = choose_splits(decode_blocks, table_width * page_size, resident_blocks(shared_bytes, walk_registers(mma, rows)))
     splits = num_splits
     if not 1 <= splits <= MAX_SPLITS:
         raise ValueError(f"num_splits={splits} must be in 1..{MAX_SPLITS} (the split kernel's merge holds that many)")

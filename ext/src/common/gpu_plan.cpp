@@ -15,15 +15,16 @@ namespace {
 // at least kMinSplitPositions positions of the table's capacity; a block's
 // fixed cost and the merge of the splits count as that many positions of
 // work: a fixed part, and a part per split (the last block of a column reads
-// every split's partial). Both come from the H200: B 16 x context 1024 ran
-// 30 us unsplit against 37 us in 3 splits, and B 1 x context 16384 (8
-// blocks) ran 43.0 us in 16 splits against 44.3-44.7 us in 20-33 and 47.7 us
-// in 12 (in-kernel merge, GPU clock, session 4).
+// every split's partial). All from the H200, GPU clock: B 1 x context 16384
+// (8 blocks) ran 43.0 us in 16 splits against 44.3-44.7 us in 20-33 and 47.7
+// us in 12 (session 4); B 16 x context 4096 ran 73.6-74.3 us unsplit against
+// 76.3-76.7 in two splits, and B 16 x context 16384 263.1 us in two splits
+// against 274 unsplit (session 5): the fixed part lies between.
 constexpr int kSmCount = 132;
 constexpr int kMinSplitPositions = 256;
 constexpr int kMaxSplits = 64;
 constexpr int kBlockCostPositions = 128;
-constexpr int kMergeCostPositions = 1024;
+constexpr int kMergeCostPositions = 2048;
 constexpr int kMergeCostPerSplitPositions = 64;
 constexpr int kSmSharedBytes = 228 * 1024;
 constexpr int kSmRegisters = 65536;
@@ -78,11 +79,13 @@ int decode_shared_bytes(int itemsize, int head_dim, int rows, bool tensor_cores)
   return std::max(ring, merge);
 }
 
-// Registers per thread of the CUDA-core decode walk as ptxas reports them
-// (python -m pagecheck.gpu_nvcc_check). The tensor-core walk's count does
-// not enter the plan: its work is balanced over multiprocessors
-// (balance_slots).
-int cuda_core_registers(int rows) {
+// Registers per thread of the decode walks as ptxas reports them (python -m
+// pagecheck.gpu_nvcc_check; the tensor-core walk's 217, rounded up to the
+// allocation unit of 8).
+int walk_registers(bool tensor_cores, int rows) {
+  if (tensor_cores) {
+    return 224;
+  }
   return rows <= 4 ? 128 : 255;
 }
 
@@ -91,15 +94,6 @@ int resident_blocks(int shared_bytes, int registers) {
   const int by_shared = kSmSharedBytes / (shared_bytes + 1024);
   const int by_registers = kSmRegisters / (registers * kGpuThreadsPerBlock);
   return std::max(1, std::min(by_shared, by_registers));
-}
-
-// Blocks per multiprocessor the split rule balances work over: one for the
-// tensor-core walk, which refills a stage before a tile's math and so streams
-// a multiprocessor's share alone (H200, B 16 x context 16384: one pass 274.0
-// us of kernel, two splits 271.9); the CUDA-core walk's resident blocks hide
-// its math for each other.
-int balance_slots(bool tensor_cores, int shared_bytes, int rows) {
-  return tensor_cores ? 1 : resident_blocks(shared_bytes, cuda_core_registers(rows));
 }
 
 // Blocks run in waves of kSmCount * resident slots, so the time is about
@@ -149,7 +143,7 @@ GpuPlan plan_gpu_call(const AttentionShape& shape, mx::Dtype dtype, bool tensor_
     plan.blocks = static_cast<int64_t>(shape.batch) * shape.num_kv_heads * ceil_div(group_rows, plan.rows);
     plan.shared_bytes = decode_shared_bytes(itemsize, shape.head_dim, plan.rows, mma);
     plan.splits = choose_splits(plan.blocks, static_cast<int64_t>(shape.pages_per_request) * shape.page_size,
-                                balance_slots(mma, plan.shared_bytes, plan.rows));
+                                resident_blocks(plan.shared_bytes, walk_registers(mma, plan.rows)));
     plan.schedule = plan.splits > 1 ? GpuSchedule::kSplitDecode : GpuSchedule::kDecode;
     if (plan.splits > 1) {
       const int64_t rows = static_cast<int64_t>(shape.batch) * shape.num_q_heads * shape.query_len;
