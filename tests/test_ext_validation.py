@@ -1,15 +1,15 @@
 """The C++ ops check their own inputs: bad metadata raises and never crashes the process.
 
 Called directly through `ext`, bypassing the Python checks. Shapes and dtypes
-raise ValueError at the call. Block-table and context values raise ValueError
-at the call when the arrays are already computed, and RuntimeError (MLX's
-wrapper for errors inside a task) at evaluation when they are still lazy; in
-both cases before any K/V memory is read.
+raise ValueError at the call. On the CPU stream, block-table and context
+values raise ValueError at the call too, whether the arrays are computed or
+still lazy (lazy ones are evaluated first), before any K/V memory is read.
+Under mx.compile the values are tracers: they are checked when the task runs
+and raise RuntimeError (MLX's wrapper for errors inside a task) at
+evaluation, on CPU-only builds; an exception from a CPU task crashed MLX's
+CUDA build (see ext/src/common/ready_inputs.h), so that check skips there.
 
 Every call here names the CPU stream: these checks are about the CPU path.
-With a GPU back-end, values are never read at the call (on CUDA they may live
-in device memory; see ext/src/common/ready_inputs.h), so the at-call checks
-skip there.
 """
 
 from __future__ import annotations
@@ -50,12 +50,6 @@ BAD_VALUES = {
 }
 
 
-AT_CALL_CHECKS = pytest.mark.skipif(
-    mx.is_available(mx.gpu), reason="with a GPU back-end the op reads no metadata values at the call"
-)
-
-
-@AT_CALL_CHECKS
 @pytest.mark.parametrize("case", sorted(BAD_VALUES))
 def test_bad_ready_metadata_raises_value_error_at_call(case: str) -> None:
     field, value, message = BAD_VALUES[case]
@@ -66,20 +60,33 @@ def test_bad_ready_metadata_raises_value_error_at_call(case: str) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(BAD_VALUES))
-def test_bad_lazy_metadata_raises_at_eval_without_crashing(case: str) -> None:
+def test_bad_lazy_metadata_raises_value_error_at_call(case: str) -> None:
     field, value, message = BAD_VALUES[case]
     args = paged_args()
-    # Not computed until evaluation, and made on the CPU stream like the call: on a CUDA build a
-    # GPU-made input to a failing CPU task crashed the process (see ext/kernels/NOTES.md).
-    args[field] = mx.add(mx.array(value, dtype=mx.int32), 0, stream=mx.cpu)
-    out = ext.paged_attention(**args)
+    args[field] = mx.add(mx.array(value, dtype=mx.int32), 0, stream=mx.cpu)  # not computed yet
+    with pytest.raises(ValueError, match=message):
+        ext.paged_attention(**args)
+
+
+@pytest.mark.skipif(mx.is_available(mx.gpu), reason="an exception from a CPU task crashed MLX's CUDA build "
+                    "(ext/src/common/ready_inputs.h); the at-call checks above hold there")
+@pytest.mark.parametrize("case", sorted(BAD_VALUES))
+def test_bad_traced_metadata_raises_at_eval_without_crashing(case: str) -> None:
+    field, value, message = BAD_VALUES[case]
+    args = paged_args()
+    names = ("query", "key_pages", "value_pages", "block_table", "context_lens")
+    arrays = [args[name] for name in names]
+    arrays[names.index(field)] = mx.array(value, dtype=mx.int32)
+
+    def attend(*inputs: mx.array) -> mx.array:
+        return ext.paged_attention(*inputs, page_size=args["page_size"], stream=mx.cpu)
+
     with pytest.raises(RuntimeError, match=message):
-        mx.eval(out)
+        mx.eval(mx.compile(attend)(*arrays))
     # The process and MLX's CPU stream keep working after the failed task.
     assert np.isfinite(call(paged_args())).all()
 
 
-@AT_CALL_CHECKS
 def test_context_shorter_than_query_is_rejected() -> None:
     args = paged_args()
     args["query"] = mx.zeros((1, 4, 3, 8))
@@ -114,11 +121,17 @@ def test_bad_shape_or_dtype_raises_value_error(case: str) -> None:
         ext.paged_attention(**args)
 
 
-@AT_CALL_CHECKS
 def test_dense_op_rejects_context_past_key_length() -> None:
     query, key = mx.zeros((1, 2, 1, 8)), mx.zeros((1, 1, 5, 8))
     with pytest.raises(ValueError, match=r"context_lens\[0\] = 6 exceeds key length S = 5"):
         ext.dense_attention(query, key, key, None, False, mx.array([6], dtype=mx.int32), stream=mx.cpu)
+
+
+def test_dense_op_rejects_lazy_context_past_key_length() -> None:
+    query, key = mx.zeros((1, 2, 1, 8)), mx.zeros((1, 1, 5, 8))
+    lazy = mx.add(mx.array([6], dtype=mx.int32), 0, stream=mx.cpu)  # not computed yet
+    with pytest.raises(ValueError, match=r"context_lens\[0\] = 6 exceeds key length S = 5"):
+        ext.dense_attention(query, key, key, None, False, lazy, stream=mx.cpu)
 
 
 def test_dense_op_rejects_keys_shorter_than_queries() -> None:

@@ -1,18 +1,26 @@
-// Inputs that are already computed, used at op time.
+// Metadata values read on the host at op time, and inputs that are already computed.
 //
-// Reads small integer metadata (block tables, context lengths) at op time
-// when it is already computed, so bad values raise at the call (ValueError)
-// instead of when the graph is evaluated. Lazy inputs (not yet scheduled, or
-// traced under mx.compile) return nullptr and are checked when the task runs.
-// So do all inputs when MLX has a GPU back-end: on the CUDA back-end a
-// computed array may live in device memory, which the host must not
-// dereference (seen on the H200: a segfault at the first such read, on a CPU
-// stream too). There the GPU kernels treat out-of-range page ids as absent,
-// the CPU schedules validate when their task runs, and impl validates on the
-// host (through a proper copy) before calling the op.
+// Small integer metadata (block tables, context lengths, token ids) of a call
+// on the CPU stream is read at the call, so bad values raise ValueError there,
+// before any graph node exists; metadata not yet computed is evaluated first
+// (a synchronisation while the graph is built, paid only by lazily made
+// metadata: impl hands over computed arrays). Why not leave lazy values to the
+// CPU task, which checks them too: an exception thrown by a CPU task crashed
+// the process on MLX's CUDA build (H200, MLX 0.32.4, with metadata made on the
+// CPU stream as well as on the GPU), while CPU-only builds turn it into a
+// RuntimeError at evaluation. The task's check stays for what cannot be read
+// at the call: tracers under mx.compile or mx.vmap.
+//
+// With a GPU back-end the values are never read from the caller's array: on
+// CUDA a computed array may live in device memory, which the host must not
+// dereference (seen on the H200: a segfault at the first such read). They are
+// read from a copy that a CPU-stream task wrote. Calls on the GPU stream read
+// nothing at the call: the GPU kernels treat out-of-range page ids as absent,
+// and impl validates on the host (through a proper copy) before calling the op.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "mlx/array.h"
 #include "mlx/device.h"
@@ -26,13 +34,25 @@ inline bool host_reads_metadata_at_call() {
   return cpu_only;
 }
 
-inline const int32_t* ready_int32_values(mlx::core::array& array) {
-  if (!host_reads_metadata_at_call() || array.status() == mlx::core::array::Status::unscheduled ||
-      !array.flags().row_contiguous) {
-    return nullptr;
+// An array whose int32 values the host may read now, equal to `array`, or
+// nullopt where the values are checked when the task runs (GPU-stream calls,
+// tracers). Keep the returned array alive while reading its data.
+inline std::optional<mlx::core::array> host_int32_values(const mlx::core::array& array, mlx::core::StreamOrDevice stream) {
+  namespace mx = mlx::core;
+  const mx::Stream resolved = mx::to_stream(stream);
+  if (resolved.device == mx::Device::gpu || array.is_tracer()) {
+    return std::nullopt;
   }
-  array.wait();
-  return array.data<int32_t>();
+  mx::array host = array;
+  if (!host_reads_metadata_at_call()) {
+    // A fresh buffer written on the host by a CPU task (an add, because a CPU
+    // copy may share the source's buffer instead of writing one).
+    host = mx::add(array, mx::array(0, mx::int32), resolved);
+  } else if (array.status() == mx::array::Status::unscheduled || !array.flags().row_contiguous) {
+    host = mx::contiguous(array, false, resolved);
+  }
+  host.eval();
+  return host;
 }
 
 // The array itself when it is already computed and row contiguous, else

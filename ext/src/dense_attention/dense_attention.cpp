@@ -57,9 +57,8 @@ mx::array dense_attention(
     const std::vector<int32_t> full_contexts(batch, key_len);
     validate_context_lens(shape, full_contexts.data(), key_len, "key length S");
   } else {
-    mx::array context_values = *context_lens;
-    if (const int32_t* ready_contexts = ready_int32_values(context_values)) {
-      validate_context_lens(shape, ready_contexts, key_len, "key length S");
+    if (const std::optional<mx::array> context_values = host_int32_values(*context_lens, resolved_stream)) {
+      validate_context_lens(shape, context_values->data<int32_t>(), key_len, "key length S");
     }
   }
 

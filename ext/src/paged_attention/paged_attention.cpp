@@ -1,4 +1,5 @@
-// The op: checks shapes and dtypes (values are checked when the task runs),
+// The op: checks shapes and dtypes, and on the CPU stream the metadata values
+// (common/ready_inputs.h says when they are checked in the task instead),
 // promotes the query to the K/V storage dtype, makes every input row
 // contiguous (skipped for computed arrays that already are), and builds the primitive.
 #include "paged_attention/paged_attention.h"
@@ -66,13 +67,11 @@ mx::array paged_attention(
   }
   const float resolved_scale = resolve_scale(scale ? &*scale : nullptr, head_dim);
   const mx::Stream resolved_stream = mx::to_stream(stream);
-  mx::array table_values = block_table;
-  mx::array context_values = context_lens;
-  const int32_t* ready_table = ready_int32_values(table_values);
-  const int32_t* ready_contexts = ready_int32_values(context_values);
-  if (ready_table != nullptr && ready_contexts != nullptr) {
-    validate_paged_metadata(
-        paged_shape(query, key_pages, block_table, page_size, resolved_scale, causal), ready_table, ready_contexts);
+  const std::optional<mx::array> table_values = host_int32_values(block_table, resolved_stream);
+  const std::optional<mx::array> context_values = host_int32_values(context_lens, resolved_stream);
+  if (table_values && context_values) {
+    validate_paged_metadata(paged_shape(query, key_pages, block_table, page_size, resolved_scale, causal),
+                            table_values->data<int32_t>(), context_values->data<int32_t>());
   }
 
   const mx::Dtype storage_dtype = key_pages.dtype();

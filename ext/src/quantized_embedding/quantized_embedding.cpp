@@ -92,9 +92,8 @@ mx::array quantized_embedding(
     throw std::invalid_argument(message.str());
   }
 
-  mx::array given_ids = ids;
-  if (const int32_t* ready_ids = ready_int32_values(given_ids)) {
-    check_ids_in_range(ready_ids, given_ids.size(), vocab_size);
+  if (const std::optional<mx::array> id_values = host_int32_values(ids, stream)) {
+    check_ids_in_range(id_values->data<int32_t>(), id_values->size(), vocab_size);
   }
   const mx::array flat_ids = ids.ndim() == 1 ? ids : mx::reshape(ids, {static_cast<int>(ids.size())}, stream);
   std::vector<mx::array> inputs{
