@@ -1,6 +1,10 @@
-"""gpu_nvcc_check's pieces that need no nvcc: the kernel wrapper and the machine-code digest."""
+"""gpu_nvcc_check: the kernel wrapper and the machine-code digest, and (where nvcc is installed, as on CI's
+machine) the op's own kernel variants compiled for sm_90 without register spills."""
 
+import shutil
 import struct
+
+import pytest
 
 from pagecheck import gpu_nvcc_check
 
@@ -51,3 +55,33 @@ def test_every_variant_wraps_its_kernel_in_a_signature():
     assert "float* checksum" in probe and "__nv_bfloat16* key_pages" in probe
     bulk = [v for v in variants if ("MMA_BULK", True) in v.template]
     assert bulk and all(("MMA", True) in v.template for v in bulk)
+
+
+NVCC = shutil.which("nvcc")
+
+# The op's own choices at the benchmark's head dim, one per kernel and walk: the tensor-core decode walk
+# (one pass and split) with its 3-stage cp.async ring, the CUDA-core walk float32 takes, both prefills.
+OP_VARIANTS = {
+    "tensor-core decode": ("paged_decode", "bfloat16", {"HEAD_DIM": 128, "MMA": True, "MMA_STAGES": 3, "MMA_BULK": False}),
+    "tensor-core split": ("paged_decode_split", "float16", {"HEAD_DIM": 128, "MMA": True, "MMA_STAGES": 3,
+                                                            "MMA_BULK": False}),
+    "CUDA-core decode": ("paged_decode", "float32", {"HEAD_DIM": 128, "ROWS": 4, "MMA": False}),
+    "CUDA-core split": ("paged_decode_split", "float32", {"HEAD_DIM": 128, "ROWS": 8, "MMA": False}),
+    "tensor-core prefill": ("paged_prefill_mma", "bfloat16", {"HEAD_DIM": 128, "KEY_TILE": 64}),
+    "CUDA-core prefill": ("paged_prefill", "float32", {"HEAD_DIM": 128}),
+}
+
+
+def op_variant(stem: str, dtype: str, wanted: dict) -> gpu_nvcc_check.Variant:
+    (found,) = [v for v in gpu_nvcc_check.variants()
+                if v.stem == stem and v.dtype == dtype and wanted.items() <= dict(v.template).items()]
+    return found
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH: the CUDA toolkit's compiler checks the kernels "
+                    "without a GPU")
+@pytest.mark.parametrize("name", sorted(OP_VARIANTS))
+def test_the_ops_kernels_compile_for_sm90_without_spills(tmp_path, name):
+    variant, ok, summary = gpu_nvcc_check.compile_one(NVCC, op_variant(*OP_VARIANTS[name]), tmp_path)
+    assert ok, summary[-3000:]
+    assert "spill_st=0 spill_ld=0" in summary, f"{variant.label}: {summary}"
