@@ -1,12 +1,13 @@
 """gpu_nvcc_check: the kernel wrapper and the machine-code digest, and (where nvcc is installed, as on CI's
 machine) the op's own kernel variants compiled for sm_90 without register spills."""
 
+import re
 import shutil
 import struct
 
 import pytest
 
-from pagecheck import gpu_nvcc_check
+from pagecheck import gpu_kernels, gpu_nvcc_check
 
 
 def tiny_elf(sections: list[tuple[str, bytes]]) -> bytes:
@@ -85,3 +86,8 @@ def test_the_ops_kernels_compile_for_sm90_without_spills(tmp_path, name):
     variant, ok, summary = gpu_nvcc_check.compile_one(NVCC, op_variant(*OP_VARIANTS[name]), tmp_path)
     assert ok, summary[-3000:]
     assert "spill_st=0 spill_ld=0" in summary, f"{variant.label}: {summary}"
+    template = dict(variant.template)
+    if variant.stem.startswith("paged_decode"):
+        # The split rule counts resident blocks from these figures (gpu_kernels.walk_registers).
+        registers = int(re.search(r"regs=(\d+)", summary).group(1))
+        assert registers <= gpu_kernels.walk_registers(template["MMA"], template["ROWS"]), summary
