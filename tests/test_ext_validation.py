@@ -138,3 +138,16 @@ def test_dense_op_rejects_keys_shorter_than_queries() -> None:
     query, key = mx.zeros((1, 2, 4, 8)), mx.zeros((1, 1, 3, 8))
     with pytest.raises(ValueError, match=r"shorter than the query length L = 4"):
         ext.dense_attention(query, key, key, None, True, stream=mx.cpu)
+
+
+def test_strided_metadata_is_read_through_a_contiguous_copy() -> None:
+    # Every other column of a wider table: not row contiguous, so the call reads a contiguous copy.
+    args = paged_args()
+    wide = mx.array([[2, 7, 0, 7, -1, 7]], dtype=mx.int32)[:, ::2]
+    assert np.array_equal(np.array(wide), np.array(args["block_table"]))
+    expected = call(args)
+    args["block_table"] = wide
+    np.testing.assert_array_equal(call(args), expected)
+    args["block_table"] = mx.array([[2, 7, 3, 7, -1, 7]], dtype=mx.int32)[:, ::2]
+    with pytest.raises(ValueError, match=r"block_table\[0, 1\] = 3"):
+        ext.paged_attention(**args)
