@@ -1,7 +1,9 @@
 // Python bindings of the pagecheck extension (module ext._ext).
 // std::invalid_argument from the ops becomes ValueError (nanobind's default
-// translation), raised at call time for shapes and dtypes and at evaluation
-// time for block-table and context values.
+// translation), raised at call time for shapes and dtypes and, on the CPU
+// stream, for block-table, context and id values; values that are tracers
+// under mx.compile are checked when the CPU task runs, and MLX raises that
+// as RuntimeError at evaluation (common/ready_inputs.h).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>

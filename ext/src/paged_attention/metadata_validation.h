@@ -1,6 +1,7 @@
-// Value checks on block tables and context lengths, run inside the CPU task
-// before any K/V memory is read (the values only exist once the inputs are
-// evaluated). Each throws std::invalid_argument naming field and value.
+// Value checks on block tables and context lengths, run at the call on the
+// values read there (common/ready_inputs.h) and again inside the CPU task
+// before any K/V memory is read (for values that were tracers at the call).
+// Each throws std::invalid_argument naming field and value.
 #pragma once
 
 #include <cstdint>
