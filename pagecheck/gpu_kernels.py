@@ -250,7 +250,8 @@ def plan_launch(
     decode_blocks = batch * num_kv_heads * -(-group_rows // rows)
     shared_bytes = decode_shared_bytes(dtype.size, head_dim, rows, mma, mma_stages)
     if num_splits is None:
-        num_splits = choose_splits(decode_blocks, table_width * page_size, resident_blocks(shared_bytes, walk_registers(mma, rows)))
+        resident = resident_blocks(shared_bytes, walk_registers(mma, rows))
+        num_splits = choose_splits(decode_blocks, table_width * page_size, resident)
     splits = num_splits
     if not 1 <= splits <= MAX_SPLITS:
         raise ValueError(f"num_splits={splits} must be in 1..{MAX_SPLITS} (the split kernel's merge holds that many)")

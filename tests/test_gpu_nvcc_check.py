@@ -63,7 +63,8 @@ NVCC = shutil.which("nvcc")
 # The op's own choices at the benchmark's head dim, one per kernel and walk: the tensor-core decode walk
 # (one pass and split) with its 3-stage cp.async ring, the CUDA-core walk float32 takes, both prefills.
 OP_VARIANTS = {
-    "tensor-core decode": ("paged_decode", "bfloat16", {"HEAD_DIM": 128, "MMA": True, "MMA_STAGES": 3, "MMA_BULK": False}),
+    "tensor-core decode": ("paged_decode", "bfloat16", {"HEAD_DIM": 128, "MMA": True, "MMA_STAGES": 3,
+                                                        "MMA_BULK": False}),
     "tensor-core split": ("paged_decode_split", "float16", {"HEAD_DIM": 128, "MMA": True, "MMA_STAGES": 3,
                                                             "MMA_BULK": False}),
     "CUDA-core decode": ("paged_decode", "float32", {"HEAD_DIM": 128, "ROWS": 4, "MMA": False}),

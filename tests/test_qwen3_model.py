@@ -25,13 +25,16 @@ from tests.serving_fixtures import PAGE_SIZE, SERVING_CONFIG, serving_model, ser
 CHUNKS = (5, 7, 1, 1, 1)  # prefill chunks across page boundaries, then three decode steps
 
 
+def dequantized_linear(x: mx.array, matrix) -> mx.array:
+    """x @ matrix.T from the dequantized weights: the oracle's matmul, never mx.quantized_matmul."""
+    return x @ matrix.dequantize().T
+
+
 def cache_free_logits(weights: Qwen3Weights, tokens: mx.array) -> mx.array:
     config = weights.config
     length = tokens.shape[1]
     eps = config.rms_norm_eps
-
-    def linear(x: mx.array, matrix) -> mx.array:
-        return x @ matrix.dequantize().T
+    linear = dequantized_linear
 
     def heads(x: mx.array, count: int) -> mx.array:
         return x.reshape(1, length, count, config.head_dim).transpose(0, 2, 1, 3)
@@ -60,6 +63,11 @@ def new_caches(path: str) -> list:
     return [TinyKvPagedCache(TinyKvPagedPool(PAGE_SIZE)) for _ in range(SERVING_CONFIG.num_layers)]
 
 
+def random_tokens(seed: int) -> mx.array:
+    rng = np.random.default_rng(seed)
+    return mx.array(rng.integers(0, SERVING_CONFIG.vocab_size, (1, sum(CHUNKS))), dtype=mx.int32)
+
+
 def chunked_logits(path: str, tokens: mx.array) -> mx.array:
     model, caches = serving_model(path), new_caches(path)
     pieces, start = [], 0
@@ -71,8 +79,7 @@ def chunked_logits(path: str, tokens: mx.array) -> mx.array:
 
 @pytest.mark.parametrize("path", ATTENTION_PATHS)
 def test_chunked_cached_forward_matches_cache_free_forward(path: str) -> None:
-    rng = np.random.default_rng(11)
-    tokens = mx.array(rng.integers(0, SERVING_CONFIG.vocab_size, (1, sum(CHUNKS))), dtype=mx.int32)
+    tokens = random_tokens(11)
     result = compare(chunked_logits(path, tokens), cache_free_logits(serving_weights(), tokens), "float32")
     assert result.passed, result.summary()
 
@@ -82,13 +89,9 @@ def test_chunked_cached_forward_matches_with_dequantized_linears(path: str, monk
     # The same forward with every linear computed as x @ dequantize(w).T, the oracle's own matmul.
     # Passing where the test above fails puts the fault in mx.quantized_matmul on that device (the
     # H200 case of ext/kernels/NOTES.md, what is left); failing too puts it in the cached forward.
-    def dequantized_linear(x: mx.array, matrix) -> mx.array:
-        return x @ matrix.dequantize().T
-
     monkeypatch.setattr("impl.qwen3.quantized_linear", dequantized_linear)
     monkeypatch.setattr("impl.qwen3_attention.quantized_linear", dequantized_linear)
-    tokens = mx.array(np.random.default_rng(12).integers(0, SERVING_CONFIG.vocab_size, (1, sum(CHUNKS))),
-                      dtype=mx.int32)
+    tokens = random_tokens(12)
     result = compare(chunked_logits(path, tokens), cache_free_logits(serving_weights(), tokens), "float32")
     assert result.passed, result.summary()
 

@@ -29,7 +29,8 @@
 
 namespace pagecheck {
 
-inline bool host_reads_metadata_at_call() {
+// CPU-only builds: every computed array lives in host memory.
+inline bool host_reads_caller_arrays() {
   static const bool cpu_only = !mlx::core::is_available(mlx::core::Device::gpu);
   return cpu_only;
 }
@@ -44,7 +45,7 @@ inline std::optional<mlx::core::array> host_int32_values(const mlx::core::array&
     return std::nullopt;
   }
   mx::array host = array;
-  if (!host_reads_metadata_at_call()) {
+  if (!host_reads_caller_arrays()) {
     // A fresh buffer written on the host by a CPU task (an add, because a CPU
     // copy may share the source's buffer instead of writing one).
     host = mx::add(array, mx::array(0, mx::int32), resolved);
