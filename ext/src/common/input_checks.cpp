@@ -1,7 +1,7 @@
 #include "common/input_checks.h"
 
 #include <cmath>
-#include <sstream>
+#include "common/error_text.h"
 #include <stdexcept>
 
 #include "mlx/utils.h"
@@ -11,7 +11,7 @@ namespace pagecheck {
 namespace mx = mlx::core;
 
 std::string shape_text(const mx::array& array) {
-  std::ostringstream text;
+  ErrorText text;
   text << "(";
   for (int axis = 0; axis < array.ndim(); ++axis) {
     text << (axis > 0 ? ", " : "") << array.shape(axis);
@@ -22,7 +22,7 @@ std::string shape_text(const mx::array& array) {
 
 void check_ndim(const char* field, const mx::array& array, int ndim, const char* layout) {
   if (array.ndim() != ndim) {
-    std::ostringstream message;
+    ErrorText message;
     message << "pagecheck: " << field << " must have " << ndim << " dimensions " << layout << ", got shape "
             << shape_text(array);
     throw std::invalid_argument(message.str());
@@ -32,7 +32,7 @@ void check_ndim(const char* field, const mx::array& array, int ndim, const char*
 void check_attention_dtype(const char* field, const mx::array& array) {
   const mx::Dtype dtype = array.dtype();
   if (dtype != mx::float32 && dtype != mx::bfloat16 && dtype != mx::float16) {
-    std::ostringstream message;
+    ErrorText message;
     message << "pagecheck: " << field << " dtype " << dtype << " is not supported; use float32, bfloat16 or float16";
     throw std::invalid_argument(message.str());
   }
@@ -40,7 +40,7 @@ void check_attention_dtype(const char* field, const mx::array& array) {
 
 void check_int32(const char* field, const mx::array& array) {
   if (array.dtype() != mx::int32) {
-    std::ostringstream message;
+    ErrorText message;
     message << "pagecheck: " << field << " must be int32, got " << array.dtype();
     throw std::invalid_argument(message.str());
   }
@@ -48,7 +48,7 @@ void check_int32(const char* field, const mx::array& array) {
 
 void check_dim_equal(const char* field, int axis, const mx::array& array, int expected, const char* expected_name) {
   if (array.shape(axis) != expected) {
-    std::ostringstream message;
+    ErrorText message;
     message << "pagecheck: " << field << ".shape[" << axis << "] = " << array.shape(axis) << " must equal "
             << expected_name << " = " << expected << " (shape " << shape_text(array) << ")";
     throw std::invalid_argument(message.str());
@@ -56,7 +56,7 @@ void check_dim_equal(const char* field, int axis, const mx::array& array, int ex
 }
 
 void check_heads(int num_q_heads, int num_kv_heads, int head_dim) {
-  std::ostringstream message;
+  ErrorText message;
   if (num_kv_heads <= 0 || num_q_heads <= 0) {
     message << "pagecheck: head counts must be positive, got H_q = " << num_q_heads << ", H_kv = " << num_kv_heads;
   } else if (num_q_heads % num_kv_heads != 0) {
@@ -74,7 +74,7 @@ float resolve_scale(const float* scale, int head_dim) {
     return 1.0f / std::sqrt(static_cast<float>(head_dim));
   }
   if (!std::isfinite(*scale)) {
-    std::ostringstream message;
+    ErrorText message;
     message << "pagecheck: scale = " << *scale << " must be finite";
     throw std::invalid_argument(message.str());
   }

@@ -1,7 +1,7 @@
 #include "dense_attention/dense_attention.h"
 
 #include <memory>
-#include <sstream>
+#include "common/error_text.h"
 #include <stdexcept>
 #include <vector>
 
@@ -31,7 +31,7 @@ mx::array dense_attention(
   check_attention_dtype("query", query);
   check_attention_dtype("key", key);
   if (value.dtype() != key.dtype()) {
-    std::ostringstream message;
+    ErrorText message;
     message << "pagecheck: value dtype " << value.dtype() << " differs from key dtype " << key.dtype();
     throw std::invalid_argument(message.str());
   }

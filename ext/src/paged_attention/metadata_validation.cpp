@@ -1,6 +1,6 @@
 #include "paged_attention/metadata_validation.h"
 
-#include <sstream>
+#include "common/error_text.h"
 #include <stdexcept>
 
 #include "common/attention_rows.h"
@@ -11,7 +11,7 @@ void validate_context_lens(const AttentionShape& shape, const int32_t* context_l
                            const char* capacity_name) {
   for (int request_idx = 0; request_idx < shape.batch; ++request_idx) {
     const int64_t context_len = context_lens[request_idx];
-    std::ostringstream message;
+    ErrorText message;
     if (context_len < 0) {
       message << "pagecheck: context_lens[" << request_idx << "] = " << context_len << " is negative";
     } else if (context_len > capacity) {
@@ -37,7 +37,7 @@ void validate_paged_metadata(const AttentionShape& shape, const int32_t* block_t
     for (int page_idx = 0; page_idx < shape.pages_per_request; ++page_idx) {
       const int64_t page_id = table_row[page_idx];
       const bool live = page_idx < live_pages;
-      std::ostringstream message;
+      ErrorText message;
       if (live && (page_id < 0 || page_id >= shape.num_pages)) {
         message << "pagecheck: block_table[" << request_idx << ", " << page_idx << "] = " << page_id
                 << " is not a page id in [0, " << shape.num_pages << ") but holds positions of context_lens["

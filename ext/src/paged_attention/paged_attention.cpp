@@ -6,7 +6,7 @@
 
 #include <climits>
 #include <memory>
-#include <sstream>
+#include "common/error_text.h"
 #include <stdexcept>
 
 #include "common/gpu_dispatch.h"
@@ -41,7 +41,7 @@ mx::array paged_attention(
   check_int32("block_table", block_table);
   check_int32("context_lens", context_lens);
   if (value_pages.dtype() != key_pages.dtype()) {
-    std::ostringstream message;
+    ErrorText message;
     message << "pagecheck: value_pages dtype " << value_pages.dtype() << " differs from key_pages dtype "
             << key_pages.dtype();
     throw std::invalid_argument(message.str());
@@ -51,7 +51,7 @@ mx::array paged_attention(
                                 " differs from key_pages shape " + shape_text(key_pages));
   }
   if (page_size <= 0) {
-    std::ostringstream message;
+    ErrorText message;
     message << "pagecheck: page_size = " << page_size << " must be positive";
     throw std::invalid_argument(message.str());
   }

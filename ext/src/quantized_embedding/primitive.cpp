@@ -1,7 +1,7 @@
 #include "quantized_embedding/primitive.h"
 
 #include <cstdint>
-#include <sstream>
+#include "common/error_text.h"
 #include <stdexcept>
 
 #include "common/cpu_eval.h"
@@ -36,7 +36,7 @@ void embed_rows_cpu(const EmbeddingShape& shape, const int32_t* ids, const uint3
   for (int64_t token_idx = 0; token_idx < shape.num_tokens; ++token_idx) {
     const int32_t row_idx = ids[token_idx];
     if (row_idx < 0 || row_idx >= shape.vocab_size) {
-      std::ostringstream message;
+      ErrorText message;
       message << "pagecheck: ids[" << token_idx << "] = " << row_idx << " is not a row of the table [0, "
               << shape.vocab_size << ")";
       throw std::invalid_argument(message.str());

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <memory>
-#include <sstream>
+#include "common/error_text.h"
 #include <stdexcept>
 #include <vector>
 
@@ -23,7 +23,7 @@ void check_supported(const char* field, int value, const int (&supported)[N]) {
   if (std::find(std::begin(supported), std::end(supported), value) != std::end(supported)) {
     return;
   }
-  std::ostringstream message;
+  ErrorText message;
   message << "pagecheck: " << field << " = " << value << " is not supported; use one of";
   for (int option : supported) {
     message << " " << option;
@@ -34,7 +34,7 @@ void check_supported(const char* field, int value, const int (&supported)[N]) {
 void check_ids_in_range(const int32_t* ids, size_t count, int vocab_size) {
   for (size_t token_idx = 0; token_idx < count; ++token_idx) {
     if (ids[token_idx] < 0 || ids[token_idx] >= vocab_size) {
-      std::ostringstream message;
+      ErrorText message;
       message << "pagecheck: ids[" << token_idx << "] = " << ids[token_idx] << " is not a row of the table [0, "
               << vocab_size << ")";
       throw std::invalid_argument(message.str());
@@ -59,13 +59,13 @@ mx::array quantized_embedding(
   check_ndim("scales", scales, 2, "[V, D / group_size]");
   check_ndim("biases", biases, 2, "[V, D / group_size]");
   if (weight.dtype() != mx::uint32) {
-    std::ostringstream message;
+    ErrorText message;
     message << "pagecheck: weight must be uint32 (packed by mx.quantize), got " << weight.dtype();
     throw std::invalid_argument(message.str());
   }
   check_attention_dtype("scales", scales);
   if (biases.dtype() != scales.dtype()) {
-    std::ostringstream message;
+    ErrorText message;
     message << "pagecheck: biases dtype " << biases.dtype() << " differs from scales dtype " << scales.dtype();
     throw std::invalid_argument(message.str());
   }
@@ -80,13 +80,13 @@ mx::array quantized_embedding(
   check_dim_equal("scales", 0, scales, vocab_size, "weight rows V");
   const int64_t dims = static_cast<int64_t>(weight.shape(1)) * 32 / bits;
   if (static_cast<int64_t>(scales.shape(1)) * group_size != dims) {
-    std::ostringstream message;
+    ErrorText message;
     message << "pagecheck: scales.shape[1] = " << scales.shape(1) << " must equal D / group_size = " << dims << " / "
             << group_size << " for weight shape " << shape_text(weight) << " at bits = " << bits;
     throw std::invalid_argument(message.str());
   }
   if (static_cast<int64_t>(ids.size()) * weight.shape(1) > INT_MAX) {
-    std::ostringstream message;
+    ErrorText message;
     message << "pagecheck: ids.size = " << ids.size() << " times " << weight.shape(1)
             << " packed words per row exceeds one kernel launch (" << INT_MAX << " threads)";
     throw std::invalid_argument(message.str());
