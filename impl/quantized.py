@@ -50,7 +50,15 @@ def quantize_matrix(
 
 
 def quantized_linear(x: mx.array, matrix: QuantizedMatrix) -> mx.array:
-    """x [..., cols] @ matrix.T -> [..., rows]."""
+    """x [..., cols] @ matrix.T -> [..., rows].
+
+    A matrix whose rows are one group each (cols == group_size, only in toy models) is dequantized and
+    multiplied instead: on MLX 0.32.4's CUDA back-end mx.quantized_matmul returned wrong values for such
+    a matrix from two input rows up (max error 2-5 on outputs of magnitude 2-3 at cols 64, group 64;
+    right at cols 64 with group 32 and at cols 128+ with group 64; measured on the H200, NOTES.md v9).
+    """
+    if matrix.shape[1] == matrix.group_size:
+        return x @ matrix.dequantize().T
     return mx.quantized_matmul(
         x, matrix.weight, matrix.scales, matrix.biases, transpose=True,
         group_size=matrix.group_size, bits=matrix.bits,

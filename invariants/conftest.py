@@ -10,16 +10,21 @@ the `rng` fixture, so one seed reproduces a run exactly.
 
 from __future__ import annotations
 
+import os
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from invariants.catalog import INVARIANTS
-from invariants.profiles import DEFAULT_PROFILE, DEFAULT_SEED, PROFILES, load_profile, register_profiles
-from pagecheck.results import ResultsCollector
-from pagecheck.subject import SPEC_HELP, Subject, SubjectError, load_subject
+# Before mlx is imported: float32 matmuls in full float32, not MLX's default TF32 on CUDA (the float32
+# tolerance is derived from float32's precision; tests/conftest.py says more).
+os.environ.setdefault("MLX_ENABLE_TF32", "0")
+
+from invariants.catalog import INVARIANTS  # noqa: E402
+from invariants.profiles import DEFAULT_PROFILE, DEFAULT_SEED, PROFILES, load_profile, register_profiles  # noqa: E402
+from pagecheck.results import ResultsCollector  # noqa: E402
+from pagecheck.subject import SPEC_HELP, Subject, SubjectError, load_subject  # noqa: E402
 
 SUITE_DIR = Path(__file__).resolve().parent
 SUBJECT_KEY = pytest.StashKey[Subject]()

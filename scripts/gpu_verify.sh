@@ -8,7 +8,10 @@
 # Steps:
 #   tests       the test suite, one process per file so a crash names its
 #               file; the default device is the GPU, so the GPU tests run and
-#               the op tests go through eval_gpu (TESTS narrows the files)
+#               the op tests go through eval_gpu (TESTS narrows the files,
+#               PYTEST_ARGS adds options; FILE_LIMIT seconds per file, 120
+#               by default: the first run of the model test JIT-compiles
+#               MLX's kernels and needs more)
 #   invariants  the invariants suite with --device gpu
 #   tolerance   the tolerance sweep with --device gpu, reports in LOGDIR/tolerance
 #   harness     every kernel schedule against the float64 reference
@@ -38,8 +41,8 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 step build 240 python3 setup.py build_ext --inplace
 for name in "$@"; do
   case $name in
-    tests) step tests 300 bash -c 'for f in ${TESTS:-tests/test_*.py}; do
-             echo "## $f"; timeout 120 python3 -m pytest -q -p no:cacheprovider "$f" 2>&1 | tail -n 40
+    tests) step tests ${TESTS_LIMIT:-300} bash -c 'for f in ${TESTS:-tests/test_*.py}; do
+             echo "## $f"; timeout ${FILE_LIMIT:-120} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} "$f" 2>&1 | tail -n 40
              echo "## $f exit ${PIPESTATUS[0]}"; done' ;;
     invariants) step invariants 200 python3 -m pytest -q -n 8 invariants --device gpu --subject impl ;;
     tolerance) step tolerance 300 python3 -m pagecheck.cli tolerance --device gpu --out "$out/tolerance" ;;

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# float32 means float32 here: MLX's CUDA back-end runs float32 matmuls as TF32 by default (about 1e-3
+# relative error, measured on the H200), which the float32 tolerances, derived from float32's precision,
+# would read as wrong answers. Set before any test imports mlx; MLX_ENABLE_TF32=1 still overrides.
+os.environ.setdefault("MLX_ENABLE_TF32", "0")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
