@@ -12,7 +12,7 @@ from ext._ext import build_info, dense_attention, paged_attention, quantized_emb
 __all__ = ["PLAN_FIELDS", "build_info", "dense_attention", "gpu_launch_plan", "paged_attention", "quantized_embedding"]
 
 PLAN_FIELDS = ("schedule", "mma", "rows", "blocks", "splits", "shared_bytes", "key_tile", "mma_stages",
-               "scratch_words", "out_begin_words")
+               "scratch_words", "out_begin_words", "swizzled_rows")
 
 
 def gpu_launch_plan(batch: int, num_q_heads: int, query_len: int, head_dim: int, num_kv_heads: int, page_size: int,

@@ -140,10 +140,17 @@ def decode_rows(rows: int, mma: bool) -> int:
     return DECODE_MMA_ROWS if mma else min(next_pow2(rows), DECODE_MAX_ROWS)
 
 
-def decode_shared_bytes(itemsize: int, head_dim: int, rows: int, mma: bool, mma_stages: int = DECODE_MMA_STAGES) -> int:
+def mma_row_stride(head_dim: int, swizzled: bool = True) -> int:
+    """SharedRows<HEAD_DIM, SWIZZLE>::STRIDE (paged_mma.cuh): K/V rows in a tensor-core ring are unpadded
+    and swizzled when head_dim is a multiple of 64, else padded by 8 elements (always with bulk copies)."""
+    return head_dim if swizzled and head_dim % 64 == 0 else head_dim + 8
+
+
+def decode_shared_bytes(itemsize: int, head_dim: int, rows: int, mma: bool, mma_stages: int = DECODE_MMA_STAGES,
+                        swizzled_rows: bool = True) -> int:
     """DecodeWalker<...>::Layout::SHARED_BYTES: the staging ring or the merge region."""
     if mma:
-        ring = 4 * mma_stages * 2 * 16 * (head_dim + 8) * itemsize
+        ring = 4 * mma_stages * 2 * 16 * mma_row_stride(head_dim, swizzled_rows) * itemsize
         return max(ring, 4 * rows * (head_dim + 2) * 4)
     vec = 16 // itemsize
     num_vecs = -(-head_dim // vec)
@@ -166,7 +173,7 @@ def prefill_key_tile(page_size: int) -> int:
 
 
 def prefill_mma_shared_bytes(itemsize: int, head_dim: int, key_tile: int) -> int:
-    return 4 * key_tile * (head_dim + 8) * itemsize
+    return 4 * key_tile * mma_row_stride(head_dim) * itemsize
 
 
 def walk_registers(mma: bool, rows: int) -> int:
@@ -220,6 +227,7 @@ class LaunchPlan:
     scratch_words: int = 0  # float32 words of the split scratch (split only)
     out_begin_words: int = 0  # where the output starts inside it
     mma_bulk: bool = False  # its ring filled by bulk copies (sm_90+) instead of cp.async
+    swizzled_rows: bool = False  # its rows swizzled, not padded (grids of more than one wave; gpu_plan.h)
 
 
 def split_scratch(rows: int, splits: int, head_dim: int, blocks: int, itemsize: int) -> tuple[int, int]:
@@ -248,11 +256,14 @@ def plan_launch(
     mma_bulk = mma_bulk and mma
     rows = decode_rows(group_rows, mma)
     decode_blocks = batch * num_kv_heads * -(-group_rows // rows)
-    shared_bytes = decode_shared_bytes(dtype.size, head_dim, rows, mma, mma_stages)
+    # Residency by the padded ring, which is never smaller.
+    resident = resident_blocks(decode_shared_bytes(dtype.size, head_dim, rows, mma, mma_stages, False),
+                               walk_registers(mma, rows))
     if num_splits is None:
-        resident = resident_blocks(shared_bytes, walk_registers(mma, rows))
         num_splits = choose_splits(decode_blocks, table_width * page_size, resident)
     splits = num_splits
+    swizzled_rows = mma and not mma_bulk and decode_blocks * splits > SM_COUNT * resident
+    shared_bytes = decode_shared_bytes(dtype.size, head_dim, rows, mma, mma_stages, swizzled_rows)
     if not 1 <= splits <= MAX_SPLITS:
         raise ValueError(f"num_splits={splits} must be in 1..{MAX_SPLITS} (the split kernel's merge holds that many)")
     if schedule is None:
@@ -264,12 +275,13 @@ def plan_launch(
         raise ValueError(f"schedule={schedule!r} is not one of {SCHEDULES}")
     itemsize = dtype.size
     if schedule == "decode":
-        return LaunchPlan(schedule, mma, rows, decode_blocks, 1, shared_bytes, 0, mma_stages, mma_bulk=mma_bulk)
+        return LaunchPlan(schedule, mma, rows, decode_blocks, 1, shared_bytes, 0, mma_stages, mma_bulk=mma_bulk,
+                          swizzled_rows=swizzled_rows)
     if schedule == "split":
         out_begin, total_words = split_scratch(batch * num_q_heads * num_queries, splits, head_dim, decode_blocks,
                                                itemsize)
         return LaunchPlan(schedule, mma, rows, decode_blocks, splits, shared_bytes, 0, mma_stages, total_words,
-                          out_begin, mma_bulk)
+                          out_begin, mma_bulk, swizzled_rows)
     prefill_blocks = batch * num_kv_heads * -(-group_rows // PREFILL_ROW_TILE)
     if schedule == "prefill_mma":
         if not takes_mma(dtype, head_dim):
@@ -347,7 +359,8 @@ def paged_attention(
         template = [
             ("T", query.dtype), ("HEAD_DIM", head_dim), ("ROWS", plan.rows), ("CAUSAL", causal),
             ("MMA", plan.mma), ("MMA_STAGES", plan.mma_stages),
-            ("MMA_BULK", plan.mma_bulk), ("TABLE", TABLE_PAGED), ("SCALE_BITS", bits),
+            ("MMA_BULK", plan.mma_bulk), ("MMA_SWIZZLE", plan.swizzled_rows), ("TABLE", TABLE_PAGED),
+            ("SCALE_BITS", bits),
         ]
         if plan.schedule == "decode":
             return launch("paged_decode", plan.shared_bytes, inputs, template, (plan.blocks, 1),

@@ -108,15 +108,17 @@ def variants() -> list[Variant]:
             for rows in (1, 4, 8):
                 for stem in ("paged_decode", "paged_decode_split"):
                     template = (("HEAD_DIM", head_dim), ("ROWS", rows), ("CAUSAL", True), ("MMA", False),
-                                ("MMA_STAGES", 2), ("MMA_BULK", False), ("TABLE", 0), SCALE)
+                                ("MMA_STAGES", 2), ("MMA_BULK", False), ("MMA_SWIZZLE", False), ("TABLE", 0), SCALE)
                     out.append(Variant(stem, dtype, template))
             out.append(Variant("paged_prefill", dtype, (("HEAD_DIM", head_dim), ("CAUSAL", True), ("TABLE", 0), SCALE)))
     for dtype in ("bfloat16", "float16"):
         for head_dim in (128, 64, 48, 16):
             for stem in ("paged_decode", "paged_decode_split"):
-                for stages, bulk in ((2, False), (3, False), (4, False), (3, True)):
+                for stages, bulk, swizzle in ((2, False, True), (3, False, True), (3, False, False), (4, False, True),
+                                              (3, True, False)):
                     template = (("HEAD_DIM", head_dim), ("ROWS", 16), ("CAUSAL", True), ("MMA", True),
-                                ("MMA_STAGES", stages), ("MMA_BULK", bulk), ("TABLE", 0), SCALE)
+                                ("MMA_STAGES", stages), ("MMA_BULK", bulk), ("MMA_SWIZZLE", swizzle), ("TABLE", 0),
+                                SCALE)
                     out.append(Variant(stem, dtype, template))
             for key_tile in (16, 32, 64):
                 out.append(
@@ -124,7 +126,7 @@ def variants() -> list[Variant]:
                             (("HEAD_DIM", head_dim), ("KEY_TILE", key_tile), ("CAUSAL", True), ("TABLE", 0), SCALE))
                 )
     out += [Variant(STREAM_PROBE.stem, "bfloat16", (("HEAD_DIM", 128), ("STAGES", 3), ("MODE", mode)))
-            for mode in (0, 1, 2, 3, 4)]
+            for mode in range(6)]  # every MODE of paged_stream.cu
     return out
 
 

@@ -32,7 +32,8 @@ from pagecheck.gpu_profile import in_order_table, parse_shapes
 
 PROBE_SOURCE = gpu_kernels.STREAM_PROBE
 MODES = {"cp.async ring": 0, "bulk-copy ring": 1, "registers": 2, "block cp.async ring": 3,
-         "block bulk ring": 4}
+         "block bulk ring": 4, "cp.async ring, padded rows": 5}
+PADDED_MODES = (1, 4, 5)  # rows padded by 8 elements instead of swizzled (paged_mma.cuh, SharedRows)
 WARPS = 4
 
 
@@ -47,7 +48,8 @@ def probe_kernel(shared_bytes: int) -> Any:
 
 def stream(s: bench_gpu.InputSet, table: mx.array, lens: mx.array, mode: int, stages: int) -> mx.array:
     # The ring of the tensor-core walk at this depth (its merge region is smaller).
-    shared = 0 if mode == 2 else gpu_kernels.decode_shared_bytes(2, bench_gpu.HEAD_DIM, 16, True, stages)
+    shared = 0 if mode == 2 else gpu_kernels.decode_shared_bytes(2, bench_gpu.HEAD_DIM, 16, True, stages,
+                                                                  swizzled_rows=mode not in PADDED_MODES)
     blocks = table.shape[0] * bench_gpu.NUM_KV_HEADS
     (out,) = probe_kernel(shared)(
         inputs=[s.key_pages, s.value_pages, table, lens],

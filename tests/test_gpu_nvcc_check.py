@@ -61,12 +61,13 @@ def test_every_variant_wraps_its_kernel_in_a_signature():
 NVCC = shutil.which("nvcc")
 
 # The op's own choices at the benchmark's head dim, one per kernel and walk: the tensor-core decode walk
-# (one pass and split) with its 3-stage cp.async ring, the CUDA-core walk float32 takes, both prefills.
+# with its 3-stage cp.async ring (one pass with swizzled rows, as grids of two waves take it; split with
+# padded rows, as one-wave grids do), the CUDA-core walk float32 takes, both prefills.
 OP_VARIANTS = {
     "tensor-core decode": ("paged_decode", "bfloat16", {"HEAD_DIM": 128, "MMA": True, "MMA_STAGES": 3,
-                                                        "MMA_BULK": False}),
+                                                        "MMA_BULK": False, "MMA_SWIZZLE": True}),
     "tensor-core split": ("paged_decode_split", "float16", {"HEAD_DIM": 128, "MMA": True, "MMA_STAGES": 3,
-                                                            "MMA_BULK": False}),
+                                                            "MMA_BULK": False, "MMA_SWIZZLE": False}),
     "CUDA-core decode": ("paged_decode", "float32", {"HEAD_DIM": 128, "ROWS": 4, "MMA": False}),
     "CUDA-core split": ("paged_decode_split", "float32", {"HEAD_DIM": 128, "ROWS": 8, "MMA": False}),
     "tensor-core prefill": ("paged_prefill_mma", "bfloat16", {"HEAD_DIM": 128, "KEY_TILE": 64}),

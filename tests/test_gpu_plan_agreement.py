@@ -36,7 +36,7 @@ def test_python_launcher_plans_as_the_op(dtype: str) -> None:
         op = ext.gpu_launch_plan(batch, h_q, query_len, head_dim, h_kv, page_size, pages, dtype)
         py = gpu_kernels.plan_launch((batch, h_q, query_len, head_dim), getattr(mx, dtype), h_kv, page_size, pages)
         fields = ["schedule", "blocks", "shared_bytes", "splits"]
-        fields += ["rows", "mma", "mma_stages"] if py.schedule in ("decode", "split") else ["key_tile"]
+        fields += ["rows", "mma", "mma_stages", "swizzled_rows"] if py.schedule in ("decode", "split") else ["key_tile"]
         fields += ["scratch_words", "out_begin_words"] if py.schedule == "split" else []
         got = {"schedule": SCHEDULES[op["schedule"]], **{f: op[f] for f in fields[1:]}}
         want = {f: getattr(py, f) for f in fields}

@@ -30,12 +30,14 @@ def test_each_mode_asks_for_the_walk_ring_of_its_depth(monkeypatch) -> None:
         key_pages = value_pages = mx.zeros((4, 8, 128, 128), dtype=mx.bfloat16)
 
     table, lens = mx.zeros((2, 2), dtype=mx.int32), mx.full((2,), 256, dtype=mx.int32)
-    for mode, stages in ((0, 3), (1, 2), (2, 3), (3, 3), (4, 3)):
+    for mode, stages in ((0, 3), (1, 2), (2, 3), (3, 3), (4, 3), (5, 3)):
         gpu_stream_probe.stream(Pools(), table, lens, mode, stages)
-    ring3 = 4 * 3 * 2 * 16 * 136 * 2  # warps x stages x (K, V) x 16 rows x (128 + 8) bfloat16
-    assert [shared for shared, _, _ in launches] == [ring3, ring3 * 2 // 3, 0, ring3, ring3]
-    assert ring3 == gpu_kernels.decode_shared_bytes(2, 128, 16, True, 3)
-    assert [t["MODE"] for _, t, _ in launches] == [0, 1, 2, 3, 4]
+    swizzled = 4 * 3 * 2 * 16 * 128 * 2  # warps x stages x (K, V) x 16 rows x 128 bfloat16, unpadded
+    padded = 4 * 3 * 2 * 16 * 136 * 2  # rows of 128 + 8 for bulk copies and mode 5
+    assert [shared for shared, _, _ in launches] == [swizzled, padded * 2 // 3, 0, swizzled, padded, padded]
+    assert swizzled == gpu_kernels.decode_shared_bytes(2, 128, 16, True, 3)
+    assert padded == gpu_kernels.decode_shared_bytes(2, 128, 16, True, 3, swizzled_rows=False)
+    assert [t["MODE"] for _, t, _ in launches] == [0, 1, 2, 3, 4, 5]
     assert all(grid == (2 * 8 * 128, 1, 1) for _, _, grid in launches)  # a block of 4 warps per (request, kv head)
 
 

@@ -84,7 +84,7 @@ __device__ __forceinline__ void bulk_copy(
 // `first + k * stride == r` (a warp: lane, 32; a block: thread, block size);
 // the thread with first == 0 arrives. Needs 16-byte aligned pools (rows of
 // HEAD_DIM * sizeof(T) bytes, a multiple of 16).
-template <typename T, int HEAD_DIM, int TILE, int ROW_STRIDE>
+template <typename T, int HEAD_DIM, int TILE, typename ROWS>
 __device__ __forceinline__ void bulk_copy_tile_rows(
     T* stage_k,
     T* stage_v,
@@ -97,7 +97,8 @@ __device__ __forceinline__ void bulk_copy_tile_rows(
     int first,
     int stride) {
   constexpr unsigned ROW_BYTES = HEAD_DIM * sizeof(T);
-  static_assert(ROW_BYTES % 16 == 0 && (ROW_STRIDE * sizeof(T)) % 16 == 0, "16-byte rows");
+  static_assert(ROW_BYTES % 16 == 0 && (ROWS::STRIDE * sizeof(T)) % 16 == 0, "16-byte rows");
+  static_assert(!ROWS::SWIZZLED, "a bulk copy writes a row in order");
   const int live_rows = mapped ? max(0, min(count, TILE)) : 0;
   fence_proxy_async_shared();
   if (first == 0) {
@@ -106,7 +107,7 @@ __device__ __forceinline__ void bulk_copy_tile_rows(
   for (int idx = first; idx < 2 * TILE; idx += stride) {
     const bool is_key = idx < TILE;
     const int row = idx % TILE;
-    T* dst = (is_key ? stage_k : stage_v) + row * ROW_STRIDE;
+    T* dst = (is_key ? stage_k : stage_v) + ROWS::at(row, 0);
     if (row < live_rows) {
       const T* src = (is_key ? key_pages : value_pages) + base + static_cast<long long>(row) * HEAD_DIM;
       bulk_copy(dst, src, ROW_BYTES, barrier);
@@ -123,7 +124,7 @@ __device__ __forceinline__ void bulk_copy_tile_rows(
 // same way: with BULK, bulk row copies where the pools are 16-byte aligned
 // (`vector_copy`), else copy_tile_rows (cp.async when aligned, plain copies
 // otherwise) with, in a bulk ring, a barrier phase that expects no bytes.
-template <bool BULK, typename T, int HEAD_DIM, int TILE, int ROW_STRIDE>
+template <bool BULK, typename T, int HEAD_DIM, int TILE, typename ROWS>
 __device__ __forceinline__ void fill_stage(
     T* stage_k,
     T* stage_v,
@@ -138,7 +139,7 @@ __device__ __forceinline__ void fill_stage(
     int stride) {
   if constexpr (BULK) {
     if (vector_copy) {
-      bulk_copy_tile_rows<T, HEAD_DIM, TILE, ROW_STRIDE>(
+      bulk_copy_tile_rows<T, HEAD_DIM, TILE, ROWS>(
           stage_k, stage_v, key_pages, value_pages, base, count, mapped, barrier, first, stride);
       return;
     }
@@ -146,7 +147,7 @@ __device__ __forceinline__ void fill_stage(
       barrier_expect_bytes(barrier, 0);
     }
   }
-  copy_tile_rows<T, HEAD_DIM, TILE, ROW_STRIDE>(
+  copy_tile_rows<T, HEAD_DIM, TILE, ROWS>(
       stage_k, stage_v, key_pages, value_pages, base, count, mapped, vector_copy, first, stride);
 }
 

@@ -6,7 +6,9 @@
 // Template arguments: T (storage dtype), HEAD_DIM, ROWS (query rows per
 // block: a power of two up to 8 for the CUDA-core walk, 16 for the tensor-core
 // walk), CAUSAL, MMA (which walk, paged_decode_walker.cuh), MMA_STAGES
-// (ring stages of the tensor-core walk), TABLE (where pages and contexts come
+// (ring stages of the tensor-core walk), MMA_BULK (its ring filled by bulk
+// copies), MMA_SWIZZLE (its rows swizzled rather than padded: SharedRows in
+// paged_mma.cuh; the plan picks), TABLE (where pages and contexts come
 // from, paged_common.cuh), SCALE_BITS (the softmax scale, scale_of).
 // Inputs: query [B, H_q, L, D], key_pages / value_pages [P, H_kv, page, D],
 // block_table int32 [B, max_pages], context_lens int32 [B]. The softmax scale is the
@@ -21,7 +23,7 @@
 // Launch: DECODE_THREADS threads per block, blocks = B * H_kv * row_chunks,
 // dynamic shared memory DecodeWalker<...>::Layout::SHARED_BYTES.
 using namespace pagecheck;
-using Walker = DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, MMA, MMA_STAGES, MMA_BULK>;
+using Walker = DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, MMA, MMA_STAGES, MMA_BULK, MMA_SWIZZLE>;
 using Layout = typename Walker::Layout;
 require_shared_bytes(Layout::SHARED_BYTES);
 extern __shared__ __align__(16) unsigned char shared[];

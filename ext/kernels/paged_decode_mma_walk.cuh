@@ -16,8 +16,9 @@
 // (group, pair) holds rows group and group + 8 of the 16: their query
 // fragments, their running output for dims nt*8 + 2 pair, +1 of every n-tile
 // nt, a per-lane partial of each row's sum; the running max is the same in
-// the 4 lanes of a group. All lanes of a warp copy its tiles (rows padded by
-// 8 elements so ldmatrix is conflict-free) and read each other's copies, so a
+// the 4 lanes of a group. All lanes of a warp copy its tiles (rows swizzled,
+// or padded, so that copies and ldmatrix are free of bank conflicts:
+// SharedRows in paged_mma.cuh) and read each other's copies, so a
 // __syncwarp follows each wait and precedes each reuse of a stage. A landed
 // tile's K and V fragments go to registers first and its stage is refilled
 // before the tile's math, so STAGES tiles stay in flight while a warp
@@ -29,12 +30,13 @@ namespace pagecheck {
 
 constexpr int DECODE_MMA_ROWS = 16;
 
-template <typename T, int HEAD_DIM, int STAGES>
+template <typename T, int HEAD_DIM, int STAGES, bool SWIZZLE>
 struct DecodeMmaLayout {
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 128, "HEAD_DIM");
   static_assert(STAGES >= 2, "the ring needs a stage landing while another is read");
   static constexpr int TILE_TOKENS = 16;
-  static constexpr int ROW_STRIDE = HEAD_DIM + 8;
+  using Rows = SharedRows<HEAD_DIM, SWIZZLE>;
+  static constexpr int ROW_STRIDE = Rows::STRIDE;
   static constexpr int QK_CHUNKS = HEAD_DIM / 16;
   static constexpr int QK_PAIRS = QK_CHUNKS / 2 > 0 ? QK_CHUNKS / 2 : 1; // array size (0 pairs at D 16)
   static constexpr int O_TILES = HEAD_DIM / 8;
@@ -45,7 +47,7 @@ struct DecodeMmaLayout {
   static constexpr int SHARED_BYTES = Shared::SHARED_BYTES;
 };
 
-template <typename T, int HEAD_DIM, bool CAUSAL, int STAGES, bool BULK>
+template <typename T, int HEAD_DIM, bool CAUSAL, int STAGES, bool BULK, bool SWIZZLE>
 __device__ void decode_walk_mma(
     const T* query,
     const T* key_pages,
@@ -59,7 +61,7 @@ __device__ void decode_walk_mma(
   const PagedGeometry& geo = block.geo;
   const int request_idx = block.request_idx;
   const int kv_head_idx = block.kv_head_idx;
-  using L = DecodeMmaLayout<T, HEAD_DIM, STAGES>;
+  using L = DecodeMmaLayout<T, HEAD_DIM, STAGES, SWIZZLE && !BULK>;
   constexpr int TILE = L::TILE_TOKENS;
 
   // ---- Positions -------------------------------------------------------------
@@ -130,7 +132,7 @@ __device__ void decode_walk_mma(
         static_cast<long long>(tile.slot_begin) * HEAD_DIM;
     T* stage_k = ring + (local % STAGES) * L::STAGE_ELEMS;
     T* stage_v = stage_k + TILE * L::ROW_STRIDE;
-    fill_stage<BULK, T, HEAD_DIM, TILE, L::ROW_STRIDE>(
+    fill_stage<BULK, T, HEAD_DIM, TILE, typename L::Rows>(
         stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy,
         stage_barrier(local), lane_idx, WARP_LANES);
   };
@@ -152,25 +154,39 @@ __device__ void decode_walk_mma(
     unsigned value[L::O_TILES / 2][4]; // pair of output n-tiles: ldmatrix x4 trans
   };
 
+  // ldmatrix addresses: lane l gives row l % 8 of matrix l / 8. Key rows are
+  // the tile's tokens (k-chunk pair p reads chunks 4 p + l / 8), value rows
+  // tokens l % 8 + 8 ((l / 8) % 2) (output n-tile pair i reads chunk 2 i +
+  // l / 16). Chunks past the first 8 and key rows 8..15 are compile-time
+  // steps from these per-lane offsets (SharedRows), so a tile costs no
+  // address arithmetic beyond the stage base.
+  const int key_at[2] = {L::Rows::at(lane_idx % 8, lane_idx / 8), L::Rows::at(lane_idx % 8, 4 + lane_idx / 8)};
+  const int value_row = lane_idx % 8 + ((lane_idx / 8) % 2) * 8;
+  const int value_at[4] = {
+      L::Rows::at(value_row, lane_idx / 16), L::Rows::at(value_row, 2 + lane_idx / 16),
+      L::Rows::at(value_row, 4 + lane_idx / 16), L::Rows::at(value_row, 6 + lane_idx / 16)};
+  constexpr int GROUP = L::Rows::CHUNK_GROUP_STEP;
+
   auto load_fragments = [&](int local, TileFragments& f) {
     const T* stage_k = ring + (local % STAGES) * L::STAGE_ELEMS;
     const T* stage_v = stage_k + TILE * L::ROW_STRIDE;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      const T* key_row = stage_k + (nt * 8 + lane_idx % 8) * L::ROW_STRIDE;
+      const T* key_rows = stage_k + nt * 8 * L::ROW_STRIDE;
 #pragma unroll
       for (int kc = 0; kc + 1 < L::QK_CHUNKS; kc += 2) {
-        load_matrix_x4(f.key[nt][kc / 2], key_row + kc * 16 + (lane_idx / 8) * 8);
+        const int pair = kc / 2;
+        load_matrix_x4(f.key[nt][pair], key_rows + key_at[pair % 2] + (pair / 2) * GROUP);
       }
       if constexpr (L::QK_CHUNKS % 2 == 1) {
-        load_matrix_x2(f.key_tail[nt], key_row + (L::QK_CHUNKS - 1) * 16 + ((lane_idx / 8) % 2) * 8);
+        load_matrix_x2(f.key_tail[nt],
+                       key_rows + L::Rows::at(lane_idx % 8, 2 * (L::QK_CHUNKS - 1) + (lane_idx / 8) % 2));
       }
     }
-    const T* value_row =
-        stage_v + (lane_idx % 8 + ((lane_idx / 8) % 2) * 8) * L::ROW_STRIDE;
 #pragma unroll
     for (int nt = 0; nt < L::O_TILES; nt += 2) {
-      load_matrix_x4_trans(f.value[nt / 2], value_row + (nt + lane_idx / 16) * 8);
+      const int pair = nt / 2;
+      load_matrix_x4_trans(f.value[pair], stage_v + value_at[pair % 4] + (pair / 4) * GROUP);
     }
   };
 

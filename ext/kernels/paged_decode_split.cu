@@ -2,7 +2,8 @@
 //
 // Body of an MLX fast::cuda_kernel (headers as paged_decode, plus
 // paged_decode_split_scratch.cuh). Template arguments: T, HEAD_DIM, ROWS,
-// CAUSAL, MMA, MMA_STAGES, TABLE, SCALE_BITS, as paged_decode.
+// CAUSAL, MMA, MMA_STAGES, MMA_BULK, MMA_SWIZZLE, TABLE, SCALE_BITS, as
+// paged_decode.
 // Inputs: as paged_decode. Output: scratch, float32 words laid out by
 // split_scratch (paged_decode_split_scratch.cuh); the attention output is its
 // out region. S = gridDim.y.
@@ -21,7 +22,7 @@
 // Launch: DECODE_THREADS threads per block, grid (blocks, S), dynamic shared
 // memory DecodeWalker<...>::Layout::SHARED_BYTES; scratch filled beforehand.
 using namespace pagecheck;
-using Walker = DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, MMA, MMA_STAGES, MMA_BULK>;
+using Walker = DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, MMA, MMA_STAGES, MMA_BULK, MMA_SWIZZLE>;
 using Layout = typename Walker::Layout;
 require_shared_bytes(Layout::SHARED_BYTES);
 extern __shared__ __align__(16) unsigned char shared[];

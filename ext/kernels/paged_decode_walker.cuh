@@ -1,17 +1,18 @@
 // Which decode walk a kernel instantiation runs: the template argument MMA
 // picks the tensor-core walk (16-bit dtypes, HEAD_DIM % 16 == 0, <= 128, 16
-// rows per block) or the CUDA-core walk (everything else). Only the chosen
+// rows per block) or the CUDA-core walk (everything else); MMA_SWIZZLE the
+// tensor-core ring's row layout (SharedRows, paged_mma.cuh). Only the chosen
 // specialisation is instantiated, so a float32 kernel never sees mma code.
 #ifndef PAGECHECK_PAGED_DECODE_WALKER_CUH
 #define PAGECHECK_PAGED_DECODE_WALKER_CUH
 
 namespace pagecheck {
 
-template <typename T, int HEAD_DIM, int ROWS, bool CAUSAL, bool MMA, int MMA_STAGES, bool MMA_BULK>
+template <typename T, int HEAD_DIM, int ROWS, bool CAUSAL, bool MMA, int MMA_STAGES, bool MMA_BULK, bool MMA_SWIZZLE>
 struct DecodeWalker;
 
-template <typename T, int HEAD_DIM, int ROWS, bool CAUSAL, int MMA_STAGES, bool MMA_BULK>
-struct DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, false, MMA_STAGES, MMA_BULK> {
+template <typename T, int HEAD_DIM, int ROWS, bool CAUSAL, int MMA_STAGES, bool MMA_BULK, bool MMA_SWIZZLE>
+struct DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, false, MMA_STAGES, MMA_BULK, MMA_SWIZZLE> {
   using Layout = DecodeLayout<T, HEAD_DIM, ROWS>;
   template <typename... Args>
   __device__ static void walk(Args... args) {
@@ -19,13 +20,13 @@ struct DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, false, MMA_STAGES, MMA_BULK> {
   }
 };
 
-template <typename T, int HEAD_DIM, int ROWS, bool CAUSAL, int MMA_STAGES, bool MMA_BULK>
-struct DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, true, MMA_STAGES, MMA_BULK> {
+template <typename T, int HEAD_DIM, int ROWS, bool CAUSAL, int MMA_STAGES, bool MMA_BULK, bool MMA_SWIZZLE>
+struct DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, true, MMA_STAGES, MMA_BULK, MMA_SWIZZLE> {
   static_assert(ROWS == DECODE_MMA_ROWS, "the tensor-core walk takes 16 rows");
-  using Layout = DecodeMmaLayout<T, HEAD_DIM, MMA_STAGES>;
+  using Layout = DecodeMmaLayout<T, HEAD_DIM, MMA_STAGES, MMA_SWIZZLE && !MMA_BULK>;
   template <typename... Args>
   __device__ static void walk(Args... args) {
-    decode_walk_mma<T, HEAD_DIM, CAUSAL, MMA_STAGES, MMA_BULK>(args...);
+    decode_walk_mma<T, HEAD_DIM, CAUSAL, MMA_STAGES, MMA_BULK, MMA_SWIZZLE>(args...);
   }
 };
 

@@ -73,12 +73,37 @@ __device__ __forceinline__ unsigned pack_pair(float lo, float hi, __half) {
   return *reinterpret_cast<unsigned*>(&pair);
 }
 
-// Copy the K and V rows of one tile into shared rows of ROW_STRIDE elements
-// (16-byte chunks of 8 elements; chunk idx goes to thread `first + k *
-// stride`). Rows at or past `count`, or of an unmapped page, are zero-filled
-// instead of read. With `vector_copy` the chunks travel by cp.async (the
-// caller commits and waits); otherwise by plain loads and stores.
-template <typename T, int HEAD_DIM, int TILE, int ROW_STRIDE>
+// Where K/V rows sit in a shared-memory stage, in 16-byte chunks of 8
+// elements. Rows of a multiple of 64 elements are unpadded and swizzled: chunk
+// c of row r sits at c ^ (r % 8). The 8 rows of an ldmatrix matrix then fall
+// in 8 different bank groups, and so do the 8 chunks that 8 lanes copy from one
+// 128-byte line. The other rows are padded by 8 elements (and bulk copies,
+// which write whole rows, need padding). Why not pad always: with rows of
+// HEAD_DIM + 8 the two rows that one warp-wide cp.async writes are 16 bytes out
+// of step, its shared stores split into ~10 wavefronts instead of 4, and each
+// wavefront asks L2 for its own sectors: 24 sectors per 16 needed, 1.5x the L2
+// traffic of the same bytes (Nsight Compute on the H200, ext/kernels/NOTES.md v9).
+template <int HEAD_DIM, bool SWIZZLE>
+struct SharedRows {
+  static_assert(HEAD_DIM % 8 == 0, "rows of whole 16-byte chunks");
+  static constexpr bool SWIZZLED = SWIZZLE && HEAD_DIM % 64 == 0;
+  static constexpr int STRIDE = SWIZZLED ? HEAD_DIM : HEAD_DIM + 8;
+  __device__ __forceinline__ static int at(int row, int chunk) {
+    return row * STRIDE + (SWIZZLED ? chunk ^ (row & 7) : chunk) * 8;
+  }
+  // at(row, chunk + 8 k) == at(row, chunk) + 64 k and at(row + 8 k, chunk) ==
+  // at(row, chunk) + 8 k STRIDE in either layout (the swizzle permutes within
+  // aligned groups of 8 chunks, by row % 8): a walk keeps a few per-lane
+  // offsets and reaches the rest by compile-time steps.
+  static constexpr int CHUNK_GROUP_STEP = 64;
+};
+
+// Copy the K and V rows of one tile into the shared rows ROWS (chunk idx goes
+// to thread `first + k * stride`). Rows at or past `count`, or of an unmapped
+// page, are zero-filled instead of read. With `vector_copy` the chunks travel
+// by cp.async (the caller commits and waits); otherwise by plain loads and
+// stores.
+template <typename T, int HEAD_DIM, int TILE, typename ROWS>
 __device__ __forceinline__ void copy_tile_rows(
     T* stage_k,
     T* stage_v,
@@ -93,11 +118,11 @@ __device__ __forceinline__ void copy_tile_rows(
   constexpr int VECS_PER_ROW = HEAD_DIM / 8;
   for (int idx = first; idx < TILE * VECS_PER_ROW; idx += stride) {
     const int token = idx / VECS_PER_ROW;
-    const int elem = (idx % VECS_PER_ROW) * 8;
+    const int chunk = idx % VECS_PER_ROW;
     const bool live = mapped && token < count;
-    const long long src = live ? base + static_cast<long long>(token) * HEAD_DIM + elem : 0;
-    T* dst_k = stage_k + token * ROW_STRIDE + elem;
-    T* dst_v = stage_v + token * ROW_STRIDE + elem;
+    const long long src = live ? base + static_cast<long long>(token) * HEAD_DIM + chunk * 8 : 0;
+    T* dst_k = stage_k + ROWS::at(token, chunk);
+    T* dst_v = stage_v + ROWS::at(token, chunk);
     if (vector_copy) {
       copy_async16(dst_k, key_pages + src, live);
       copy_async16(dst_v, value_pages + src, live);

@@ -16,21 +16,22 @@
 // running max is shared by the 4 lanes of a group.
 // The block walks the request's pages in key tiles of KEY_TILE slots that
 // never cross a page, so each key tile has one page id. All threads copy the
-// tile's K and V rows with cp.async into a two-stage ring (rows padded by 8
-// elements so ldmatrix is free of bank conflicts), one barrier before and one
+// tile's K and V rows with cp.async into a two-stage ring (rows swizzled or
+// padded so that copies and ldmatrix are free of bank conflicts: SharedRows
+// in paged_mma.cuh), one barrier before and one
 // after each tile. Under the causal mask the walk stops after the last key the
 // tile's last row can see.
 // Launch: 128 threads per block, blocks = B * H_kv * ceil(G * L / 64),
-// dynamic shared memory 4 * KEY_TILE * (HEAD_DIM + 8) * sizeof(T).
+// dynamic shared memory 4 * KEY_TILE * SharedRows::STRIDE * sizeof(T).
 using namespace pagecheck;
 constexpr int THREADS = 128;
 constexpr int ROW_TILE = 64;
-constexpr int ROW_STRIDE = HEAD_DIM + 8;
+using Rows = SharedRows<HEAD_DIM, true>;
 constexpr int S_TILES = KEY_TILE / 8;
 constexpr int QK_CHUNKS = HEAD_DIM / 16;
 constexpr int O_TILES = HEAD_DIM / 8;
 constexpr int PV_CHUNKS = KEY_TILE / 16;
-constexpr int STAGE_ELEMS = KEY_TILE * ROW_STRIDE;
+constexpr int STAGE_ELEMS = KEY_TILE * Rows::STRIDE;
 constexpr int SHARED_BYTES = 4 * STAGE_ELEMS * static_cast<int>(sizeof(T));
 static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 128, "HEAD_DIM");
 static_assert(KEY_TILE % 16 == 0 && KEY_TILE <= 64, "KEY_TILE");
@@ -92,7 +93,7 @@ auto issue = [&](int tile_idx, int stage) {
       static_cast<long long>(tile.slot_begin) * HEAD_DIM;
   T* stage_k = k_ring + stage * STAGE_ELEMS;
   T* stage_v = v_ring + stage * STAGE_ELEMS;
-  copy_tile_rows<T, HEAD_DIM, KEY_TILE, ROW_STRIDE>(
+  copy_tile_rows<T, HEAD_DIM, KEY_TILE, Rows>(
       stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy, threadIdx.x,
       THREADS);
 };
@@ -133,17 +134,17 @@ for (int tile_idx = 0; tile_idx < num_tiles; ++tile_idx) {
     for (int part = 0; part < 4; ++part) {
       score[nt][part] = 0.0f;
     }
-    const T* key_row = stage_k + (nt * 8 + lane_idx % 8) * ROW_STRIDE;
+    const int key_row = nt * 8 + lane_idx % 8;
 #pragma unroll
     for (int kc = 0; kc + 1 < QK_CHUNKS; kc += 2) {
       unsigned b[4];
-      load_matrix_x4(b, key_row + kc * 16 + (lane_idx / 8) * 8);
+      load_matrix_x4(b, stage_k + Rows::at(key_row, 2 * kc + lane_idx / 8));
       mma_16816(score[nt], q_frag[kc], b[0], b[1], T{});
       mma_16816(score[nt], q_frag[kc + 1], b[2], b[3], T{});
     }
     if constexpr (QK_CHUNKS % 2 == 1) {
       unsigned b[2];
-      load_matrix_x2(b, key_row + (QK_CHUNKS - 1) * 16 + ((lane_idx / 8) % 2) * 8);
+      load_matrix_x2(b, stage_k + Rows::at(key_row, 2 * (QK_CHUNKS - 1) + (lane_idx / 8) % 2));
       mma_16816(score[nt], q_frag[QK_CHUNKS - 1], b[0], b[1], T{});
     }
   }
@@ -159,12 +160,11 @@ for (int tile_idx = 0; tile_idx < num_tiles; ++tile_idx) {
         pack_pair(score[2 * kc][2], score[2 * kc][3], T{}),
         pack_pair(score[2 * kc + 1][0], score[2 * kc + 1][1], T{}),
         pack_pair(score[2 * kc + 1][2], score[2 * kc + 1][3], T{})};
-    const T* value_row = stage_v +
-        (kc * 16 + lane_idx % 8 + ((lane_idx / 8) % 2) * 8) * ROW_STRIDE;
+    const int value_row = kc * 16 + lane_idx % 8 + ((lane_idx / 8) % 2) * 8;
 #pragma unroll
     for (int nt = 0; nt < O_TILES; nt += 2) {
       unsigned b[4];
-      load_matrix_x4_trans(b, value_row + (nt + lane_idx / 16) * 8);
+      load_matrix_x4_trans(b, stage_v + Rows::at(value_row, nt + lane_idx / 16));
       mma_16816(out_acc[nt], p_frag, b[0], b[1], T{});
       mma_16816(out_acc[nt + 1], p_frag, b[2], b[3], T{});
     }

@@ -122,7 +122,7 @@ NB_MODULE(_ext, module) {
         // The order of ext.PLAN_FIELDS.
         return std::make_tuple(std::string(pagecheck::gpu_schedule_name(plan.schedule)), plan.tensor_cores, plan.rows,
                                plan.blocks, plan.splits, plan.shared_bytes, plan.key_tile, plan.mma_stages,
-                               plan.scratch_words, plan.out_begin_words);
+                               plan.scratch_words, plan.out_begin_words, plan.swizzled_rows);
       },
       "batch"_a, "num_q_heads"_a, "query_len"_a, "head_dim"_a, "num_kv_heads"_a, "page_size"_a,
       "pages_per_request"_a, "dtype"_a,

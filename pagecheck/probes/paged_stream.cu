@@ -8,8 +8,11 @@
 // Template arguments: T, HEAD_DIM (a multiple of 8), STAGES (ring depth),
 // MODE:
 //   0, 1  a ring per warp, as the tensor-core decode walk: 16-token tiles
-//         into padded shared rows, warp w taking tiles w, w + DECODE_WARPS,
-//         ...; filled by cp.async (0) or bulk row copies (1);
+//         into shared rows (SharedRows: swizzled for cp.async, padded for
+//         bulk copies), warp w taking tiles w, w + DECODE_WARPS, ...; filled
+//         by cp.async (0) or bulk row copies (1);
+//   5     mode 0 with rows padded by 8 elements (the walk's layout before
+//         v9: the cost of padding on the copies);
 //   2     plain 16-byte loads into registers, same tiles, no shared memory;
 //   3, 4  one ring per block: 64-token tiles (never crossing a page) that
 //         all threads fill together, by cp.async (3) or bulk row copies (4),
@@ -23,9 +26,9 @@
 using namespace pagecheck;
 constexpr bool BLOCK_RING = MODE >= 3;
 constexpr int TILE = BLOCK_RING ? 16 * DECODE_WARPS : 16;
-constexpr int ROW_STRIDE = HEAD_DIM + 8;
-constexpr int STAGE_ELEMS = 2 * TILE * ROW_STRIDE;
 constexpr bool BULK = MODE == 1 || MODE == 4;
+using Rows = SharedRows<HEAD_DIM, !BULK && MODE != 5>;
+constexpr int STAGE_ELEMS = 2 * TILE * Rows::STRIDE;
 extern __shared__ __align__(16) unsigned char shared[];
 __shared__ unsigned long long barriers[DECODE_WARPS * STAGES];
 
@@ -92,8 +95,8 @@ if constexpr (MODE == 2) {
   auto issue = [&](int local) {
     const PageTile tile = tile_of(local);
     T* stage_k = ring + (local % STAGES) * STAGE_ELEMS;
-    T* stage_v = stage_k + TILE * ROW_STRIDE;
-    fill_stage<BULK, T, HEAD_DIM, TILE, ROW_STRIDE>(
+    T* stage_v = stage_k + TILE * Rows::STRIDE;
+    fill_stage<BULK, T, HEAD_DIM, TILE, Rows>(
         stage_k, stage_v, key_pages, value_pages, tile_base(tile), tile.count, true, true, barrier_of(local), owner,
         owners);
   };
@@ -111,7 +114,7 @@ if constexpr (MODE == 2) {
     wait_stage<BULK, STAGES>(barrier_of(local), local);
     ring_sync();
     const T* stage = ring + (local % STAGES) * STAGE_ELEMS;
-    const uint4 word = *reinterpret_cast<const uint4*>(stage + (owner % (2 * TILE)) * ROW_STRIDE);
+    const uint4 word = *reinterpret_cast<const uint4*>(stage + Rows::at(owner % (2 * TILE), 0));
     folded ^= word.x ^ word.w;
     ring_sync();
   }

@@ -180,6 +180,7 @@ void eval_attention_gpu(
       {"MMA_STAGES", plan.mma_stages},
       // The op keeps the cp.async ring: bulk copies measured no faster (ext/kernels/NOTES.md, v7).
       {"MMA_BULK", false},
+      {"MMA_SWIZZLE", plan.swizzled_rows},
       {"TABLE", table_kind},
       {"SCALE_BITS", float_bits(shape.scale)}};
   switch (plan.schedule) {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <climits>
-#include <sstream>
+#include "common/error_text.h"
 #include <stdexcept>
 
 namespace pagecheck {
@@ -62,11 +62,18 @@ bool takes_mma(mx::Dtype dtype, int head_dim) {
   return (dtype == mx::bfloat16 || dtype == mx::float16) && head_dim % 16 == 0 && head_dim <= kGpuMmaMaxHeadDim;
 }
 
+// SharedRows<HEAD_DIM, SWIZZLE>::STRIDE of paged_mma.cuh: a tensor-core
+// ring's K/V rows, unpadded and swizzled at multiples of 64 elements, else
+// padded. (The op never fills a ring by bulk copies, which need padding.)
+int mma_row_stride(int head_dim, bool swizzle) {
+  return swizzle && head_dim % 64 == 0 ? head_dim : head_dim + 8;
+}
+
 // DecodeWalker<...>::Layout::SHARED_BYTES of paged_decode_walk.cuh and
 // paged_decode_mma_walk.cuh: the staging ring or the merge region.
-int decode_shared_bytes(int itemsize, int head_dim, int rows, bool tensor_cores) {
+int decode_shared_bytes(int itemsize, int head_dim, int rows, bool tensor_cores, bool swizzled_rows) {
   if (tensor_cores) {
-    const int ring = kDecodeWarps * kDecodeMmaStages * 2 * 16 * (head_dim + 8) * itemsize;
+    const int ring = kDecodeWarps * kDecodeMmaStages * 2 * 16 * mma_row_stride(head_dim, swizzled_rows) * itemsize;
     return std::max(ring, kDecodeWarps * rows * (head_dim + 2) * 4);
   }
   const int vec = 16 / itemsize;
@@ -125,7 +132,7 @@ int choose_splits(int64_t blocks, int64_t capacity, int resident) {
 
 void check_gpu_shape(const AttentionShape& shape) {
   if (shape.head_dim > kMaxHeadDim) {
-    std::ostringstream message;
+    ErrorText message;
     message << "pagecheck: head dim D = " << shape.head_dim << " is above the GPU kernels' limit "
             << kMaxHeadDim << "; run on the CPU stream";
     throw std::invalid_argument(message.str());
@@ -142,9 +149,14 @@ GpuPlan plan_gpu_call(const AttentionShape& shape, mx::Dtype dtype, bool tensor_
     plan.mma_stages = kDecodeMmaStages;
     plan.rows = mma ? kDecodeMmaRows : std::min(next_pow2(group_rows), kDecodeMaxRows);
     plan.blocks = static_cast<int64_t>(shape.batch) * shape.num_kv_heads * ceil_div(group_rows, plan.rows);
-    plan.shared_bytes = decode_shared_bytes(itemsize, shape.head_dim, plan.rows, mma);
+    // Residency by the padded ring, which is never smaller (both layouts hold
+    // two tensor-core blocks per multiprocessor at the benchmark's shapes).
+    const int resident = resident_blocks(decode_shared_bytes(itemsize, shape.head_dim, plan.rows, mma, false),
+                                         walk_registers(mma, plan.rows));
     plan.splits = choose_splits(plan.blocks, static_cast<int64_t>(shape.pages_per_request) * shape.page_size,
-                                resident_blocks(plan.shared_bytes, walk_registers(mma, plan.rows)));
+                                resident);
+    plan.swizzled_rows = mma && plan.blocks * plan.splits > static_cast<int64_t>(kSmCount) * resident;
+    plan.shared_bytes = decode_shared_bytes(itemsize, shape.head_dim, plan.rows, mma, plan.swizzled_rows);
     plan.schedule = plan.splits > 1 ? GpuSchedule::kSplitDecode : GpuSchedule::kDecode;
     if (plan.splits > 1) {
       const int64_t rows = static_cast<int64_t>(shape.batch) * shape.num_q_heads * shape.query_len;
@@ -158,7 +170,7 @@ GpuPlan plan_gpu_call(const AttentionShape& shape, mx::Dtype dtype, bool tensor_
     if (mma) {
       plan.schedule = GpuSchedule::kPrefillMma;
       plan.key_tile = shape.page_size >= 64 ? 64 : shape.page_size >= 32 ? 32 : 16;
-      plan.shared_bytes = 4 * plan.key_tile * (shape.head_dim + 8) * itemsize;
+      plan.shared_bytes = 4 * plan.key_tile * mma_row_stride(shape.head_dim, true) * itemsize;
     } else {
       plan.schedule = GpuSchedule::kPrefill;
       const int stride = shape.head_dim % 2 == 0 ? shape.head_dim + 1 : shape.head_dim;

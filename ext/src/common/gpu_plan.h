@@ -31,6 +31,12 @@ struct GpuPlan {
   bool tensor_cores = false; // decode walk (prefill: the schedule says)
   int rows = 0; // query rows per decode block
   int mma_stages = 3; // ring stages of the tensor-core decode walk
+  // The tensor-core ring's rows swizzled instead of padded (SharedRows in
+  // paged_mma.cuh): for grids of more than one wave of resident blocks. On
+  // the H200 swizzled rows cut L2 traffic by a third and streamed those
+  // faster (B 64 x 4096: 265 -> 247-253 us), while grids of one wave ran
+  // slower with them (B 16 x 16384: 263-274 -> 291-303 us; NOTES.md v9).
+  bool swizzled_rows = false;
   int64_t blocks = 0; // thread blocks along grid x
   int splits = 1; // context splits of the split decode
   int shared_bytes = 0; // dynamic shared memory of the main kernel
