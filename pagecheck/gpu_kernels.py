@@ -173,7 +173,8 @@ def prefill_key_tile(page_size: int) -> int:
 
 
 def prefill_mma_shared_bytes(itemsize: int, head_dim: int, key_tile: int) -> int:
-    return 4 * key_tile * mma_row_stride(head_dim) * itemsize
+    """The tensor-core prefill's two K and two V stages, rows padded (paged_prefill_mma.cu)."""
+    return 4 * key_tile * mma_row_stride(head_dim, swizzled=False) * itemsize
 
 
 def walk_registers(mma: bool, rows: int) -> int:

@@ -170,7 +170,7 @@ GpuPlan plan_gpu_call(const AttentionShape& shape, mx::Dtype dtype, bool tensor_
     if (mma) {
       plan.schedule = GpuSchedule::kPrefillMma;
       plan.key_tile = shape.page_size >= 64 ? 64 : shape.page_size >= 32 ? 32 : 16;
-      plan.shared_bytes = 4 * plan.key_tile * mma_row_stride(shape.head_dim, true) * itemsize;
+      plan.shared_bytes = 4 * plan.key_tile * mma_row_stride(shape.head_dim, false) * itemsize;
     } else {
       plan.schedule = GpuSchedule::kPrefill;
       const int stride = shape.head_dim % 2 == 0 ? shape.head_dim + 1 : shape.head_dim;
