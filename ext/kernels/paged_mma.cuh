@@ -74,15 +74,17 @@ __device__ __forceinline__ unsigned pack_pair(float lo, float hi, __half) {
 }
 
 // Where K/V rows sit in a shared-memory stage, in 16-byte chunks of 8
-// elements. Rows of a multiple of 64 elements are unpadded and swizzled: chunk
-// c of row r sits at c ^ (r % 8). The 8 rows of an ldmatrix matrix then fall
-// in 8 different bank groups, and so do the 8 chunks that 8 lanes copy from one
-// 128-byte line. The other rows are padded by 8 elements (and bulk copies,
-// which write whole rows, need padding). Why not pad always: with rows of
-// HEAD_DIM + 8 the two rows that one warp-wide cp.async writes are 16 bytes out
-// of step, its shared stores split into ~10 wavefronts instead of 4, and each
-// wavefront asks L2 for its own sectors: 24 sectors per 16 needed, 1.5x the L2
-// traffic of the same bytes (Nsight Compute on the H200, ext/kernels/NOTES.md v9).
+// elements. Either layout keeps copies and ldmatrix free of bank conflicts.
+// Swizzled (SWIZZLE, rows of a multiple of 64 elements): unpadded, chunk c of
+// row r at c ^ (r % 8), so the 8 rows of an ldmatrix matrix fall in 8
+// different bank groups, and so do the 8 chunks that 8 lanes copy from one
+// 128-byte line. Padded (otherwise, and always for bulk copies, which write
+// whole rows): rows of HEAD_DIM + 8 elements. What padding costs: the two rows
+// that one warp-wide cp.async writes are 16 bytes out of step, its shared
+// stores split into ~10 wavefronts instead of 4, and each wavefront asks L2
+// for its own sectors: 24 sectors per 16 needed, 1.5x the L2 traffic of the
+// same bytes (Nsight Compute on the H200, ext/kernels/NOTES.md v9). Which one
+// runs faster depends on the grid; the launch plan chooses.
 template <int HEAD_DIM, bool SWIZZLE>
 struct SharedRows {
   static_assert(HEAD_DIM % 8 == 0, "rows of whole 16-byte chunks");
