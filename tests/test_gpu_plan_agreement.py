@@ -55,6 +55,11 @@ def test_the_goal_shapes_take_the_schedules_the_notes_report() -> None:
     assert ext.gpu_launch_plan(16, 32, 1, 128, 8, 128, 128, "bfloat16")["splits"] == 2
     assert ext.gpu_launch_plan(16, 32, 1, 128, 8, 128, 32, "bfloat16")["splits"] == 1
     assert ext.gpu_launch_plan(16, 32, 1, 128, 8, 128, 8, "bfloat16")["splits"] == 1
+    # Swizzled ring rows for the two-wave grids (B 64), padded for the one-wave ones (v9).
+    swizzled = {(b, pages): ext.gpu_launch_plan(b, 32, 1, 128, 8, 128, pages, "bfloat16")["swizzled_rows"]
+                for b, pages in ((1, 128), (16, 8), (16, 32), (16, 128), (64, 8), (64, 32), (64, 128))}
+    assert swizzled == {(1, 128): False, (16, 8): False, (16, 32): False, (16, 128): False,
+                        (64, 8): True, (64, 32): True, (64, 128): True}
 
 
 def test_split_scratch_holds_partials_counters_and_an_aligned_output() -> None:

@@ -87,8 +87,9 @@ def test_chunked_cached_forward_matches_cache_free_forward(path: str) -> None:
 @pytest.mark.parametrize("path", ATTENTION_PATHS)
 def test_chunked_cached_forward_matches_with_dequantized_linears(path: str, monkeypatch) -> None:
     # The same forward with every linear computed as x @ dequantize(w).T, the oracle's own matmul.
-    # Passing where the test above fails puts the fault in mx.quantized_matmul on that device (the
-    # H200 case of ext/kernels/NOTES.md, what is left); failing too puts it in the cached forward.
+    # Passing where the test above fails puts the fault in mx.quantized_matmul on that device, as on
+    # the H200 before impl.quantized_linear routed single-group rows around it (NOTES.md v9); failing
+    # too puts it in the cached forward.
     monkeypatch.setattr("impl.qwen3.quantized_linear", dequantized_linear)
     monkeypatch.setattr("impl.qwen3_attention.quantized_linear", dequantized_linear)
     tokens = random_tokens(12)

@@ -30,12 +30,14 @@ namespace pagecheck {
 
 constexpr int DECODE_MMA_ROWS = 16;
 
-template <typename T, int HEAD_DIM, int STAGES, bool SWIZZLE>
+// A bulk-filled ring keeps padded rows (bulk copies write whole rows), so
+// SWIZZLE applies to cp.async rings only.
+template <typename T, int HEAD_DIM, int STAGES, bool BULK, bool SWIZZLE>
 struct DecodeMmaLayout {
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 128, "HEAD_DIM");
   static_assert(STAGES >= 2, "the ring needs a stage landing while another is read");
   static constexpr int TILE_TOKENS = 16;
-  using Rows = SharedRows<HEAD_DIM, SWIZZLE>;
+  using Rows = SharedRows<HEAD_DIM, SWIZZLE && !BULK>;
   static constexpr int ROW_STRIDE = Rows::STRIDE;
   static constexpr int QK_CHUNKS = HEAD_DIM / 16;
   static constexpr int QK_PAIRS = QK_CHUNKS / 2 > 0 ? QK_CHUNKS / 2 : 1; // array size (0 pairs at D 16)
@@ -61,7 +63,7 @@ __device__ void decode_walk_mma(
   const PagedGeometry& geo = block.geo;
   const int request_idx = block.request_idx;
   const int kv_head_idx = block.kv_head_idx;
-  using L = DecodeMmaLayout<T, HEAD_DIM, STAGES, SWIZZLE && !BULK>;
+  using L = DecodeMmaLayout<T, HEAD_DIM, STAGES, BULK, SWIZZLE>;
   constexpr int TILE = L::TILE_TOKENS;
 
   // ---- Positions -------------------------------------------------------------

@@ -23,7 +23,7 @@ struct DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, false, MMA_STAGES, MMA_BULK, MMA_
 template <typename T, int HEAD_DIM, int ROWS, bool CAUSAL, int MMA_STAGES, bool MMA_BULK, bool MMA_SWIZZLE>
 struct DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, true, MMA_STAGES, MMA_BULK, MMA_SWIZZLE> {
   static_assert(ROWS == DECODE_MMA_ROWS, "the tensor-core walk takes 16 rows");
-  using Layout = DecodeMmaLayout<T, HEAD_DIM, MMA_STAGES, MMA_SWIZZLE && !MMA_BULK>;
+  using Layout = DecodeMmaLayout<T, HEAD_DIM, MMA_STAGES, MMA_BULK, MMA_SWIZZLE>;
   template <typename... Args>
   __device__ static void walk(Args... args) {
     decode_walk_mma<T, HEAD_DIM, CAUSAL, MMA_STAGES, MMA_BULK, MMA_SWIZZLE>(args...);

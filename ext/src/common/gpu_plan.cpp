@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <climits>
-#include "common/error_text.h"
 #include <stdexcept>
+
+#include "common/error_text.h"
 
 namespace pagecheck {
 

@@ -1,9 +1,9 @@
 #include "common/input_checks.h"
 
 #include <cmath>
-#include "common/error_text.h"
 #include <stdexcept>
 
+#include "common/error_text.h"
 #include "mlx/utils.h"
 
 namespace pagecheck {

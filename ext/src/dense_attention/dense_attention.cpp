@@ -1,16 +1,16 @@
 #include "dense_attention/dense_attention.h"
 
 #include <memory>
-#include "common/error_text.h"
 #include <stdexcept>
 #include <vector>
 
+#include "common/error_text.h"
+#include "common/gpu_dispatch.h"
+#include "common/gpu_plan.h"
 #include "common/input_checks.h"
 #include "common/ready_inputs.h"
 #include "dense_attention/primitive.h"
 #include "mlx/ops.h"
-#include "common/gpu_dispatch.h"
-#include "common/gpu_plan.h"
 #include "paged_attention/metadata_validation.h"
 
 namespace pagecheck {

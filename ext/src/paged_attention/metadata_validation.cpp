@@ -1,9 +1,9 @@
 #include "paged_attention/metadata_validation.h"
 
-#include "common/error_text.h"
 #include <stdexcept>
 
 #include "common/attention_rows.h"
+#include "common/error_text.h"
 
 namespace pagecheck {
 

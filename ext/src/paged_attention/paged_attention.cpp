@@ -6,9 +6,9 @@
 
 #include <climits>
 #include <memory>
-#include "common/error_text.h"
 #include <stdexcept>
 
+#include "common/error_text.h"
 #include "common/gpu_dispatch.h"
 #include "common/gpu_plan.h"
 #include "common/input_checks.h"

@@ -1,11 +1,11 @@
 #include "quantized_embedding/primitive.h"
 
 #include <cstdint>
-#include "common/error_text.h"
 #include <stdexcept>
 
 #include "common/cpu_eval.h"
 #include "common/dtype_dispatch.h"
+#include "common/error_text.h"
 #include "quantized_embedding/gpu_kernel.h"
 
 namespace pagecheck {

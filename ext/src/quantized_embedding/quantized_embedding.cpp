@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <climits>
 #include <memory>
-#include "common/error_text.h"
 #include <stdexcept>
 #include <vector>
 
+#include "common/error_text.h"
 #include "common/input_checks.h"
 #include "common/ready_inputs.h"
 #include "mlx/ops.h"
