@@ -38,16 +38,18 @@ PREFILL_ROW_TILE = 64
 TABLE_PAGED = 0
 # Split rule (see choose_splits): an H200 has 132 multiprocessors; a split
 # covers at least MIN_SPLIT_POSITIONS positions of the table's capacity; a
-# block's fixed cost (prologue, merge, epilogue) and the merge of the splits are
+# block's fixed cost (prologue, epilogue) and the merge of the splits are
 # counted as BLOCK_COST_POSITIONS and MERGE_COST_POSITIONS (+ MERGE_COST_PER_SPLIT
 # per split: the last block of a column reads every split's partial) positions
-# of work. Fitted on the H200 (ext/src/common/gpu_plan.cpp says how).
+# of work, and a multiprocessor running one block at a time walks
+# LONE_BLOCK_SLOWDOWN times slower. Fitted on the H200 (ext/src/common/gpu_plan.cpp says how).
 SM_COUNT = 132
 MIN_SPLIT_POSITIONS = 256
 MAX_SPLITS = 64
 BLOCK_COST_POSITIONS = 128
-MERGE_COST_POSITIONS = 2048
+MERGE_COST_POSITIONS = 256
 MERGE_COST_PER_SPLIT = 64
+LONE_BLOCK_SLOWDOWN = 1.2
 SM_SHARED_BYTES = 228 * 1024
 SM_REGISTERS = 65536
 
@@ -196,19 +198,25 @@ def resident_blocks(shared_bytes: int, registers: int) -> int:
 def choose_splits(blocks: int, capacity: int, resident: int) -> int:
     """Splits of each (request, kv head, rows) block's context.
 
-    Blocks run in waves of SM_COUNT * resident slots, so the time is about
-    waves x (positions per block + a block's fixed cost), plus the merge of
-    the splits when split. The count minimising that fills an under-occupied GPU and
-    evens out a last, partial wave (512 blocks on 396 slots run as two waves
-    unsplit, as four of a third the length split in three).
+    The blocks spread over SM_COUNT multiprocessors, so the busiest one walks
+    k = ceil(blocks x splits / SM_COUNT) of them: k x (positions per block +
+    a block's fixed cost). Running two blocks or more at once it is bound by
+    memory; running one at a time (k == 1, or one resident) it is bound by
+    instruction latency, one warp per scheduler, and each position costs
+    LONE_BLOCK_SLOWDOWN times more. Splitting adds the merge. The count
+    minimising that total fills an under-occupied GPU, and doubles a grid of
+    one block per multiprocessor only when its context is long enough to
+    repay the merge.
     """
-    slots = SM_COUNT * resident
     most = max(1, min(MAX_SPLITS, capacity // MIN_SPLIT_POSITIONS))
 
     def cost(splits: int) -> float:
-        waves = -(-(blocks * splits) // slots)
+        per_sm = -(-(blocks * splits) // SM_COUNT)
+        walk = per_sm * (capacity / splits + BLOCK_COST_POSITIONS)
+        if min(per_sm, resident) == 1:
+            walk *= LONE_BLOCK_SLOWDOWN
         merge = MERGE_COST_POSITIONS + MERGE_COST_PER_SPLIT * splits if splits > 1 else 0
-        return waves * (capacity / splits + BLOCK_COST_POSITIONS) + merge
+        return walk + merge
 
     return min(range(1, most + 1), key=lambda splits: (cost(splits), splits))
 
@@ -228,7 +236,7 @@ class LaunchPlan:
     scratch_words: int = 0  # float32 words of the split scratch (split only)
     out_begin_words: int = 0  # where the output starts inside it
     mma_bulk: bool = False  # its ring filled by bulk copies (sm_90+) instead of cp.async
-    swizzled_rows: bool = False  # its rows swizzled, not padded (grids of more than one wave; gpu_plan.h)
+    swizzled_rows: bool = False  # its rows swizzled, not padded (more blocks than multiprocessors; gpu_plan.h)
 
 
 def split_scratch(rows: int, splits: int, head_dim: int, blocks: int, itemsize: int) -> tuple[int, int]:
@@ -263,7 +271,7 @@ def plan_launch(
     if num_splits is None:
         num_splits = choose_splits(decode_blocks, table_width * page_size, resident)
     splits = num_splits
-    swizzled_rows = mma and not mma_bulk and decode_blocks * splits > SM_COUNT * resident
+    swizzled_rows = mma and not mma_bulk and decode_blocks * splits > SM_COUNT
     shared_bytes = decode_shared_bytes(dtype.size, head_dim, rows, mma, mma_stages, swizzled_rows)
     if not 1 <= splits <= MAX_SPLITS:
         raise ValueError(f"num_splits={splits} must be in 1..{MAX_SPLITS} (the split kernel's merge holds that many)")

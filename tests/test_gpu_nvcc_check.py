@@ -61,8 +61,8 @@ def test_every_variant_wraps_its_kernel_in_a_signature():
 NVCC = shutil.which("nvcc")
 
 # The op's own choices at the benchmark's head dim, one per kernel and walk: the tensor-core decode walk
-# with its 3-stage cp.async ring (one pass with swizzled rows, as grids of two waves take it; split with
-# padded rows, as one-wave grids do), the CUDA-core walk float32 takes, both prefills.
+# with its 3-stage cp.async ring (one pass with swizzled rows, as grids of two blocks per multiprocessor
+# take it; split with padded rows, as B 1's grid of one block per multiprocessor does), the CUDA-core walk float32 takes, both prefills.
 OP_VARIANTS = {
     "tensor-core decode": ("paged_decode", "bfloat16", {"HEAD_DIM": 128, "MMA": True, "MMA_STAGES": 3,
                                                         "MMA_BULK": False, "MMA_SWIZZLE": True}),

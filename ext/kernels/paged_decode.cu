@@ -26,7 +26,8 @@ using namespace pagecheck;
 using Walker = DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, MMA, MMA_STAGES, MMA_BULK, MMA_SWIZZLE>;
 using Layout = typename Walker::Layout;
 require_shared_bytes(Layout::SHARED_BYTES);
-extern __shared__ __align__(16) unsigned char shared[];
+// On a 128-byte line, as SharedRows' swizzle assumes (paged_decode_split.cu).
+extern __shared__ __align__(128) unsigned char shared[];
 
 // ---- Walk every tile of the context ----------------------------------------------
 const DecodeBlock block = decode_block(

@@ -25,7 +25,10 @@ using namespace pagecheck;
 using Walker = DecodeWalker<T, HEAD_DIM, ROWS, CAUSAL, MMA, MMA_STAGES, MMA_BULK, MMA_SWIZZLE>;
 using Layout = typename Walker::Layout;
 require_shared_bytes(Layout::SHARED_BYTES);
-extern __shared__ __align__(16) unsigned char shared[];
+// The ring starts on a 128-byte line (SharedRows' swizzle assumes it): after
+// the static flag below a 16-byte start split each quarter-warp's cp.async
+// store across two lines, and L2 was asked for twice the sectors (ncu).
+extern __shared__ __align__(128) unsigned char shared[];
 __shared__ bool merges_splits;
 
 // ---- Positions and the scratch's regions -----------------------------------------------

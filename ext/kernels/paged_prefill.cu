@@ -35,7 +35,7 @@ constexpr int PS = KEY_TILE + 1;
 constexpr int SHARED_BYTES = 4 *
     (ROW_TILE * KS + KEY_TILE * KS + KEY_TILE * HEAD_DIM + ROW_TILE * PS);
 require_shared_bytes(SHARED_BYTES);
-extern __shared__ __align__(16) unsigned char shared[];
+extern __shared__ __align__(128) unsigned char shared[];
 float* q_tile = reinterpret_cast<float*>(shared);
 float* k_tile = q_tile + ROW_TILE * KS;
 float* v_tile = k_tile + KEY_TILE * KS;

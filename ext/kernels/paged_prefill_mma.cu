@@ -38,7 +38,7 @@ constexpr int SHARED_BYTES = 4 * STAGE_ELEMS * static_cast<int>(sizeof(T));
 static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 128, "HEAD_DIM");
 static_assert(KEY_TILE % 16 == 0 && KEY_TILE <= 64, "KEY_TILE");
 require_shared_bytes(SHARED_BYTES);
-extern __shared__ __align__(16) unsigned char shared[];
+extern __shared__ __align__(128) unsigned char shared[];
 T* k_ring = reinterpret_cast<T*>(shared);
 T* v_ring = k_ring + 2 * STAGE_ELEMS;
 

@@ -16,17 +16,22 @@ namespace {
 // at least kMinSplitPositions positions of the table's capacity; a block's
 // fixed cost and the merge of the splits count as that many positions of
 // work: a fixed part, and a part per split (the last block of a column reads
-// every split's partial). All from the H200, GPU clock: B 1 x context 16384
-// (8 blocks) ran 43.0 us in 16 splits against 44.3-44.7 us in 20-33 and 47.7
-// us in 12 (session 4); B 16 x context 4096 ran 73.6-74.3 us unsplit against
-// 76.3-76.7 in two splits, and B 16 x context 16384 263.1 us in two splits
-// against 274 unsplit (session 5): the fixed part lies between.
+// every split's partial); a multiprocessor that runs one block at a time
+// walks kLoneBlockSlowdown times slower per position. All from the H200, GPU
+// clock, session 7 (ext/kernels/NOTES.md v10): a multiprocessor walks 0.0142
+// us per position with two blocks at once (B 64 x 4096 in 248 us, B 64 x
+// 16384 in 947), 0.0170 alone (B 16 x 4096 unsplit in 75.4 us, x 16384 in
+// 285): 1.2 times slower; two splits cost about 2 us more than one pass over
+// the same positions per multiprocessor (B 16 x 16384 in two splits 250 us
+// against B 64 x 4096 unsplit 248). B 1 x 16384 ran fastest in 16 splits
+// (43.0 us against 44.3-44.7 in 20-33 and 47.7 in 12, session 4).
 constexpr int kSmCount = 132;
 constexpr int kMinSplitPositions = 256;
 constexpr int kMaxSplits = 64;
 constexpr int kBlockCostPositions = 128;
-constexpr int kMergeCostPositions = 2048;
+constexpr int kMergeCostPositions = 256;
 constexpr int kMergeCostPerSplitPositions = 64;
+constexpr double kLoneBlockSlowdown = 1.2;
 constexpr int kSmSharedBytes = 228 * 1024;
 constexpr int kSmRegisters = 65536;
 
@@ -105,22 +110,29 @@ int resident_blocks(int shared_bytes, int registers) {
   return std::max(1, std::min(by_shared, by_registers));
 }
 
-// Blocks run in waves of kSmCount * resident slots, so the time is about
-// waves x (positions per block + a block's fixed cost), plus the merge of the
-// splits when split (fixed, and per split). The count minimising that fills
-// an under-occupied GPU and evens out a last, partial wave (512 blocks on 396
-// slots run as two waves unsplit, as four of a third the length split in
-// three).
+// The blocks spread over kSmCount multiprocessors, so the busiest one walks
+// k = ceil(blocks x splits / kSmCount) of them: k x (positions per block + a
+// block's fixed cost). Running two blocks or more at once it is bound by
+// memory; running one at a time (k == 1, or one resident) it is bound by
+// instruction latency, one warp per scheduler, and each position costs
+// kLoneBlockSlowdown times more. Splitting adds the merge. The count
+// minimising that total fills an under-occupied GPU, and doubles a grid of one
+// block per multiprocessor only when its context is long enough to repay the
+// merge. (gpu_kernels.choose_splits mirrors this expression for expression,
+// so both round alike.)
 int choose_splits(int64_t blocks, int64_t capacity, int resident) {
-  const int64_t slots = static_cast<int64_t>(kSmCount) * resident;
   const int most = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, capacity / kMinSplitPositions)));
   int best = 1;
   double best_cost = 0.0;
   for (int splits = 1; splits <= most; ++splits) {
-    const int64_t waves = ceil_div(blocks * splits, slots);
-    const double cost = static_cast<double>(waves) *
-            (static_cast<double>(capacity) / splits + kBlockCostPositions) +
-        (splits > 1 ? kMergeCostPositions + static_cast<double>(kMergeCostPerSplitPositions) * splits : 0);
+    const int64_t per_sm = ceil_div(blocks * splits, static_cast<int64_t>(kSmCount));
+    double walk = static_cast<double>(per_sm) * (static_cast<double>(capacity) / splits + kBlockCostPositions);
+    if (std::min<int64_t>(per_sm, resident) == 1) {
+      walk *= kLoneBlockSlowdown;
+    }
+    const double merge =
+        splits > 1 ? kMergeCostPositions + static_cast<double>(kMergeCostPerSplitPositions) * splits : 0.0;
+    const double cost = walk + merge;
     if (splits == 1 || cost < best_cost) {
       best = splits;
       best_cost = cost;
@@ -156,7 +168,7 @@ GpuPlan plan_gpu_call(const AttentionShape& shape, mx::Dtype dtype, bool tensor_
                                          walk_registers(mma, plan.rows));
     plan.splits = choose_splits(plan.blocks, static_cast<int64_t>(shape.pages_per_request) * shape.page_size,
                                 resident);
-    plan.swizzled_rows = mma && plan.blocks * plan.splits > static_cast<int64_t>(kSmCount) * resident;
+    plan.swizzled_rows = mma && plan.blocks * plan.splits > kSmCount;
     plan.shared_bytes = decode_shared_bytes(itemsize, shape.head_dim, plan.rows, mma, plan.swizzled_rows);
     plan.schedule = plan.splits > 1 ? GpuSchedule::kSplitDecode : GpuSchedule::kDecode;
     if (plan.splits > 1) {

@@ -32,10 +32,14 @@ struct GpuPlan {
   int rows = 0; // query rows per decode block
   int mma_stages = 3; // ring stages of the tensor-core decode walk
   // The tensor-core ring's rows swizzled instead of padded (SharedRows in
-  // paged_mma.cuh): for grids of more than one wave of resident blocks. On
-  // the H200 swizzled rows cut L2 traffic by a third and streamed those
-  // faster (B 64 x 4096: 265 -> 247-253 us), while grids of one wave ran
-  // slower with them (B 16 x 16384: 263-274 -> 291-303 us; NOTES.md v9).
+  // paged_mma.cuh) wherever multiprocessors hold two blocks or more: there
+  // the walk is bound by memory and swizzled rows, asking L2 for a third
+  // fewer sectors, stream faster (H200: B 16 x 16384 in 2 splits 266 -> 250
+  // us, B 64 x 4096 261 -> 248). A grid of at most one block per
+  // multiprocessor (B 1 in 16 splits, B 16 x 1024) has one warp per
+  // scheduler and is bound by instruction latency instead, where the
+  // swizzled walk's extra address instructions cost (36.0 -> 39.9 us,
+  // 23.5 -> 24.9 us; NOTES.md v10).
   bool swizzled_rows = false;
   int64_t blocks = 0; // thread blocks along grid x
   int splits = 1; // context splits of the split decode
