@@ -34,8 +34,9 @@ the MLX calls are chained (each query is the set's query plus 0 x the
 previous output) and the cost of that chain alone is subtracted; the torch
 calls are captured in one CUDA graph and replayed. With torch present,
 `kernel` is read from the GPU's own clock (CUPTI kernel timestamps through
-torch's profiler, pagecheck/gpu_clock.py: the summed time of the call's
-kernels, fills included) and `chained` keeps the wall-clock
+torch's profiler, pagecheck/gpu_clock.py: the time during which at least
+one of the call's kernels ran, fills included, each moment once where MLX
+runs two kernels at the same time) and `chained` keeps the wall-clock
 figure; without torch, `kernel` is the wall-clock figure. Where the GPU is
 the slower side the two agree within a few percent (H200, session 3); where
 the host is (small shapes), the wall clock measures the host's submit time
@@ -182,7 +183,7 @@ def gpu_chain(calls: Callable[[mx.array | None, int], mx.array], count: int) -> 
 
 def gpu_seconds(calls: Callable[[mx.array | None, int], mx.array], count: int) -> float:
     """GPU seconds of kernels per link of `count` chained calls (NaN when no kernel was seen)."""
-    return gpu_clock.busy_seconds(gpu_chain(calls, count))
+    return gpu_clock.occupied_seconds(gpu_chain(calls, count))
 
 
 def kv_bytes_of(batch: int, context: int) -> int:
@@ -288,7 +289,7 @@ def time_torch(call: Callable[[int], Any], num_sets: int, use_gpu_clock: bool) -
             run()
             torch.cuda.synchronize()
 
-        gpu = gpu_clock.busy_seconds(gpu_clock.summarize(gpu_clock.kernel_events(replayed), count))
+        gpu = gpu_clock.occupied_seconds(gpu_clock.summarize(gpu_clock.kernel_events(replayed), count))
     return per_call, min(runs), gpu, how
 
 

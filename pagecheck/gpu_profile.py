@@ -120,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         chain_only = profile_chain(lambda s, q: q, sets, args.calls)
         for name, call in [("chain only", None)] + [(name, known[name]) for name in chosen]:
             found = chain_only if call is None else profile_chain(call, sets, args.calls)
-            busy, span = found["busy_us"], found["span_us"]
-            tb = f"{kv_bytes / busy / 1e6:.2f} TB/s busy" if busy else "no kernels seen"
-            print(f"B {batch:3d} ctx {context:6d} {name:28s} busy {busy or 0:8.1f} us  span {span or 0:8.1f} us  {tb}")
+            busy, occupied, span = found["busy_us"], found["occupied_us"], found["span_us"]
+            tb = f"{kv_bytes / occupied / 1e6:.2f} TB/s occupied" if occupied else "no kernels seen"
+            print(f"B {batch:3d} ctx {context:6d} {name:28s} busy {busy or 0:8.1f} us  occupied {occupied or 0:8.1f} us  "
+                  f"span {span or 0:8.1f} us  {tb}")
             for kernel, info in sorted(found["kernels"].items(), key=lambda kv: -kv[1]["mean_us"] * kv[1]["per_call"]):
                 print(f"    {info['per_call']:5.2f} x {info['mean_us']:8.1f} us  {kernel[:110]}")
             document.append({"batch": batch, "context": context, "variant": name, "kv_bytes": kv_bytes, **found})

@@ -29,8 +29,25 @@ def test_summarize_splits_busy_time_from_gaps():
     assert found["kernels"]["fill"] == {"per_call": 1.0, "mean_us": 2.0}
 
 
+def test_summarize_counts_kernels_that_ran_together_once_in_occupied_time():
+    # Two calls of a 10 us walk; both calls' 4 us fills ran together before the first walk, and one
+    # 1 us link ran inside the first walk: busy sums all five, occupied is the union (0-4, 5-15, 16-26).
+    events = [("fill", 0.0, 4.0), ("fill", 0.5, 4.0), ("attn", 5.0, 15.0), ("link", 6.0, 7.0), ("attn", 16.0, 26.0)]
+    found = gpu_clock.summarize(events, calls=2)
+    assert found["busy_us"] == pytest.approx((4.0 + 3.5 + 10.0 + 1.0 + 10.0) / 2)
+    assert found["occupied_us"] == pytest.approx(24.0 / 2)
+    assert gpu_clock.occupied_seconds(found) == pytest.approx(12e-6)
+
+
+def test_occupied_time_of_disjoint_kernels_is_their_sum():
+    events = [("a", 0.0, 1.0), ("b", 2.0, 5.0), ("c", 5.0, 6.0)]
+    assert gpu_clock.occupied(events) == pytest.approx(5.0)
+    assert gpu_clock.occupied([]) == 0.0
+
+
 def test_summarize_without_kernels_says_so():
-    assert gpu_clock.summarize([], calls=3) == {"kernels": {}, "busy_us": None, "span_us": None}
+    assert gpu_clock.summarize([], calls=3) == {"kernels": {}, "busy_us": None, "occupied_us": None, "span_us": None}
+    assert math.isnan(gpu_clock.occupied_seconds(gpu_clock.summarize([], calls=3)))
 
 
 def test_main_without_cuda_exits_2(capsys):

@@ -24,13 +24,14 @@ namespace {
 // 285): 1.2 times slower; two splits cost about 2 us more than one pass over
 // the same positions per multiprocessor (B 16 x 16384 in two splits 250 us
 // against B 64 x 4096 unsplit 248). B 1 x 16384 ran fastest in 16 splits
-// (43.0 us against 44.3-44.7 in 20-33 and 47.7 in 12, session 4).
+// (43.0 us against 44.3-44.7 in 20-33 and 47.7 in 12, session 4), B 2 x
+// 16384 in 16 (51.3 us) rather than 8 (56.8), which bounds the part per split.
 constexpr int kSmCount = 132;
 constexpr int kMinSplitPositions = 256;
 constexpr int kMaxSplits = 64;
 constexpr int kBlockCostPositions = 128;
 constexpr int kMergeCostPositions = 256;
-constexpr int kMergeCostPerSplitPositions = 64;
+constexpr int kMergeCostPerSplitPositions = 32;
 constexpr double kLoneBlockSlowdown = 1.2;
 constexpr int kSmSharedBytes = 228 * 1024;
 constexpr int kSmRegisters = 65536;
