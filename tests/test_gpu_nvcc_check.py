@@ -4,6 +4,7 @@ machine) the op's own kernel variants compiled for sm_90 without register spills
 import re
 import shutil
 import struct
+import subprocess
 
 import pytest
 
@@ -93,3 +94,20 @@ def test_the_ops_kernels_compile_for_sm90_without_spills(tmp_path, name):
         # The split rule counts resident blocks from these figures (gpu_kernels.walk_registers).
         registers = int(re.search(r"regs=(\d+)", summary).group(1))
         assert registers <= gpu_kernels.walk_registers(template["MMA"], template["ROWS"]), summary
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH: the CUDA toolkit's compiler checks the kernels "
+                    "without a GPU")
+@pytest.mark.parametrize("stem", ["paged_decode", "paged_decode_split"])
+def test_the_decode_ring_starts_on_a_128_byte_line(tmp_path, stem):
+    # SharedRows' swizzle assumes it: a ring 16 bytes in (after the split kernel's static flag) doubled the
+    # L2 sectors its copies asked for on the H200 (ext/kernels/NOTES.md, v10).
+    variant = op_variant(stem, "bfloat16", {"HEAD_DIM": 128, "MMA": True, "MMA_STAGES": 3, "MMA_BULK": False,
+                                            "MMA_SWIZZLE": True})
+    source = tmp_path / "kernel.cu"
+    source.write_text(gpu_nvcc_check.wrap(variant))
+    result = subprocess.run([NVCC, "-arch=sm_90", "-std=c++17", "-ptx", "-o", "kernel.ptx", "kernel.cu"],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    declarations = re.findall(r"\.extern \.shared \.align (\d+)", (tmp_path / "kernel.ptx").read_text())
+    assert declarations == ["128"], declarations
