@@ -44,9 +44,8 @@ def summarize(events: list[Event], calls: int) -> dict[str, Any]:
     Busy counts kernels that ran at the same time once each; occupied counts
     that time once. They differ where a graph runs independent nodes side by
     side, as MLX does with an output's fill, which waits on nothing: the
-    fills of a whole chain run together at its start (H200, session 7), and
-    their summed durations were a third of the gap between our kernels and
-    MLX's at B 16 x 4096.
+    fills of a whole chain run together at its start (H200, session 7: at
+    B 16 x 4096 they summed to 8.6 us per call beside a 70.9 us walk).
     """
     if not events:
         return {"kernels": {}, "busy_us": None, "occupied_us": None, "span_us": None}
