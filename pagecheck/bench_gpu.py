@@ -100,7 +100,7 @@ class Row:
     note: str = ""
     # The wall-clock chain measure (chain minus chain alone), kept beside a GPU-clock kernel_us.
     chained_us: float | None = None
-    # Which clock kernel_us comes from: "gpu" (CUPTI kernel times) or "wall".
+    # Which clock kernel_us comes from: "gpu" (CUPTI kernel intervals, their union) or "wall".
     clock: str = "wall"
 
 
