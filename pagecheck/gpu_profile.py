@@ -9,7 +9,9 @@ kernels. Per variant and shape it prints:
 
 - each kernel name: launches per call and mean duration,
 - busy: the summed kernel time per call,
-- span: first kernel start to last kernel end, per call (busy + gaps).
+- occupied: the time at least one kernel ran, per call (bench_gpu's kernel
+  time; below busy where MLX ran kernels side by side, such as the fills),
+- span: first kernel start to last kernel end, per call (occupied + gaps).
 
 `paged[pages in order]` reads the same pools through a table that walks them
 in pool order instead of the benchmark's shuffled order: the difference is
