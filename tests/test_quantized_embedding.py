@@ -64,6 +64,19 @@ def test_lazy_id_out_of_range_is_a_value_error_at_the_call() -> None:
         embedding_lookup(lazy, matrix)
 
 
+def test_traced_id_out_of_range_raises_in_the_task() -> None:
+    # Under mx.compile the ids are tracers at the call: the CPU task checks them before reading a row, and MLX
+    # raises the task's error as RuntimeError at evaluation.
+    matrix = table(mx.float32, 64, 4)
+
+    def lookup(ids: mx.array) -> mx.array:
+        return ext.quantized_embedding(ids, matrix.weight, matrix.scales, matrix.biases, matrix.group_size,
+                                       matrix.bits, stream=mx.cpu)
+
+    with pytest.raises(RuntimeError, match=rf"ids\[2\] = {VOCAB + 3} is not a row of the table \[0, {VOCAB}\)"):
+        mx.eval(mx.compile(lookup)(mx.array([0, 1, VOCAB + 3], dtype=mx.int32)))
+
+
 BAD_CALLS = {
     "bits": (dict(bits=3), "bits = 3"),
     "group size": (dict(group_size=48), "group_size = 48"),

@@ -22,7 +22,9 @@
 // __syncwarp follows each wait and precedes each reuse of a stage. A landed
 // tile's K and V fragments go to registers first and its stage is refilled
 // before the tile's math, so STAGES tiles stay in flight while a warp
-// computes; one block per multiprocessor then streams as fast as two.
+// computes. Even so, one block per multiprocessor (one warp per scheduler) is
+// bound by instruction latency and walks about 1.2 times slower per position
+// than two (H200, NOTES.md v10); the split rule counts that.
 #ifndef PAGECHECK_PAGED_DECODE_MMA_WALK_CUH
 #define PAGECHECK_PAGED_DECODE_MMA_WALK_CUH
 

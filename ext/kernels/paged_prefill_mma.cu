@@ -18,11 +18,11 @@
 // never cross a page, so each key tile has one page id. All threads copy the
 // tile's K and V rows with cp.async into a two-stage ring (rows padded by 8
 // elements so that ldmatrix is free of bank conflicts: SharedRows in
-// paged_mma.cuh; swizzled rows, which the decode walk takes for large grids,
-// are untimed here: one H200 run measured 227 us swizzled at L 512 over 4096
-// against 198 padded in another), one barrier before and one after each
-// tile. Under the causal mask the walk stops after the last key the tile's
-// last row can see.
+// paged_mma.cuh; swizzled rows, which the decode walk takes where
+// multiprocessors hold two blocks or more, are untimed here: one H200 run
+// measured 227 us swizzled at L 512 over 4096 against 198 padded in
+// another), one barrier before and one after each tile. Under the causal
+// mask the walk stops after the last key the tile's last row can see.
 // Launch: 128 threads per block, blocks = B * H_kv * ceil(G * L / 64),
 // dynamic shared memory 4 * KEY_TILE * (HEAD_DIM + 8) * sizeof(T).
 using namespace pagecheck;

@@ -4,8 +4,7 @@
 // on the CPU stream is read at the call, so bad values raise ValueError there,
 // before any graph node exists; metadata not yet computed is evaluated first
 // (a synchronisation while the graph is built, paid only by lazily made
-// metadata: impl hands over computed arrays). A ValueError at the call names
-// the bad value before any graph node exists; the CPU task checks the values
+// metadata: impl hands over computed arrays). The CPU task checks the values
 // again for what cannot be read at the call (tracers under mx.compile or
 // mx.vmap) and raises RuntimeError at evaluation. (On the H200 a bad value
 // once crashed the process wherever it was found: the message was formatted

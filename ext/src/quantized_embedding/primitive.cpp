@@ -5,8 +5,8 @@
 
 #include "common/cpu_eval.h"
 #include "common/dtype_dispatch.h"
-#include "common/error_text.h"
 #include "quantized_embedding/gpu_kernel.h"
+#include "quantized_embedding/id_validation.h"
 
 namespace pagecheck {
 
@@ -33,14 +33,9 @@ void embed_rows_cpu(const EmbeddingShape& shape, const int32_t* ids, const uint3
   constexpr uint32_t value_mask = (1u << BITS) - 1u;
   const int64_t dims = static_cast<int64_t>(shape.words_per_row) * values_per_word;
   const int values_per_group = static_cast<int>(dims / shape.groups_per_row);
+  check_ids_in_range(ids, shape.num_tokens, shape.vocab_size);
   for (int64_t token_idx = 0; token_idx < shape.num_tokens; ++token_idx) {
     const int32_t row_idx = ids[token_idx];
-    if (row_idx < 0 || row_idx >= shape.vocab_size) {
-      ErrorText message;
-      message << "pagecheck: ids[" << token_idx << "] = " << row_idx << " is not a row of the table [0, "
-              << shape.vocab_size << ")";
-      throw std::invalid_argument(message.str());
-    }
     const uint32_t* weight_row = weight + static_cast<int64_t>(row_idx) * shape.words_per_row;
     const T* scale_row = scales + static_cast<int64_t>(row_idx) * shape.groups_per_row;
     const T* bias_row = biases + static_cast<int64_t>(row_idx) * shape.groups_per_row;

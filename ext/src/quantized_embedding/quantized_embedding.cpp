@@ -10,6 +10,7 @@
 #include "common/input_checks.h"
 #include "common/ready_inputs.h"
 #include "mlx/ops.h"
+#include "quantized_embedding/id_validation.h"
 #include "quantized_embedding/primitive.h"
 
 namespace pagecheck {
@@ -29,17 +30,6 @@ void check_supported(const char* field, int value, const int (&supported)[N]) {
     message << " " << option;
   }
   throw std::invalid_argument(message.str());
-}
-
-void check_ids_in_range(const int32_t* ids, size_t count, int vocab_size) {
-  for (size_t token_idx = 0; token_idx < count; ++token_idx) {
-    if (ids[token_idx] < 0 || ids[token_idx] >= vocab_size) {
-      ErrorText message;
-      message << "pagecheck: ids[" << token_idx << "] = " << ids[token_idx] << " is not a row of the table [0, "
-              << vocab_size << ")";
-      throw std::invalid_argument(message.str());
-    }
-  }
 }
 
 } // namespace
@@ -93,7 +83,7 @@ mx::array quantized_embedding(
   }
 
   if (const std::optional<mx::array> id_values = host_int32_values(ids, stream)) {
-    check_ids_in_range(id_values->data<int32_t>(), id_values->size(), vocab_size);
+    check_ids_in_range(id_values->data<int32_t>(), static_cast<int64_t>(id_values->size()), vocab_size);
   }
   const mx::array flat_ids = ids.ndim() == 1 ? ids : mx::reshape(ids, {static_cast<int>(ids.size())}, stream);
   std::vector<mx::array> inputs{
