@@ -29,7 +29,9 @@ constexpr int TILE = BLOCK_RING ? 16 * DECODE_WARPS : 16;
 constexpr bool BULK = MODE == 1 || MODE == 4;
 using Rows = SharedRows<HEAD_DIM, !BULK && MODE != 5>;
 constexpr int STAGE_ELEMS = 2 * TILE * Rows::STRIDE;
-extern __shared__ __align__(16) unsigned char shared[];
+// On a 128-byte line like the decode walk's ring (paged_decode_split.cu says
+// why), whatever static shared memory the mode keeps.
+extern __shared__ __align__(128) unsigned char shared[];
 __shared__ unsigned long long barriers[DECODE_WARPS * STAGES];
 
 const int lane_idx = threadIdx.x % WARP_LANES;
