@@ -97,6 +97,6 @@ class CMakeBuild(build_ext):
 
 
 setup(
-    ext_modules=[CMakeExtension("ext._ext", ROOT / "ext")],
+    ext_modules=[CMakeExtension("pagecheck.ext._ext", ROOT / "ext")],
     cmdclass={"build_ext": CMakeBuild},
 )

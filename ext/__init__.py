@@ -6,8 +6,8 @@ that the extension's bindings share (nanobind domain "mlx").
 
 import mlx.core  # noqa: F401  (must precede the extension module)
 
-from ext import _ext
-from ext._ext import build_info, dense_attention, paged_attention, quantized_embedding
+from pagecheck.ext import _ext
+from pagecheck.ext._ext import build_info, dense_attention, paged_attention, quantized_embedding
 
 __all__ = ["PLAN_FIELDS", "build_info", "dense_attention", "gpu_launch_plan", "paged_attention", "quantized_embedding"]
 

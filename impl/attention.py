@@ -11,8 +11,8 @@ from typing import Any
 
 import mlx.core as mx
 
-import ext
-from reference.validation import check_paged_inputs
+from pagecheck import ext
+from pagecheck.reference.validation import check_paged_inputs
 
 
 def as_int32(x: Any) -> mx.array:

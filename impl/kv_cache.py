@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from impl.page_pool import TinyKvPagedPool, check_kv_pair, is_int
-from impl.paged_kv_cache import TinyKvPagedCache
-from impl.paged_metadata import PagedKvMetadata
+from pagecheck.impl.page_pool import TinyKvPagedPool, check_kv_pair, is_int
+from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
+from pagecheck.impl.paged_metadata import PagedKvMetadata
 
 __all__ = ["BatchingKvCache"]
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import mlx.core as mx
 
-from impl import page_write
-from reference.pool import SUPPORTED_DTYPES
+from pagecheck.impl import page_write
+from pagecheck.reference.pool import SUPPORTED_DTYPES
 
 MIN_CAPACITY = 4
 SUPPORTED_MX_DTYPES = tuple(getattr(mx, name) for name in SUPPORTED_DTYPES)

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from impl.page_pool import TinyKvPagedPool, is_int
-from impl.paged_metadata import PagedKvMetadata
+from pagecheck.impl.page_pool import TinyKvPagedPool, is_int
+from pagecheck.impl.paged_metadata import PagedKvMetadata
 
 __all__ = ["CacheCheckpoint", "PagedKvMetadata", "TinyKvPagedCache", "TinyKvPagedPool"]
 

@@ -12,9 +12,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from reference.arrays import to_numpy
-from reference.cache import PagedKvMetadata
-from reference.layouts import PagedLayout
+from pagecheck.reference.arrays import to_numpy
+from pagecheck.reference.cache import PagedKvMetadata
+from pagecheck.reference.layouts import PagedLayout
 
 PagedAttention = Callable[..., Any]
 

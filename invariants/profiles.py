@@ -6,8 +6,6 @@ exactly from its seed alone, and the reference subject is slow on purpose.
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, Phase, settings
-
 PROFILES: dict[str, dict[str, object]] = {
     "default": {"max_examples": 50, "stateful_step_count": 20},
     "thorough": {"max_examples": 300, "stateful_step_count": 40},
@@ -19,19 +17,20 @@ DEFAULT_PROFILE = "default"
 DEFAULT_SEED = 20240901
 
 
-SEARCH_PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)
-# The explain phase costs seconds per failure (it loads libcst) and adds nothing the message lacks.
-PHASES = (*SEARCH_PHASES, Phase.shrink)
-
-
 def register_profiles() -> None:
     """Register pagecheck-<name>, and pagecheck-<name>-noshrink for runs that only ask whether a check fails.
 
     Mutation testing selects the no-shrink variant with --hypothesis-profile:
     it needs the first counterexample, not the smallest.
     """
+    # Imported here: the pytest plugin reads this module's constants without loading Hypothesis.
+    from hypothesis import HealthCheck, Phase, settings
+
+    search_phases = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)
+    # The explain phase costs seconds per failure (it loads libcst) and adds nothing the message lacks.
+    all_phases = (*search_phases, Phase.shrink)
     for name, options in PROFILES.items():
-        for suffix, phases in (("", PHASES), ("-noshrink", SEARCH_PHASES)):
+        for suffix, phases in (("", all_phases), ("-noshrink", search_phases)):
             settings.register_profile(
                 f"pagecheck-{name}{suffix}",
                 database=None,
@@ -46,4 +45,6 @@ def register_profiles() -> None:
 def load_profile(name: str) -> None:
     if name not in PROFILES:
         raise ValueError(f"profile={name!r} is not one of {sorted(PROFILES)}")
+    from hypothesis import settings
+
     settings.load_profile(f"pagecheck-{name}")

@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from reference.layouts import DTYPES, PagedLayout, random_layout
+from pagecheck.reference.layouts import DTYPES, PagedLayout, random_layout
 
 SMALL_PAGE_SIZES = (1, 2, 3, 4, 8, 16)
 HEAD_DIMS = (32, 64, 128)

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from invariants.calls import attention_over_metadata, current_metadata, metadata_layout
-from invariants.strategies import seeds
-from invariants.verdict import expect, expect_close
-from invariants.workload import WrittenKv
+from pagecheck.invariants.calls import attention_over_metadata, current_metadata, metadata_layout
+from pagecheck.invariants.strategies import seeds
+from pagecheck.invariants.verdict import expect, expect_close
+from pagecheck.invariants.workload import WrittenKv
 
 INVARIANT = "alias_free"
 pytestmark = pytest.mark.invariant(INVARIANT)

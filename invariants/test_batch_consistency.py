@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from invariants.calls import attention_output
-from invariants.strategies import paged_layouts
-from invariants.verdict import expect_close
-from reference.layouts import PagedLayout, random_layout
+from pagecheck.invariants.calls import attention_output
+from pagecheck.invariants.strategies import paged_layouts
+from pagecheck.invariants.verdict import expect_close
+from pagecheck.reference.layouts import PagedLayout, random_layout
 
 INVARIANT = "batch_consistency"
 pytestmark = pytest.mark.invariant(INVARIANT)

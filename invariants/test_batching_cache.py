@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from invariants.calls import attention_over_metadata, metadata_layout
-from invariants.verdict import expect, expect_close
-from invariants.workload import WrittenKv
-from reference.arrays import to_numpy
+from pagecheck.invariants.calls import attention_over_metadata, metadata_layout
+from pagecheck.invariants.verdict import expect, expect_close
+from pagecheck.invariants.workload import WrittenKv
+from pagecheck.reference.arrays import to_numpy
 
 INVARIANT = "batching_cache"
 pytestmark = pytest.mark.invariant(INVARIANT)

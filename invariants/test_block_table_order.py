@@ -17,14 +17,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from invariants.calls import attention_output
-from invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
-from invariants.verdict import expect, expect_close
-from invariants.workload import WrittenKv
-from reference.arrays import to_numpy
-from reference.attention import gather_dense
-from reference.layouts import PagedLayout, random_layout
-from reference.tolerance import compare
+from pagecheck.invariants.calls import attention_output
+from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
+from pagecheck.invariants.verdict import expect, expect_close
+from pagecheck.invariants.workload import WrittenKv
+from pagecheck.reference.arrays import to_numpy
+from pagecheck.reference.attention import gather_dense
+from pagecheck.reference.layouts import PagedLayout, random_layout
+from pagecheck.reference.tolerance import compare
 
 INVARIANT = "block_table_order"
 pytestmark = pytest.mark.invariant(INVARIANT)

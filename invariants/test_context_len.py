@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from invariants.calls import attention_output, attention_over_metadata, metadata_layout
-from invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
-from invariants.verdict import expect, expect_close
-from invariants.workload import WrittenKv
-from reference.arrays import to_numpy
-from reference.layouts import PagedLayout, random_layout
+from pagecheck.invariants.calls import attention_output, attention_over_metadata, metadata_layout
+from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
+from pagecheck.invariants.verdict import expect, expect_close
+from pagecheck.invariants.workload import WrittenKv
+from pagecheck.reference.arrays import to_numpy
+from pagecheck.reference.layouts import PagedLayout, random_layout
 
 INVARIANT = "context_len"
 pytestmark = pytest.mark.invariant(INVARIANT)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from invariants.strategies import paged_layouts
-from invariants.verdict import expect_reference
-from reference.layouts import DTYPES, PagedLayout, random_layout
+from pagecheck.invariants.strategies import paged_layouts
+from pagecheck.invariants.verdict import expect_reference
+from pagecheck.reference.layouts import DTYPES, PagedLayout, random_layout
 
 INVARIANT = "dtypes"
 pytestmark = pytest.mark.invariant(INVARIANT)

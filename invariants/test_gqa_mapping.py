@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from invariants.strategies import MAX_GROUP, paged_layouts
-from invariants.verdict import expect_reference
-from reference.layouts import PagedLayout, random_layout
+from pagecheck.invariants.strategies import MAX_GROUP, paged_layouts
+from pagecheck.invariants.verdict import expect_reference
+from pagecheck.reference.layouts import PagedLayout, random_layout
 
 INVARIANT = "gqa_mapping"
 pytestmark = pytest.mark.invariant(INVARIANT)

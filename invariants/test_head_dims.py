@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from invariants.strategies import HEAD_DIMS
-from invariants.verdict import expect_reference
-from reference.layouts import random_layout
+from pagecheck.invariants.strategies import HEAD_DIMS
+from pagecheck.invariants.verdict import expect_reference
+from pagecheck.reference.layouts import random_layout
 
 INVARIANT = "head_dims"
 pytestmark = pytest.mark.invariant(INVARIANT)

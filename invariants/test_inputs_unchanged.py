@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from invariants.strategies import paged_layouts
-from invariants.verdict import expect, same_array
-from reference.arrays import to_numpy
-from reference.layouts import DTYPES, PagedLayout
+from pagecheck.invariants.strategies import paged_layouts
+from pagecheck.invariants.verdict import expect, same_array
+from pagecheck.reference.arrays import to_numpy
+from pagecheck.reference.layouts import DTYPES, PagedLayout
 
 INVARIANT = "inputs_unchanged"
 pytestmark = pytest.mark.invariant(INVARIANT)

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from invariants.strategies import SMALL_PAGE_SIZES, seeds
-from invariants.verdict import expect
-from invariants.workload import WrittenKv
+from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, seeds
+from pagecheck.invariants.verdict import expect
+from pagecheck.invariants.workload import WrittenKv
 
 INVARIANT = "lazy_tail"
 pytestmark = pytest.mark.invariant(INVARIANT)

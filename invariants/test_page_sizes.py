@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from invariants.verdict import expect_reference
-from reference.layouts import random_layout
+from pagecheck.invariants.verdict import expect_reference
+from pagecheck.reference.layouts import random_layout
 
 INVARIANT = "page_sizes"
 pytestmark = pytest.mark.invariant(INVARIANT)

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from invariants.calls import cache_state, like_pages, pool_state, same_pool_state
-from invariants.verdict import InvariantViolation, expect, expect_value_error, same_array
-from invariants.workload import WrittenKv
-from reference.arrays import to_numpy
-from reference.layouts import random_layout, round_to_dtype
+from pagecheck.invariants.calls import cache_state, like_pages, pool_state, same_pool_state
+from pagecheck.invariants.verdict import InvariantViolation, expect, expect_value_error, same_array
+from pagecheck.invariants.workload import WrittenKv
+from pagecheck.reference.arrays import to_numpy
+from pagecheck.reference.layouts import random_layout, round_to_dtype
 
 INVARIANT = "rejection"
 pytestmark = pytest.mark.invariant(INVARIANT)

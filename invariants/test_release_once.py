@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from invariants.calls import pool_state, same_pool_state
-from invariants.strategies import chunk_plans, seeds
-from invariants.verdict import expect, expect_value_error
-from invariants.workload import WrittenKv
+from pagecheck.invariants.calls import pool_state, same_pool_state
+from pagecheck.invariants.strategies import chunk_plans, seeds
+from pagecheck.invariants.verdict import expect, expect_value_error
+from pagecheck.invariants.workload import WrittenKv
 
 INVARIANT = "release_once"
 pytestmark = pytest.mark.invariant(INVARIANT)

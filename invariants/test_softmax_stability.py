@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from invariants.verdict import expect_reference
-from reference.layouts import DTYPES, random_layout
+from pagecheck.invariants.verdict import expect_reference
+from pagecheck.reference.layouts import DTYPES, random_layout
 
 INVARIANT = "softmax_stability"
 pytestmark = pytest.mark.invariant(INVARIANT)

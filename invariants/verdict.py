@@ -6,10 +6,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from invariants.calls import attention_output
-from reference.arrays import to_numpy
-from reference.layouts import PagedLayout
-from reference.tolerance import Comparison, compare
+from pagecheck.invariants.calls import attention_output
+from pagecheck.reference.arrays import to_numpy
+from pagecheck.reference.layouts import PagedLayout
+from pagecheck.reference.tolerance import Comparison, compare
 
 
 class InvariantViolation(AssertionError):

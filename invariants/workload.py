@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from reference.attention import dense_attention
-from reference.layouts import round_to_dtype
+from pagecheck.reference.attention import dense_attention
+from pagecheck.reference.layouts import round_to_dtype
 
 
 class WrittenKv:

@@ -12,7 +12,7 @@ import os
 import sys
 from types import ModuleType
 
-from pagecheck import serve_bench
+from pagecheck.commands import serve_bench
 from pagecheck.commands import bench, grade, options, report, tolerance
 from pagecheck.environment import pagecheck_version
 

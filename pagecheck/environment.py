@@ -1,15 +1,17 @@
-"""Where a report was produced: machine, software versions, source revision, extension build."""
+"""Where a report was produced: machine, software versions, where pagecheck was installed from, extension build."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
 import subprocess
 from pathlib import Path
 from typing import Any
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DISTRIBUTION = "pagecheck"
+FILE_URL = "file://"
 
 
 def cpu_model() -> str:
@@ -30,33 +32,48 @@ def cpu_model() -> str:
 
 def pagecheck_version() -> str:
     try:
-        return importlib.metadata.version("pagecheck")
+        return importlib.metadata.version(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
-        pass
-    pyproject = PROJECT_ROOT / "pyproject.toml"
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10 has no TOML reader
         return "unknown (not installed)"
-    if pyproject.exists():
-        version = tomllib.loads(pyproject.read_text()).get("project", {}).get("version", "unknown")
-        return f"{version} (source tree, not installed)"
-    return "unknown (not installed)"
 
 
-def git_revision() -> dict[str, Any] | None:
-    """Commit and dirty flag of the source tree pagecheck runs from, when it is a git checkout."""
-    commit = _run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"])
-    if not commit:
+def install_source() -> dict[str, Any] | None:
+    """Where the installed pagecheck came from, by its distribution's PEP 610 record (direct_url.json).
+
+    None when pagecheck is not an installed distribution, or was installed from an index (no record).
+    `commit` is the VCS commit the record names; for a local folder (an editable or a plain install of a
+    checkout) it is that folder's git HEAD, with `dirty` saying whether its tracked files had changes.
+    """
+    # Every record of the name is read: a build's pagecheck.egg-info in the working directory can
+    # precede the installed dist-info on sys.path, and only an installer writes direct_url.json.
+    records = (dist.read_text("direct_url.json") for dist in importlib.metadata.distributions(name=DISTRIBUTION))
+    record = next((text for text in records if text), None)
+    if not record:
         return None
-    status = _run(["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"])
-    return {"commit": commit, "dirty": bool(status)}
+    try:
+        direct = json.loads(record)
+    except json.JSONDecodeError:
+        return None
+    url = str(direct.get("url", ""))
+    source: dict[str, Any] = {
+        "url": url,
+        "editable": bool(direct.get("dir_info", {}).get("editable", False)),
+        "commit": direct.get("vcs_info", {}).get("commit_id"),
+        "dirty": None,
+    }
+    if source["commit"] is None and url.startswith(FILE_URL):
+        folder = url[len(FILE_URL) :]
+        commit = _run(["git", "-C", folder, "rev-parse", "HEAD"])
+        if commit:
+            status = _run(["git", "-C", folder, "status", "--porcelain", "--untracked-files=no"])
+            source["commit"], source["dirty"] = commit, bool(status)
+    return source
 
 
 def extension_build() -> dict[str, Any] | str:
     """ext.build_info() when the C++ extension imports; otherwise why it does not."""
     try:
-        import ext
+        from pagecheck import ext
     except Exception as exc:  # a missing or broken build is a fact worth reporting
         return f"not importable: {type(exc).__name__}: {exc}"
     build_info = getattr(ext, "build_info", None)
@@ -90,7 +107,7 @@ def collect_environment() -> dict[str, Any]:
         "numpy": np.__version__,
         "devices": mlx_devices(),
         "pagecheck": pagecheck_version(),
-        "git": git_revision(),
+        "source": install_source(),
         "extension": extension_build(),
     }
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from reference.arrays import to_numpy
+from pagecheck.reference.arrays import to_numpy
 
 MASKS = (None, "causal")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from reference.cache import PagedKvMetadata, TinyKvPagedCache
+from pagecheck.reference.cache import PagedKvMetadata, TinyKvPagedCache
 
 
 class BatchingKvCache:

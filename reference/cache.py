@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from reference.pool import TinyKvPagedPool
+from pagecheck.reference.pool import TinyKvPagedPool
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class TinyKvPagedCache:
         )
 
     def gather_dense(self) -> tuple[np.ndarray, np.ndarray]:
-        from reference.attention import gather_request
+        from pagecheck.reference.attention import gather_request
 
         n = self.offset
         ids = np.array(self.page_ids, dtype=np.int64)

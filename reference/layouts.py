@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from reference.arrays import to_numpy
+from pagecheck.reference.arrays import to_numpy
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -54,7 +54,7 @@ class PagedLayout:
         }
 
     def reference_output(self, scale: float | None = None) -> np.ndarray:
-        from reference.attention import paged_attention
+        from pagecheck.reference.attention import paged_attention
 
         return paged_attention(
             self.query, self.key_pages, self.value_pages, self.block_table, self.context_lens,

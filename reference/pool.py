@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from reference.arrays import to_numpy
+from pagecheck.reference.arrays import to_numpy
 
 SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from reference import attention
-from reference.batching_cache import BatchingKvCache
-from reference.cache import PagedKvMetadata, TinyKvPagedCache
-from reference.pool import TinyKvPagedPool
-from reference.validation import check_paged_inputs
+from pagecheck.reference import attention
+from pagecheck.reference.batching_cache import BatchingKvCache
+from pagecheck.reference.cache import PagedKvMetadata, TinyKvPagedCache
+from pagecheck.reference.pool import TinyKvPagedPool
+from pagecheck.reference.validation import check_paged_inputs
 
 __all__ = ["BatchingKvCache", "PagedKvMetadata", "TinyKvPagedCache", "TinyKvPagedPool", "paged_attention"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from reference.arrays import to_numpy
+from pagecheck.reference.arrays import to_numpy
 
 # Margin over one unit roundoff, taken from the course's bfloat16 tolerance.
 ROUNDOFF_MULTIPLE = 2e-2 / 2.0**-8

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from reference.arrays import to_numpy
+from pagecheck.reference.arrays import to_numpy
 
 
 # Tables with at least this many entries are first checked in bulk with NumPy

@@ -12,7 +12,7 @@
 #               PYTEST_ARGS adds options; FILE_LIMIT seconds per file, 120
 #               by default: the first run of the model test JIT-compiles
 #               MLX's kernels and needs more)
-#   invariants  the invariants suite with --device gpu
+#   invariants  the invariants suite with --pagecheck-device gpu
 #   tolerance   the tolerance sweep with --device gpu, reports in LOGDIR/tolerance
 #   harness     every kernel schedule against the float64 reference
 #               (HARNESS_LIMIT seconds, 330 by default)
@@ -44,11 +44,11 @@ for name in "$@"; do
     tests) step tests ${TESTS_LIMIT:-300} bash -c 'for f in ${TESTS:-tests/test_*.py}; do
              echo "## $f"; timeout ${FILE_LIMIT:-120} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} "$f" 2>&1 | tail -n 40
              echo "## $f exit ${PIPESTATUS[0]}"; done' ;;
-    invariants) step invariants 200 python3 -m pytest -q -n 8 invariants --device gpu --subject impl ;;
+    invariants) step invariants 200 python3 -m pytest -q -n 8 --pyargs pagecheck.invariants --pagecheck-device gpu --pagecheck-subject impl ;;
     tolerance) step tolerance 300 python3 -m pagecheck.cli tolerance --device gpu --out "$out/tolerance" ;;
-    harness) step harness ${HARNESS_LIMIT:-330} python3 -m pagecheck.gpu_harness --json "$out/harness.json" ;;
-    bench) TAIL=45 step bench 500 python3 -m pagecheck.bench_gpu --json "$out/bench.json" ${BENCH_ARGS:-} ;;
-    profile) TAIL=${TAIL:-200} step profile 400 python3 -m pagecheck.gpu_profile --json "$out/profile.json" ${PROFILE_ARGS:-} ;;
+    harness) step harness ${HARNESS_LIMIT:-330} python3 -m pagecheck.gpu.harness --json "$out/harness.json" ;;
+    bench) TAIL=45 step bench 500 python3 -m pagecheck.gpu.bench --json "$out/bench.json" ${BENCH_ARGS:-} ;;
+    profile) TAIL=${TAIL:-200} step profile 400 python3 -m pagecheck.gpu.profile --json "$out/profile.json" ${PROFILE_ARGS:-} ;;
     *) echo "unknown step $name" ;;
   esac
 done

@@ -20,8 +20,8 @@ import time
 import mlx.core as mx
 from tabulate import tabulate
 
-from impl.page_pool import TinyKvPagedPool
-from impl.paged_kv_cache import TinyKvPagedCache
+from pagecheck.impl.page_pool import TinyKvPagedPool
+from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
 
 
 def warm_pool(num_pages: int, num_heads: int, page_size: int, head_dim: int, dtype: mx.Dtype) -> TinyKvPagedPool:

@@ -7,9 +7,9 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from impl.page_pool import TinyKvPagedPool
-from impl.paged_kv_cache import TinyKvPagedCache
-from reference.arrays import to_numpy
+from pagecheck.impl.page_pool import TinyKvPagedPool
+from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
+from pagecheck.reference.arrays import to_numpy
 
 
 def random_chunk(

@@ -7,10 +7,10 @@ from functools import lru_cache
 import mlx.core as mx
 import numpy as np
 
-from impl.model_config import Qwen3Config
-from impl.qwen3 import Qwen3Model
-from impl.qwen3_weights import Qwen3Weights, random_qwen3_weights
-from impl.request import Request
+from pagecheck.serving.model_config import Qwen3Config
+from pagecheck.serving.qwen3 import Qwen3Model
+from pagecheck.serving.qwen3_weights import Qwen3Weights, random_qwen3_weights
+from pagecheck.serving.request import Request
 
 # Every shape the kernels and mx.quantize need (head_dim 32, groups of 64), and nothing more.
 SERVING_CONFIG = Qwen3Config(

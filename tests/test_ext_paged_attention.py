@@ -11,13 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import ext
+from pagecheck import ext
 import mlx.core as mx
-from impl.attention import paged_attention
-from impl.page_gather import gather_pages_dense
-from reference.attention import dense_attention, gather_dense
-from reference.layouts import DTYPES, random_layout
-from reference.tolerance import compare
+from pagecheck.impl.attention import paged_attention
+from pagecheck.impl.page_gather import gather_pages_dense
+from pagecheck.reference.attention import dense_attention, gather_dense
+from pagecheck.reference.layouts import DTYPES, random_layout
+from pagecheck.reference.tolerance import compare
 
 HEAD_DIMS = (32, 64, 128)
 PAGE_SIZES = (1, 3, 16, 128)

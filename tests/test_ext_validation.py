@@ -20,7 +20,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import ext
+from pagecheck import ext
 
 
 def paged_args() -> dict[str, Any]:

@@ -12,8 +12,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from reference.layouts import random_layout
-from reference.tolerance import compare
+from pagecheck.reference.layouts import random_layout
+from pagecheck.reference.tolerance import compare
 
 pytestmark = [
     pytest.mark.gpu,
@@ -45,7 +45,7 @@ def layout_for(seed: int, dtype: str, contexts: tuple[int, ...], page_size: int,
 @pytest.mark.invariant("matches_reference")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-L{c[3]}-G{c[4]}-D{c[5]}-page{c[2]}")
 def test_op_on_gpu_matches_reference(case: tuple) -> None:
-    import impl
+    from pagecheck import impl
 
     layout = layout_for(1, *case)
     with mx.stream(mx.gpu):
@@ -61,7 +61,7 @@ def test_op_on_gpu_matches_reference(case: tuple) -> None:
     ("prefill", None, None), ("prefill_mma", None, None),
 ])
 def test_each_schedule_matches_reference(schedule: str, splits: int | None, mma: bool | None) -> None:
-    from pagecheck import gpu_kernels
+    from pagecheck.gpu import kernels as gpu_kernels
 
     layout = layout_for(2, "bfloat16", (0, 3, 70, 650), 16, 3, 4, 64, "causal")
     got = gpu_kernels.paged_attention(
@@ -75,8 +75,8 @@ def test_each_schedule_matches_reference(schedule: str, splits: int | None, mma:
 @pytest.mark.parametrize("num_queries", [1, 12])
 @pytest.mark.parametrize("with_lens", [True, False])
 def test_dense_attention_on_gpu_matches_reference(num_queries: int, with_lens: bool) -> None:
-    import ext
-    from reference.attention import dense_attention
+    from pagecheck import ext
+    from pagecheck.reference.attention import dense_attention
 
     rng = np.random.default_rng(3)
     query = rng.standard_normal((2, 8, num_queries, 64)).astype(np.float32)
@@ -96,7 +96,7 @@ def test_dense_attention_on_gpu_matches_reference(num_queries: int, with_lens: b
 def test_dense_attention_on_gpu_under_shapeless_compile() -> None:
     # The dense view holds no shape-dependent constant (no arange over the
     # batch), so a graph compiled for one batch size stays right for another.
-    import ext
+    from pagecheck import ext
 
     rng = np.random.default_rng(4)
     compiled = mx.compile(lambda q, k, v: ext.dense_attention(q, k, v, None, False), shapeless=True)

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pagecheck import bench_gpu
+from pagecheck.gpu import bench as bench_gpu
 from pagecheck.commands import bench as bench_command
-from pagecheck.gpu_goals import evaluate_goals
+from pagecheck.gpu.goals import evaluate_goals
 from pagecheck.progress import StageProgress
-from pagecheck.render.bench_gpu import render_bench_gpu
-from pagecheck.report_index import write_index
-from tests.report_schemas import schema_errors
+from pagecheck.reports.render.bench_gpu import render_bench_gpu
+from pagecheck.reports.index import write_index
+from pagecheck.reports.schema_check import schema_errors
 
 MEASURED = json.loads((Path(__file__).parent / "data" / "bench_gpu_h200.json").read_text())
 
@@ -130,8 +130,8 @@ GPU_CLOCK = json.loads((Path(__file__).parent / "data" / "bench_gpu_h200_gpu_clo
 
 
 def test_goals_on_the_gpu_clock_rows() -> None:
-    # bench_gpu.json exactly as the H200's end-to-end `pagecheck bench --device gpu` wrote it
-    # (session 3), kernel times from CUPTI.
+    # bench_gpu.json exactly as the H200's end-to-end `pagecheck bench --device gpu` wrote it,
+    # kernel times from CUPTI.
     assert schema_errors("bench_gpu", GPU_CLOCK) == []
     assert GPU_CLOCK["goals"] == evaluate_goals(GPU_CLOCK["rows"])
     assert all(r["clock"] == "gpu" for r in GPU_CLOCK["rows"])

@@ -8,7 +8,9 @@ import subprocess
 
 import pytest
 
-from pagecheck import gpu_kernels, gpu_nvcc_check
+from pagecheck.gpu import kernels as gpu_kernels
+
+from pagecheck.gpu import nvcc_check as gpu_nvcc_check
 
 
 def tiny_elf(sections: list[tuple[str, bytes]]) -> bytes:
@@ -101,7 +103,7 @@ def test_the_ops_kernels_compile_for_sm90_without_spills(tmp_path, name):
 @pytest.mark.parametrize("stem", ["paged_decode", "paged_decode_split", "paged_stream"])
 def test_the_decode_ring_starts_on_a_128_byte_line(tmp_path, stem):
     # SharedRows' swizzle assumes it: a ring 16 bytes in (after the split kernel's static flag) doubled the
-    # L2 sectors its copies asked for on the H200 (ext/kernels/NOTES.md, v10). The stream probe times the
+    # L2 sectors its copies asked for on the H200 (ext/kernels/NOTES.md). The stream probe times the
     # same copies, so it keeps the same ring.
     if stem == "paged_stream":
         variant = next(v for v in gpu_nvcc_check.variants() if v.stem == stem and ("MODE", 0) in v.template)

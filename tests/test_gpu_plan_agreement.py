@@ -12,8 +12,8 @@ import itertools
 import mlx.core as mx
 import pytest
 
-import ext
-from pagecheck import gpu_kernels
+from pagecheck import ext
+from pagecheck.gpu import kernels as gpu_kernels
 
 SCHEDULES = {"paged_decode": "decode", "paged_decode_split": "split", "paged_prefill": "prefill",
              "paged_prefill_mma": "prefill_mma"}
@@ -46,9 +46,8 @@ def test_python_launcher_plans_as_the_op(dtype: str) -> None:
 
 
 def test_the_goal_shapes_take_the_schedules_the_notes_report() -> None:
-    # ext/kernels/NOTES.md: one pass at 64 x 4096, 3 ring stages (v5); 16 splits at 1 x 16384, the
-    # fastest count of the session-4 sweep; two splits at 16 x 16384 and at 16 x 4096, one pass at
-    # 16 x 1024, the fastest of the session-7 sweep (v10).
+    # ext/kernels/NOTES.md: one pass at 64 x 4096, 3 ring stages; 16 splits at 1 x 16384, two splits
+    # at 16 x 16384 and at 16 x 4096, one pass at 16 x 1024: the fastest of the measured sweeps.
     plan = ext.gpu_launch_plan(64, 32, 1, 128, 8, 128, 32, "bfloat16")
     assert (plan["schedule"], plan["mma"], plan["mma_stages"]) == ("paged_decode", True, 3)
     assert ext.gpu_launch_plan(64, 32, 1, 128, 8, 128, 128, "bfloat16")["splits"] == 1
@@ -57,7 +56,7 @@ def test_the_goal_shapes_take_the_schedules_the_notes_report() -> None:
     assert ext.gpu_launch_plan(16, 32, 1, 128, 8, 128, 32, "bfloat16")["splits"] == 2
     assert ext.gpu_launch_plan(16, 32, 1, 128, 8, 128, 8, "bfloat16")["splits"] == 1
     # Swizzled ring rows wherever multiprocessors hold two blocks or more (B 16 split in two, B 64), padded
-    # where they hold one (B 1 in 16 splits, B 16 in one pass) (v10).
+    # where they hold one (B 1 in 16 splits, B 16 in one pass).
     swizzled = {(b, pages): ext.gpu_launch_plan(b, 32, 1, 128, 8, 128, pages, "bfloat16")["swizzled_rows"]
                 for b, pages in ((1, 128), (16, 8), (16, 32), (16, 128), (64, 8), (64, 32), (64, 128))}
     assert swizzled == {(1, 128): False, (16, 8): False, (16, 32): True, (16, 128): True,

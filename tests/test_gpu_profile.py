@@ -5,7 +5,9 @@ import math
 
 import pytest
 
-from pagecheck import gpu_clock, gpu_profile
+from pagecheck.gpu import clock as gpu_clock
+
+from pagecheck.gpu import profile as gpu_profile
 
 
 def test_parse_shapes_reads_batch_by_context():
@@ -60,7 +62,7 @@ def test_main_without_cuda_exits_2(capsys):
 
 
 def test_rows_report_the_gpu_clock_where_it_was_read():
-    from pagecheck import bench_gpu
+    from pagecheck.gpu import bench as bench_gpu
 
     assert bench_gpu.kernel_time(50e-6, 60e-6) == (60e-6, "gpu")
     assert bench_gpu.kernel_time(50e-6, float("nan")) == (50e-6, "wall")
@@ -71,7 +73,7 @@ def test_chained_timing_runs_anywhere_and_leaves_the_gpu_clock_out_when_asked():
 
     import mlx.core as mx
 
-    from pagecheck import bench_gpu
+    from pagecheck.gpu import bench as bench_gpu
 
     sets = [bench_gpu.make_set(1, 1, bench_gpu.PAGE_SIZE, mx.random.key(i)) for i in range(2)]
     assert bench_gpu.set_count(bench_gpu.kv_bytes_of(64, 16384)) == 2  # 4.3 GB of K/V per call
@@ -84,7 +86,7 @@ def test_chained_timing_runs_anywhere_and_leaves_the_gpu_clock_out_when_asked():
 def test_gpu_seconds_reads_the_traced_kernels_per_link(monkeypatch):
     import mlx.core as mx
 
-    from pagecheck import bench_gpu
+    from pagecheck.gpu import bench as bench_gpu
 
     def traced(run):
         run()  # the chain is evaluated inside the trace

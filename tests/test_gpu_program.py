@@ -5,7 +5,7 @@ import json
 import mlx.core as mx
 import pytest
 
-from pagecheck import gpu_program
+from pagecheck.gpu import program as gpu_program
 
 
 @pytest.mark.skipif(mx.cuda.is_available(), reason="checks the no-CUDA answer")

@@ -5,7 +5,9 @@ import math
 import mlx.core as mx
 import pytest
 
-from pagecheck import gpu_kernels, gpu_stream_probe
+from pagecheck.gpu import kernels as gpu_kernels
+
+from pagecheck.gpu import stream_probe as gpu_stream_probe
 
 
 def test_the_probe_body_is_found_and_named_by_its_source() -> None:

@@ -60,10 +60,12 @@ def test_unparsable_file_gives_no_findings() -> None:
 
 
 def test_importing_the_grader_code_is_found_anywhere() -> None:
-    source = "import numpy as np\nfrom reference.subject import paged_attention\nimport impl.kv_cache\n"
+    source = "import numpy as np\nfrom pagecheck.reference.subject import paged_attention\nimport pagecheck.impl.kv_cache\n"
     assert [(f.kind, f.line) for f in scan_source(source, "attention.py")] == [("project_import", 2), ("project_import", 3)]
+    # The layers' folder names are a student's own modules now: pagecheck installs one import name.
+    assert scan_source("import reference\nfrom impl import x\n", "attention.py") == []
 
 
 def test_own_package_of_the_same_name_is_not_the_grader_code() -> None:
-    source = "from impl.helpers import page_walk\nfrom .reference import oracle\n"
-    assert scan_source(source, "attention.py", own_packages=frozenset({"impl"})) == []
+    source = "from pagecheck.helpers import page_walk\nfrom .reference import oracle\n"
+    assert scan_source(source, "attention.py", own_packages=frozenset({"pagecheck"})) == []

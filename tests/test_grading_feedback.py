@@ -21,7 +21,10 @@ def test_failure_comes_with_a_public_reproduction() -> None:
     document["checks"][0]["message"] = "AssertionError: read 4 keys, expected 5"
     text = render_feedback(document, RUBRIC)
     assert "read 4 keys, expected 5" in text
-    assert f'"$INV/test_context_len.py::test_0" -p {PLUGIN} --subject amy.py --pagecheck-seed {PUBLIC_SEED}' in text
+    assert (
+        "python -m pytest -p no:cacheprovider --pyargs pagecheck.invariants.test_context_len::test_0 "
+        f"--pagecheck-subject /submissions/amy.py --pagecheck-seed {PUBLIC_SEED} -p {PLUGIN}"
+    ) in text
     assert "## Invariants met\n\nlazy_tail." in text
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from invariants.catalog import INVARIANTS
+from pagecheck.invariants.catalog import INVARIANTS
 from pagecheck.grading.rubric import load_rubric, parse_rubric
 from pagecheck.grading.scoreboard import render_csv, render_markdown, score_result, scores_for
 from tests.grading_results import result_document

@@ -6,10 +6,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from impl.dense_attention import causal_mask, scaled_dot_product_attention_grouped
-from reference.attention import dense_attention
-from reference.layouts import DTYPES, round_to_dtype
-from reference.tolerance import compare
+from pagecheck.impl.dense_attention import causal_mask, scaled_dot_product_attention_grouped
+from pagecheck.reference.attention import dense_attention
+from pagecheck.reference.layouts import DTYPES, round_to_dtype
+from pagecheck.reference.tolerance import compare
 
 
 def dense_inputs(rng: np.random.Generator, dtype: str, shape_q: tuple, shape_kv: tuple) -> tuple[np.ndarray, ...]:

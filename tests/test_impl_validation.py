@@ -8,8 +8,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from impl.attention import paged_attention
-from reference.layouts import random_layout
+from pagecheck.impl.attention import paged_attention
+from pagecheck.reference.layouts import random_layout
 
 
 def valid_inputs() -> dict[str, Any]:

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from invariants.catalog import INVARIANTS
-from pagecheck.results import load_results
+from pagecheck.invariants.catalog import INVARIANTS
+from pagecheck.invariants.results import load_results
 
 ROOT = Path(__file__).resolve().parent.parent
 MUTANTS_DIR = Path(__file__).resolve().parent / "mutants"
@@ -40,7 +40,7 @@ def run_suite(subject: str, invariants: list[str], results: Path, *, stop_at_fir
         # Plain asserts: the checks raise their own errors, and rewriting Hypothesis's modules on
         # every start (no bytecode cache when PYTHONDONTWRITEBYTECODE is set) costs seconds.
         sys.executable, "-m", "pytest", "invariants", "-q", "-p", "no:randomly", "-p", "no:xdist", "--assert=plain",
-        "--subject", subject, "--pagecheck-results", str(results),
+        "--pagecheck-subject", subject, "--pagecheck-results", str(results),
     ]
     command += [arg for invariant in invariants for arg in ("--pagecheck-invariant", invariant)]
     if stop_at_first_failure:

@@ -8,8 +8,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from impl.page_pool import TinyKvPagedPool
-from reference.arrays import to_numpy
+from pagecheck.impl.page_pool import TinyKvPagedPool
+from pagecheck.reference.arrays import to_numpy
 from tests.kv_chunks import pool_state, random_chunk
 
 PAGE_SIZE = 4

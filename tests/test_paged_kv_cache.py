@@ -8,10 +8,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from impl.page_pool import TinyKvPagedPool
-from impl.paged_kv_cache import TinyKvPagedCache
-from impl.paged_metadata import PagedKvMetadata
-from reference.arrays import to_numpy
+from pagecheck.impl.page_pool import TinyKvPagedPool
+from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
+from pagecheck.impl.paged_metadata import PagedKvMetadata
+from pagecheck.reference.arrays import to_numpy
 from tests.kv_chunks import cache_state, fail_on_call, pool_state, random_chunk
 
 PAGE_SIZE = 4

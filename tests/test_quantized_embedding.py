@@ -6,8 +6,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import ext
-from impl.quantized import embedding_lookup, quantize_matrix
+from pagecheck import ext
+from pagecheck.serving.quantized import embedding_lookup, quantize_matrix
 
 DTYPES = (mx.float32, mx.bfloat16, mx.float16)
 GROUP_SIZES = (64, 128)

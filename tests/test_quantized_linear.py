@@ -1,4 +1,4 @@
-"""impl.quantized.quantized_linear: x @ W.T for affine-quantized W, on whichever device is the default.
+"""pagecheck.serving.quantized.quantized_linear: x @ W.T for affine-quantized W, on whichever device is the default.
 
 Checked against float64 NumPy of the dequantized weights. Rows that are a single quantization group
 (cols == group_size) take the dequantize-then-matmul route, because MLX 0.32.4's CUDA quantized matmul
@@ -11,8 +11,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import impl.quantized
-from impl.quantized import quantize_matrix, quantized_linear
+import pagecheck.serving.quantized
+from pagecheck.serving.quantized import quantize_matrix, quantized_linear
 
 # (rows, cols, group_size): single-group rows first, then shapes with 2 and 4 groups per row.
 SHAPES = ((64, 64, 64), (128, 128, 128), (64, 64, 32), (128, 256, 64))
@@ -45,7 +45,7 @@ def test_only_multi_group_rows_reach_quantized_matmul(rows: int, cols: int, grou
         calls.append(kwargs.get("group_size"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(impl.quantized.mx, "quantized_matmul", spy)
+    monkeypatch.setattr(pagecheck.serving.quantized.mx, "quantized_matmul", spy)
     matrix, x, _ = case(rows, cols, group_size, 2)
     mx.eval(quantized_linear(mx.array(x), matrix))
     assert calls == ([] if cols == group_size else [group_size])

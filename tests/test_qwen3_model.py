@@ -12,14 +12,14 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from impl.dense_attention import scaled_dot_product_attention_grouped
-from impl.dense_kv_batch import DenseKvBatch
-from impl.dense_kv_cache import DenseKvCache
-from impl.page_pool import TinyKvPagedPool
-from impl.paged_kv_cache import TinyKvPagedCache
-from impl.qwen3_attention import ATTENTION_PATHS
-from impl.qwen3_weights import Qwen3Weights
-from reference.tolerance import compare
+from pagecheck.impl.dense_attention import scaled_dot_product_attention_grouped
+from pagecheck.serving.dense_kv_batch import DenseKvBatch
+from pagecheck.serving.dense_kv_cache import DenseKvCache
+from pagecheck.impl.page_pool import TinyKvPagedPool
+from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
+from pagecheck.serving.qwen3_attention import ATTENTION_PATHS
+from pagecheck.serving.qwen3_weights import Qwen3Weights
+from pagecheck.reference.tolerance import compare
 from tests.serving_fixtures import PAGE_SIZE, SERVING_CONFIG, serving_model, serving_weights
 
 CHUNKS = (5, 7, 1, 1, 1)  # prefill chunks across page boundaries, then three decode steps
@@ -88,10 +88,10 @@ def test_chunked_cached_forward_matches_cache_free_forward(path: str) -> None:
 def test_chunked_cached_forward_matches_with_dequantized_linears(path: str, monkeypatch) -> None:
     # The same forward with every linear computed as x @ dequantize(w).T, the oracle's own matmul.
     # Passing where the test above fails puts the fault in mx.quantized_matmul on that device, as on
-    # the H200 before impl.quantized_linear routed single-group rows around it (NOTES.md v9); failing
+    # the H200 before impl.quantized_linear routed single-group rows around it (ext/kernels/NOTES.md); failing
     # too puts it in the cached forward.
-    monkeypatch.setattr("impl.qwen3.quantized_linear", dequantized_linear)
-    monkeypatch.setattr("impl.qwen3_attention.quantized_linear", dequantized_linear)
+    monkeypatch.setattr("pagecheck.serving.qwen3.quantized_linear", dequantized_linear)
+    monkeypatch.setattr("pagecheck.serving.qwen3_attention.quantized_linear", dequantized_linear)
     tokens = random_tokens(12)
     result = compare(chunked_logits(path, tokens), cache_free_logits(serving_weights(), tokens), "float32")
     assert result.passed, result.summary()

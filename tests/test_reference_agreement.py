@@ -6,9 +6,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from reference import attention_mx
-from reference.layouts import DTYPES, random_layout
-from reference.tolerance import compare
+from pagecheck.reference import attention_mx
+from pagecheck.reference.layouts import DTYPES, random_layout
+from pagecheck.reference.tolerance import compare
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

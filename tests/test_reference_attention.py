@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference.attention import dense_attention, gather_dense, kv_head_for, paged_attention, visible_keys
+from pagecheck.reference.attention import dense_attention, gather_dense, kv_head_for, paged_attention, visible_keys
 
 
 def one_head_pages(num_pages: int, page_size: int, head_dim: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference.cache import TinyKvPagedCache
-from reference.pool import TinyKvPagedPool
+from pagecheck.reference.cache import TinyKvPagedCache
+from pagecheck.reference.pool import TinyKvPagedPool
 
 
 def chunk(length: int, heads: int = 2, dim: int = 4, start: float = 0.0) -> np.ndarray:

@@ -13,8 +13,8 @@ import pytest
 
 from pagecheck.cli import main
 from pagecheck.exit_codes import ExitCode
-from pagecheck.report_document import KINDS, SCHEMA_VERSION
-from tests.report_schemas import schema_errors
+from pagecheck.reports.document import KINDS, SCHEMA_VERSION
+from pagecheck.reports.schema_check import schema_errors
 
 
 @pytest.fixture(scope="module")

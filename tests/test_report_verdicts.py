@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 from pagecheck.cli import main
-from pagecheck.conformance import conformance_body
+from pagecheck.reports.conformance import conformance_body
 from pagecheck.exit_codes import ExitCode
-from pagecheck.suite_run import SuiteRun
-from tests.report_schemas import schema_errors
+from pagecheck.invariants.runner import SuiteRun
+from pagecheck.reports.schema_check import schema_errors
 
 MUTANT = Path(__file__).resolve().parent / "mutants" / "context_minus_one.py"
 

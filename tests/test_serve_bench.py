@@ -7,12 +7,12 @@ from dataclasses import asdict
 
 import pytest
 
-from impl.serving_kv import serving_kv_for
-from pagecheck.render.serve_bench import render_serve_bench
-from pagecheck.serve_bench import serve_document
-from pagecheck.serve_run import ServeSettings, copy_ratios, run_budget_sweep, run_variants, token_agreement
-from pagecheck.serve_trace import course_trace
-from tests.report_schemas import schema_errors
+from pagecheck.serving.serving_kv import serving_kv_for
+from pagecheck.reports.render.serve_bench import render_serve_bench
+from pagecheck.commands.serve_bench import serve_document
+from pagecheck.bench.serving_run import ServeSettings, copy_ratios, run_budget_sweep, run_variants, token_agreement
+from pagecheck.bench.serving_trace import course_trace
+from pagecheck.reports.schema_check import schema_errors
 from tests.serving_fixtures import BATCH_SIZE, PAGE_SIZE, PREFILL_STEP, SERVING_CONFIG, serving_weights
 
 SETTINGS = ServeSettings(BATCH_SIZE, PREFILL_STEP, PAGE_SIZE)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from impl.batch import SchedulerState, batch_generate
-from impl.serving_kv import PagedServingKv, ceil_div
+from pagecheck.serving.batch import SchedulerState, batch_generate
+from pagecheck.serving.serving_kv import PagedServingKv, ceil_div
 from tests.serving_fixtures import BATCH_SIZE, PAGE_SIZE, PREFILL_STEP, serving_model, short_trace
 
 

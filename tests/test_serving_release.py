@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from impl.batch import SchedulerState, batch_generate
-from impl.page_pool import TinyKvPagedPool
-from impl.qwen3 import Qwen3Model
-from impl.request import Request
+from pagecheck.serving.batch import SchedulerState, batch_generate
+from pagecheck.impl.page_pool import TinyKvPagedPool
+from pagecheck.serving.qwen3 import Qwen3Model
+from pagecheck.serving.request import Request
 from tests.serving_fixtures import BATCH_SIZE, PAGE_SIZE, PREFILL_STEP, serving_model, short_trace
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from impl.batch import batch_generate
-from impl.dense_kv_cache import DenseKvCache
-from impl.page_pool import TinyKvPagedPool
-from impl.paged_kv_cache import TinyKvPagedCache
-from impl.qwen3_attention import ATTENTION_PATHS
+from pagecheck.serving.batch import batch_generate
+from pagecheck.serving.dense_kv_cache import DenseKvCache
+from pagecheck.impl.page_pool import TinyKvPagedPool
+from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
+from pagecheck.serving.qwen3_attention import ATTENTION_PATHS
 from tests.serving_fixtures import BATCH_SIZE, PAGE_SIZE, PREFILL_STEP, SERVING_CONFIG, serving_model, short_trace
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pagecheck.subject import API_NAMES, SubjectError, load_subject
+from pagecheck.invariants.subject import API_NAMES, SubjectError, load_subject
 
 TINY_LLM_FILES = {
     "__init__.py": "",
@@ -37,7 +37,7 @@ def test_reference_has_the_whole_api() -> None:
 
 
 def test_module_and_file_specs_name_the_same_objects() -> None:
-    by_module = load_subject("reference.subject")
+    by_module = load_subject("pagecheck.reference.subject")
     by_file = load_subject(str(Path(__file__).resolve().parent.parent / "reference" / "subject.py"))
     assert set(by_module.names) == set(by_file.names) == set(API_NAMES)
     assert by_file.get("paged_attention").__name__ == "paged_attention"

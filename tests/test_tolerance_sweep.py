@@ -7,8 +7,8 @@ import json
 import mlx.core as mx
 import pytest
 
-from pagecheck.tolerance_sweep import SweepGrid, run_sweep
-from reference import attention_mx
+from pagecheck.reports.tolerance_sweep import SweepGrid, run_sweep
+from pagecheck.reference import attention_mx
 
 @pytest.fixture(autouse=True)
 def on_the_cpu_stream():

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference import validation
-from reference.validation import check_paged_inputs, metadata_valid_in_bulk
+from pagecheck.reference import validation
+from pagecheck.reference.validation import check_paged_inputs, metadata_valid_in_bulk
 
 
 @st.composite

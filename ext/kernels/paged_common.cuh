@@ -106,7 +106,7 @@ __device__ __forceinline__ void widen16(const T* src, float* out) {
 // copies stream whole K/V rows, so the rest of the line is wanted next anyway.
 // The hint lifted the tensor-core decode walk from 3.95 to 4.05 TB/s at
 // B 64 x context 4096 and from 4.12 to 4.24 at 64 x 16384 on the H200
-// (ext/kernels/NOTES.md, v8).
+// (ext/kernels/NOTES.md).
 __device__ __forceinline__ void copy_async16(
     void* shared_dst, const void* global_src, bool fill) {
   const unsigned dst =

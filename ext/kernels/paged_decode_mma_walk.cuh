@@ -24,7 +24,7 @@
 // before the tile's math, so STAGES tiles stay in flight while a warp
 // computes. Even so, one block per multiprocessor (one warp per scheduler) is
 // bound by instruction latency and walks about 1.2 times slower per position
-// than two (H200, NOTES.md v10); the split rule counts that.
+// than two (H200, NOTES.md); the split rule counts that.
 #ifndef PAGECHECK_PAGED_DECODE_MMA_WALK_CUH
 #define PAGECHECK_PAGED_DECODE_MMA_WALK_CUH
 

@@ -83,7 +83,7 @@ __device__ __forceinline__ unsigned pack_pair(float lo, float hi, __half) {
 // that one warp-wide cp.async writes are 16 bytes out of step, its shared
 // stores split into ~10 wavefronts instead of 4, and each wavefront asks L2
 // for its own sectors: 24 sectors per 16 needed, 1.5x the L2 traffic of the
-// same bytes (Nsight Compute on the H200, ext/kernels/NOTES.md v9). Which one
+// same bytes (Nsight Compute on the H200, ext/kernels/NOTES.md). Which one
 // runs faster depends on the grid; the launch plan chooses.
 template <int HEAD_DIM, bool SWIZZLE>
 struct SharedRows {

@@ -9,19 +9,19 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from pagecheck.bench import BenchConfig
-from pagecheck.bench_report import FULL_CONFIG, QUICK_CONFIG, run_bench_report
-from pagecheck import bench_gpu
+from pagecheck.bench.attention import BenchConfig
+from pagecheck.bench.stage import FULL_CONFIG, QUICK_CONFIG, run_bench_report
+from pagecheck.gpu import bench as bench_gpu
 from pagecheck.arg_types import int_list
 from pagecheck.commands import options
 from pagecheck.device import DeviceUnavailable, use_device
 from pagecheck.exit_codes import ExitCode
-from pagecheck.gpu_goals import evaluate_goals
+from pagecheck.gpu.goals import evaluate_goals
 from pagecheck.progress import StageProgress
-from pagecheck.render.bench import PLOT_FILE, render_bench, render_plot
-from pagecheck.render.bench_gpu import render_bench_gpu
-from pagecheck.report_document import write_json
-from pagecheck.report_index import write_index
+from pagecheck.reports.render.bench import PLOT_FILE, render_bench, render_plot
+from pagecheck.reports.render.bench_gpu import render_bench_gpu
+from pagecheck.reports.document import write_json
+from pagecheck.reports.index import write_index
 
 NAME = "bench"
 # The benchmark always measures this project's extension.

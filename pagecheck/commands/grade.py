@@ -17,8 +17,8 @@ import signal
 from pathlib import Path
 from types import FrameType
 
-from invariants.catalog import INVARIANTS
-from invariants.profiles import DEFAULT_PROFILE, PROFILES
+from pagecheck.invariants.catalog import INVARIANTS
+from pagecheck.invariants.profiles import DEFAULT_PROFILE, PROFILES
 from pagecheck.commands import options
 from pagecheck.exit_codes import ExitCode
 from pagecheck.grading.merge import merge_results

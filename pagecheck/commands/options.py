@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from invariants.profiles import DEFAULT_SEED
+from pagecheck.invariants.profiles import DEFAULT_SEED
 from pagecheck.device import DEVICES
 from pagecheck.exit_codes import describe_exit_codes
 from pagecheck.environment import collect_environment
-from pagecheck.report_document import default_report_dir, new_document
-from pagecheck.subject import SPEC_HELP
+from pagecheck.reports.document import default_report_dir, new_document
+from pagecheck.invariants.subject import SPEC_HELP
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

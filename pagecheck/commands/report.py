@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from invariants.catalog import INVARIANTS
+from pagecheck.invariants.catalog import INVARIANTS
 from pagecheck.commands import options
 from pagecheck.commands.bench import (
     add_bench_options,
@@ -18,15 +18,15 @@ from pagecheck.commands.bench import (
 )
 from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
 from pagecheck.commands.tolerance import run_tolerance_stage
-from pagecheck.conformance import conformance_body, subject_error_body
+from pagecheck.reports.conformance import conformance_body, subject_error_body
 from pagecheck.exit_codes import ExitCode, most_serious
 from pagecheck.progress import StageProgress
-from pagecheck.render.conformance import render_conformance
-from pagecheck.report_document import write_json
-from pagecheck.report_index import write_index
-from pagecheck.results import load_results
-from pagecheck.suite_run import SuiteRequest, run_suite
-from pagecheck.tolerance_sweep import FULL_GRID, QUICK_GRID
+from pagecheck.reports.render.conformance import render_conformance
+from pagecheck.reports.document import write_json
+from pagecheck.reports.index import write_index
+from pagecheck.invariants.results import load_results
+from pagecheck.invariants.runner import SuiteRequest, run_suite
+from pagecheck.reports.tolerance_sweep import FULL_GRID, QUICK_GRID
 
 NAME = "report"
 # gpu_kernels runs only with --device gpu on a CUDA machine (the GPU kernel benchmark).

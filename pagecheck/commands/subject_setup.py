@@ -6,7 +6,7 @@ import argparse
 
 from pagecheck.device import DeviceUnavailable, use_device
 from pagecheck.exit_codes import ExitCode
-from pagecheck.subject import Subject, SubjectError, load_subject
+from pagecheck.invariants.subject import Subject, SubjectError, load_subject
 
 
 class SubjectSetupError(RuntimeError):

@@ -9,11 +9,11 @@ from pagecheck.commands import options
 from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
 from pagecheck.exit_codes import ExitCode
 from pagecheck.progress import StageProgress
-from pagecheck.render.tolerance import render_tolerance
-from pagecheck.report_document import write_json
-from pagecheck.report_index import write_index
-from pagecheck.subject import Subject
-from pagecheck.tolerance_sweep import FULL_GRID, QUICK_GRID, SweepCell, run_sweep
+from pagecheck.reports.render.tolerance import render_tolerance
+from pagecheck.reports.document import write_json
+from pagecheck.reports.index import write_index
+from pagecheck.invariants.subject import Subject
+from pagecheck.reports.tolerance_sweep import FULL_GRID, QUICK_GRID, SweepCell, run_sweep
 
 NAME = "tolerance"
 

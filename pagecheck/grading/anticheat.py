@@ -35,7 +35,7 @@ DENSE_HELPERS = frozenset(
     {"gather_dense", "dense_attention", "scaled_dot_product_attention_simple", "scaled_dot_product_attention_grouped"}
 )
 JOINS = frozenset({"concatenate", "stack", "vstack", "hstack"})
-PROJECT_PACKAGES = frozenset({"pagecheck", "reference", "impl", "ext", "invariants"})
+PROJECT_PACKAGES = frozenset({"pagecheck"})
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 

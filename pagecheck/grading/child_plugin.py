@@ -106,15 +106,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--pagecheck-journal", default=None, metavar="PATH", help="grading: write the event journal here")
 
 
-@pytest.hookimpl(trylast=True)  # after invariants/conftest.py has loaded the subject
+@pytest.hookimpl(trylast=True)  # after the suite's plugin has loaded the subject
 def pytest_configure(config: pytest.Config) -> None:
-    from invariants.conftest import SUBJECT_KEY  # the suite's own conftest module, loaded by now
+    from pagecheck.invariants.plugin import SUBJECT_KEY
 
     path = config.getoption("pagecheck_journal")
     if path:
         config.pluginmanager.register(Journal(Path(path)), "pagecheck-journal")
     subject = config.stash.get(SUBJECT_KEY, None)
-    if subject is None:  # the conftest raises before this runs when the subject does not load
-        raise pytest.UsageError("grading: the invariants suite loaded no subject; run it with its conftest")
+    if subject is None:  # the suite's plugin raises before this runs when the subject does not load
+        raise pytest.UsageError("grading: the invariants suite loaded no subject")
     if subject.has("paged_attention"):
         subject.names["paged_attention"] = guard_inputs(subject.names["paged_attention"])

@@ -11,15 +11,16 @@ on time, so feedback files are reproducible too.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
-from invariants.catalog import INVARIANTS
+from pagecheck.invariants.catalog import INVARIANTS
+from pagecheck.invariants.runner import rerun_command
 from pagecheck.grading.child_plugin import PLUGIN
 from pagecheck.grading.rubric import Rubric
 from pagecheck.grading.scoreboard import Score, checks_by_invariant, format_points, score_result
 from pagecheck.grading.seeds import PUBLIC_SEED
 
-SUITE_VARIABLE = 'INV="$(python -c \'import invariants, os; print(os.path.dirname(invariants.__file__))\')"'
 HIDDEN_MASK = "<hidden seed>"
 RUN_PROBLEMS = {
     "build-failed": "The C++ extension did not build, and the Python code does not load without it.",
@@ -50,11 +51,12 @@ def _quoted(text: str) -> list[str]:
     return ["    " + line for line in (text.strip() or "(no message)").splitlines()]
 
 
-def check_command(nodeid: str, spec: str) -> str:
-    """The command that reruns one check on the public inputs, from the submission's directory, with the
-    grading plugin loaded as in grading (SDPA trapped, every call's inputs checked)."""
-    path = nodeid.removeprefix("invariants/")
-    return f'python -m pytest "$INV/{path}" -p {PLUGIN} --subject {spec} --pagecheck-seed {PUBLIC_SEED}'
+def check_command(nodeid: str, document: dict[str, Any]) -> str:
+    """The command that reruns one check on the public inputs from any directory, with the grading
+    plugin loaded as in grading (SDPA trapped, every call's inputs checked)."""
+    command = rerun_command(nodeid, document["student_spec"], PUBLIC_SEED, extra=["-p", PLUGIN])
+    pythonpath = document.get("student_pythonpath")
+    return f"PYTHONPATH={shlex.quote(pythonpath)} {command}" if pythonpath else command
 
 
 def _check_lines(check: dict[str, Any], document: dict[str, Any]) -> list[str]:
@@ -63,10 +65,10 @@ def _check_lines(check: dict[str, Any], document: dict[str, Any]) -> list[str]:
     lines = [f"- `{name}`: {check['outcome']} on {on}", ""]
     lines += _quoted(_masked(check["message"], document)) + [""]
     if "public" in check["passes"]:
-        lines += ["  Reproduce:", "", f"    {check_command(check['nodeid'], document['student_spec'])}", ""]
+        lines += ["  Reproduce:", "", f"    {check_command(check['nodeid'], document)}", ""]
     else:
         lines += ["  Only the hidden inputs showed this. Search wider on public inputs:", "",
-                  f"    {check_command(check['nodeid'], document['student_spec'])} --pagecheck-profile thorough", ""]  # fmt: skip
+                  f"    {check_command(check['nodeid'], document)} --pagecheck-profile thorough", ""]  # fmt: skip
     return lines
 
 
@@ -78,7 +80,7 @@ def _run_problem(document: dict[str, Any]) -> list[str]:
     running = document.get("running_check")
     if running:
         lines += [f"It happened during `{running.split('::', 1)[-1]}` on the {document['failed_pass']} inputs.", ""]
-        command = check_command(running, document["student_spec"])
+        command = check_command(running, document)
         if document["failed_pass"] != "public":
             command += " --pagecheck-profile thorough"
         lines += ["Rerun that check:", "", f"    {command}", ""]
@@ -93,10 +95,7 @@ def render_feedback(document: dict[str, Any], rubric: Rubric) -> str:
         f"Verdict: **{score.verdict}**. Total: **{format_points(score.total)}** of {format_points(score.maximum)} points.",
         "",
         f"Every check ran twice: on the public inputs (seed {PUBLIC_SEED}, the suite's default) and on hidden "
-        "inputs drawn for grading. Commands below run from the directory that holds your submission, after "
-        "setting:",
-        "",
-        f"    {SUITE_VARIABLE}",
+        "inputs drawn for grading. The commands below run from any directory where pagecheck is installed.",
         "",
     ]
     if document["verdict"] != "ok":

@@ -121,6 +121,7 @@ def grade_submission(
         "kind": submission.kind,
         "source": str(submission.path),
         "student_spec": submission.student_spec(),
+        "student_pythonpath": submission.student_pythonpath(),
         "digest": digest,
         "settings": plan.settings(),
         "verdict": verdict.verdict,

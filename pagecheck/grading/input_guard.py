@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from invariants.verdict import same_array
-from reference.arrays import to_numpy
+from pagecheck.invariants.verdict import same_array
+from pagecheck.reference.arrays import to_numpy
 
 ARRAY_ARGUMENTS = ("query", "key_pages", "value_pages", "block_table", "context_lens")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from invariants.catalog import INVARIANTS, check_invariant_id
+from pagecheck.invariants.catalog import INVARIANTS, check_invariant_id
 from pagecheck.grading.sandbox import Limits
 from pagecheck.grading.seeds import fingerprint
 

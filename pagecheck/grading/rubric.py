@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from invariants.catalog import INVARIANTS
+from pagecheck.invariants.catalog import INVARIANTS
 
 DEFAULT_RUBRIC = Path(__file__).resolve().parent / "default_rubric.toml"
 SCORINGS = ("all-or-nothing", "fraction")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from invariants.catalog import INVARIANTS
+from pagecheck.invariants.catalog import INVARIANTS
 from pagecheck.grading.rubric import Rubric
 
 NOT_CHECKED = "-"

@@ -14,7 +14,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from invariants.profiles import DEFAULT_SEED
+from pagecheck.invariants.profiles import DEFAULT_SEED
 
 PUBLIC_SEED = DEFAULT_SEED
 SECRET_FILE = "secret.txt"  # in the output directory, never in feedback/

@@ -53,8 +53,15 @@ class Submission:
         return root.name
 
     def student_spec(self) -> str:
-        """The --subject spec a student types from the directory that holds the submission."""
-        return "tiny-llm:." if self.kind == "tiny-llm" else self.path.name
+        """The --pagecheck-subject spec of the submission as given, valid from any directory (a package's
+        module name needs its parent folder on PYTHONPATH: student_pythonpath)."""
+        if self.kind == "tiny-llm":
+            return f"tiny-llm:{self.path}"
+        return str(self.path) if self.kind == "file" else self.path.name
+
+    def student_pythonpath(self) -> str | None:
+        """The folder a package submission imports from, for the rerun commands; None for other kinds."""
+        return str(self.path.parent) if self.kind == "package" else None
 
     def import_paths(self, staged: Path) -> list[Path]:
         """Directories the child needs on PYTHONPATH for the subject spec to import."""

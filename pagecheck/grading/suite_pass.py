@@ -7,13 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pagecheck
 from pagecheck.grading.child_plugin import PLUGIN, read_journal
 from pagecheck.grading.plan import GradePlan
 from pagecheck.grading.sandbox import ChildExit, LiveChildren, run_limited
 from pagecheck.grading.seeds import SuitePassSeed
 from pagecheck.grading.verdicts import Verdict, classify_pass
-from pagecheck.suite_run import SuiteRequest, invariants_dir
+from pagecheck.invariants.runner import SuiteRequest
 
 LOG_TAIL_BYTES = 64 << 10
 
@@ -43,9 +42,8 @@ class PassOutcome:
 
 
 def code_roots() -> list[Path]:
-    """Where the child imports pagecheck, the invariants suite and the references from."""
-    roots = [invariants_dir().parent, Path(pagecheck.__file__).resolve().parent.parent]
-    return list(dict.fromkeys(roots))
+    """Where the child imports pagecheck from (its layers, the suite among them, resolve through it)."""
+    return [Path(__file__).resolve().parent.parent.parent]
 
 
 def suite_command(spec: str, seed: int, plan: GradePlan, results: Path, journal: Path) -> list[str]:

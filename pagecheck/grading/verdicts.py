@@ -27,7 +27,7 @@ VERDICTS = ("ok", "build-failed", "load-failed", "crashed", "timed-out", "out-of
 OOM_RSS_FRACTION = 0.5
 # pytest's exit statuses after which the results file is complete.
 FINISHED_STATUSES = (0, 1, 5)
-USAGE_ERROR_STATUS = 4  # what pytest returns when the invariants conftest cannot load the subject
+USAGE_ERROR_STATUS = 4  # what pytest returns when the suite's plugin cannot load the subject
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,9 @@
 import mlx.core as mx
 import numpy as np
 
-from reference.attention import gather_dense
-from reference.arrays import to_numpy
-from reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
+from pagecheck.reference.attention import gather_dense
+from pagecheck.reference.arrays import to_numpy
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
 
 
 def paged_attention(query, key_pages, value_pages, block_table, context_lens, page_size, scale=None, mask=None):

@@ -2,7 +2,7 @@
 
 import time
 
-from reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
 
 
 def paged_attention(query, key_pages, value_pages, block_table, context_lens, page_size, scale=None, mask=None):

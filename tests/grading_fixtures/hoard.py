@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
-from reference.subject import paged_attention as _paged_attention
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
+from pagecheck.reference.subject import paged_attention as _paged_attention
 
 _scratch: list[np.ndarray] = []
 

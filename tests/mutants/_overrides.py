@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from reference import attention
-from reference.arrays import to_numpy
-from reference.validation import check_paged_inputs
+from pagecheck.reference import attention
+from pagecheck.reference.arrays import to_numpy
+from pagecheck.reference.validation import check_paged_inputs
 
 Inputs = dict[str, Any]
 # (query float64 [B,H_q,L,D], keys and values float64 [B,H_kv,S,D], context_lens, scale, mask) -> output

@@ -1,7 +1,7 @@
 """Mutant: allocate_page hands out the most recently freed id but leaves it on the free list."""
 
-from reference.pool import TinyKvPagedPool as _ReferencePool
-from reference.subject import BatchingKvCache, TinyKvPagedCache, paged_attention  # noqa: F401
+from pagecheck.reference.pool import TinyKvPagedPool as _ReferencePool
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, paged_attention  # noqa: F401
 
 KILLED_BY = "alias_free"
 

@@ -5,9 +5,9 @@ from typing import Any
 
 import numpy as np
 
-from reference.batching_cache import BatchingKvCache as _ReferenceBatching
-from reference.cache import PagedKvMetadata
-from reference.subject import TinyKvPagedCache, TinyKvPagedPool, paged_attention  # noqa: F401
+from pagecheck.reference.batching_cache import BatchingKvCache as _ReferenceBatching
+from pagecheck.reference.cache import PagedKvMetadata
+from pagecheck.reference.subject import TinyKvPagedCache, TinyKvPagedPool, paged_attention  # noqa: F401
 
 KILLED_BY = "batching_cache"
 

@@ -3,7 +3,7 @@
 import mlx.core as mx
 import numpy as np
 
-from reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
 from tests.mutants._overrides import Inputs, attention_with
 
 KILLED_BY = "inputs_unchanged"

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from reference.arrays import to_numpy
-from reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
+from pagecheck.reference.arrays import to_numpy
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
 from tests.mutants._overrides import attention_with
 
 KILLED_BY = "context_len"

@@ -1,7 +1,7 @@
 """Mutant: attention reads one token past each row's context."""
 
-from reference.arrays import to_numpy
-from reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
+from pagecheck.reference.arrays import to_numpy
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
 from tests.mutants._overrides import attention_with
 
 KILLED_BY = "context_len"

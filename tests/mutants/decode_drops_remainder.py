@@ -1,7 +1,7 @@
 """Mutant: decode walks keys in chunks of 32 and drops a final partial chunk."""
 
-from reference.arrays import to_numpy
-from reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
+from pagecheck.reference.arrays import to_numpy
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
 from tests.mutants._overrides import Inputs, attention_with
 
 KILLED_BY = "page_boundaries"

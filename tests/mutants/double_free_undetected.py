@@ -1,7 +1,7 @@
 """Mutant: free_page accepts an id that is already free and lists it twice."""
 
-from reference.pool import TinyKvPagedPool as _ReferencePool
-from reference.subject import BatchingKvCache, TinyKvPagedCache, paged_attention  # noqa: F401
+from pagecheck.reference.pool import TinyKvPagedPool as _ReferencePool
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, paged_attention  # noqa: F401
 
 KILLED_BY = "release_once"
 

@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from reference.cache import TinyKvPagedCache as _ReferenceCache
-from reference.subject import BatchingKvCache, TinyKvPagedPool, paged_attention  # noqa: F401
+from pagecheck.reference.cache import TinyKvPagedCache as _ReferenceCache
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedPool, paged_attention  # noqa: F401
 
 KILLED_BY = "lazy_tail"
 

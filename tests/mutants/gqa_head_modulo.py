@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from reference.attention import dense_attention
-from reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
+from pagecheck.reference.attention import dense_attention
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
 from tests.mutants._overrides import dense_mutant
 
 KILLED_BY = "gqa_mapping"

@@ -7,8 +7,8 @@ exp(split max - common max); this one adds them as they are.
 
 import numpy as np
 
-from reference.attention import kv_head_for, visible_keys
-from reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
+from pagecheck.reference.attention import kv_head_for, visible_keys
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
 from tests.mutants._overrides import dense_mutant
 
 KILLED_BY = "page_sizes"

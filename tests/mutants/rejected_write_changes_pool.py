@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from reference.pool import TinyKvPagedPool as _ReferencePool
-from reference.subject import BatchingKvCache, TinyKvPagedCache, paged_attention  # noqa: F401
+from pagecheck.reference.pool import TinyKvPagedPool as _ReferencePool
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, paged_attention  # noqa: F401
 
 KILLED_BY = "rejection"
 

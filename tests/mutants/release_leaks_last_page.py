@@ -1,7 +1,7 @@
 """Mutant: release returns every page but the last one."""
 
-from reference.cache import TinyKvPagedCache as _ReferenceCache
-from reference.subject import BatchingKvCache, TinyKvPagedPool, paged_attention  # noqa: F401
+from pagecheck.reference.cache import TinyKvPagedCache as _ReferenceCache
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedPool, paged_attention  # noqa: F401
 
 KILLED_BY = "release_once"
 

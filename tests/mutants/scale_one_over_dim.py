@@ -1,6 +1,6 @@
 """Mutant: the default scale is 1/D instead of D**-0.5."""
 
-from reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
 from tests.mutants._overrides import attention_with
 
 KILLED_BY = "head_dims"

@@ -178,7 +178,7 @@ void eval_attention_gpu(
       {"CAUSAL", shape.causal},
       {"MMA", plan.tensor_cores},
       {"MMA_STAGES", plan.mma_stages},
-      // The op keeps the cp.async ring: bulk copies measured no faster (ext/kernels/NOTES.md, v7).
+      // The op keeps the cp.async ring: bulk copies measured no faster (ext/kernels/NOTES.md).
       {"MMA_BULK", false},
       {"MMA_SWIZZLE", plan.swizzled_rows},
       {"TABLE", table_kind},

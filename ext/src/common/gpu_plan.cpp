@@ -18,13 +18,13 @@ namespace {
 // work: a fixed part, and a part per split (the last block of a column reads
 // every split's partial); a multiprocessor that runs one block at a time
 // walks kLoneBlockSlowdown times slower per position. All from the H200, GPU
-// clock, session 7 (ext/kernels/NOTES.md v10): a multiprocessor walks 0.0142
+// clock (ext/kernels/NOTES.md): a multiprocessor walks 0.0142
 // us per position with two blocks at once (B 64 x 4096 in 248 us, B 64 x
 // 16384 in 947), 0.0170 alone (B 16 x 4096 unsplit in 75.4 us, x 16384 in
 // 285): 1.2 times slower; two splits cost about 2 us more than one pass over
 // the same positions per multiprocessor (B 16 x 16384 in two splits 250 us
 // against B 64 x 4096 unsplit 248). B 1 x 16384 ran fastest in 16 splits
-// (43.0 us against 44.3-44.7 in 20-33 and 47.7 in 12, session 4), B 2 x
+// (43.0 us against 44.3-44.7 in 20-33 and 47.7 in 12), B 2 x
 // 16384 in 16 (51.3 us) rather than 8 (56.8), which bounds the part per split.
 constexpr int kSmCount = 132;
 constexpr int kMinSplitPositions = 256;

@@ -39,7 +39,7 @@ struct GpuPlan {
   // multiprocessor (B 1 in 16 splits, B 16 x 1024) has one warp per
   // scheduler and is bound by instruction latency instead, where the
   // swizzled walk's extra address instructions cost (36.0 -> 39.9 us,
-  // 23.5 -> 24.9 us; NOTES.md v10).
+  // 23.5 -> 24.9 us; ext/kernels/NOTES.md).
   bool swizzled_rows = false;
   int64_t blocks = 0; // thread blocks along grid x
   int splits = 1; // context splits of the split decode

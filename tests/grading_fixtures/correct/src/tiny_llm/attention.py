@@ -1,3 +1,3 @@
-from impl.attention import paged_attention
+from pagecheck.impl.attention import paged_attention
 
 __all__ = ["paged_attention"]

@@ -1,3 +1,3 @@
-from impl.kv_cache import BatchingKvCache
+from pagecheck.impl.kv_cache import BatchingKvCache
 
 __all__ = ["BatchingKvCache"]

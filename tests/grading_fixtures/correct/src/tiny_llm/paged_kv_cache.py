@@ -1,3 +1,3 @@
-from impl.paged_kv_cache import TinyKvPagedCache, TinyKvPagedPool
+from pagecheck.impl.paged_kv_cache import TinyKvPagedCache, TinyKvPagedPool
 
 __all__ = ["TinyKvPagedCache", "TinyKvPagedPool"]

@@ -1,0 +1,60 @@
+"""The suite's fixtures: the subject's API names, the run's seed and a per-check generator.
+
+The plugin (plugin.py) registers this module once a run asks for the suite and
+the subject has loaded, so the fixtures cost other pytest runs nothing.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from pagecheck.invariants.plugin import SUBJECT_KEY
+from pagecheck.invariants.subject import Subject
+
+
+@pytest.fixture(scope="session")
+def subject(pytestconfig: pytest.Config) -> Subject:
+    return pytestconfig.stash[SUBJECT_KEY]
+
+
+def _require(subject: Subject, name: str) -> object:
+    if not subject.has(name):
+        pytest.skip(f"subject {subject.spec} has no {name}: {subject.missing[name]}")
+    return subject.get(name)
+
+
+@pytest.fixture(scope="session")
+def paged_attention(subject: Subject) -> object:
+    return _require(subject, "paged_attention")
+
+
+@pytest.fixture(scope="session")
+def pool_type(subject: Subject) -> type:
+    return _require(subject, "TinyKvPagedPool")
+
+
+@pytest.fixture(scope="session")
+def cache_type(subject: Subject) -> type:
+    return _require(subject, "TinyKvPagedCache")
+
+
+@pytest.fixture(scope="session")
+def batching_cache_type(subject: Subject) -> type:
+    return _require(subject, "BatchingKvCache")
+
+
+@pytest.fixture(scope="session")
+def pagecheck_seed(pytestconfig: pytest.Config) -> int:
+    return pytestconfig.getoption("pagecheck_seed")
+
+
+@pytest.fixture
+def rng(pagecheck_seed: int, request: pytest.FixtureRequest) -> np.random.Generator:
+    """A generator for checks without Hypothesis: the run's seed, plus the check's own stream."""
+    # Module name + test name, not the node id: the id holds the path from the
+    # rootdir, which differs between a checkout and an installed copy.
+    check_id = f"{request.node.module.__name__}::{request.node.name}"
+    return np.random.default_rng([pagecheck_seed, zlib.crc32(check_id.encode())])

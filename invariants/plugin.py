@@ -1,0 +1,193 @@
+"""The invariants suite's pytest plugin, registered under the `pytest11` entry point.
+
+    pytest -n auto --pyargs pagecheck.invariants --pagecheck-subject SPEC
+           [--pagecheck-device cpu|gpu] [--pagecheck-seed N]
+           [--pagecheck-profile default|thorough] [--pagecheck-results PATH]
+           [--pagecheck-invariant ID ...]
+
+Installed with pagecheck, it is loaded by every pytest run, so it costs
+nothing until a run asks for the suite: it adds only `--pagecheck-*` options
+and imports neither MLX nor Hypothesis nor the subject at import time. A run
+asks for the suite when it collects the suite's folder (a path in or above
+it, or `--pyargs pagecheck.invariants...`) or names a subject; then the
+subject is loaded once, before collection, and a spec that does not load, or
+a subject that exposes none of the API names, is a usage error (exit 4).
+
+The seed feeds Hypothesis (every strategy draws its NumPy seed from it) and
+the `rng` fixture, so one seed reproduces a run exactly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from pagecheck.invariants.catalog import INVARIANTS
+from pagecheck.invariants.profiles import DEFAULT_PROFILE, DEFAULT_SEED, PROFILES
+
+SUITE_DIR = Path(__file__).resolve().parent
+SUITE_PACKAGE = __name__.rpartition(".")[0]  # pagecheck.invariants
+FIXTURES_PLUGIN = f"{SUITE_PACKAGE}.fixtures"
+DEFAULT_SUBJECT = "impl"
+DEVICES = ("cpu", "gpu")
+SUBJECT_KEY = pytest.StashKey[object]()  # the loaded Subject (pagecheck.invariants.subject)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("pagecheck", "pagecheck invariants suite")
+    group.addoption(
+        "--pagecheck-subject",
+        default=None,
+        metavar="SPEC",
+        help="what to check: impl, reference, a dotted module name, a path to a .py file, or tiny-llm:PATH "
+        f"(default: {DEFAULT_SUBJECT})",
+    )
+    group.addoption(
+        "--pagecheck-device", default="cpu", choices=DEVICES, help="MLX default device for the suite (default: cpu)"
+    )
+    group.addoption(
+        "--pagecheck-seed", type=int, default=DEFAULT_SEED, help=f"seed for every random draw (default: {DEFAULT_SEED})"
+    )
+    group.addoption(
+        "--pagecheck-profile", default=DEFAULT_PROFILE, choices=sorted(PROFILES), help="Hypothesis search depth"
+    )
+    group.addoption("--pagecheck-results", default=None, metavar="PATH", help="write per-check results JSON here")
+    group.addoption(
+        "--pagecheck-invariant",
+        action="append",
+        default=[],
+        choices=sorted(INVARIANTS),
+        metavar="ID",
+        help="run only the checks of this invariant (repeatable)",
+    )
+
+
+def _argument_path(config: pytest.Config, argument: str) -> Path | None:
+    """The file or folder a command-line argument collects, without importing it."""
+    target = argument.split("::", 1)[0]
+    if config.option.pyargs and target and "/" not in target and not target.endswith(".py"):
+        try:
+            spec = importlib.util.find_spec(target)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None:
+            if spec.submodule_search_locations:
+                return Path(next(iter(spec.submodule_search_locations))).resolve()
+            if spec.origin:
+                return Path(spec.origin).resolve()
+    return (config.invocation_params.dir / target).resolve()
+
+
+def suite_requested(config: pytest.Config) -> bool:
+    """Whether this run collects the suite or names a subject."""
+    if config.getoption("pagecheck_subject") is not None:
+        return True
+    for argument in config.args:
+        path = _argument_path(config, argument)
+        if path is None:
+            continue
+        if path == SUITE_DIR or SUITE_DIR in path.parents:
+            return True
+        # A folder above the suite collects it, unless the suite is installed inside an environment
+        # (pytest does not descend into virtual environments or site-packages).
+        if path in SUITE_DIR.parents and "site-packages" not in SUITE_DIR.relative_to(path).parts:
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "invariant(name): the seed invariant or contract clause a check guards")
+    if not suite_requested(config):
+        return
+    # Before mlx is imported: float32 matmuls in full float32, not MLX's default TF32 on CUDA (the float32
+    # tolerance is derived from float32's precision).
+    os.environ.setdefault("MLX_ENABLE_TF32", "0")
+    from pagecheck.invariants.profiles import load_profile, register_profiles
+    from pagecheck.invariants.subject import SubjectError, load_subject
+
+    register_profiles()
+    load_profile(config.getoption("pagecheck_profile"))
+    # Runs before Hypothesis's own pytest_configure, which reads this option.
+    if getattr(config.option, "hypothesis_seed", None) is None:
+        config.option.hypothesis_seed = config.getoption("pagecheck_seed")
+    spec = config.getoption("pagecheck_subject") or DEFAULT_SUBJECT
+    try:
+        subject = load_subject(spec)
+    except SubjectError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    if not subject.names:
+        raise pytest.UsageError(f"{subject.describe()}: exposes none of the API names, so nothing can be checked")
+    config.stash[SUBJECT_KEY] = subject
+    if config.getoption("pagecheck_device") == "gpu" and _gpu_available():
+        import mlx.core as mx
+
+        mx.set_default_device(mx.gpu)
+    config.pluginmanager.import_plugin(FIXTURES_PLUGIN)
+    results = config.getoption("pagecheck_results")
+    if results and not hasattr(config, "workerinput"):
+        from pagecheck.invariants.results import ResultsCollector
+
+        config.pluginmanager.register(ResultsCollector(Path(results).resolve(), _run_info(config)), "pagecheck-results")
+
+
+def _gpu_available() -> bool:
+    import mlx.core as mx
+
+    return bool(mx.is_available(mx.gpu))
+
+
+def _run_info(config: pytest.Config) -> dict[str, object]:
+    return {
+        "subject": config.getoption("pagecheck_subject") or DEFAULT_SUBJECT,
+        "seed": config.getoption("pagecheck_seed"),
+        "profile": config.getoption("pagecheck_profile"),
+        "device": config.getoption("pagecheck_device"),
+        "invariants": dict(INVARIANTS),
+    }
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    if SUBJECT_KEY not in config.stash:
+        return []
+    return [
+        config.stash[SUBJECT_KEY].describe(),
+        f"pagecheck: seed={config.getoption('pagecheck_seed')} profile={config.getoption('pagecheck_profile')} "
+        f"device={config.getoption('pagecheck_device')}",
+    ]
+
+
+def _invariant_of(item: pytest.Item) -> str:
+    marks = list(item.iter_markers("invariant"))
+    if len(marks) != 1 or len(marks[0].args) != 1 or marks[0].args[0] not in INVARIANTS:
+        raise pytest.UsageError(
+            f"{item.nodeid} must carry exactly one @pytest.mark.invariant(<id>) with an id from "
+            f"{SUITE_PACKAGE}.catalog"
+        )
+    return marks[0].args[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if SUBJECT_KEY not in config.stash:
+        return
+    wanted = set(config.getoption("pagecheck_invariant"))
+    gpu_missing = config.getoption("pagecheck_device") == "gpu" and not _gpu_available()
+    keep, drop = [], []
+    for item in items:
+        if not item.path.is_relative_to(SUITE_DIR):
+            keep.append(item)
+            continue
+        invariant = _invariant_of(item)
+        if wanted and invariant not in wanted:
+            drop.append(item)
+            continue
+        item.user_properties.append(("invariant", invariant))
+        if gpu_missing:
+            item.add_marker(pytest.mark.skip(reason="--pagecheck-device gpu: MLX reports no GPU on this machine"))
+        keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

@@ -1,0 +1,153 @@
+"""Running the invariants suite in a child pytest process and following its progress.
+
+The suite runs in its own process (pytest-xdist workers under it) so a
+subject that crashes or leaks state cannot take the report down with it.
+pytest's own output goes to a log file; its progress characters are counted
+as they arrive so the terminal shows how far the run is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Callable, Sequence
+
+from pagecheck.invariants.subject import TINY_LLM_PREFIX
+
+PROGRESS_LINE = re.compile(r"^([.FEsxX]+)\s*(?:\[\s*(\d+)%\])?\s*$")
+OUTCOME_OF_CHAR = {".": "passed", "F": "failed", "E": "errors", "s": "skipped", "x": "passed", "X": "passed"}
+
+Progress = Callable[[dict[str, int], int | None], None]
+
+SUITE_PACKAGE = __name__.rpartition(".")[0]  # pagecheck.invariants
+SUITE_FOLDER = "invariants"  # the suite's folder name, in a checkout and installed
+
+
+def invariants_dir() -> Path:
+    """The folder the suite is collected from (installed, or the source tree's invariants/)."""
+    return Path(__file__).resolve().parent
+
+
+def check_id(nodeid: str) -> str:
+    """A check's id that does not depend on pytest's rootdir: `pagecheck.invariants.test_x::test_y[...]`.
+
+    pytest's node ids start with the file's path from the rootdir, which differs between a checkout
+    (`invariants/test_x.py`) and an installed copy (`../lib/python3.11/site-packages/pagecheck/...`);
+    ids of anything outside the suite are returned as they are.
+    """
+    path, sep, rest = nodeid.partition("::")
+    parts = PurePosixPath(path.replace("\\", "/")).parts
+    if SUITE_FOLDER not in parts or not path.endswith(".py"):
+        return nodeid
+    inside = parts[len(parts) - 1 - parts[::-1].index(SUITE_FOLDER) + 1 :]
+    module = ".".join((SUITE_PACKAGE, *inside[:-1], inside[-1].removesuffix(".py")))
+    return module + sep + rest
+
+
+def absolute_spec(spec: str) -> str:
+    """A subject spec that means the same from any directory: paths made absolute."""
+    if spec.startswith(TINY_LLM_PREFIX):
+        return TINY_LLM_PREFIX + str(Path(spec[len(TINY_LLM_PREFIX) :]).expanduser().resolve())
+    if spec.endswith(".py") or "/" in spec or "\\" in spec:
+        return str(Path(spec).expanduser().resolve())
+    return spec
+
+
+def rerun_command(check: str, subject: str, seed: int, device: str = "cpu", extra: Sequence[str] = ()) -> str:
+    """A shell command that reruns one check (an id from check_id) from any directory."""
+    command = [
+        "python", "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", check_id(check),
+        "--pagecheck-subject", absolute_spec(subject), "--pagecheck-seed", str(seed),
+    ]  # fmt: skip
+    if device != "cpu":
+        command += ["--pagecheck-device", device]
+    return shlex.join([*command, *extra])
+
+
+@dataclass(frozen=True)
+class SuiteRequest:
+    subject: str
+    device: str
+    seed: int
+    profile: str
+    jobs: int
+    results_path: Path
+    invariants: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.jobs < 0:
+            raise ValueError(f"jobs={self.jobs} must be 0 (no workers) or a positive worker count")
+
+    def command(self) -> list[str]:
+        command = [
+            sys.executable, "-m", "pytest", str(invariants_dir()),
+            "-q", "--tb=short", "-p", "no:cacheprovider",
+            "--pagecheck-subject", self.subject,
+            "--pagecheck-device", self.device,
+            "--pagecheck-seed", str(self.seed),
+            "--pagecheck-profile", self.profile,
+            "--pagecheck-results", str(self.results_path),
+        ]  # fmt: skip
+        if self.jobs > 0:
+            command += ["-n", str(self.jobs)]
+        for invariant in self.invariants:
+            command += ["--pagecheck-invariant", invariant]
+        return command
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    command: list[str]
+    returncode: int
+    elapsed_s: float
+    log_path: Path
+    counts: dict[str, int]
+
+
+def _count_progress(line: str, counts: dict[str, int]) -> int | None:
+    """Add a progress line's outcomes to `counts`; return its percentage, if it shows one."""
+    match = PROGRESS_LINE.match(line)
+    if match is None:
+        return None
+    for char in match.group(1):
+        counts[OUTCOME_OF_CHAR[char]] += 1
+    return int(match.group(2)) if match.group(2) else None
+
+
+def run_suite(request: SuiteRequest, log_path: Path, progress: Progress | None = None) -> SuiteRun:
+    """Run the suite to the end, writing pytest's output to `log_path`."""
+    command = request.command()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    done = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
+    percent: int | None = None
+    start = time.perf_counter()
+    with open(log_path, "wb") as log:
+        log.write(("$ " + " ".join(command) + "\n\n").encode())
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        assert child.stdout is not None
+        pending = ""
+        try:
+            while chunk := os.read(child.stdout.fileno(), 4096):
+                log.write(chunk)
+                pending += chunk.decode(errors="replace")
+                *complete, pending = pending.split("\n")
+                for line in complete:
+                    percent = _count_progress(line, done) or percent
+                if progress is not None:
+                    # The unfinished line is counted afresh on every read, into a copy.
+                    partial = dict(done)
+                    _count_progress(pending, partial)
+                    progress(partial, percent)
+        finally:
+            # Interrupted here (Ctrl-C), the suite must not run on without us.
+            if child.poll() is None and sys.exc_info()[0] is not None:
+                child.terminate()
+        returncode = child.wait()
+        percent = _count_progress(pending, done) or percent
+    return SuiteRun(command, returncode, time.perf_counter() - start, log_path, done)

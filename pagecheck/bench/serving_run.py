@@ -1,0 +1,136 @@
+"""Run serving variants on one trace and collect their metrics (the measuring half of serve-bench).
+
+Every variant replays the same trace with the same weights; before its timed
+run it serves a two-request warm-up so one-time costs (allocator growth,
+first kernel calls) stay out of the numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pagecheck.serving.batch import batch_generate
+from pagecheck.serving.qwen3 import Qwen3Model
+from pagecheck.serving.qwen3_weights import Qwen3Weights
+from pagecheck.serving.request import Request
+from pagecheck.bench.serving_metrics import serving_metrics
+from pagecheck.bench.serving_trace import ServeTrace
+
+WARMUP_PROMPT_LEN = 24
+WARMUP_OUTPUT_LEN = 3
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    batch_size: int
+    prefill_step: int
+    page_size: int
+    kv_budget_bytes: int | None = None
+
+
+def _warm_up(model: Qwen3Model, settings: ServeSettings) -> None:
+    requests = [Request([token] * WARMUP_PROMPT_LEN, WARMUP_OUTPUT_LEN, token) for token in (1, 2)]
+    batch_generate(
+        model, requests, batch_size=settings.batch_size, prefill_step=settings.prefill_step,
+        page_size=settings.page_size,
+    )
+
+
+def run_variant(weights: Qwen3Weights, variant: str, trace: ServeTrace, settings: ServeSettings) -> dict[str, Any]:
+    """Metrics of one variant on the trace, plus its greedy tokens; an exception becomes an 'error' entry."""
+    model = Qwen3Model(weights, variant)
+    try:
+        _warm_up(model, settings)
+        result = batch_generate(
+            model, trace.fresh_requests(), batch_size=settings.batch_size, prefill_step=settings.prefill_step,
+            page_size=settings.page_size, kv_budget_bytes=settings.kv_budget_bytes,
+        )
+    except Exception as exc:  # one failing variant must not hide the others' numbers
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"metrics": serving_metrics(result, weights.config.num_layers), "outputs": result.outputs}
+
+
+def run_variants(
+    weights: Qwen3Weights,
+    variants: tuple[str, ...],
+    trace: ServeTrace,
+    settings: ServeSettings,
+    report: Callable[[str, dict[str, Any]], None] | None = None,
+) -> dict[str, dict[str, Any]]:
+    runs = {}
+    for variant in variants:
+        runs[variant] = run_variant(weights, variant, trace, settings)
+        if report is not None:
+            report(variant, runs[variant])
+    return runs
+
+
+def _against_baseline(
+    runs: dict[str, dict[str, Any]],
+    baseline: str,
+    field: str,
+    measure: Callable[[Any, Any], float | None],
+) -> dict[str, float | None]:
+    """measure(variant's field, baseline's field) per variant; None where either run has no such field."""
+    base = runs.get(baseline, {}).get(field)
+    return {
+        variant: None if base is None or run.get(field) is None else measure(run[field], base)
+        for variant, run in runs.items()
+    }
+
+
+def token_agreement(runs: dict[str, dict[str, Any]], baseline: str) -> dict[str, float | None]:
+    """Per variant: the share of requests whose greedy tokens equal the baseline variant's."""
+    return _against_baseline(
+        runs, baseline, "outputs", lambda mine, base: sum(mine[rid] == tokens for rid, tokens in base.items()) / len(base)
+    )
+
+
+def copy_ratios(runs: dict[str, dict[str, Any]], baseline: str) -> dict[str, float | None]:
+    """Per variant: its total copy bytes divided by the baseline's (None where the baseline copied nothing)."""
+
+    def ratio(mine: dict[str, Any], base: dict[str, Any]) -> float | None:
+        base_total = base["copy_bytes"]["total"]
+        return mine["copy_bytes"]["total"] / base_total if base_total else None
+
+    return _against_baseline(runs, baseline, "metrics", ratio)
+
+
+def run_budget_sweep(
+    weights: Qwen3Weights,
+    variants: tuple[str, ...],
+    trace: ServeTrace,
+    budgets: tuple[int, ...],
+    settings: ServeSettings,
+    report: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """For each KV byte budget and variant: how many requests ran at once, and the throughput reached.
+
+    `settings.batch_size` is the slot count, set high so that the budget, not
+    the slots, limits admission.
+    """
+    rows = []
+    for budget in budgets:
+        for variant in variants:
+            run = run_variant(weights, variant, trace, ServeSettings(
+                settings.batch_size, settings.prefill_step, settings.page_size, budget
+            ))
+            row: dict[str, Any] = {"kv_budget_bytes": budget, "variant": variant}
+            if "error" in run:
+                row["error"] = run["error"]
+            else:
+                metrics = run["metrics"]
+                row.update({
+                    key: metrics[key]
+                    for key in (
+                        "max_concurrent_requests", "mean_concurrent_requests", "output_tokens_per_s",
+                        "decode_tokens_per_s", "requests_per_s", "peak_kv_bytes", "peak_kv_storage_bytes",
+                        "wall_seconds",
+                    )
+                })
+            rows.append(row)
+            if report is not None:
+                report(row)
+    return rows

@@ -1,0 +1,203 @@
+"""`pagecheck serve-bench`: serve a seeded request trace with a Qwen3 model, three ways, and compare.
+
+Variants: dense (batch K/V repacked every step), paged_gather (paged storage,
+pages gathered to dense for attention), paged (direct paged attention). The
+same command runs the full model on a GPU (`--device gpu`); on the CPU it
+defaults to qwen3-tiny, which keeps the KV geometry of qwen3-0.6b and shrinks
+the rest so the whole trace takes minutes. `--kv-budget-bytes` adds a sweep:
+under a fixed KV byte budget, how many requests each variant admits at once.
+
+Writes serve_bench.json (the record) and serve_bench.md, and prints the table.
+Also runs as `python -m pagecheck.serve_bench`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+from pagecheck.serving.batch import DEFAULT_BATCH_SIZE, DEFAULT_PREFILL_STEP
+from pagecheck.serving.model_config import QWEN3_CONFIGS, model_config
+from pagecheck.serving.quantized import DEFAULT_BITS, DEFAULT_GROUP_SIZE
+from pagecheck.serving.qwen3_attention import ATTENTION_PATHS
+from pagecheck.serving.qwen3_weights import random_qwen3_weights
+from pagecheck.serving.serving_kv import DEFAULT_PAGE_SIZE, serving_kv_for
+from pagecheck.arg_types import int_list
+from pagecheck.commands import options
+from pagecheck.device import DeviceUnavailable, use_device
+from pagecheck.environment import collect_environment
+from pagecheck.exit_codes import ExitCode
+from pagecheck.reports.render.serve_bench import render_serve_bench
+from pagecheck.reports.document import SCHEMA_VERSION, default_report_dir, write_json
+from pagecheck.bench.serving_run import ServeSettings, copy_ratios, run_budget_sweep, run_variants, token_agreement
+from pagecheck.bench.serving_trace import COURSE_NUM_REQUESTS, course_trace
+
+NAME = "serve-bench"
+KIND = "serve_bench"
+DEFAULT_MODEL = {"cpu": "qwen3-tiny", "gpu": "qwen3-4b"}
+DEFAULT_DTYPE = {"cpu": "float32", "gpu": "bfloat16"}
+DTYPES = ("float32", "bfloat16", "float16")
+DEFAULT_SEED = 0
+BASELINE = "paged"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be positive")
+    return value
+
+
+def _variants(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [name for name in names if name not in ATTENTION_PATHS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"variants={text!r}: choose from {','.join(ATTENTION_PATHS)}")
+    return names
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", choices=sorted(QWEN3_CONFIGS), default=None,
+                        help="model dimensions (default: qwen3-tiny on cpu, qwen3-4b on gpu)")
+    parser.add_argument("--layers", type=_positive_int, default=None, metavar="N",
+                        help="keep only the first N layers (default: all layers of --model)")
+    parser.add_argument("--variants", type=_variants, default=("dense", "paged_gather", "paged"), metavar="V,V",
+                        help="serving variants to run, from dense,paged_gather,paged (default: all three)")
+    parser.add_argument("--requests", type=_positive_int, default=COURSE_NUM_REQUESTS, metavar="N",
+                        help="requests in the trace (default: %(default)s)")
+    parser.add_argument("--batch", type=_positive_int, default=DEFAULT_BATCH_SIZE, metavar="N",
+                        help="decode slots (default: %(default)s)")
+    parser.add_argument("--prefill-step", type=_positive_int, default=DEFAULT_PREFILL_STEP, metavar="N",
+                        help="prompt tokens per prefill chunk (default: %(default)s)")
+    parser.add_argument("--page-size", type=_positive_int, default=DEFAULT_PAGE_SIZE, metavar="N",
+                        help="tokens per KV page (default: %(default)s)")
+    parser.add_argument("--dtype", choices=DTYPES, default=None,
+                        help="activation and KV dtype (default: float32 on cpu, bfloat16 on gpu)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="N",
+                        help="seed of the trace and of the random weights (default: %(default)s)")
+    parser.add_argument("--kv-budget-bytes", type=int_list("kv-budget-bytes"), default=None, metavar="B,B",
+                        help="also run the admission sweep: each variant under each KV byte budget")
+    parser.add_argument("--budget-slots", type=_positive_int, default=None, metavar="N",
+                        help="decode slots in the budget sweep (default: --requests, so only the budget limits)")
+    options.add_device_option(parser)
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="directory for serve_bench.json and serve_bench.md, created if missing "
+                        "(default: reports/serve-bench-<YYYYmmdd-HHMMSS>/)")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = options.add_command_parser(
+        subparsers, NAME, "serve a request trace with a Qwen3 model: dense vs paged + gather vs paged", __doc__
+    )
+    add_options(parser)
+    return parser
+
+
+def _progress(text: str) -> None:
+    print(f"pagecheck {NAME}: {text}", file=sys.stderr, flush=True)
+
+
+def _minimum_budget(args: argparse.Namespace, config: Any, dtype: mx.Dtype, trace: Any) -> int:
+    """The smallest budget under which every variant can admit the trace's largest request."""
+    per_token_layer = 2 * config.num_kv_heads * config.head_dim * dtype.size
+    largest = max(len(r.prompt) + r.max_new_tokens - 1 for r in trace.requests)
+    return max(
+        serving_kv_for(variant, config.num_layers, 1, per_token_layer, args.page_size).projected_bytes([largest])
+        for variant in args.variants
+    )
+
+
+def serve_document(
+    *, device: str, seed: int, config: Any, settings: ServeSettings, dtype: mx.Dtype, trace: Any,
+    runs: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """The serve_bench.json record (reports/schema/serve_bench.schema.json) of finished variant runs."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device": device,
+        "seed": seed,
+        "model": asdict(config),
+        "settings": {
+            "batch_size": settings.batch_size, "prefill_step": settings.prefill_step,
+            "page_size": settings.page_size, "dtype": str(dtype).rsplit(".", 1)[-1],
+            "bits": DEFAULT_BITS, "group_size": DEFAULT_GROUP_SIZE,
+        },
+        "trace": trace.describe(),
+        "variants": {variant: {k: v for k, v in entry.items() if k != "outputs"} for variant, entry in runs.items()},
+        "tokens_match_paged": token_agreement(runs, BASELINE),
+        "copy_ratio_vs_paged": copy_ratios(runs, BASELINE),
+        "environment": collect_environment(),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        use_device(args.device)
+    except DeviceUnavailable as exc:
+        print(f"pagecheck {NAME}: {exc}", file=sys.stderr)
+        return ExitCode.DEVICE_UNAVAILABLE
+    config = model_config(args.model or DEFAULT_MODEL[args.device], args.layers)
+    dtype = getattr(mx, args.dtype or DEFAULT_DTYPE[args.device])
+    trace = course_trace(args.seed, config.vocab_size, num_requests=args.requests)
+    if args.kv_budget_bytes and min(args.kv_budget_bytes) < _minimum_budget(args, config, dtype, trace):
+        print(f"pagecheck {NAME}: --kv-budget-bytes {min(args.kv_budget_bytes)} cannot hold the trace's largest "
+              f"request; use at least {_minimum_budget(args, config, dtype, trace)}", file=sys.stderr)
+        return ExitCode.USAGE
+
+    _progress(f"building {config.name} ({config.num_layers} layers) with seeded random weights")
+    weights = random_qwen3_weights(config, seed=args.seed, dtype=dtype)
+    settings = ServeSettings(args.batch, args.prefill_step, args.page_size)
+    _progress(f"trace {trace.sha256[:16]}: {len(trace.requests)} requests, {trace.prompt_tokens} prompt tokens")
+
+    def report_variant(variant: str, entry: dict[str, Any]) -> None:
+        if "error" in entry:
+            _progress(f"{variant}: ERROR {entry['error']}")
+        else:
+            _progress(f"{variant}: {entry['metrics']['wall_seconds']:.1f} s")
+
+    runs = run_variants(weights, args.variants, trace, settings, report_variant)
+    document = serve_document(device=args.device, seed=args.seed, config=config, settings=settings,
+                              dtype=dtype, trace=trace, runs=runs)
+    if args.kv_budget_bytes:
+        document["budget_slots"] = args.budget_slots or args.requests
+        sweep_settings = ServeSettings(document["budget_slots"], args.prefill_step, args.page_size)
+        document["budget_sweep"] = run_budget_sweep(
+            weights, args.variants, trace, args.kv_budget_bytes, sweep_settings,
+            lambda row: _progress(f"budget {row['kv_budget_bytes']} {row['variant']}: "
+                                  f"{row.get('max_concurrent_requests', 'ERROR')} at once"),
+        )
+
+    out = args.out or default_report_dir(NAME)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "serve_bench.json", document)
+    markdown = render_serve_bench(document)
+    (out / "serve_bench.md").write_text(markdown)
+    print(markdown)
+    _progress(f"wrote {out / 'serve_bench.json'} and serve_bench.md")
+    failed = any("error" in entry for entry in runs.values()) or any(
+        "error" in row for row in document.get("budget_sweep", [])
+    )
+    return ExitCode.BENCH_INCORRECT if failed else ExitCode.OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pagecheck.serve_bench", description=__doc__, formatter_class=options.HelpFormatter
+    )
+    add_options(parser)
+    return int(run(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

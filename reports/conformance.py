@@ -1,0 +1,126 @@
+"""The conformance verdict: per-check results of the invariants suite, grouped by invariant.
+
+An invariant holds when it has at least one check and none of its checks
+failed or errored; skipped checks (a subject without BatchingKvCache, no
+GPU) neither break nor prove it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pagecheck.invariants.runner import SuiteRun
+
+# pytest's own exit statuses that mean the suite did not run to its verdicts.
+PYTEST_BROKEN = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no checks collected"}
+
+
+def invariant_verdict(counts: dict[str, int]) -> str:
+    if counts["fail"]:
+        return "fail"
+    if counts["error"]:
+        return "error"
+    if counts["pass"]:
+        return "pass"
+    return "skip" if counts["skip"] else "not_run"
+
+
+def group_by_invariant(results: dict[str, Any], selected: tuple[str, ...]) -> list[dict[str, Any]]:
+    """One entry per catalog invariant (or only the selected ones), in catalog order."""
+    catalog: dict[str, str] = results["invariants"]
+    ids = [i for i in catalog if not selected or i in selected]
+    groups = {
+        i: {"id": i, "description": catalog[i], "counts": dict.fromkeys(("pass", "fail", "error", "skip", "total"), 0),
+            "failures": [], "skip_reasons": {}}
+        for i in ids
+    }  # fmt: skip
+    for check in results["checks"]:
+        group = groups.get(check["invariant"])
+        if group is None:
+            continue
+        group["counts"][check["outcome"]] += 1
+        group["counts"]["total"] += 1
+        if check["outcome"] in ("fail", "error"):
+            group["failures"].append(
+                {k: check[k] for k in ("nodeid", "outcome", "message", "duration")}
+            )
+        elif check["outcome"] == "skip":
+            reasons = group["skip_reasons"]
+            reasons[check["message"]] = reasons.get(check["message"], 0) + 1
+    for group in groups.values():
+        group["verdict"] = invariant_verdict(group["counts"])
+        # Many checks skip for one reason (a missing class): each reason once, with its count.
+        group["skip_reasons"] = [{"reason": r, "checks": n} for r, n in group["skip_reasons"].items()]
+    return list(groups.values())
+
+
+def unattributed_problems(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Failures no invariant owns: collection errors, checks without a catalog id."""
+    catalog = results["invariants"]
+    return [
+        {k: check[k] for k in ("nodeid", "outcome", "message", "duration")}
+        for check in results["checks"]
+        if check["invariant"] not in catalog and check["outcome"] in ("fail", "error")
+    ]
+
+
+def suite_problem(run: SuiteRun, results: dict[str, Any] | None) -> str | None:
+    """Why the suite's verdicts cannot be trusted, or None when it ran to completion."""
+    if results is None:
+        return f"the invariants suite wrote no results (pytest exit status {run.returncode}; see {run.log_path.name})"
+    if run.returncode in PYTEST_BROKEN:
+        return f"pytest stopped: {PYTEST_BROKEN[run.returncode]} (exit status {run.returncode}; see {run.log_path.name})"
+    return None
+
+
+def conformance_body(run: SuiteRun, results: dict[str, Any] | None, selected: tuple[str, ...]) -> dict[str, Any]:
+    problem = suite_problem(run, results)
+    invariants = group_by_invariant(results, selected) if results is not None else []
+    stray = unattributed_problems(results) if results is not None else []
+    counts = [inv["counts"] for inv in invariants]
+    broken = [inv["id"] for inv in invariants if inv["verdict"] in ("fail", "error")]
+    if problem is None and stray:
+        problem = f"{len(stray)} checks failed outside any invariant (see unattributed)"
+    return {
+        "verdict": "error" if problem else "fail" if broken else "pass",
+        "subject_error": None,
+        "invariants": invariants,
+        "unattributed": stray,
+        "broken_invariants": broken,
+        "totals": {
+            "checks": sum(c["total"] for c in counts),
+            "pass": sum(c["pass"] for c in counts),
+            "fail": sum(c["fail"] for c in counts),
+            "error": sum(c["error"] for c in counts),
+            "skip": sum(c["skip"] for c in counts),
+            "invariants": len(invariants),
+            "invariants_held": sum(1 for inv in invariants if inv["verdict"] == "pass"),
+            "invariants_failed": len(broken),
+            "invariants_unchecked": sum(1 for inv in invariants if inv["verdict"] in ("skip", "not_run")),
+        },
+        "suite": {
+            "command": run.command,
+            "returncode": run.returncode,
+            "elapsed_s": run.elapsed_s,
+            "log": run.log_path.name,
+            "selected_invariants": list(selected),
+            "hypothesis_profile": results["profile"] if results is not None else None,
+            "problem": problem,
+        },
+    }
+
+
+def subject_error_body(message: str) -> dict[str, Any]:
+    """A conformance document for a subject that did not load: nothing was checked."""
+    return {
+        "verdict": "error",
+        "subject_error": message,
+        "invariants": [],
+        "unattributed": [],
+        "broken_invariants": [],
+        "totals": {
+            "checks": 0, "pass": 0, "fail": 0, "error": 0, "skip": 0,
+            "invariants": 0, "invariants_held": 0, "invariants_failed": 0, "invariants_unchecked": 0,
+        },  # fmt: skip
+        "suite": None,
+    }

@@ -1,0 +1,130 @@
+"""serve_bench.md: the serving variants side by side, and the KV-budget sweep when there is one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pagecheck.reports.render.markdown import table
+
+VARIANT_LABELS = {
+    "dense": "dense (batch K/V repacked every step)",
+    "paged_gather": "paged + dense gather",
+    "paged": "paged (direct paged attention)",
+}
+MIB = 2**20
+
+MAIN_HEADERS = (
+    "variant", "prefill tok/s", "decode tok/s", "output tok/s", "req/s", "decode step ms (med / p95 / max)",
+    "peak KV MiB", "peak live pages", "copy MiB (repack / gather / growth)", "page reuse", "tail waste",
+    "tokens = paged",
+)
+BUDGET_HEADERS = (
+    "KV budget MiB", "variant", "max concurrent", "mean concurrent", "output tok/s", "decode tok/s", "peak KV MiB",
+)
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _mib(value: int | float | None) -> str:
+    return "-" if value is None else f"{value / MIB:,.1f}"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def variant_row(variant: str, entry: dict[str, Any], agreement: float | None) -> list[str]:
+    label = VARIANT_LABELS.get(variant, variant)
+    if "error" in entry:
+        return [label, f"ERROR: {entry['error']}", *["-"] * (len(MAIN_HEADERS) - 2)]
+    m = entry["metrics"]
+    step = m["decode_step_ms"]
+    copies = m["copy_bytes"]
+    return [
+        label,
+        _num(m["prefill_tokens_per_s"]),
+        _num(m["decode_tokens_per_s"]),
+        _num(m["output_tokens_per_s"]),
+        _num(m["requests_per_s"], 3),
+        f"{_num(step['median'])} / {_num(step['p95'])} / {_num(step['max'])}",
+        _mib(m["peak_kv_bytes"]),
+        "-" if m["peak_live_pages"] is None else str(m["peak_live_pages"]),
+        f"{_mib(copies['repack'])} / {_mib(copies['gather'])} / {_mib(copies['growth'])}",
+        "-" if m["page_reuse_count"] is None else str(m["page_reuse_count"]),
+        _share(m["tail_waste_fraction"]),
+        _share(agreement),
+    ]
+
+
+def variants_table(document: dict[str, Any]) -> str:
+    rows = [
+        variant_row(variant, entry, document["tokens_match_paged"].get(variant))
+        for variant, entry in document["variants"].items()
+    ]
+    return table(MAIN_HEADERS, rows, align=["left"] + ["right"] * (len(MAIN_HEADERS) - 1))
+
+
+def budget_table(rows: list[dict[str, Any]]) -> str:
+    body = []
+    for row in rows:
+        label = VARIANT_LABELS.get(row["variant"], row["variant"])
+        if "error" in row:
+            body.append([_mib(row["kv_budget_bytes"]), label, f"ERROR: {row['error']}", "-", "-", "-", "-"])
+            continue
+        body.append([
+            _mib(row["kv_budget_bytes"]), label, str(row["max_concurrent_requests"]),
+            _num(row["mean_concurrent_requests"], 2), _num(row["output_tokens_per_s"]),
+            _num(row["decode_tokens_per_s"]), _mib(row["peak_kv_bytes"]),
+        ])
+    return table(BUDGET_HEADERS, body, align=["right", "left"] + ["right"] * (len(BUDGET_HEADERS) - 2))
+
+
+def copy_ratio_lines(document: dict[str, Any]) -> list[str]:
+    lines = []
+    for variant, ratio in document["copy_ratio_vs_paged"].items():
+        if variant != "paged" and ratio is not None:
+            lines.append(f"- {VARIANT_LABELS.get(variant, variant)} copies {ratio:,.0f}x the bytes of direct paged attention")
+    return lines
+
+
+def render_serve_bench(document: dict[str, Any]) -> str:
+    model = document["model"]
+    trace = document["trace"]
+    settings = document["settings"]
+    lines = [
+        "# Serving benchmark",
+        "",
+        f"- **Model:** {model['name']} ({model['num_layers']} layers, hidden {model['hidden_size']}, "
+        f"{model['num_q_heads']} q / {model['num_kv_heads']} kv heads, head_dim {model['head_dim']}, "
+        f"vocab {model['vocab_size']}), random weights seed {document['seed']}, "
+        f"{settings['bits']}-bit groups of {settings['group_size']}, activations {settings['dtype']}",
+        f"- **Device:** {document['device']}",
+        f"- **Trace:** {trace['num_requests']} requests, prompts {min(trace['prompt_lens'])}..{max(trace['prompt_lens'])} "
+        f"tokens ({trace['prompt_tokens']} in all), outputs {min(trace['output_lens'])}..{max(trace['output_lens'])} "
+        f"({trace['output_tokens']} in all), seed {trace['seed']}, sha256 `{trace['sha256'][:16]}`",
+        f"- **Scheduler:** batch {settings['batch_size']}, prefill step {settings['prefill_step']}, "
+        f"page size {settings['page_size']}",
+        f"- **Created:** {document['created']}",
+        "",
+        variants_table(document),
+        "",
+        *copy_ratio_lines(document),
+        "",
+        "Copy bytes: K/V copied to build attention inputs (repack, gather) or to grow storage (growth). "
+        "Peak KV: storage plus one layer's transient dense K/V. Tail waste: held token slots without a token.",
+    ]
+    if document.get("budget_sweep"):
+        lines += [
+            "",
+            "## KV budget sweep",
+            "",
+            "A request is admitted when the worst-case KV bytes of everything admitted, itself included, fit "
+            "the budget: stored K/V in every layer plus one layer's dense copy (repack or gather). "
+            f"{document['budget_slots']} decode slots, so the budget is what limits concurrency. "
+            "Peak KV is measured; paged storage can exceed the budget by the pool's doubling growth.",
+            "",
+            budget_table(document["budget_sweep"]),
+        ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,208 @@
+"""Continuous batching: admit requests into free decode slots, prefill them in chunks, decode them together.
+
+Every scheduler step:
+1. admission: while a slot is free (and, with a KV budget, the worst-case KV
+   bytes of the admitted requests plus this one fit), the next waiting
+   request gets the slot and one cache per layer;
+2. prefill: the oldest admitted request that is still prefilling runs one
+   chunk of at most `prefill_step` tokens; after its last chunk it samples its
+   first token and joins the decode batch in its slot;
+3. decode: every request in the decode batch feeds its newest token and
+   samples the next one; a request with max_new_tokens outputs leaves, its
+   pages go back to the pools and its slot is free for the next step.
+
+The paged block table is built once per phase of a step and shared by every
+layer (impl/step_page_table.py). Whatever happens, including an error part
+way through, every admitted request's storage is released exactly once when
+batch_generate returns or raises.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+
+from pagecheck.serving.kv_traffic import KvTraffic
+from pagecheck.impl.page_pool import is_int
+from pagecheck.serving.request import Request
+from pagecheck.serving.serving_kv import DEFAULT_PAGE_SIZE, KvUsage, ServingKv, serving_kv_for
+
+__all__ = ["GenerationResult", "Request", "SchedulerState", "StepRecord", "batch_generate"]
+
+DEFAULT_BATCH_SIZE = 4
+DEFAULT_PREFILL_STEP = 128
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one scheduler step did and what the KV storage looked like after it."""
+
+    prefill_tokens: int
+    prefill_seconds: float
+    decode_batch: int  # requests that decoded a token this step
+    decode_seconds: float
+    admitted: int  # requests holding caches after the step
+    usage: KvUsage
+    traffic: KvTraffic  # totals so far
+    table_builds: int  # block tables built so far (paged storage)
+
+
+@dataclass
+class GenerationResult:
+    outputs: dict[int, list[int]]
+    steps: list[StepRecord] = field(default_factory=list)
+    wall_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class SchedulerState:
+    """Passed to `on_step` after every step: the admitted requests (with their caches) and the storage."""
+
+    step_idx: int
+    requests: list[Request]
+    kv: ServingKv
+
+
+def batch_generate(
+    model: Any,
+    requests: Sequence[Request],
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    prefill_step: int = DEFAULT_PREFILL_STEP,
+    page_size: int = DEFAULT_PAGE_SIZE,
+    kv_budget_bytes: int | None = None,
+    on_step: Callable[[SchedulerState], None] | None = None,
+) -> GenerationResult:
+    """Greedy-decode every request; outputs by request id. Requests are updated in place."""
+    _check_arguments(requests, batch_size, prefill_step, kv_budget_bytes)
+    config = model.config
+    kv = serving_kv_for(
+        model.attention_path, config.num_layers, batch_size,
+        2 * config.num_kv_heads * config.head_dim * model.dtype.size, page_size,
+    )
+    if kv_budget_bytes is not None:
+        too_big = [r.request_id for r in requests if kv.projected_bytes([r.max_context]) > kv_budget_bytes]
+        if too_big:
+            raise ValueError(f"kv_budget_bytes={kv_budget_bytes} is below what requests {too_big} need alone")
+    scheduler = _Scheduler(model, kv, batch_size, prefill_step, kv_budget_bytes)
+    result = GenerationResult(outputs={})
+    waiting = deque(requests)
+    started = time.perf_counter()
+    try:
+        while waiting or scheduler.admitted:
+            result.steps.append(scheduler.step(waiting))
+            if on_step is not None:
+                on_step(SchedulerState(len(result.steps) - 1, list(scheduler.admitted.values()), kv))
+    finally:
+        kv.close_all()
+        for request in requests:
+            request.caches, request.slot = None, None
+    result.wall_seconds = time.perf_counter() - started
+    result.outputs = {request.request_id: list(request.output) for request in requests}
+    return result
+
+
+def _check_arguments(
+    requests: Sequence[Request], batch_size: int, prefill_step: int, kv_budget_bytes: int | None
+) -> None:
+    for name, value in (("batch_size", batch_size), ("prefill_step", prefill_step)):
+        if not is_int(value) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if kv_budget_bytes is not None and (not is_int(kv_budget_bytes) or kv_budget_bytes <= 0):
+        raise ValueError(f"kv_budget_bytes must be None or a positive int, got {kv_budget_bytes!r}")
+    ids = [request.request_id for request in requests]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"request ids must be unique, got {ids}")
+    started = [request.request_id for request in requests if request.prefilled or request.output]
+    if started:
+        raise ValueError(f"requests {started} were already run; pass fresh Request objects")
+
+
+class _Scheduler:
+    def __init__(
+        self, model: Any, kv: ServingKv, batch_size: int, prefill_step: int, kv_budget_bytes: int | None
+    ) -> None:
+        self.model = model
+        self.kv = kv
+        self.batch_size = batch_size
+        self.prefill_step = prefill_step
+        self.kv_budget_bytes = kv_budget_bytes
+        self.traffic = KvTraffic()
+        self.admitted: dict[int, Request] = {}  # by request id, in admission order
+        self.prefilling: deque[Request] = deque()
+        self.decoding: dict[int, Request] = {}  # by slot
+        self.free_slots = list(range(batch_size))
+
+    def step(self, waiting: deque[Request]) -> StepRecord:
+        if self.kv.table is not None:
+            self.kv.table.start_step()
+        self._admit(waiting)
+        prefill_tokens, prefill_seconds = self._prefill()
+        decode_batch, decode_seconds = self._decode()
+        return StepRecord(
+            prefill_tokens=prefill_tokens,
+            prefill_seconds=prefill_seconds,
+            decode_batch=decode_batch,
+            decode_seconds=decode_seconds,
+            admitted=len(self.admitted),
+            usage=self.kv.usage(),
+            traffic=KvTraffic(self.traffic.repack_bytes, self.traffic.gather_bytes),
+            table_builds=0 if self.kv.table is None else self.kv.table.builds,
+        )
+
+    def _admit(self, waiting: deque[Request]) -> None:
+        while waiting and self.free_slots:
+            request = waiting[0]
+            if self.kv_budget_bytes is not None:
+                contexts = [admitted.max_context for admitted in self.admitted.values()] + [request.max_context]
+                if self.kv.projected_bytes(contexts) > self.kv_budget_bytes:
+                    return
+            waiting.popleft()
+            request.slot = self.free_slots.pop(0)
+            request.caches = self.kv.open_request(request.request_id, request.max_context)
+            self.admitted[request.request_id] = request
+            self.prefilling.append(request)
+
+    def _prefill(self) -> tuple[int, float]:
+        if not self.prefilling:
+            return 0, 0.0
+        request = self.prefilling[0]
+        started = time.perf_counter()
+        tokens = request.prefill_step(self.model, self.prefill_step, self.traffic)
+        seconds = time.perf_counter() - started
+        if request.is_prefilled:
+            self.prefilling.popleft()
+            if request.is_done:
+                self._finish(request)
+            else:
+                self.kv.admit_to_decode(request.request_id, request.slot)
+                self.decoding[request.slot] = request
+        return tokens, seconds
+
+    def _decode(self) -> tuple[int, float]:
+        if not self.decoding:
+            return 0, 0.0
+        started = time.perf_counter()
+        rows = [self.decoding.get(slot) for slot in range(self.batch_size)]
+        tokens = mx.array([[0 if r is None else r.output[-1]] for r in rows], dtype=mx.int32)
+        offsets = mx.array([0 if r is None else r.context_len for r in rows], dtype=mx.int32)
+        hidden = self.model(tokens, offsets, self.kv.decode_caches, self.traffic)
+        sampled = mx.argmax(self.model.logits(hidden[:, -1]), axis=-1).tolist()
+        for slot, request in list(self.decoding.items()):
+            request.output.append(sampled[slot])
+            if request.is_done:
+                del self.decoding[slot]
+                self._finish(request)
+        return sum(r is not None for r in rows), time.perf_counter() - started
+
+    def _finish(self, request: Request) -> None:
+        self.kv.close_request(request.request_id)
+        del self.admitted[request.request_id]
+        self.free_slots.append(request.slot)
+        self.free_slots.sort()
+        request.caches, request.slot = None, None

@@ -1,0 +1,119 @@
+"""Qwen3 grouped-query attention over a KV cache, on one of three K/V read paths.
+
+Every path appends this call's keys/values to the cache and attends causally:
+the L queries are the last L positions of each row's context, for prefill
+chunks and decode steps alike.
+
+- "paged": cache.update_and_fetch_paged, then paged_attention on the pages.
+- "paged_gather": the same paged storage, but the pages are gathered into
+  dense K/V first and dense attention runs on that (the ablation that shows
+  what the gather costs).
+- "dense": a dense cache hands back contiguous K/V rebuilt for this call.
+
+The cache type must match the path: a dense cache on a paged path (or the
+reverse) is a TypeError, never a silent switch to the other path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import mlx.core as mx
+
+from pagecheck import ext
+from pagecheck.impl.attention import paged_attention
+from pagecheck.serving.dense_kv_batch import DenseKvBatch
+from pagecheck.serving.dense_kv_cache import DenseKvCache
+from pagecheck.impl.kv_cache import BatchingKvCache
+from pagecheck.serving.kv_traffic import KvTraffic
+from pagecheck.serving.model_config import Qwen3Config
+from pagecheck.impl.page_gather import gather_pages_dense
+from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
+from pagecheck.serving.quantized import quantized_linear
+from pagecheck.serving.qwen3_weights import Qwen3LayerWeights
+
+ATTENTION_PATHS = ("paged", "paged_gather", "dense")
+PAGED_CACHES = (TinyKvPagedCache, BatchingKvCache)
+DENSE_CACHES = (DenseKvCache, DenseKvBatch)
+
+
+def check_attention_path(path: str) -> None:
+    if path not in ATTENTION_PATHS:
+        raise ValueError(f"attention_path={path!r} is not one of {ATTENTION_PATHS}")
+
+
+def check_cache_for_path(cache: Any, path: str) -> None:
+    expected = DENSE_CACHES if path == "dense" else PAGED_CACHES
+    if not isinstance(cache, expected):
+        names = " or ".join(kind.__name__ for kind in expected)
+        raise TypeError(f"attention path {path!r} needs a {names}, got {type(cache).__name__}")
+
+
+def qwen3_attention(
+    x: mx.array,
+    offsets: int | mx.array,
+    cache: Any,
+    layer: Qwen3LayerWeights,
+    config: Qwen3Config,
+    path: str,
+    traffic: KvTraffic,
+) -> mx.array:
+    """x [B, L, hidden]; offsets: tokens already cached per row (int or int32 [B]). Returns [B, L, hidden]."""
+    check_cache_for_path(cache, path)
+    batch, length, _ = x.shape
+    head_dim = config.head_dim
+    query = quantized_linear(x, layer.q_proj).reshape(batch, length, config.num_q_heads, head_dim)
+    key = quantized_linear(x, layer.k_proj).reshape(batch, length, config.num_kv_heads, head_dim)
+    value = quantized_linear(x, layer.v_proj).reshape(batch, length, config.num_kv_heads, head_dim)
+    query = mx.fast.rms_norm(query, layer.q_norm, config.rms_norm_eps).transpose(0, 2, 1, 3)
+    key = mx.fast.rms_norm(key, layer.k_norm, config.rms_norm_eps).transpose(0, 2, 1, 3)
+    value = value.transpose(0, 2, 1, 3)
+    query = _rope(query, offsets, config)
+    key = _rope(key, offsets, config)
+    out = _attend(query, key, value, cache, path, traffic)
+    out = out.transpose(0, 2, 1, 3).reshape(batch, length, config.num_q_heads * head_dim)
+    return quantized_linear(out, layer.o_proj)
+
+
+def _rope(x: mx.array, offsets: int | mx.array, config: Qwen3Config) -> mx.array:
+    return mx.fast.rope(
+        x, config.head_dim, traditional=False, base=config.rope_theta, scale=1.0, offset=offsets
+    )
+
+
+def _attend(
+    query: mx.array, key: mx.array, value: mx.array, cache: Any, path: str, traffic: KvTraffic
+) -> mx.array:
+    if path == "dense":
+        dense = cache.update_and_fetch_dense(key, value)
+        traffic.repack_bytes += dense.keys.nbytes + dense.values.nbytes
+        return _on_rows(query, dense.rows, lambda rows_query: ext.dense_attention(
+            rows_query, dense.keys, dense.values, None, True, dense.context_lens
+        ))
+    metadata = cache.update_and_fetch_paged(key, value, mask_length=key.shape[2], mask="causal")
+    if path == "paged":
+        return paged_attention(
+            query, metadata.key_pages, metadata.value_pages, metadata.block_table, metadata.context_lens,
+            metadata.page_size, mask="causal",
+        )
+    # Gather only the rows that hold a request: an empty decode slot has nothing to gather.
+    occupied = [row for row, length in enumerate(metadata.context_lens.tolist()) if length > 0]
+    rows = None if len(occupied) == query.shape[0] else mx.array(occupied, dtype=mx.int32)
+    block_table = metadata.block_table if rows is None else metadata.block_table[rows]
+    context_lens = metadata.context_lens if rows is None else metadata.context_lens[rows]
+    keys = gather_pages_dense(metadata.key_pages, block_table)
+    values = gather_pages_dense(metadata.value_pages, block_table)
+    traffic.gather_bytes += keys.nbytes + values.nbytes
+    return _on_rows(query, rows, lambda rows_query: ext.dense_attention(
+        rows_query, keys, values, None, True, context_lens
+    ))
+
+
+def _on_rows(query: mx.array, rows: mx.array | None, attend: Callable[[mx.array], mx.array]) -> mx.array:
+    """attend(query[rows]) placed back at `rows` of a zero [B, ...] output (rows None: every row)."""
+    if rows is None:
+        return attend(query)
+    out = mx.zeros(query.shape, dtype=query.dtype)
+    out[rows] = attend(query[rows])
+    return out

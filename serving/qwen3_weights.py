@@ -1,0 +1,112 @@
+"""Seeded random Qwen3 weights, every matrix quantized with mx.quantize (nothing is downloaded).
+
+Linear layers and the token embedding are quantized (default 4 bits, groups of
+128); the embedding doubles as the output head (tied). Norm weights stay in
+the activation dtype. Each matrix is drawn from its own key split off the
+seed, then quantized and evaluated before the next is drawn, so generating a
+large model never holds more than one float matrix at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from pagecheck.serving.model_config import Qwen3Config
+from pagecheck.serving.quantized import DEFAULT_BITS, DEFAULT_GROUP_SIZE, QuantizedMatrix, quantize_matrix
+
+# Small enough that the residual stream stays in range through random layers.
+INIT_STD = 0.02
+NORM_JITTER = 0.05
+
+
+@dataclass(frozen=True)
+class Qwen3LayerWeights:
+    input_norm: mx.array  # [hidden]
+    q_proj: QuantizedMatrix  # [H_q * D, hidden]
+    k_proj: QuantizedMatrix  # [H_kv * D, hidden]
+    v_proj: QuantizedMatrix  # [H_kv * D, hidden]
+    o_proj: QuantizedMatrix  # [hidden, H_q * D]
+    q_norm: mx.array  # [D]
+    k_norm: mx.array  # [D]
+    post_attention_norm: mx.array  # [hidden]
+    gate_proj: QuantizedMatrix  # [intermediate, hidden]
+    up_proj: QuantizedMatrix  # [intermediate, hidden]
+    down_proj: QuantizedMatrix  # [hidden, intermediate]
+
+
+@dataclass(frozen=True)
+class Qwen3Weights:
+    config: Qwen3Config
+    dtype: mx.Dtype
+    embed_tokens: QuantizedMatrix  # [vocab, hidden], also the output head
+    layers: tuple[Qwen3LayerWeights, ...]
+    final_norm: mx.array  # [hidden]
+
+    @property
+    def nbytes(self) -> int:
+        total = self.embed_tokens.nbytes + self.final_norm.nbytes
+        for layer in self.layers:
+            for value in vars(layer).values():
+                total += value.nbytes
+        return total
+
+
+class _Draws:
+    """Hands out one fresh key per tensor, in a fixed order, from one seed."""
+
+    def __init__(self, seed: int, dtype: mx.Dtype, group_size: int, bits: int) -> None:
+        self._key = mx.random.key(seed)
+        self.dtype = dtype
+        self.group_size = group_size
+        self.bits = bits
+
+    def _next_key(self) -> mx.array:
+        self._key, key = mx.random.split(self._key)
+        return key
+
+    def matrix(self, rows: int, cols: int) -> QuantizedMatrix:
+        w = (INIT_STD * mx.random.normal((rows, cols), key=self._next_key())).astype(self.dtype)
+        quantized = quantize_matrix(w, group_size=self.group_size, bits=self.bits)
+        mx.eval(quantized.weight, quantized.scales, quantized.biases)
+        return quantized
+
+    def norm(self, size: int) -> mx.array:
+        weight = (1.0 + NORM_JITTER * mx.random.normal((size,), key=self._next_key())).astype(self.dtype)
+        mx.eval(weight)
+        return weight
+
+
+def random_qwen3_weights(
+    config: Qwen3Config,
+    seed: int = 0,
+    dtype: mx.Dtype = mx.bfloat16,
+    group_size: int = DEFAULT_GROUP_SIZE,
+    bits: int = DEFAULT_BITS,
+) -> Qwen3Weights:
+    if not config.tie_word_embeddings:
+        raise ValueError(f"config {config.name!r} has untied embeddings; only tied output heads are built")
+    draws = _Draws(seed, dtype, group_size, bits)
+    hidden, head_dim = config.hidden_size, config.head_dim
+    q_width, kv_width = config.num_q_heads * head_dim, config.num_kv_heads * head_dim
+    embed_tokens = draws.matrix(config.vocab_size, hidden)
+    layers = tuple(
+        Qwen3LayerWeights(
+            input_norm=draws.norm(hidden),
+            q_proj=draws.matrix(q_width, hidden),
+            k_proj=draws.matrix(kv_width, hidden),
+            v_proj=draws.matrix(kv_width, hidden),
+            o_proj=draws.matrix(hidden, q_width),
+            q_norm=draws.norm(head_dim),
+            k_norm=draws.norm(head_dim),
+            post_attention_norm=draws.norm(hidden),
+            gate_proj=draws.matrix(config.intermediate_size, hidden),
+            up_proj=draws.matrix(config.intermediate_size, hidden),
+            down_proj=draws.matrix(hidden, config.intermediate_size),
+        )
+        for _ in range(config.num_layers)
+    )
+    return Qwen3Weights(
+        config=config, dtype=dtype, embed_tokens=embed_tokens, layers=layers, final_norm=draws.norm(hidden)
+    )

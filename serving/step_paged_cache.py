@@ -1,0 +1,34 @@
+"""A request's paged cache for one layer whose metadata comes from the scheduler step's shared table."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from pagecheck.impl.page_pool import TinyKvPagedPool
+from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
+from pagecheck.impl.paged_metadata import PagedKvMetadata
+from pagecheck.serving.step_page_table import StepPageTable
+
+
+class StepPagedKvCache(TinyKvPagedCache):
+    def __init__(self, pool: TinyKvPagedPool, table: StepPageTable) -> None:
+        super().__init__(pool)
+        self._table = table
+
+    def paged_metadata(
+        self, max_pages: int | None = None, mask: mx.array | str | None = None
+    ) -> PagedKvMetadata:
+        if max_pages is not None:
+            return super().paged_metadata(max_pages, mask)
+        key_pages, value_pages = self.pool.key_pages, self.pool.value_pages
+        if key_pages is None or value_pages is None:
+            raise ValueError("paged_metadata: the pool has no page storage yet (nothing was written to it)")
+        block_table, context_lens = self._table.arrays([self.page_ids], [self.offset])
+        return PagedKvMetadata(
+            key_pages=key_pages,
+            value_pages=value_pages,
+            block_table=block_table,
+            context_lens=context_lens,
+            page_size=self.pool.page_size,
+            mask=mask,
+        )

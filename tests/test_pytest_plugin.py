@@ -1,0 +1,112 @@
+"""The suite's pytest11 plugin: it runs from any directory by --pyargs, costs other runs nothing, and a
+subject that cannot be checked is a usage error."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pagecheck.invariants.runner import check_id, rerun_command
+
+ROOT = Path(__file__).resolve().parent.parent
+MUTANT = ROOT / "tests" / "mutants" / "context_plus_one.py"
+RUN_LIMIT_S = 300
+USAGE_ERROR = 4
+
+
+def pytest_in(directory: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """`python -m pytest ARGS` run in `directory`, which is neither the checkout nor on sys.path."""
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *arguments]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S)
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path) -> Path:
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    return folder
+
+
+def test_the_suite_runs_by_pyargs_from_any_directory(elsewhere: Path) -> None:
+    subject = elsewhere / "subject.py"
+    subject.write_text("from pagecheck.reference.subject import TinyKvPagedPool, TinyKvPagedCache, paged_attention\n")
+    done = pytest_in(elsewhere, "-q", "--pyargs", "pagecheck.invariants", "--pagecheck-subject", str(subject),
+                     "--pagecheck-invariant", "lazy_tail", "--pagecheck-invariant", "gqa_mapping")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert " passed" in done.stdout and "failed" not in done.stdout
+
+
+def test_a_mutant_fails_by_pyargs_from_any_directory(elsewhere: Path) -> None:
+    done = pytest_in(elsewhere, "-q", "-x", "--pyargs", "pagecheck.invariants", "--pagecheck-subject", str(MUTANT),
+                     "--pagecheck-invariant", "context_len")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "1 failed" in done.stdout
+
+
+@pytest.mark.parametrize("case", ["missing file", "exposes nothing", "raises on import"])
+def test_a_subject_that_cannot_be_checked_is_a_one_line_usage_error(elsewhere: Path, case: str) -> None:
+    subject = elsewhere / "subject.py"
+    if case == "exposes nothing":
+        subject.write_text("import math\n")
+    elif case == "raises on import":
+        subject.write_text("raise RuntimeError('broken on purpose')\n")
+    done = pytest_in(elsewhere, "-q", "--pyargs", "pagecheck.invariants", "--pagecheck-subject", str(subject))
+    assert done.returncode == USAGE_ERROR, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1 and "subject" in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_other_pytest_runs_load_nothing_of_the_suite(elsewhere: Path) -> None:
+    (elsewhere / "test_plain.py").write_text(
+        "import sys\n"
+        "def test_nothing_heavy_was_imported():\n"
+        "    heavy = [m for m in ('mlx', 'mlx.core', 'numpy', 'hypothesis', 'pagecheck.invariants.subject')\n"
+        "             if m in sys.modules]\n"
+        "    assert heavy == []\n"
+    )
+    done = pytest_in(elsewhere, "-q", "-p", "no:xdist", "-p", "no:hypothesispytest", "test_plain.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+
+
+def test_the_plugin_adds_only_prefixed_options(elsewhere: Path) -> None:
+    done = pytest_in(elsewhere, "--help")
+    assert done.returncode == 0
+    section = done.stdout.split("pagecheck invariants suite:", 1)[1].split("\n\n", 1)[0]
+    options = [line.split()[0].split("=")[0] for line in section.splitlines() if line.strip().startswith("--")]
+    assert options and all(option.startswith("--pagecheck-") for option in options), options
+    assert "--pagecheck-subject" in options and "--pagecheck-device" in options
+
+
+def test_check_ids_do_not_depend_on_the_rootdir() -> None:
+    want = "pagecheck.invariants.test_lazy_tail::test_x[1-2]"
+    assert check_id("invariants/test_lazy_tail.py::test_x[1-2]") == want
+    assert check_id("../venv/lib/python3.11/site-packages/pagecheck/invariants/test_lazy_tail.py::test_x[1-2]") == want
+    assert check_id("tests/test_other.py::test_y") == "tests/test_other.py::test_y"
+
+
+def test_a_rerun_command_reproduces_its_failure_in_another_directory(tmp_path: Path, elsewhere: Path) -> None:
+    results = tmp_path / "results.json"
+    first = pytest_in(elsewhere, "-q", "-x", "--pyargs", "pagecheck.invariants", "--pagecheck-subject",
+                      os.path.relpath(MUTANT, elsewhere), "--pagecheck-invariant", "context_len",
+                      "--pagecheck-results", str(results))
+    assert first.returncode == 1, first.stdout[-3000:]
+    import json
+
+    failed = [c for c in json.loads(results.read_text())["checks"] if c["outcome"] == "fail"]
+    assert failed and failed[0]["nodeid"].startswith("pagecheck.invariants.test_context_len::")
+    # The command names the subject by its absolute path, so it means the same anywhere.
+    command = rerun_command(failed[0]["nodeid"], os.path.relpath(MUTANT, elsewhere), 20240901)
+    assert str(MUTANT) in command
+    other = tmp_path / "other"
+    other.mkdir()
+    arguments = shlex.split(command)[3:]  # after "python -m pytest"
+    done = pytest_in(other, *arguments, "-p", "no:xdist")
+    assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
