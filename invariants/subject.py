@@ -11,7 +11,8 @@ A spec names where the subject's API lives:
 A subject may lack names (a Week 3 learner may not have written
 BatchingKvCache yet); each missing name keeps the reason it is missing, so a
 check that needs it can be skipped saying why. A spec that cannot be resolved
-at all, or a module that raises while importing, is a SubjectError.
+at all, a module that raises while importing, or one that exposes none of the
+names is a SubjectError.
 """
 
 from __future__ import annotations
@@ -70,7 +71,17 @@ class Subject:
 
 
 def load_subject(spec: str) -> Subject:
-    """Resolve a spec (see the module docstring) to a Subject, or raise SubjectError."""
+    """Resolve a spec (see the module docstring) to a Subject that exposes at least one API name, or raise
+    SubjectError."""
+    subject = _resolve(spec)
+    if not subject.names:
+        raise SubjectError(
+            f"subject spec={spec!r} ({subject.origin}) exposes none of {', '.join(API_NAMES)}: nothing to check"
+        )
+    return subject
+
+
+def _resolve(spec: str) -> Subject:
     if not isinstance(spec, str) or not spec.strip():
         raise SubjectError(f"subject spec={spec!r} is empty; use {SPEC_HELP}")
     spec = spec.strip()

@@ -108,19 +108,3 @@ def conformance_body(run: SuiteRun, results: dict[str, Any] | None, selected: tu
             "problem": problem,
         },
     }
-
-
-def subject_error_body(message: str) -> dict[str, Any]:
-    """A conformance document for a subject that did not load: nothing was checked."""
-    return {
-        "verdict": "error",
-        "subject_error": message,
-        "invariants": [],
-        "unattributed": [],
-        "broken_invariants": [],
-        "totals": {
-            "checks": 0, "pass": 0, "fail": 0, "error": 0, "skip": 0,
-            "invariants": 0, "invariants_held": 0, "invariants_failed": 0, "invariants_unchecked": 0,
-        },  # fmt: skip
-        "suite": None,
-    }

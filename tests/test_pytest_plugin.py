@@ -110,3 +110,19 @@ def test_a_rerun_command_reproduces_its_failure_in_another_directory(tmp_path: P
     arguments = shlex.split(command)[3:]  # after "python -m pytest"
     done = pytest_in(other, *arguments, "-p", "no:xdist")
     assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_the_suite_runs_beside_a_plugin_that_takes_the_plain_option_names(elsewhere: Path) -> None:
+    # pytest-playwright, for one, defines --device; pagecheck's options never collide with such names.
+    (elsewhere / "other_plugin.py").write_text(
+        "def pytest_addoption(parser):\n"
+        "    parser.addoption('--device', default='x')\n"
+        "    parser.addoption('--subject', default='y')\n"
+    )
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "other_plugin", "-q", "--pyargs",
+               "pagecheck.invariants", "--pagecheck-subject", "reference", "--pagecheck-invariant", "gqa_mapping",
+               "--device", "pixel"]
+    env = dict(os.environ, PYTHONPATH=str(elsewhere))
+    done = subprocess.run(command, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert " passed" in done.stdout

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from pagecheck.cli import main
 from pagecheck.reports.conformance import conformance_body
 from pagecheck.exit_codes import ExitCode
@@ -30,15 +32,20 @@ def test_mutant_report_names_the_broken_invariant(tmp_path: Path) -> None:
     assert "broken invariants: `context_len`" in (tmp_path / "index.md").read_text()
 
 
-def test_subject_that_does_not_load_gets_its_own_exit_code_and_report(tmp_path: Path) -> None:
-    missing = tmp_path / "no_such_subject.py"
-    code = main(["report", "--quick", "--subject", str(missing), "--out", str(tmp_path / "out")])
+@pytest.mark.parametrize("command", ["report", "tolerance"])
+@pytest.mark.parametrize("case", ["missing file", "exposes nothing"])
+def test_a_subject_that_cannot_be_checked_gets_one_line_its_exit_code_and_no_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, case: str
+) -> None:
+    subject = tmp_path / "subject.py"
+    if case == "exposes nothing":
+        subject.write_text("import math\n")
+    out = tmp_path / "out"
+    code = main([command, "--quick", "--subject", str(subject), "--out", str(out)])
     assert code == ExitCode.SUBJECT_LOAD_FAILED
-    document = json.loads((tmp_path / "out" / "conformance.json").read_text())
-    assert schema_errors("conformance", document) == []
-    assert document["verdict"] == "error"
-    assert "no_such_subject.py" in document["subject_error"]
-    assert "did not load" in (tmp_path / "out" / "index.md").read_text()
+    assert not out.exists()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and str(subject) in lines[0], lines
 
 
 def test_a_suite_that_wrote_no_results_is_an_error_not_a_pass(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from pagecheck.commands.bench import (
 )
 from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
 from pagecheck.commands.tolerance import run_tolerance_stage
-from pagecheck.reports.conformance import conformance_body, subject_error_body
+from pagecheck.reports.conformance import conformance_body
 from pagecheck.exit_codes import ExitCode, most_serious
 from pagecheck.progress import StageProgress
 from pagecheck.reports.render.conformance import render_conformance
@@ -133,15 +134,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"pagecheck {NAME}: every stage was skipped; nothing to report")
         return ExitCode.USAGE
     try:
-        subject = prepare_subject(args, needs=("paged_attention",))
+        subject = prepare_subject(args, needs=())
     except SubjectSetupError as exc:
-        print(f"pagecheck {NAME}: {exc}")
-        if exc.code != ExitCode.SUBJECT_LOAD_FAILED:
-            return exc.code
-        out = options.report_dir(args)
-        _write_conformance(args, out, subject_error_body(str(exc)))
-        print(f"pagecheck {NAME}: wrote {write_index(out)}")
+        # Nothing was checked, so no report folder is made for it.
+        print(f"pagecheck {NAME}: {exc}", file=sys.stderr)
         return exc.code
+    if not subject.has("paged_attention"):
+        skipped = [name for name in ("tolerance", "bench", "gpu_kernels") if name in chosen]
+        chosen = [name for name in chosen if name not in skipped]
+        if skipped:
+            print(f"pagecheck {NAME}: subject {args.subject} has no paged_attention; skipping {', '.join(skipped)}")
+        if not chosen:
+            return ExitCode.USAGE
     out = options.report_dir(args)
     stages = {
         "invariants": lambda progress: run_conformance_stage(args, out, progress),

@@ -28,6 +28,7 @@ def prepare_subject(args: argparse.Namespace, needs: tuple[str, ...]) -> Subject
     absent = [name for name in needs if not subject.has(name)]
     if absent:
         raise SubjectSetupError(
-            f"subject {args.subject} lacks {', '.join(absent)}: {subject.describe()}", ExitCode.SUBJECT_LOAD_FAILED
+            f"subject spec={args.subject!r} ({subject.origin}) has no {', '.join(absent)}, which this command needs",
+            ExitCode.SUBJECT_LOAD_FAILED,
         )
     return subject

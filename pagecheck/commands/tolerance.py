@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from pagecheck.commands import options
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         subject = prepare_subject(args, needs=("paged_attention",))
     except SubjectSetupError as exc:
-        print(f"pagecheck {NAME}: {exc}")
+        print(f"pagecheck {NAME}: {exc}", file=sys.stderr)
         return exc.code
     out = options.report_dir(args)
     code = run_tolerance_stage(subject, args, out, StageProgress(NAME, 1, 1))
