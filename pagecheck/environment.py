@@ -41,8 +41,9 @@ def install_source() -> dict[str, Any] | None:
     """Where the installed pagecheck came from, by its distribution's PEP 610 record (direct_url.json).
 
     None when pagecheck is not an installed distribution, or was installed from an index (no record).
-    `commit` is the VCS commit the record names; for a local folder (an editable or a plain install of a
-    checkout) it is that folder's git HEAD, with `dirty` saying whether its tracked files had changes.
+    `commit` is the VCS commit the record names; for an editable install, whose code runs from the local
+    folder itself, it is that folder's git HEAD, with `dirty` saying whether its tracked files had changes
+    (a plain install of a folder copied the code, so the folder's HEAD now says nothing about it: null).
     """
     # Every record of the name is read: a build's pagecheck.egg-info in the working directory can
     # precede the installed dist-info on sys.path, and only an installer writes direct_url.json.
@@ -61,7 +62,7 @@ def install_source() -> dict[str, Any] | None:
         "commit": direct.get("vcs_info", {}).get("commit_id"),
         "dirty": None,
     }
-    if source["commit"] is None and url.startswith(FILE_URL):
+    if source["commit"] is None and source["editable"] and url.startswith(FILE_URL):
         folder = url[len(FILE_URL) :]
         commit = _run(["git", "-C", folder, "rev-parse", "HEAD"])
         if commit:
