@@ -129,7 +129,7 @@ def test_the_grader_runs_the_eval_cpu_the_checkout_builds(starter: Path, tmp_pat
     checkout = writable_copy(starter, tmp_path / "learner")
     shutil.copyfile(LEARNER / "paged_attention.cpp", checkout / "src" / "extensions" / "src" / "paged_attention.cpp")
     with open(checkout / "src" / "tiny_llm" / "attention.py", "a") as attention:
-        attention.write((LEARNER / "attention_day4.py").read_text())
+        attention.write((LEARNER / "attention_day4.py.in").read_text())
     result = grade(checkout, tmp_path / "graded")
     assert result["build"]["ok"], result["build"]
     assert result["verdict"] == "ok", result["detail"]
