@@ -70,14 +70,18 @@ class CourseFolderMissing(LookupError):
     """The course's tests are not next to this checkout (nor where $PAGECHECK_COURSE_DIR says)."""
 
 
+def configured_course_dir() -> Path:
+    """Where the course folder should be: $PAGECHECK_COURSE_DIR, else ../shared/course next to this checkout."""
+    configured = os.environ.get(COURSE_DIR_ENV)
+    return Path(configured).expanduser().resolve() if configured else DEFAULT_COURSE_DIR
+
+
 def course_dir() -> Path:
     """The folder holding the course's two test files and utils.py, or CourseFolderMissing saying where it looked."""
-    configured = os.environ.get(COURSE_DIR_ENV)
-    folder = Path(configured).expanduser().resolve() if configured else DEFAULT_COURSE_DIR
+    folder = configured_course_dir()
     missing = [name for name in (*COURSE_TEST_FILES, COURSE_UTILS) if not (folder / name).is_file()]
     if missing:
-        where = f"${COURSE_DIR_ENV}={configured}" if configured else str(folder)
-        raise CourseFolderMissing(f"the course's tests are not in {where} (missing {', '.join(missing)})")
+        raise CourseFolderMissing(f"the course's tests are not in {folder} (missing {', '.join(missing)})")
     return folder
 
 
@@ -143,7 +147,7 @@ def run_course_tests(course: Path, spec: str, root: Path) -> CourseRun:
         **os.environ,
         SUBJECT_ENV: spec,
         OUTCOMES_ENV: str(outcomes_path),
-        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p),
         # Only the plugins named below: nothing installed alongside changes how the course's tests run.
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         "PYTHONDONTWRITEBYTECODE": "1",

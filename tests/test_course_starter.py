@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from pagecheck.subject import API_METHODS, API_NAMES, load_subject
-from tests.course_shim import COURSE_DIR_ENV, DEFAULT_COURSE_DIR
+from tests.course_shim import configured_course_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 LEARNER = ROOT / "tests" / "data" / "starter_learner"
@@ -43,8 +43,7 @@ NOT_IMPLEMENTED = re.compile(r"NotImplementedError: (\S+) not implemented \(its 
 
 @pytest.fixture(scope="module")
 def starter() -> Path:
-    configured = os.environ.get(COURSE_DIR_ENV)
-    folder = (Path(configured).expanduser().resolve() if configured else DEFAULT_COURSE_DIR) / STARTER_NAME
+    folder = configured_course_dir() / STARTER_NAME
     if not (folder / "src" / "tiny_llm" / "__init__.py").is_file():
         pytest.skip(f"the course's starter is not in {folder}")
     return folder
