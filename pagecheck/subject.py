@@ -62,8 +62,6 @@ API_METHODS = {
     ),
     "BatchingKvCache": ("__init__", "update_and_fetch", "update_and_fetch_paged", "add_request", "remove_request"),
 }  # fmt: skip
-# Specs of this project's own code, which holds no stubs and is never patched.
-BUILT_IN_SPECS = ("impl", "reference")
 
 TINY_LLM_PREFIX = "tiny-llm:"
 # A checkout's C++ extension package, built in place under src/extensions (`from extensions import tiny_llm_ext`).

@@ -96,7 +96,7 @@ def course_helper_source(utils: Path) -> str:
     raise ValueError(f"{utils} defines no {COURSE_HELPER}")
 
 
-BASE_MODULE = f'''"""The course's tiny_llm_base for one pagecheck subject (${SUBJECT_ENV}), written by tests/course_shim.py."""
+BASE_MODULE = f'''"""The course's tiny_llm_base for the pagecheck subject ${SUBJECT_ENV} (from tests/course_shim.py)."""
 
 import os
 

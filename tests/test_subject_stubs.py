@@ -61,8 +61,12 @@ def isolated_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def test_subject_loading_needs_only_the_standard_library() -> None:
     tree = ast.parse(Path(pagecheck.subject.__file__).read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
     assert imported - {"__future__"} <= set(sys.stdlib_module_names)
 
 
@@ -86,7 +90,8 @@ def test_each_stub_raises_not_implemented_naming_its_function(tmp_path: Path) ->
         "free_page": lambda: pool.free_page(0),
     }
     for name, call in calls.items():
-        with pytest.raises(NotImplementedError, match=rf"^TinyKvPagedPool\.{name} not implemented .*partly_written\.py:"):
+        expected = rf"^TinyKvPagedPool\.{name} not implemented .*partly_written\.py:"
+        with pytest.raises(NotImplementedError, match=expected):
             call()
 
 
@@ -101,7 +106,7 @@ def test_a_checkout_loads_when_its_package_init_needs_a_course_only_module(
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("from .batch import *\nfrom .attention import *\n")
     (package / "batch.py").write_text("import a_course_only_module_nobody_installed\n")
-    (package / "attention.py").write_text("from .helpers import scale\n\n\ndef paged_attention(*args):\n    return scale\n")
+    (package / "attention.py").write_text("from .helpers import scale\n\ndef paged_attention(*args):\n    return scale\n")
     (package / "helpers.py").write_text("scale = 0.5\n")
     subject = load_subject(f"tiny-llm:{tmp_path / 'tiny-llm'}")
     assert subject.get("paged_attention")() == 0.5
@@ -131,6 +136,7 @@ def test_the_checkouts_extensions_folder_wins_over_another_extensions_package(
         "from extensions import tiny_llm_ext\n\npaged_attention = tiny_llm_ext.paged_attention\n"
     )
     (source / "extensions" / "tiny_llm_ext").mkdir(parents=True)
-    (source / "extensions" / "tiny_llm_ext" / "__init__.py").write_text("def paged_attention():\n    return 'built here'\n")
+    extension = source / "extensions" / "tiny_llm_ext" / "__init__.py"
+    extension.write_text("def paged_attention():\n    return 'built here'\n")
     subject = load_subject(f"tiny-llm:{tmp_path / 'tiny-llm'}")
     assert subject.get("paged_attention")() == "built here"
