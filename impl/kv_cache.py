@@ -22,9 +22,9 @@ __all__ = ["BatchingKvCache"]
 class BatchingKvCache:
     def __init__(self, max_active_requests: int, max_seq_len: int | None = None) -> None:
         if not is_int(max_active_requests) or max_active_requests <= 0:
-            raise ValueError(f"max_active_requests must be a positive int, got {max_active_requests!r}")
+            raise ValueError(f"max_active_requests={max_active_requests!r} must be a positive integer")
         if max_seq_len is not None and (not is_int(max_seq_len) or max_seq_len <= 0):
-            raise ValueError(f"max_seq_len must be None or a positive int, got {max_seq_len!r}")
+            raise ValueError(f"max_seq_len={max_seq_len!r} must be None or a positive integer")
         self.max_active_requests = max_active_requests
         self.max_seq_len = max_seq_len
         self._requests: list[TinyKvPagedCache | None] = [None] * max_active_requests

@@ -58,7 +58,7 @@ class PoolCheckpoint:
 class TinyKvPagedPool:
     def __init__(self, page_size: int = 128) -> None:
         if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size <= 0:
-            raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+            raise ValueError(f"page_size={page_size!r} must be a positive integer")
         self.page_size = page_size
         self._init_state()
 

@@ -6,20 +6,36 @@ A spec names where the subject's API lives:
     reference            the float64 oracle behind the same API
     some.module          any importable module exposing the names at top level
     path/to/file.py      a single file exposing the names at top level
-    tiny-llm:PATH        a tiny-llm checkout: the package is imported from PATH/src
+    tiny-llm:PATH        a tiny-llm checkout: its Week 3 modules are imported from PATH/src
 
 A subject may lack names (a Week 3 learner may not have written
 BatchingKvCache yet); each missing name keeps the reason it is missing, so a
 check that needs it can be skipped saying why. A spec that cannot be resolved
 at all, a module that raises while importing, or one that exposes none of the
 names is a SubjectError.
+
+A subject written from the course's starter keeps the starter's stubs where
+the learner has not got to yet. A stub among the API's functions and methods
+(API_METHODS: a body that raises NotImplementedError, or one of only a
+docstring, `pass` or `...` where doing nothing cannot be right, which is
+everywhere but EMPTY_ALLOWED) is replaced, in the loaded class, by one that raises
+NotImplementedError("TinyKvPagedPool.__init__ not implemented ..."), so every
+check that reaches it names the missing function instead of failing on a None
+further on. The subject lists them in `stubs`.
+
+This module uses the standard library only: a worker that hosts the subject
+without pagecheck reuses its source.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.machinery
 import importlib.util
+import inspect
 import sys
+import textwrap
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +53,24 @@ PACKAGE_MODULES = {
     "BatchingKvCache": "kv_cache",
 }
 
+# The methods and properties of each API class the course's starter declares (and leaves as stubs).
+API_METHODS = {
+    "TinyKvPagedPool": (
+        "__init__", "num_pages", "num_free_pages", "allocate_page", "read_page", "write_page_slice", "free_page",
+    ),
+    "TinyKvPagedCache": (
+        "__init__", "num_pages", "gather_dense", "update_and_fetch", "block_table", "context_lens",
+        "paged_metadata", "update_and_fetch_paged", "materialize", "rewind", "release",
+    ),
+    "BatchingKvCache": ("__init__", "update_and_fetch", "update_and_fetch_paged", "add_request", "remove_request"),
+}  # fmt: skip
+# Methods that may rightly do nothing (a cache whose storage needs no materializing): an empty body there
+# is left to the checks; only an explicit `raise NotImplementedError` names it.
+EMPTY_ALLOWED = frozenset({"TinyKvPagedCache.materialize"})
+
 TINY_LLM_PREFIX = "tiny-llm:"
+# A checkout's C++ extension package, built in place under src/extensions (`from extensions import tiny_llm_ext`).
+TINY_LLM_EXTENSIONS = "extensions"
 SPEC_HELP = "impl, reference, a dotted module name, a path to a .py file, or tiny-llm:PATH"
 
 
@@ -51,6 +84,7 @@ class Subject:
     origin: str  # the module file or checkout the names came from
     names: dict[str, Any] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)  # name -> why it is absent
+    stubs: tuple[str, ...] = ()  # API functions left as stubs, e.g. "TinyKvPagedPool.__init__"
 
     def has(self, name: str) -> bool:
         return name in self.names
@@ -67,6 +101,8 @@ class Subject:
         text = f"subject {self.spec} ({self.origin}): {found}"
         if self.missing:
             text += "; missing " + ", ".join(f"{n} ({why})" for n, why in self.missing.items())
+        if self.stubs:
+            text += "; not implemented: " + ", ".join(self.stubs)
         return text
 
 
@@ -90,11 +126,11 @@ def _resolve(spec: str) -> Subject:
     if spec == "reference":
         return _from_modules(spec, [_import(spec, "pagecheck.reference.subject")])
     if spec.startswith(TINY_LLM_PREFIX):
-        return _from_tiny_llm(spec, spec[len(TINY_LLM_PREFIX) :])
+        return _name_stubs(_from_tiny_llm(spec, spec[len(TINY_LLM_PREFIX) :]))
     if spec.endswith(".py") or "/" in spec or "\\" in spec:
-        return _from_modules(spec, [_import_file(spec)])
+        return _name_stubs(_from_modules(spec, [_import_file(spec)]))
     if all(part.isidentifier() for part in spec.split(".")):
-        return _from_modules(spec, [_import(spec, spec)])
+        return _name_stubs(_from_modules(spec, [_import(spec, spec)]))
     raise SubjectError(f"subject spec={spec!r} is not one of: {SPEC_HELP}")
 
 
@@ -182,12 +218,126 @@ def _from_package(spec: str, package: str, *, top_level_too: bool) -> Subject:
 
 
 def _from_tiny_llm(spec: str, checkout: str) -> Subject:
+    """Import the Week 3 modules of a checkout without running its package `__init__`.
+
+    tiny-llm's `__init__` star-imports every chapter, and some chapters import
+    course-only dependencies (`mlx_lm` for the tokenizer, `model_names`, the
+    agent code) that the Week 3 API never uses and a grading machine need not
+    have. So the package is registered as an empty shell whose `__path__` is
+    the checkout's `src/tiny_llm`, and only the modules of PACKAGE_MODULES are
+    imported; their relative imports (`from .kv_cache import ...`) load just
+    what they use. Nothing in the checkout is edited and no stand-in module is
+    invented: a Week 3 module that itself imports a missing package is a
+    SubjectError naming it.
+
+    The checkout's `src/extensions` (no `__init__.py`: a namespace package in
+    the course) is registered the same way, so `from extensions import
+    tiny_llm_ext` finds the extension built in this checkout and never another
+    `extensions` package that happens to be installed.
+    """
     source = Path(checkout).expanduser().resolve() / "src"
-    if not (source / "tiny_llm" / "__init__.py").is_file():
-        raise SubjectError(f"subject spec={spec!r}: {source / 'tiny_llm'} is not a tiny_llm package")
+    package_dir = source / "tiny_llm"
+    if not (package_dir / "__init__.py").is_file():
+        raise SubjectError(f"subject spec={spec!r}: {package_dir} is not a tiny_llm package")
     loaded = sys.modules.get("tiny_llm")
-    if loaded is not None and Path(loaded.__file__ or "").resolve().parent != source / "tiny_llm":
+    if loaded is not None and Path(loaded.__file__ or "").resolve().parent != package_dir:
         raise SubjectError(f"subject spec={spec!r}: another tiny_llm is already imported from {loaded.__file__}")
     if str(source) not in sys.path:
         sys.path.insert(0, str(source))
+    if loaded is None:
+        _register_package_shell("tiny_llm", package_dir / "__init__.py", package_dir)
+    extensions_dir = source / TINY_LLM_EXTENSIONS
+    if (
+        extensions_dir.is_dir()
+        and not (extensions_dir / "__init__.py").exists()
+        and TINY_LLM_EXTENSIONS not in sys.modules
+    ):
+        _register_package_shell(TINY_LLM_EXTENSIONS, None, extensions_dir)
     return _from_package(spec, "tiny_llm", top_level_too=False)
+
+
+def _register_package_shell(name: str, init_file: Path | None, directory: Path) -> None:
+    """Put package `name` in sys.modules with `directory` as its path, its __init__ (if any) not run."""
+    if init_file is None:
+        module_spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        module_spec.submodule_search_locations = [str(directory)]
+    else:
+        module_spec = importlib.util.spec_from_file_location(
+            name, init_file, submodule_search_locations=[str(directory)]
+        )
+        if module_spec is None:
+            raise SubjectError(f"{init_file} cannot be imported")
+    sys.modules[name] = importlib.util.module_from_spec(module_spec)
+
+
+def _name_stubs(subject: Subject) -> Subject:
+    """Replace the subject's stub functions by ones that raise NotImplementedError naming them."""
+    names = dict(subject.names)
+    stubs: list[str] = []
+    function = names.get("paged_attention")
+    if function is not None and _is_stub(function):
+        names["paged_attention"] = _raise_not_implemented("paged_attention", function)
+        stubs.append("paged_attention")
+    for class_name, members in API_METHODS.items():
+        cls = names.get(class_name)
+        if not isinstance(cls, type):
+            continue
+        for member in members:
+            label = f"{class_name}.{member}"
+            try:
+                found = inspect.getattr_static(cls, member)
+            except AttributeError:
+                continue
+            may_be_empty = label in EMPTY_ALLOWED
+            if isinstance(found, property) and found.fget is not None and _is_stub(found.fget, may_be_empty):
+                setattr(cls, member, property(_raise_not_implemented(label, found.fget)))
+                stubs.append(label)
+            elif inspect.isfunction(found) and _is_stub(found, may_be_empty):
+                setattr(cls, member, _raise_not_implemented(label, found))
+                stubs.append(label)
+    if not stubs:
+        return subject
+    return Subject(spec=subject.spec, origin=subject.origin, names=names, missing=subject.missing, stubs=tuple(stubs))
+
+
+def _is_stub(function: Any, may_be_empty: bool = False) -> bool:
+    """True when the function's body cannot be a working implementation: `raise NotImplementedError`, or
+    only a docstring, `pass` or `...` unless an empty body may be right (`may_be_empty`: EMPTY_ALLOWED)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError):
+        return False  # no readable source (a C function, a lambda in an expression): not a stub we can see
+    definition = tree.body[0] if tree.body else None
+    if not isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    body = list(definition.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        if isinstance(body[0].value.value, str):
+            body = body[1:]
+    if not all(_is_stub_statement(statement) for statement in body):
+        return False
+    return may_be_empty is False or any(isinstance(statement, ast.Raise) for statement in body)
+
+
+def _is_stub_statement(statement: ast.stmt) -> bool:
+    if isinstance(statement, ast.Pass):
+        return True
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+        return statement.value.value is Ellipsis
+    if isinstance(statement, ast.Raise) and statement.exc is not None:
+        raised = statement.exc.func if isinstance(statement.exc, ast.Call) else statement.exc
+        return isinstance(raised, ast.Name) and raised.id == "NotImplementedError"
+    return False
+
+
+def _raise_not_implemented(label: str, stub: Any) -> Any:
+    code = stub.__code__
+    where = f"{code.co_filename}:{code.co_firstlineno}"
+
+    def not_implemented(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{label} not implemented (its body at {where} is a stub)")
+
+    not_implemented.__name__ = stub.__name__
+    not_implemented.__qualname__ = stub.__qualname__
+    return not_implemented

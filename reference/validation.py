@@ -1,8 +1,12 @@
 """The paged-attention input contract as a readable list of rejections.
 
 Every rule raises ValueError naming the field and the bad value, before any
-arithmetic happens. A block-table entry is "live" when it maps a position
-below its row's context; every other entry must be -1.
+arithmetic happens; the message carries the phrase the course's own tests
+match ("nonnegative", "not covered", "outside physical page storage",
+"aliased", "must use the -1 sentinel", "positive integer", "must be zero or at
+least query length"). A block-table entry is "live" when it maps a position
+below its row's context; every other entry must be -1. Within a row the table
+is checked before the context is compared with the query length.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ def check_paged_inputs(
     if mask not in (None, "causal"):
         raise NotImplementedError(f"mask={mask!r} is not supported (use None or 'causal')")
     if not isinstance(page_size, (int, np.integer)) or page_size <= 0:
-        raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+        raise ValueError(f"page_size={page_size!r} must be a positive integer")
     if len(query.shape) != 4:
         raise ValueError(f"query shape={tuple(query.shape)} must be [B, H_q, L, D]")
     if len(key_pages.shape) != 4:
@@ -73,25 +77,32 @@ def check_paged_inputs(
     for b in range(batch):
         n = int(lens[b])
         if n < 0:
-            raise ValueError(f"context_lens[{b}]={n} is negative")
-        if 0 < n < num_queries:
-            raise ValueError(f"context_lens[{b}]={n} is shorter than the query length L={num_queries}")
+            raise ValueError(f"context_lens[{b}]={n} must be nonnegative")
         live = -(-n // page_size)
         if live > table.shape[1]:
             raise ValueError(
-                f"context_lens[{b}]={n} needs {live} pages but block_table has {table.shape[1]} columns"
+                f"context_lens[{b}]={n} is not covered by block_table: it needs {live} pages of {page_size} "
+                f"and the table has {table.shape[1]} columns"
             )
         for col in range(table.shape[1]):
             page = int(table[b, col])
             if col >= live:
                 if page != -1:
-                    raise ValueError(f"block_table[{b}, {col}]={page} is past the context and must be -1")
+                    raise ValueError(
+                        f"block_table[{b}, {col}]={page} lies past context_lens[{b}]={n}: padding must use "
+                        f"the -1 sentinel"
+                    )
                 continue
             if not 0 <= page < num_pages:
-                raise ValueError(f"block_table[{b}, {col}]={page} is not a page id in [0, {num_pages})")
+                raise ValueError(
+                    f"block_table[{b}, {col}]={page} is outside physical page storage: page ids are [0, {num_pages})"
+                )
             if page in seen:
                 raise ValueError(f"block_table[{b}, {col}]={page} is aliased: row {seen[page]} uses it too")
             seen[page] = b
+        # After the row's table: a malformed table is reported first, whatever the query length.
+        if 0 < n < num_queries:
+            raise ValueError(f"context_lens[{b}]={n} must be zero or at least query length L={num_queries}")
 
 
 def metadata_valid_in_bulk(table: np.ndarray, lens: np.ndarray, num_queries: int, page_size: int,

@@ -3,12 +3,17 @@
 tiny-llm keeps the extension in src/extensions and builds it in place with
 `python build.py` (older checkouts: `python setup.py build_ext --inplace`).
 The build runs under the same limits as the suite (its own timeout) and its
-output goes to a log the grader keeps. A failed build is not yet a verdict:
+output goes to a log the grader keeps. It uses the grader's own interpreter and
+build tools (mlx, nanobind pinned with it, CMake: pagecheck's dependencies), so
+the module it builds matches the mlx the suite imports; the interpreter's
+scripts directory comes first on PATH so a pip-installed `cmake` is found even
+when the grader's environment is not activated. A failed build is not yet a verdict:
 the subject may not need the extension, which the first suite pass finds out.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,10 +47,18 @@ def build_command(root: Path) -> list[str] | None:
     return None
 
 
+def build_environment(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the running interpreter's scripts directory (where pip puts cmake) first on PATH."""
+    scripts = str(Path(sys.executable).parent)
+    path = env.get("PATH", "")
+    return {**env, "PATH": os.pathsep.join([scripts, path]) if path else scripts}
+
+
 def build_extension(
     root: Path, command: list[str], *, env: dict[str, str], limits: Limits, log_path: Path, live: LiveChildren | None
 ) -> BuildOutcome:
-    exit = run_limited(command, cwd=root / EXTENSION_DIR, env=env, limits=limits, log_path=log_path, live=live)
+    build_env = build_environment(env)
+    exit = run_limited(command, cwd=root / EXTENSION_DIR, env=build_env, limits=limits, log_path=log_path, live=live)
     script = Path(command[1]).name
     if exit.timed_out:
         return BuildOutcome(False, f"{script} timed out after {limits.timeout_s:g} s", exit.elapsed_s)

@@ -22,6 +22,10 @@ from pathlib import Path
 KINDS = ("tiny-llm", "file", "package")
 # Never staged: VCS data, caches and build trees a checkout may carry.
 SKIPPED_NAMES = frozenset({".git", "__pycache__", ".venv", "venv", "build", ".pytest_cache", ".hypothesis"})
+# Never staged from a tiny-llm checkout: compiled extension files. The grader builds the extension from its
+# sources, so the module the suite imports is the one built here, never a binary the checkout carried (a
+# leftover of the student's own build would otherwise be imported whenever the grader's build fails).
+COMPILED_SUFFIXES = frozenset({".so", ".dylib", ".pyd", ".metallib", ".o", ".a"})
 UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -116,6 +120,8 @@ def graded_files(submission: Submission) -> list[tuple[str, Path]]:
         if any(part in SKIPPED_NAMES or part.endswith(".egg-info") for part in relative.parts):
             continue
         if path.is_symlink() or not path.is_file() or path.suffix == ".pyc":
+            continue
+        if submission.kind == "tiny-llm" and path.suffix in COMPILED_SUFFIXES:
             continue
         found.append((prefix + relative.as_posix(), path))
     return sorted(found)
