@@ -1,4 +1,5 @@
-"""pagecheck's C++ MLX extension: paged and dense attention ops, and the quantized embedding lookup.
+"""pagecheck's C++ MLX extension: paged and dense attention ops, the quantized embedding lookup, and the one
+GPU launch planner (`gpu_launch_plan` and its figures), which the Python launcher pagecheck/gpu/kernels.py asks.
 
 mlx.core is imported first: it loads libmlx.so and registers the array type
 that the extension's bindings share (nanobind domain "mlx").
@@ -6,18 +7,19 @@ that the extension's bindings share (nanobind domain "mlx").
 
 import mlx.core  # noqa: F401  (must precede the extension module)
 
-from pagecheck.ext import _ext
-from pagecheck.ext._ext import build_info, dense_attention, paged_attention, quantized_embedding
+from pagecheck.ext._ext import (
+    build_info,
+    dense_attention,
+    gpu_decode_shared_bytes,
+    gpu_launch_plan,
+    gpu_plan_constants,
+    gpu_takes_tensor_cores,
+    gpu_walk_registers,
+    paged_attention,
+    quantized_embedding,
+)
 
-__all__ = ["PLAN_FIELDS", "build_info", "dense_attention", "gpu_launch_plan", "paged_attention", "quantized_embedding"]
-
-PLAN_FIELDS = ("schedule", "mma", "rows", "blocks", "splits", "shared_bytes", "key_tile", "mma_stages",
-               "scratch_words", "out_begin_words", "swizzled_rows")
-
-
-def gpu_launch_plan(batch: int, num_q_heads: int, query_len: int, head_dim: int, num_kv_heads: int, page_size: int,
-                    pages_per_request: int, dtype: str) -> dict:
-    """The CUDA launch plan the op takes for this shape (ext/src/common/gpu_plan.cpp), on any machine."""
-    plan = _ext.gpu_launch_plan(batch, num_q_heads, query_len, head_dim, num_kv_heads, page_size, pages_per_request,
-                                dtype)
-    return dict(zip(PLAN_FIELDS, plan))
+__all__ = [
+    "build_info", "dense_attention", "gpu_decode_shared_bytes", "gpu_launch_plan", "gpu_plan_constants",
+    "gpu_takes_tensor_cores", "gpu_walk_registers", "paged_attention", "quantized_embedding",
+]

@@ -57,15 +57,15 @@ def test_op_on_gpu_matches_reference(case: tuple) -> None:
 
 @pytest.mark.invariant("matches_reference")
 @pytest.mark.parametrize("schedule, splits, mma", [
-    ("decode", None, False), ("decode", None, True), ("split", 5, False), ("split", 5, True),
-    ("prefill", None, None), ("prefill_mma", None, None),
+    ("paged_decode", None, False), ("paged_decode", None, True), ("paged_decode_split", 5, False),
+    ("paged_decode_split", 5, True), ("paged_prefill", None, None), ("paged_prefill_mma", None, None),
 ])
 def test_each_schedule_matches_reference(schedule: str, splits: int | None, mma: bool | None) -> None:
     from pagecheck.gpu import kernels as gpu_kernels
 
     layout = layout_for(2, "bfloat16", (0, 3, 70, 650), 16, 3, 4, 64, "causal")
     got = gpu_kernels.paged_attention(
-        **layout.as_mx(), schedule=schedule, num_splits=splits, mma=mma, poison_output=True
+        **layout.as_mx(), schedule=schedule, splits=splits, tensor_cores=mma, poison_output=True
     )
     result = compare(got, layout.reference_output(), layout.dtype)
     assert result.passed, f"{schedule} {splits} {mma}: {layout.describe()}\n{result.summary()}"

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from pagecheck.gpu import kernels as gpu_kernels
+from pagecheck import ext
 
 from pagecheck.gpu import nvcc_check as gpu_nvcc_check
 
@@ -93,9 +93,9 @@ def test_the_ops_kernels_compile_for_sm90_without_spills(tmp_path, name):
     assert "spill_st=0 spill_ld=0" in summary, f"{variant.label}: {summary}"
     template = dict(variant.template)
     if variant.stem.startswith("paged_decode"):
-        # The split rule counts resident blocks from these figures (gpu_kernels.walk_registers).
+        # The split rule counts resident blocks from these figures (the planner's walk_registers).
         registers = int(re.search(r"regs=(\d+)", summary).group(1))
-        assert registers <= gpu_kernels.walk_registers(template["MMA"], template["ROWS"]), summary
+        assert registers <= ext.gpu_walk_registers(template["MMA"], template["ROWS"]), summary
 
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH: the CUDA toolkit's compiler checks the kernels "

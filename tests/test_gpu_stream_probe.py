@@ -5,6 +5,7 @@ import math
 import mlx.core as mx
 import pytest
 
+from pagecheck import ext
 from pagecheck.gpu import kernels as gpu_kernels
 
 from pagecheck.gpu import stream_probe as gpu_stream_probe
@@ -37,8 +38,10 @@ def test_each_mode_asks_for_the_walk_ring_of_its_depth(monkeypatch) -> None:
     swizzled = 4 * 3 * 2 * 16 * 128 * 2  # warps x stages x (K, V) x 16 rows x 128 bfloat16, unpadded
     padded = 4 * 3 * 2 * 16 * 136 * 2  # rows of 128 + 8 for bulk copies and mode 5
     assert [shared for shared, _, _ in launches] == [swizzled, padded * 2 // 3, 0, swizzled, padded, padded]
-    assert swizzled == gpu_kernels.decode_shared_bytes(2, 128, 16, True, 3)
-    assert padded == gpu_kernels.decode_shared_bytes(2, 128, 16, True, 3, swizzled_rows=False)
+    # The same figures as the planner's for the tensor-core walk's ring.
+    walk = {swizzle: ext.gpu_decode_shared_bytes(128, 16, "bfloat16", tensor_cores=True, mma_stages=3,
+                                                 swizzled_rows=swizzle) for swizzle in (True, False)}
+    assert (swizzled, padded) == (walk[True], walk[False])
     assert [t["MODE"] for _, t, _ in launches] == [0, 1, 2, 3, 4, 5]
     assert all(grid == (2 * 8 * 128, 1, 1) for _, _, grid in launches)  # a block of 4 warps per (request, kv head)
 

@@ -14,8 +14,9 @@
 // One output means one fill (the fill is what gives a custom kernel's output
 // device memory) and the last split block of each column merges the splits
 // itself, so a split call is one fill and one kernel instead of two of each.
-// The C++ op plans with this very header (ext/src/common/gpu_plan.cpp includes
-// it; only the layout is plain C++); pagecheck/gpu_kernels.py mirrors it.
+// The planner sizes it with this very header (ext/src/common/gpu_plan.cpp
+// includes it; only the layout is plain C++), for the op and, through the
+// binding, for the Python launcher.
 #ifndef PAGECHECK_PAGED_DECODE_SPLIT_SCRATCH_CUH
 #define PAGECHECK_PAGED_DECODE_SPLIT_SCRATCH_CUH
 
@@ -28,7 +29,7 @@
 namespace pagecheck {
 
 // Most splits a launch may take (the merge keeps a weight per split in
-// registers and shared memory); the launchers' MAX_SPLITS / kMaxSplits.
+// registers and shared memory); the planner's kMaxSplits.
 constexpr int MAX_MERGED_SPLITS = 64;
 
 // Words per partial entry: D + 2 rounded up to 4, so every entry starts

@@ -4,10 +4,12 @@
 // stream, for block-table, context and id values; values that are tracers
 // under mx.compile are checked when the CPU task runs, and MLX raises that
 // as RuntimeError at evaluation (common/ready_inputs.h).
+#include <initializer_list>
+#include <utility>
+
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
-#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/variant.h>
 
 #include "build_info.h"
@@ -32,6 +34,15 @@ mlx::core::Dtype storage_dtype_named(const std::string& name) {
     return mlx::core::float16;
   }
   throw std::invalid_argument("dtype = " + name + " must be float32, bfloat16 or float16");
+}
+
+// A dict of named values, in the order given.
+nb::dict dict_of(std::initializer_list<std::pair<const char*, nb::object>> items) {
+  nb::dict result;
+  for (const auto& [name, value] : items) {
+    result[name] = value;
+  }
+  return result;
 }
 
 } // namespace
@@ -98,12 +109,13 @@ NB_MODULE(_ext, module) {
     return result;
   }, "How the extension was compiled: kernel flags, -march, compiler, MLX versions, CPU threads.");
 
-  // The GPU launch plan for a shape, without a GPU: the tests hold the Python
-  // launcher (pagecheck/gpu_kernels.py) to the same plan.
+  // The GPU launch plan, on any machine: the op's own (no pins), or one with
+  // pins, which the Python launcher (pagecheck/gpu/kernels.py) runs.
   module.def(
       "gpu_launch_plan",
       [](int batch, int num_q_heads, int query_len, int head_dim, int num_kv_heads, int page_size,
-         int pages_per_request, const std::string& dtype) {
+         int pages_per_request, const std::string& dtype, const std::optional<std::string>& schedule,
+         std::optional<int> splits, std::optional<bool> tensor_cores, std::optional<int> mma_stages, bool bulk) {
         const mlx::core::Dtype storage = storage_dtype_named(dtype);
         if (batch < 1 || num_q_heads < 1 || query_len < 1 || head_dim < 1 || num_kv_heads < 1 || page_size < 1 ||
             pages_per_request < 0 || num_q_heads % num_kv_heads != 0) {
@@ -118,14 +130,78 @@ NB_MODULE(_ext, module) {
         shape.page_size = page_size;
         shape.pages_per_request = pages_per_request;
         pagecheck::check_gpu_shape(shape);
-        const pagecheck::GpuPlan plan = pagecheck::plan_gpu_call(shape, storage, /*tensor_cores_available=*/true);
-        // The order of ext.PLAN_FIELDS.
-        return std::make_tuple(std::string(pagecheck::gpu_schedule_name(plan.schedule)), plan.tensor_cores, plan.rows,
-                               plan.blocks, plan.splits, plan.shared_bytes, plan.key_tile, plan.mma_stages,
-                               plan.scratch_words, plan.out_begin_words, plan.swizzled_rows);
+        pagecheck::GpuPlanPins pins;
+        if (schedule) {
+          pins.schedule = pagecheck::gpu_schedule_named(*schedule);
+        }
+        pins.splits = splits;
+        pins.tensor_cores = tensor_cores;
+        pins.mma_stages = mma_stages;
+        pins.bulk = bulk;
+        const pagecheck::GpuPlan plan =
+            pagecheck::plan_gpu_call(shape, storage, /*tensor_cores_available=*/true, pins);
+        return dict_of({{"schedule", nb::cast(std::string(pagecheck::gpu_schedule_name(plan.schedule)))},
+                        {"mma", nb::cast(plan.tensor_cores)},
+                        {"rows", nb::cast(plan.rows)},
+                        {"blocks", nb::cast(plan.blocks)},
+                        {"splits", nb::cast(plan.splits)},
+                        {"shared_bytes", nb::cast(plan.shared_bytes)},
+                        {"key_tile", nb::cast(plan.key_tile)},
+                        {"mma_stages", nb::cast(plan.mma_stages)},
+                        {"bulk", nb::cast(plan.bulk)},
+                        {"swizzled_rows", nb::cast(plan.swizzled_rows)},
+                        {"scratch_words", nb::cast(plan.scratch_words)},
+                        {"out_begin_words", nb::cast(plan.out_begin_words)}});
       },
       "batch"_a, "num_q_heads"_a, "query_len"_a, "head_dim"_a, "num_kv_heads"_a, "page_size"_a,
-      "pages_per_request"_a, "dtype"_a,
-      "The CUDA launch plan the op would take for this shape, as a tuple in the order of ext.PLAN_FIELDS; "
-      "computed on any machine.");
+      "pages_per_request"_a, "dtype"_a, nb::kw_only(), "schedule"_a = nb::none(), "splits"_a = nb::none(),
+      "tensor_cores"_a = nb::none(), "mma_stages"_a = nb::none(), "bulk"_a = false,
+      "The CUDA launch plan for this shape as a dict (schedule: the kernel's name; mma: the tensor-core "
+      "walk or prefill; rows, blocks, splits, shared_bytes, key_tile, mma_stages, bulk, swizzled_rows, "
+      "scratch_words, out_begin_words), computed on any machine. With no pins it is the op's plan; schedule, "
+      "splits, tensor_cores and mma_stages fix those choices, bulk asks for bulk copies where the tensor-core "
+      "decode walk runs. A pin out of range or at odds with the shape raises ValueError.");
+
+  module.def(
+      "gpu_plan_constants",
+      [] {
+        nb::dict result;
+        for (const auto& [name, value] : pagecheck::gpu_plan_constants()) {
+          result[name] = value;
+        }
+        return result;
+      },
+      "The planner's constants the Python tools use (threads_per_block, min_split_positions, max_splits, "
+      "decode_mma_stages, ...), by name.");
+
+  module.def(
+      "gpu_takes_tensor_cores",
+      [](int head_dim, const std::string& dtype) {
+        return pagecheck::gpu_takes_tensor_cores(storage_dtype_named(dtype), head_dim);
+      },
+      "head_dim"_a, "dtype"_a,
+      "Whether the tensor-core kernels take this head dim and dtype.");
+
+  module.def(
+      "gpu_decode_shared_bytes",
+      [](int head_dim, int rows, const std::string& dtype, bool tensor_cores, int mma_stages, bool swizzled_rows) {
+        const mlx::core::Dtype storage = storage_dtype_named(dtype);
+        if (head_dim < 1 || rows < 1 || mma_stages < 1) {
+          throw std::invalid_argument("gpu_decode_shared_bytes: head_dim, rows and mma_stages must be positive");
+        }
+        return pagecheck::gpu_decode_shared_bytes(storage, head_dim, rows, tensor_cores, mma_stages, swizzled_rows);
+      },
+      "head_dim"_a, "rows"_a, "dtype"_a, nb::kw_only(), "tensor_cores"_a, "mma_stages"_a, "swizzled_rows"_a,
+      "Dynamic shared memory of a decode walk in bytes: its staging ring or its merge region, whichever is larger.");
+
+  module.def(
+      "gpu_walk_registers",
+      [](bool tensor_cores, int rows) {
+        if (rows < 1) {
+          throw std::invalid_argument("gpu_walk_registers: rows must be positive");
+        }
+        return pagecheck::gpu_walk_registers(tensor_cores, rows);
+      },
+      "tensor_cores"_a, "rows"_a,
+      "Registers per thread of a decode walk at most, as the split rule counts resident blocks.");
 }

@@ -4,8 +4,8 @@ Shapes: decode for B in {1, 16, 64} x context {128, 1024, 4096, 16384} and one
 prefill (L=512 over a 4096 context); H_q 32, H_kv 8, D 128, bfloat16, pages
 of 128 (the Qwen3-4B decode heads). Variants:
 
-- paged:            the direct paged kernels through pagecheck.gpu_kernels
-                    (automatic schedule)
+- paged:            the direct paged kernels through pagecheck.gpu.kernels
+                    (the automatic plan)
 - paged[one pass]:  the one-pass decode kernel forced, where the automatic
                     schedule splits the context
 - paged[cuda cores]: the CUDA-core decode walk forced (the automatic choice
@@ -14,9 +14,10 @@ of 128 (the Qwen3-4B decode heads). Variants:
                     its eval_gpu)
 - paged[stages N]:  the tensor-core decode walk with an N-stage copy ring
                     (only with --mma-stages; the op's choice is
-                    gpu_kernels.DECODE_MMA_STAGES)
+                    ext.gpu_plan_constants()["decode_mma_stages"])
 - paged[splits N]:  the decode with its context split N ways (only with
-                    --splits; the op chooses by gpu_kernels.choose_splits)
+                    --splits; the op's split rule is the planner's,
+                    ext/src/common/gpu_plan.cpp)
 - paged[bulk copies, stages N]: the tensor-core walk with its ring filled by
                     bulk (TMA) row copies instead of cp.async (only with
                     --bulk; sm_90+; measured no faster, so not the op's choice)
@@ -63,6 +64,7 @@ from typing import Any, Callable
 
 import mlx.core as mx
 
+from pagecheck import ext
 from pagecheck.impl.page_gather import gather_pages_dense
 from pagecheck.gpu import clock as gpu_clock
 from pagecheck.gpu import kernels as gpu_kernels
@@ -373,30 +375,32 @@ def bench_shape(kind: str, batch: int, queries: int, context: int, copy_bw: floa
     flops = attention_flops(batch, queries, context, mask == "causal")
     scale = HEAD_DIM**-0.5
 
-    def paged(schedule: str | None = None, mma: bool | None = None, stages: int = gpu_kernels.DECODE_MMA_STAGES,
+    def paged(schedule: str | None = None, tensor_cores: bool | None = None, stages: int | None = None,
               splits: int | None = None, bulk: bool = False) -> Callable[[InputSet, mx.array], mx.array]:
         return lambda s, q: gpu_kernels.paged_attention(
             q, s.key_pages, s.value_pages, s.block_table, s.context_lens, PAGE_SIZE,
-            scale=scale, mask=mask, schedule=schedule, mma=mma, mma_stages=stages, num_splits=splits,
-            mma_bulk=bulk,
+            scale=scale, mask=mask, schedule=schedule, tensor_cores=tensor_cores, mma_stages=stages, splits=splits,
+            bulk=bulk,
         )
 
     def sdpa(q: mx.array, k: mx.array, v: mx.array) -> mx.array:
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
 
     variants: list[tuple[str, Callable[[InputSet, mx.array], mx.array]]] = [("paged", paged())]
-    plan = gpu_kernels.plan_launch((batch, NUM_Q_HEADS, queries, HEAD_DIM), mx.bfloat16, NUM_KV_HEADS,
+    plan = gpu_kernels.launch_plan((batch, NUM_Q_HEADS, queries, HEAD_DIM), mx.bfloat16, NUM_KV_HEADS,
                                    PAGE_SIZE, context // PAGE_SIZE)
+    constants = ext.gpu_plan_constants()
     if kind == "decode":
-        if plan.schedule == "split":
-            variants.append(("paged[one pass]", paged("decode")))
-        variants.append(("paged[cuda cores]", paged(mma=False)))
+        if plan["schedule"] == "paged_decode_split":
+            variants.append(("paged[one pass]", paged("paged_decode")))
+        variants.append(("paged[cuda cores]", paged(tensor_cores=False)))
         variants += [(f"paged[stages {n}]", paged(stages=n)) for n in mma_stages]
         if bulk:
             variants += [(f"paged[bulk copies, stages {n}]", paged(stages=n, bulk=True))
-                         for n in sorted({gpu_kernels.DECODE_MMA_STAGES, *mma_stages})]
-        variants += [(f"paged[splits {n}]", paged(schedule="decode" if n == 1 else "split", splits=n))
-                     for n in splits if n <= max(1, context // gpu_kernels.MIN_SPLIT_POSITIONS)]
+                         for n in sorted({constants["decode_mma_stages"], *mma_stages})]
+        variants += [(f"paged[splits {n}]", paged(schedule="paged_decode" if n == 1 else "paged_decode_split",
+                                                   splits=n))
+                     for n in splits if n <= max(1, context // constants["min_split_positions"])]
     if extension_paged_attention is not None:
         variants.append(("paged[ext op]", lambda s, q: extension_paged_attention(
             q, s.key_pages, s.value_pages, s.block_table, s.context_lens, PAGE_SIZE, scale, mask == "causal")))
@@ -519,7 +523,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the goal shapes only")
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--no-ext", action="store_true", help="leave out the C++ extension's op")
-    parser.add_argument("--mma-stages", type=int_list("mma-stages", least=2), default=(), metavar="N,N",
+    parser.add_argument("--mma-stages", type=int_list("mma-stages", least=ext.gpu_plan_constants()["min_mma_stages"]),
+                        default=(), metavar="N,N",
                         help="extra decode rows with these copy-ring depths of the tensor-core walk, e.g. 3,4")
     parser.add_argument("--splits", type=int_list("splits"), default=(), metavar="N,N",
                         help="extra decode rows with the context split these many ways, e.g. 1,2,4")

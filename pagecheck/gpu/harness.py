@@ -29,14 +29,19 @@ import numpy as np
 from pagecheck.reference.layouts import DTYPES, PagedLayout, random_layout
 from pagecheck.reference.tolerance import compare
 
-# (schedule, forced split count, forced decode walk: True tensor cores, False
-# CUDA cores); None means the automatic choice. Runs that force the tensor-core
-# walk are skipped where it does not apply (float32, odd head dims).
+# (pinned schedule, split count, decode walk: True tensor cores, False CUDA
+# cores), the pins of pagecheck.gpu.kernels.launch_plan; None leaves the choice
+# to the plan. Runs that need the tensor-core kernels are skipped where those
+# do not take the case (float32, odd head dims).
 Run = tuple[str | None, int | None, bool | None]
+DECODE = "paged_decode"
+SPLIT = "paged_decode_split"
+PREFILL = "paged_prefill"
+PREFILL_MMA = "paged_prefill_mma"
 DECODE_RUNS: tuple[Run, ...] = (
-    ("decode", None, False), ("split", 3, False), ("decode", None, True), ("split", 16, True), (None, None, None),
+    (DECODE, None, False), (SPLIT, 3, False), (DECODE, None, True), (SPLIT, 16, True), (None, None, None),
 )
-PREFILL_RUNS: tuple[Run, ...] = (("prefill", None, None), (None, None, None), ("prefill_mma", None, None))
+PREFILL_RUNS: tuple[Run, ...] = ((PREFILL, None, None), (None, None, None), (PREFILL_MMA, None, None))
 
 
 @dataclass(frozen=True)
@@ -92,9 +97,9 @@ def decode_cases() -> list[Case]:
     out.append(Case("decode float32 large logits", "float32", (64, 700), 16, 1, 4, 128, None,
                     DECODE_RUNS, logit_scale=8.0))
     out.append(Case("decode bfloat16 ctx=32768", "bfloat16", (32768, 20001), 128, 1, 4, 128, None,
-                    ((None, None, None), ("decode", None, None), ("split", 64, False))))
+                    ((None, None, None), (DECODE, None, None), (SPLIT, 64, False))))
     out.append(Case("decode float16 ctx=32768 causal L=3", "float16", (32768,), 16, 3, 8, 128, "causal",
-                    ((None, None, None), ("split", 7, False))))
+                    ((None, None, None), (SPLIT, 7, False))))
     return out
 
 
@@ -118,7 +123,7 @@ def prefill_cases() -> list[Case]:
     out.append(Case("prefill bfloat16 long L=64 ctx=32768", "bfloat16", (32768,), 128, 64, 4, 128, "causal",
                     ((None, None, None),)))
     out.append(Case("decode schedules with L=12", "bfloat16", (12, 200), 16, 12, 2, 128, "causal",
-                    (("decode", None, False), ("split", 5, False), ("decode", None, True), ("split", 5, True))))
+                    ((DECODE, None, False), (SPLIT, 5, False), (DECODE, None, True), (SPLIT, 5, True))))
     return out
 
 
@@ -138,26 +143,27 @@ def run_layout(label: str, layout: PagedLayout, want: np.ndarray, runs: tuple[Ru
                kwargs: dict[str, Any] | None = None, bulk: bool = False) -> list[Outcome]:
     import mlx.core as mx
 
+    from pagecheck import ext
     from pagecheck.gpu import kernels as gpu_kernels
 
     args = kwargs if kwargs is not None else layout.as_mx()
     head_dim = layout.query.shape[3]
     outcomes = []
     for schedule, splits, mma in runs:
-        needs_mma = mma or schedule == "prefill_mma"
-        if needs_mma and not gpu_kernels.takes_mma(args["query"].dtype, head_dim):
+        needs_mma = mma or schedule == PREFILL_MMA
+        if needs_mma and not ext.gpu_takes_tensor_cores(head_dim, layout.dtype):
             continue
         start = time.perf_counter()
-        got = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, num_splits=splits, mma=mma,
-                                          mma_bulk=bulk, poison_output=True)
+        got = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, splits=splits, tensor_cores=mma,
+                                          bulk=bulk, poison_output=True)
         mx.eval(got)
         seconds = time.perf_counter() - start
         result = compare(got, want, layout.dtype)
         extra: dict[str, Any] = {}
         passed = result.passed
-        if schedule == "split":
-            again = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, num_splits=splits, mma=mma,
-                                                mma_bulk=bulk)
+        if schedule == SPLIT:
+            again = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, splits=splits, tensor_cores=mma,
+                                                bulk=bulk)
             same = bool(mx.array_equal(got, again, equal_nan=True).item())
             extra["repeatable"] = same
             passed = passed and same
@@ -188,8 +194,8 @@ def big_pool_outcomes(rng: np.random.Generator, filler: int = (1 << 20) - 4, bul
     kwargs.update(key_pages=pools[0], value_pages=pools[1], block_table=mx.array(table))
     label = f"float16 page ids from {filler}, {num_pages * 2 * 8 * 128} elements per pool"
     runs: tuple[Run, ...] = (
-        ("decode", None, False), ("split", 4, False), ("decode", None, True), ("split", 4, True),
-        ("prefill_mma", None, None), ("prefill", None, None),
+        (DECODE, None, False), (SPLIT, 4, False), (DECODE, None, True), (SPLIT, 4, True),
+        (PREFILL_MMA, None, None), (PREFILL, None, None),
     )
     return run_layout(label, small, small.reference_output(), runs, None, kwargs, bulk)
 

@@ -75,7 +75,7 @@ def variants() -> dict[str, Call]:
 
     def paged(s: bench_gpu.InputSet, q: mx.array, table: mx.array, bulk: bool = False) -> mx.array:
         return gpu_kernels.paged_attention(q, s.key_pages, s.value_pages, table, s.context_lens,
-                                           bench_gpu.PAGE_SIZE, scale=scale, mma_bulk=bulk)
+                                           bench_gpu.PAGE_SIZE, scale=scale, bulk=bulk)
 
     tables: dict[int, mx.array] = {}
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from pagecheck import ext
 from pagecheck.gpu import bench as bench_gpu
 
 from pagecheck.gpu import kernels as gpu_kernels
@@ -39,6 +40,8 @@ MODES = {"cp.async ring": 0, "bulk-copy ring": 1, "registers": 2, "block cp.asyn
          "block bulk ring": 4, "cp.async ring, padded rows": 5}
 PADDED_MODES = (1, 4, 5)  # rows padded by 8 elements instead of swizzled (paged_mma.cuh, SharedRows)
 WARPS = 4
+# The planner's constants: the tensor-core walk's rows per block and its least ring depth.
+PLAN_CONSTANTS = ext.gpu_plan_constants()
 
 
 @cache
@@ -52,8 +55,9 @@ def probe_kernel(shared_bytes: int) -> Any:
 
 def stream(s: bench_gpu.InputSet, table: mx.array, lens: mx.array, mode: int, stages: int) -> mx.array:
     # The ring of the tensor-core walk at this depth (its merge region is smaller).
-    shared = 0 if mode == 2 else gpu_kernels.decode_shared_bytes(2, bench_gpu.HEAD_DIM, 16, True, stages,
-                                                                  swizzled_rows=mode not in PADDED_MODES)
+    shared = 0 if mode == 2 else ext.gpu_decode_shared_bytes(
+        bench_gpu.HEAD_DIM, PLAN_CONSTANTS["decode_mma_rows"], "bfloat16", tensor_cores=True, mma_stages=stages,
+        swizzled_rows=mode not in PADDED_MODES)
     blocks = table.shape[0] * bench_gpu.NUM_KV_HEADS
     (out,) = probe_kernel(shared)(
         inputs=[s.key_pages, s.value_pages, table, lens],
@@ -83,7 +87,8 @@ def probe_us(sets: list[bench_gpu.InputSet], ordered: bool, mode: int, stages: i
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", type=parse_shapes, default=parse_shapes("64x4096,16x16384"), metavar="BxCTX,...")
-    parser.add_argument("--stages", type=int_list("stages", least=2), default=(2, 3, 4), metavar="N,N",
+    parser.add_argument("--stages", type=int_list("stages", least=PLAN_CONSTANTS["min_mma_stages"]),
+                        default=(2, 3, 4), metavar="N,N",
                         help="ring depths of the two ring modes (default 2,3,4)")
     parser.add_argument("--calls", type=int, default=50, help="chained calls per measurement (default 50)")
     parser.add_argument("--json", default=None)
@@ -101,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode_name, mode in MODES.items():
             for stages in ((0,) if mode == 2 else args.stages):
                 for ordered in (False, True):
-                    us = probe_us(sets, ordered, mode, max(stages, 2), args.calls)
+                    us = probe_us(sets, ordered, mode, max(stages, PLAN_CONSTANTS["min_mma_stages"]), args.calls)
                     row = {"batch": batch, "context": context, "mode": mode_name, "stages": stages,
                            "pages": "in order" if ordered else "shuffled", "us": us, "tb_per_s": kv_bytes / us / 1e6}
                     rows.append(row)

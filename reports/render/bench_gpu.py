@@ -75,8 +75,9 @@ def render_bench_gpu(document: dict[str, Any]) -> str:
         "## Every row",
         "",
         "Variants: `paged[ext op]` is `ext.paged_attention` (the product); `paged...` rows drive the same "
-        "kernels from Python (`pagecheck.gpu_kernels`) with a pinned schedule; `gather+mlx_sdpa` gathers "
-        "the pages and calls MLX SDPA; `mlx_sdpa` and `torch_cudnn` run on dense K/V gathered beforehand.",
+        "kernels from Python (`pagecheck.gpu.kernels`) with the planner's plan, pinned or not; "
+        "`gather+mlx_sdpa` gathers the pages and calls MLX SDPA; `mlx_sdpa` and `torch_cudnn` run on dense K/V "
+        "gathered beforehand.",
         "",
         table(
             ("kind", "B", "L", "context", "variant", "kernel us", "clock", "chained us", "per call us", "TB/s",

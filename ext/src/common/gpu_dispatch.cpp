@@ -178,8 +178,9 @@ void eval_attention_gpu(
       {"CAUSAL", shape.causal},
       {"MMA", plan.tensor_cores},
       {"MMA_STAGES", plan.mma_stages},
-      // The op keeps the cp.async ring: bulk copies measured no faster (ext/kernels/NOTES.md).
-      {"MMA_BULK", false},
+      // False for the op, which pins nothing: bulk copies measured no faster
+      // than the cp.async ring (ext/kernels/NOTES.md).
+      {"MMA_BULK", plan.bulk},
       {"MMA_SWIZZLE", plan.swizzled_rows},
       {"TABLE", table_kind},
       {"SCALE_BITS", float_bits(shape.scale)}};

@@ -28,18 +28,23 @@ namespace {
 // 16384 in 16 (51.3 us) rather than 8 (56.8), which bounds the part per split.
 constexpr int kSmCount = 132;
 constexpr int kMinSplitPositions = 256;
-constexpr int kMaxSplits = 64;
+constexpr int kMaxSplits = MAX_MERGED_SPLITS;
 constexpr int kBlockCostPositions = 128;
 constexpr int kMergeCostPositions = 256;
 constexpr int kMergeCostPerSplitPositions = 32;
 constexpr double kLoneBlockSlowdown = 1.2;
 constexpr int kSmSharedBytes = 228 * 1024;
+// Shared memory the runtime keeps per resident block; a block may use the rest.
+constexpr int kBlockReservedSharedBytes = 1024;
+constexpr int kBlockMaxSharedBytes = kSmSharedBytes - kBlockReservedSharedBytes;
 constexpr int kSmRegisters = 65536;
 
 constexpr int kDecodeMaxRows = 8;
 constexpr int kDecodeMmaRows = 16;
 constexpr int kDecodeStages = 3;
 constexpr int kDecodeMmaStages = 3;
+// A ring of fewer stages cannot copy one tile while the warps compute on another.
+constexpr int kMinMmaStages = 2;
 constexpr int kDecodeStepsPerTile = 4;
 constexpr int kDecodeWarps = 4;
 constexpr int kPrefillMmaRowTile = 64;
@@ -65,22 +70,18 @@ int next_pow2(int x) {
   return p;
 }
 
-bool takes_mma(mx::Dtype dtype, int head_dim) {
-  return (dtype == mx::bfloat16 || dtype == mx::float16) && head_dim % 16 == 0 && head_dim <= kGpuMmaMaxHeadDim;
-}
-
 // SharedRows<HEAD_DIM, SWIZZLE>::STRIDE of paged_mma.cuh: a tensor-core
 // ring's K/V rows, unpadded and swizzled at multiples of 64 elements, else
-// padded. (The op never fills a ring by bulk copies, which need padding.)
+// padded (always where bulk copies fill the ring).
 int mma_row_stride(int head_dim, bool swizzle) {
   return swizzle && head_dim % 64 == 0 ? head_dim : head_dim + 8;
 }
 
 // DecodeWalker<...>::Layout::SHARED_BYTES of paged_decode_walk.cuh and
 // paged_decode_mma_walk.cuh: the staging ring or the merge region.
-int decode_shared_bytes(int itemsize, int head_dim, int rows, bool tensor_cores, bool swizzled_rows) {
+int decode_shared_bytes(int itemsize, int head_dim, int rows, bool tensor_cores, int mma_stages, bool swizzled_rows) {
   if (tensor_cores) {
-    const int ring = kDecodeWarps * kDecodeMmaStages * 2 * 16 * mma_row_stride(head_dim, swizzled_rows) * itemsize;
+    const int ring = kDecodeWarps * mma_stages * 2 * 16 * mma_row_stride(head_dim, swizzled_rows) * itemsize;
     return std::max(ring, kDecodeWarps * rows * (head_dim + 2) * 4);
   }
   const int vec = 16 / itemsize;
@@ -93,20 +94,9 @@ int decode_shared_bytes(int itemsize, int head_dim, int rows, bool tensor_cores,
   return std::max(ring, merge);
 }
 
-// Registers per thread of the decode walks at most, as ptxas reports them
-// (python -m pagecheck.gpu_nvcc_check, which a test holds to these figures):
-// the tensor-core walk's 222-225, rounded up to the allocation unit of 8
-// (NVRTC on the H200 gave 217).
-int walk_registers(bool tensor_cores, int rows) {
-  if (tensor_cores) {
-    return 232;
-  }
-  return rows <= 4 ? 128 : 255;
-}
-
 // Decode blocks one multiprocessor holds at once.
 int resident_blocks(int shared_bytes, int registers) {
-  const int by_shared = kSmSharedBytes / (shared_bytes + 1024);
+  const int by_shared = kSmSharedBytes / (shared_bytes + kBlockReservedSharedBytes);
   const int by_registers = kSmRegisters / (registers * kGpuThreadsPerBlock);
   return std::max(1, std::min(by_shared, by_registers));
 }
@@ -119,8 +109,7 @@ int resident_blocks(int shared_bytes, int registers) {
 // kLoneBlockSlowdown times more. Splitting adds the merge. The count
 // minimising that total fills an under-occupied GPU, and doubles a grid of one
 // block per multiprocessor only when its context is long enough to repay the
-// merge. (gpu_kernels.choose_splits mirrors this expression for expression,
-// so both round alike.)
+// merge.
 int choose_splits(int64_t blocks, int64_t capacity, int resident) {
   const int most = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, capacity / kMinSplitPositions)));
   int best = 1;
@@ -142,7 +131,148 @@ int choose_splits(int64_t blocks, int64_t capacity, int resident) {
   return best;
 }
 
+bool runs_decode_walk(GpuSchedule schedule) {
+  switch (schedule) {
+    case GpuSchedule::kDecode:
+    case GpuSchedule::kSplitDecode:
+      return true;
+    case GpuSchedule::kPrefill:
+    case GpuSchedule::kPrefillMma:
+      return false;
+    default:
+      throw std::logic_error("pagecheck: unknown GPU schedule");
+  }
+}
+
+[[noreturn]] void throw_without_tensor_cores(const std::string& pin, mx::Dtype dtype, int head_dim, bool available) {
+  ErrorText message;
+  message << "pagecheck: " << pin << " needs the tensor-core kernels, which take bfloat16 or float16 and a head dim "
+          << "that is a multiple of 16 up to " << kGpuMmaMaxHeadDim;
+  if (available) {
+    message << "; got " << dtype << " and D = " << head_dim;
+  } else {
+    message << ", and this build has none";
+  }
+  throw std::invalid_argument(message.str());
+}
+
+void check_pin_ranges(const GpuPlanPins& pins) {
+  if (pins.splits && (*pins.splits < 1 || *pins.splits > kMaxSplits)) {
+    ErrorText message;
+    message << "pagecheck: splits = " << *pins.splits << " must be in 1.." << kMaxSplits
+            << " (the split decode's merge holds that many)";
+    throw std::invalid_argument(message.str());
+  }
+  if (pins.mma_stages && *pins.mma_stages < kMinMmaStages) {
+    ErrorText message;
+    message << "pagecheck: mma_stages = " << *pins.mma_stages << " must be at least " << kMinMmaStages;
+    throw std::invalid_argument(message.str());
+  }
+}
+
+// The kernel family: the decode walk's, or the prefill kernel's, tensor cores
+// or not. A pinned prefill schedule names it; otherwise the tensor_cores pin,
+// or tensor cores wherever they take the call.
+bool plan_tensor_cores(const GpuPlanPins& pins, mx::Dtype dtype, int head_dim, bool tensor_cores_available) {
+  const bool takes = tensor_cores_available && gpu_takes_tensor_cores(dtype, head_dim);
+  if (pins.schedule && !runs_decode_walk(*pins.schedule)) {
+    const bool mma = *pins.schedule == GpuSchedule::kPrefillMma;
+    if (pins.tensor_cores && *pins.tensor_cores != mma) {
+      ErrorText message;
+      message << "pagecheck: tensor_cores = " << (*pins.tensor_cores ? "true" : "false")
+              << " contradicts schedule = " << gpu_schedule_name(*pins.schedule);
+      throw std::invalid_argument(message.str());
+    }
+    if (mma && !takes) {
+      throw_without_tensor_cores("schedule = paged_prefill_mma", dtype, head_dim, tensor_cores_available);
+    }
+    return mma;
+  }
+  if (pins.tensor_cores.value_or(false) && !takes) {
+    throw_without_tensor_cores("tensor_cores = true", dtype, head_dim, tensor_cores_available);
+  }
+  return pins.tensor_cores.value_or(takes);
+}
+
+// Pins that only the decode walk has, on a plan that runs a prefill.
+void check_prefill_pins(const GpuPlanPins& pins, GpuSchedule schedule) {
+  const char* field = pins.splits ? "splits" : pins.mma_stages ? "mma_stages" : nullptr;
+  if (field != nullptr) {
+    ErrorText message;
+    message << "pagecheck: " << field << " = " << (pins.splits ? *pins.splits : *pins.mma_stages)
+            << " pins the decode walk, and this plan runs " << gpu_schedule_name(schedule);
+    throw std::invalid_argument(message.str());
+  }
+}
+
+// Decode pins against each other: the split count against a pinned one-pass
+// schedule, the ring depth against a walk on CUDA cores.
+void check_decode_pins(const GpuPlanPins& pins, bool tensor_cores) {
+  if (pins.splits && *pins.splits > 1 && pins.schedule == GpuSchedule::kDecode) {
+    ErrorText message;
+    message << "pagecheck: splits = " << *pins.splits << " needs schedule = "
+            << gpu_schedule_name(GpuSchedule::kSplitDecode) << "; " << gpu_schedule_name(GpuSchedule::kDecode)
+            << " walks each context in one pass";
+    throw std::invalid_argument(message.str());
+  }
+  if (pins.mma_stages && !tensor_cores) {
+    ErrorText message;
+    message << "pagecheck: mma_stages = " << *pins.mma_stages
+            << " sizes the tensor-core walk's ring, and this plan walks on CUDA cores";
+    throw std::invalid_argument(message.str());
+  }
+}
+
 } // namespace
+
+bool gpu_takes_tensor_cores(mx::Dtype dtype, int head_dim) {
+  return (dtype == mx::bfloat16 || dtype == mx::float16) && head_dim % 16 == 0 && head_dim <= kGpuMmaMaxHeadDim;
+}
+
+int gpu_decode_shared_bytes(mx::Dtype dtype, int head_dim, int rows, bool tensor_cores, int mma_stages,
+                            bool swizzled_rows) {
+  return decode_shared_bytes(static_cast<int>(mx::size_of(dtype)), head_dim, rows, tensor_cores, mma_stages,
+                             swizzled_rows);
+}
+
+// As ptxas reports them (python -m pagecheck.gpu.nvcc_check, which a test
+// holds to these figures): the tensor-core walk's 222-225, rounded up to the
+// allocation unit of 8 (NVRTC on the H200 gave 217).
+int gpu_walk_registers(bool tensor_cores, int rows) {
+  if (tensor_cores) {
+    return 232;
+  }
+  return rows <= 4 ? 128 : 255;
+}
+
+std::vector<std::pair<const char*, int>> gpu_plan_constants() {
+  return {
+      {"threads_per_block", kGpuThreadsPerBlock},
+      {"decode_max_query_len", kDecodeMaxQueryLen},
+      {"max_head_dim", kMaxHeadDim},
+      {"mma_max_head_dim", kGpuMmaMaxHeadDim},
+      {"min_split_positions", kMinSplitPositions},
+      {"max_splits", kMaxSplits},
+      {"decode_mma_rows", kDecodeMmaRows},
+      {"decode_mma_stages", kDecodeMmaStages},
+      {"min_mma_stages", kMinMmaStages},
+  };
+}
+
+GpuSchedule gpu_schedule_named(const std::string& name) {
+  constexpr GpuSchedule kSchedules[] = {
+      GpuSchedule::kDecode, GpuSchedule::kSplitDecode, GpuSchedule::kPrefill, GpuSchedule::kPrefillMma};
+  ErrorText names;
+  for (const GpuSchedule schedule : kSchedules) {
+    if (name == gpu_schedule_name(schedule)) {
+      return schedule;
+    }
+    names << (schedule == kSchedules[0] ? "" : ", ") << gpu_schedule_name(schedule);
+  }
+  ErrorText message;
+  message << "pagecheck: schedule = " << name << " is not one of " << names.str();
+  throw std::invalid_argument(message.str());
+}
 
 void check_gpu_shape(const AttentionShape& shape) {
   if (shape.head_dim > kMaxHeadDim) {
@@ -153,40 +283,63 @@ void check_gpu_shape(const AttentionShape& shape) {
   }
 }
 
-GpuPlan plan_gpu_call(const AttentionShape& shape, mx::Dtype dtype, bool tensor_cores_available) {
+GpuPlan plan_gpu_call(
+    const AttentionShape& shape,
+    mx::Dtype dtype,
+    bool tensor_cores_available,
+    const GpuPlanPins& pins) {
+  check_pin_ranges(pins);
   GpuPlan plan;
   const int group_rows = shape.group_size() * shape.query_len;
-  const bool mma = tensor_cores_available && takes_mma(dtype, shape.head_dim);
+  const bool mma = plan_tensor_cores(pins, dtype, shape.head_dim, tensor_cores_available);
   const int itemsize = static_cast<int>(mx::size_of(dtype));
-  if (shape.query_len <= kDecodeMaxQueryLen) {
+  const bool decode = pins.schedule ? runs_decode_walk(*pins.schedule) : shape.query_len <= kDecodeMaxQueryLen;
+  if (decode) {
+    check_decode_pins(pins, mma);
     plan.tensor_cores = mma;
-    plan.mma_stages = kDecodeMmaStages;
+    plan.mma_stages = pins.mma_stages.value_or(kDecodeMmaStages);
+    plan.bulk = pins.bulk && mma;
     plan.rows = mma ? kDecodeMmaRows : std::min(next_pow2(group_rows), kDecodeMaxRows);
     plan.blocks = static_cast<int64_t>(shape.batch) * shape.num_kv_heads * ceil_div(group_rows, plan.rows);
-    // Residency by the padded ring, which is never smaller (both layouts hold
-    // two tensor-core blocks per multiprocessor at the benchmark's shapes).
-    const int resident = resident_blocks(decode_shared_bytes(itemsize, shape.head_dim, plan.rows, mma, false),
-                                         walk_registers(mma, plan.rows));
-    plan.splits = choose_splits(plan.blocks, static_cast<int64_t>(shape.pages_per_request) * shape.page_size,
-                                resident);
-    plan.swizzled_rows = mma && plan.blocks * plan.splits > kSmCount;
-    plan.shared_bytes = decode_shared_bytes(itemsize, shape.head_dim, plan.rows, mma, plan.swizzled_rows);
-    plan.schedule = plan.splits > 1 ? GpuSchedule::kSplitDecode : GpuSchedule::kDecode;
-    if (plan.splits > 1) {
+    if (pins.splits) {
+      plan.splits = *pins.splits;
+    } else if (pins.schedule == GpuSchedule::kDecode) {
+      plan.splits = 1;
+    } else {
+      // Residency by the padded ring, which is never smaller (both layouts
+      // hold two tensor-core blocks per multiprocessor at the benchmark's
+      // shapes).
+      const int resident =
+          resident_blocks(decode_shared_bytes(itemsize, shape.head_dim, plan.rows, mma, plan.mma_stages, false),
+                          gpu_walk_registers(mma, plan.rows));
+      plan.splits = choose_splits(plan.blocks, static_cast<int64_t>(shape.pages_per_request) * shape.page_size,
+                                  resident);
+    }
+    plan.swizzled_rows = mma && !plan.bulk && plan.blocks * plan.splits > kSmCount;
+    plan.shared_bytes =
+        decode_shared_bytes(itemsize, shape.head_dim, plan.rows, mma, plan.mma_stages, plan.swizzled_rows);
+    if (pins.mma_stages && plan.shared_bytes > kBlockMaxSharedBytes) {
+      ErrorText message;
+      message << "pagecheck: mma_stages = " << *pins.mma_stages << " needs " << plan.shared_bytes
+              << " bytes of shared memory per block, above the " << kBlockMaxSharedBytes << " a block may use";
+      throw std::invalid_argument(message.str());
+    }
+    plan.schedule = pins.schedule.value_or(plan.splits > 1 ? GpuSchedule::kSplitDecode : GpuSchedule::kDecode);
+    if (plan.schedule == GpuSchedule::kSplitDecode) {
       const int64_t rows = static_cast<int64_t>(shape.batch) * shape.num_q_heads * shape.query_len;
       const SplitScratch scratch = split_scratch(rows, plan.splits, shape.head_dim, plan.blocks, itemsize);
       plan.scratch_words = scratch.total_words;
       plan.out_begin_words = scratch.out_begin;
     }
   } else {
+    plan.schedule = mma ? GpuSchedule::kPrefillMma : GpuSchedule::kPrefill;
+    check_prefill_pins(pins, plan.schedule);
     const int row_tile = mma ? kPrefillMmaRowTile : kPrefillRowTile;
     plan.blocks = static_cast<int64_t>(shape.batch) * shape.num_kv_heads * ceil_div(group_rows, row_tile);
     if (mma) {
-      plan.schedule = GpuSchedule::kPrefillMma;
       plan.key_tile = shape.page_size >= 64 ? 64 : shape.page_size >= 32 ? 32 : 16;
       plan.shared_bytes = 4 * plan.key_tile * mma_row_stride(shape.head_dim, false) * itemsize;
     } else {
-      plan.schedule = GpuSchedule::kPrefill;
       const int stride = shape.head_dim % 2 == 0 ? shape.head_dim + 1 : shape.head_dim;
       plan.shared_bytes = 4 * (96 * stride + 32 * shape.head_dim + 64 * 33);
     }
@@ -207,8 +360,9 @@ const char* gpu_schedule_name(GpuSchedule schedule) {
       return "paged_prefill";
     case GpuSchedule::kPrefillMma:
       return "paged_prefill_mma";
+    default:
+      throw std::logic_error("pagecheck: unknown GPU schedule");
   }
-  throw std::logic_error("pagecheck: unknown GPU schedule");
 }
 
 std::vector<mx::Shape> gpu_output_shapes(const AttentionShape& shape, const GpuPlan& plan) {

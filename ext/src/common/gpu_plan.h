@@ -4,11 +4,17 @@
 // graph-construction time which outputs the call has (the split-decode
 // scratch is an output of the primitive, which keeps it alive until the
 // kernels that read it have run). The rules and layouts are those of the
-// kernels in ext/kernels/ (see each kernel's comment) and of the Python
-// launcher pagecheck/gpu_kernels.py, which drives the same files.
+// kernels in ext/kernels/ (see each kernel's comment). This is the one
+// planner: the Python launcher pagecheck/gpu/kernels.py, which drives the
+// same files one schedule at a time, asks it through the binding
+// (pagecheck.ext.gpu_launch_plan), with pins where a sweep or a check fixes a
+// choice the automatic plan would not take.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/attention_shape.h"
@@ -26,11 +32,34 @@ constexpr int kGpuMmaMaxHeadDim = 128;
 
 enum class GpuSchedule { kDecode, kSplitDecode, kPrefill, kPrefillMma };
 
+// Choices a caller fixes instead of leaving them to the plan; the op pins
+// nothing. plan_gpu_call throws std::invalid_argument, naming the pin and its
+// value, for a pin out of range, one the shape or dtype cannot take, or one
+// that contradicts another.
+struct GpuPlanPins {
+  // Any schedule for any query length (a decode schedule for L > 8 too).
+  std::optional<GpuSchedule> schedule;
+  // Context splits, 1..MAX_MERGED_SPLITS; more than 1 only where the split
+  // decode runs. Decode schedules only.
+  std::optional<int> splits;
+  // The decode walk (true: the tensor-core walk), or the prefill kernel when
+  // the schedule is not pinned.
+  std::optional<bool> tensor_cores;
+  // Ring stages of the tensor-core decode walk, at least 2, its ring within
+  // a block's shared memory. That walk only.
+  std::optional<int> mma_stages;
+  // The tensor-core ring filled by bulk (TMA) copies, sm_90+, rows padded.
+  // A request: honoured where the tensor-core decode walk runs, dropped
+  // elsewhere (GpuPlan::bulk says which).
+  bool bulk = false;
+};
+
 struct GpuPlan {
   GpuSchedule schedule = GpuSchedule::kDecode;
   bool tensor_cores = false; // decode walk (prefill: the schedule says)
   int rows = 0; // query rows per decode block
   int mma_stages = 3; // ring stages of the tensor-core decode walk
+  bool bulk = false; // that ring filled by bulk copies instead of cp.async
   // The tensor-core ring's rows swizzled instead of padded (SharedRows in
   // paged_mma.cuh) wherever multiprocessors hold two blocks or more: there
   // the walk is bound by memory and swizzled rows, asking L2 for a third
@@ -53,9 +82,36 @@ struct GpuPlan {
 };
 
 // `tensor_cores_available`: false where no mma kernels exist (Metal).
-GpuPlan plan_gpu_call(const AttentionShape& shape, mlx::core::Dtype dtype, bool tensor_cores_available);
+GpuPlan plan_gpu_call(
+    const AttentionShape& shape,
+    mlx::core::Dtype dtype,
+    bool tensor_cores_available,
+    const GpuPlanPins& pins = {});
 
+// The kernel's stem ("paged_decode"), and back; an unknown name throws
+// std::invalid_argument that lists the names.
 const char* gpu_schedule_name(GpuSchedule schedule);
+GpuSchedule gpu_schedule_named(const std::string& name);
+
+// Whether the tensor-core kernels take this dtype and head dim.
+bool gpu_takes_tensor_cores(mlx::core::Dtype dtype, int head_dim);
+
+// Dynamic shared memory of a decode walk (DecodeWalker<...>::Layout::
+// SHARED_BYTES): its staging ring or its merge region, whichever is larger.
+int gpu_decode_shared_bytes(
+    mlx::core::Dtype dtype,
+    int head_dim,
+    int rows,
+    bool tensor_cores,
+    int mma_stages,
+    bool swizzled_rows);
+
+// Registers per thread of a decode walk at most, as the split rule counts them.
+int gpu_walk_registers(bool tensor_cores, int rows);
+
+// The planner's constants that the Python tools use, by name
+// (pagecheck.ext.gpu_plan_constants()).
+std::vector<std::pair<const char*, int>> gpu_plan_constants();
 
 // The outputs of a GPU call: the attention output, then the split-decode
 // scratch, float32 [scratch_words] (zero-sized when the plan does not split;
