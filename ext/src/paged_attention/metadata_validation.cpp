@@ -13,13 +13,13 @@ void validate_context_lens(const AttentionShape& shape, const int32_t* context_l
     const int64_t context_len = context_lens[request_idx];
     ErrorText message;
     if (context_len < 0) {
-      message << "pagecheck: context_lens[" << request_idx << "] = " << context_len << " is negative";
+      message << "pagecheck: context_lens[" << request_idx << "] = " << context_len << " must be nonnegative";
     } else if (context_len > capacity) {
-      message << "pagecheck: context_lens[" << request_idx << "] = " << context_len << " exceeds " << capacity_name
-              << " = " << capacity;
+      message << "pagecheck: context_lens[" << request_idx << "] = " << context_len << " is not covered by "
+              << capacity_name << " = " << capacity;
     } else if (context_len > 0 && context_len < shape.query_len) {
       message << "pagecheck: context_lens[" << request_idx << "] = " << context_len
-              << " is shorter than the query length L = " << shape.query_len
+              << " must be zero or at least query length L = " << shape.query_len
               << " (queries are the last L positions of the context)";
     } else {
       continue;
@@ -40,12 +40,12 @@ void validate_paged_metadata(const AttentionShape& shape, const int32_t* block_t
       ErrorText message;
       if (live && (page_id < 0 || page_id >= shape.num_pages)) {
         message << "pagecheck: block_table[" << request_idx << ", " << page_idx << "] = " << page_id
-                << " is not a page id in [0, " << shape.num_pages << ") but holds positions of context_lens["
-                << request_idx << "] = " << context_lens[request_idx];
+                << " is outside physical page storage [0, " << shape.num_pages
+                << ") but holds positions of context_lens[" << request_idx << "] = " << context_lens[request_idx];
       } else if (!live && page_id != -1) {
         message << "pagecheck: block_table[" << request_idx << ", " << page_idx << "] = " << page_id
                 << " lies past context_lens[" << request_idx << "] = " << context_lens[request_idx]
-                << " and must be -1 padding";
+                << ": padding must use the -1 sentinel";
       } else {
         continue;
       }
