@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,11 @@ import pytest
 os.environ.setdefault("MLX_ENABLE_TF32", "0")
 
 from invariants.catalog import INVARIANTS  # noqa: E402
+from invariants.course import (  # noqa: E402
+    BEYOND_COURSE_MARK, COURSE_MARK, COURSE_PROPERTY, SCOPE_PROPERTY, check_course_ids,
+)
 from invariants.profiles import DEFAULT_PROFILE, DEFAULT_SEED, PROFILES, load_profile, register_profiles  # noqa: E402
+from invariants.verdict import ADVICE_PROPERTY  # noqa: E402
 from pagecheck.results import ResultsCollector  # noqa: E402
 from pagecheck.subject import SPEC_HELP, Subject, SubjectError, load_subject  # noqa: E402
 
@@ -56,6 +61,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     # Registered here too, for runs of an installed copy that see no pyproject.toml.
     config.addinivalue_line("markers", "invariant(name): the seed invariant or contract clause a check guards")
+    config.addinivalue_line("markers", f"{COURSE_MARK}(*ids): the course tests whose behaviour a check checks")
+    config.addinivalue_line("markers", f"{BEYOND_COURSE_MARK}: a check of a behaviour no course test checks")
     register_profiles()
     load_profile(config.getoption("pagecheck_profile"))
     # Runs before Hypothesis's own pytest_configure, which reads this option.
@@ -107,6 +114,24 @@ def _invariant_of(item: pytest.Item) -> str:
     return marks[0].args[0]
 
 
+def _course_scope(item: pytest.Item) -> list[tuple[str, str]]:
+    """The check's relation to the course (invariants/course.py), as user_properties."""
+    course = list(item.iter_markers(COURSE_MARK))
+    beyond = list(item.iter_markers(BEYOND_COURSE_MARK))
+    if bool(course) == bool(beyond):
+        raise pytest.UsageError(
+            f"{item.nodeid} must carry either @pytest.mark.{COURSE_MARK}(<course test ids>) or "
+            f"@pytest.mark.{BEYOND_COURSE_MARK}, not {'both' if course else 'neither'}"
+        )
+    if beyond:
+        return [(SCOPE_PROPERTY, BEYOND_COURSE_MARK)]
+    try:
+        ids = sorted({i for mark in course for i in check_course_ids(tuple(mark.args), item.nodeid)})
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    return [(SCOPE_PROPERTY, COURSE_MARK), *((COURSE_PROPERTY, i) for i in ids)]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     wanted = set(config.getoption("pagecheck_invariant"))
     gpu_missing = config.getoption("device") == "gpu" and not _gpu_available()
@@ -120,6 +145,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             drop.append(item)
             continue
         item.user_properties.append(("invariant", invariant))
+        item.user_properties.extend(_course_scope(item))
         if gpu_missing:
             item.add_marker(pytest.mark.skip(reason="--device gpu: MLX reports no GPU on this machine"))
         keep.append(item)
@@ -157,6 +183,16 @@ def cache_type(subject: Subject) -> type:
 @pytest.fixture(scope="session")
 def batching_cache_type(subject: Subject) -> type:
     return _require(subject, "BatchingKvCache")
+
+
+@pytest.fixture
+def advise(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """Record advice on the running check (say, a message that names no field): shown in results, never failed."""
+
+    def record(text: str) -> None:
+        request.node.user_properties.append((ADVICE_PROPERTY, text))
+
+    return record
 
 
 @pytest.fixture(scope="session")

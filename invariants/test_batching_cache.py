@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from invariants.calls import attention_over_metadata, metadata_layout
+from invariants.course import DAY_4
 from invariants.verdict import expect, expect_close
 from invariants.workload import WrittenKv
 from reference.arrays import to_numpy
@@ -49,6 +50,7 @@ def _check_step(batching: object, metadata: object, live: dict[int, tuple[object
         expect(lens[slot] == want_len, INVARIANT, f"{step}: slot {slot} context {lens[slot]}, expected {want_len}")
 
 
+@pytest.mark.course(f"{DAY_4}::test_task_2_batched_paged_attention_matches_dense_attention")
 def test_batch_metadata_pads_rows_and_empties_slots(
     pool_type: type, cache_type: type, batching_cache_type: type, paged_attention: object, rng: np.random.Generator
 ) -> None:

@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from invariants.calls import attention_output
+from invariants.course import DAY_3
 from invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from invariants.verdict import expect, expect_close
 from invariants.workload import WrittenKv
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 HEAD_DIM = 32
 
 
+@pytest.mark.course(f"{DAY_3}::test_task_1_paged_cache_matches_full_cache")
 @given(page_size=st.sampled_from(SMALL_PAGE_SIZES), requests=st.integers(2, 3), seed=seeds(), data=st.data())
 def test_gather_reproduces_tokens_in_logical_order(
     pool_type: type, cache_type: type, page_size: int, requests: int, seed: int, data: st.DataObject
@@ -69,6 +71,7 @@ def _reorder_complete_pages(layout: PagedLayout, row: int, order: np.ndarray) ->
     return layout.with_block_table(table)
 
 
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("page_size", [1, 3, 8])
 def test_causal_prefill_follows_page_order(paged_attention: object, page_size: int, rng: np.random.Generator) -> None:
     # A whole-context prefill: query row l sees exactly tokens 0..l, so moving any page moves what it sees.
@@ -90,6 +93,7 @@ def test_causal_prefill_follows_page_order(paged_attention: object, page_size: i
     expect_close(INVARIANT, "causal prefill with complete pages reordered", got, reordered.reference_output(), reordered)
 
 
+@pytest.mark.beyond_course
 @given(layout=paged_layouts(complete_pages=True, kv_heads=(1, 2)), seed=seeds())
 def test_decode_over_complete_pages_ignores_their_order(paged_attention: object, layout: PagedLayout, seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -102,6 +106,7 @@ def test_decode_over_complete_pages_ignores_their_order(paged_attention: object,
     )
 
 
+@pytest.mark.beyond_course
 @given(layout=paged_layouts(num_queries=(1, 4), masks=(None, "causal")), seed=seeds())
 def test_renaming_pages_consistently_changes_nothing(paged_attention: object, layout: PagedLayout, seed: int) -> None:
     rename = np.random.default_rng(seed).permutation(layout.key_pages.shape[0])

@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from invariants.calls import attention_output, attention_over_metadata, metadata_layout
+from invariants.course import DAY_4
 from invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from invariants.verdict import expect, expect_close
 from invariants.workload import WrittenKv
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 HEAD_DIM = 32
 
 
+@pytest.mark.course(f"{DAY_4}::test_task_1_paged_attention_matches_dense_attention")
 @given(
     page_size=st.sampled_from(SMALL_PAGE_SIZES),
     num_kv_heads=st.sampled_from((1, 2)),
@@ -61,6 +63,7 @@ def test_context_lens_count_tokens_written(
         expect_close(INVARIANT, f"{step}: attention over the cache", got, written.attention(query, mask), layout)
 
 
+@pytest.mark.beyond_course
 @given(layout=paged_layouts(num_queries=(1, 3, 8), masks=(None, "causal"), max_batch=3))
 def test_attention_reads_exactly_the_context(paged_attention: object, layout: PagedLayout) -> None:
     expect_close(
@@ -74,6 +77,7 @@ def _position(layout: PagedLayout, row: int, token: int) -> tuple[int, int]:
     return int(layout.block_table[row, token // layout.page_size]), token % layout.page_size
 
 
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("page_size", [2, 5, 16])
 def test_slot_after_the_context_is_never_read(
     paged_attention: object, page_size: int, rng: np.random.Generator
@@ -90,6 +94,7 @@ def test_slot_after_the_context_is_never_read(
     )
 
 
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("page_size", [1, 4, 16])
 def test_last_token_of_the_context_is_read(paged_attention: object, page_size: int, rng: np.random.Generator) -> None:
     # The last token's value is far from every other, so dropping it moves the output a lot.

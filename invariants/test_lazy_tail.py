@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from invariants.course import DAY_3
 from invariants.strategies import SMALL_PAGE_SIZES, seeds
 from invariants.verdict import expect
 from invariants.workload import WrittenKv
@@ -35,6 +36,7 @@ def _check_pages(cache: object, tokens: int, page_size: int, step: str) -> None:
     expect(fills == want_fills, INVARIANT, f"{step}: page_lens={fills}, expected {want_fills}")
 
 
+@pytest.mark.course(f"{DAY_3}::test_task_1_paged_cache_matches_full_cache")
 @given(
     page_size=st.sampled_from(SMALL_PAGE_SIZES),
     prefill=st.integers(0, 40),
@@ -67,6 +69,7 @@ def test_decode_takes_a_page_only_when_the_tail_is_full(
         )
 
 
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("page_size", [1, 3, 16])
 def test_pool_never_issues_ahead_of_live_caches(
     pool_type: type, cache_type: type, page_size: int, rng: np.random.Generator

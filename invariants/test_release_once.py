@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from invariants.calls import pool_state, same_pool_state
+from invariants.course import DAY_3
 from invariants.strategies import chunk_plans, seeds
 from invariants.verdict import expect, expect_value_error
 from invariants.workload import WrittenKv
@@ -59,6 +60,7 @@ def _check_free_lists(pools: list[object], expected: list[set[int]], step: str) 
         )
 
 
+@pytest.mark.course(f"{DAY_3}::test_task_1_paged_pool_reuses_freed_pages")
 @given(
     page_size=st.sampled_from((1, 2, 3, 8)),
     layers=st.integers(1, 4),
@@ -108,6 +110,7 @@ def test_release_returns_every_page_of_every_layer_once(
             )
 
 
+@pytest.mark.course(f"{DAY_3}::test_task_1_paged_cache_rewind")
 @pytest.mark.parametrize("page_size", [2, 5])
 def test_rewind_then_release_returns_every_page(
     pool_type: type, cache_type: type, page_size: int, rng: np.random.Generator
