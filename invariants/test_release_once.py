@@ -111,18 +111,20 @@ def test_release_returns_every_page_of_every_layer_once(
 
 
 @pytest.mark.course(f"{DAY_3}::test_task_1_paged_cache_rewind")
+@pytest.mark.parametrize("whole_pages", [False, True], ids=["inside-a-page", "to-a-page-boundary"])
 @pytest.mark.parametrize("page_size", [2, 5])
 def test_rewind_then_release_returns_every_page(
-    pool_type: type, cache_type: type, page_size: int, rng: np.random.Generator
+    pool_type: type, cache_type: type, page_size: int, whole_pages: bool, rng: np.random.Generator
 ) -> None:
     pools = [pool_type(page_size) for _ in range(2)]
     request = Request(cache_type, pools)
     if not hasattr(request.caches[0], "rewind"):
         pytest.skip("the subject's TinyKvPagedCache has no rewind")
-    request.append(rng, 3 * page_size + 1)
+    total = 3 * page_size + 1
+    remaining = 2 * page_size if whole_pages else 2 * page_size - 1
+    request.append(rng, total)
     for cache in request.caches:
-        cache.rewind(page_size + 2)
-    remaining = 2 * page_size - 1
+        cache.rewind(total - remaining)
     for layer, cache in enumerate(request.caches):
         expect(
             cache.num_pages == -(-remaining // page_size), INVARIANT,

@@ -3,8 +3,11 @@
 Each mutant runs the invariants suite in its own process (a subject is
 imported once per process), restricted to the checks of its KILLED_BY
 invariant, stopping at the first failure; the results JSON says which
-invariant's check failed. The unmutated reference must pass the same checks,
-or a kill would prove nothing. The session summary prints the mutation score.
+invariant's check failed. A kill counts only when that check failed with its
+own verdict, an InvariantViolation of the KILLED_BY invariant: an exception
+the mutant raised itself (one of its own guards, a crash) is not the suite
+catching the bug. The unmutated reference must pass the same checks, or a
+kill would prove nothing. The session summary prints the mutation score.
 """
 
 from __future__ import annotations
@@ -80,7 +83,16 @@ def test_mutant_is_killed_by_its_invariant(
     invariant = killed_by(mutant)
     record_property("mutant", mutant.stem)
     document = run_suite(str(mutant), [invariant], tmp_path / "results.json", stop_at_first_failure=True)
-    kills = [c for c in document["checks"] if c["invariant"] == invariant and c["outcome"] == "fail"]
+    kills = own_kills(document, invariant)
     record_property("killed", bool(kills))
-    outcomes = {c["nodeid"].split("::")[-1]: c["outcome"] for c in document["checks"]}
-    assert kills, f"{mutant.stem} survived every {invariant} check: {outcomes}"
+    outcomes = {c["nodeid"].split("::")[-1]: f"{c['outcome']} {c['message'][:200]}".strip() for c in document["checks"]}
+    assert kills, f"{mutant.stem} survived every {invariant} check (or failed one with no verdict of its own): {outcomes}"
+
+
+def own_kills(document: dict[str, Any], invariant: str) -> list[dict[str, Any]]:
+    """The checks of `invariant` that failed with their own verdict, an InvariantViolation naming it."""
+    verdict = f"InvariantViolation: [{invariant}]"
+    return [
+        c for c in document["checks"]
+        if c["invariant"] == invariant and c["outcome"] == "fail" and c["message"].startswith(verdict)
+    ]
