@@ -23,9 +23,7 @@ import pytest
 os.environ.setdefault("MLX_ENABLE_TF32", "0")
 
 from invariants.catalog import INVARIANTS  # noqa: E402
-from invariants.course import (  # noqa: E402
-    BEYOND_COURSE_MARK, COURSE_MARK, COURSE_PROPERTY, SCOPE_PROPERTY, check_course_ids,
-)
+from invariants.course import BEYOND_COURSE_MARK, COURSE_MARK, course_scope  # noqa: E402
 from invariants.profiles import DEFAULT_PROFILE, DEFAULT_SEED, PROFILES, load_profile, register_profiles  # noqa: E402
 from invariants.verdict import ADVICE_PROPERTY  # noqa: E402
 from pagecheck.results import ResultsCollector  # noqa: E402
@@ -114,24 +112,6 @@ def _invariant_of(item: pytest.Item) -> str:
     return marks[0].args[0]
 
 
-def _course_scope(item: pytest.Item) -> list[tuple[str, str]]:
-    """The check's relation to the course (invariants/course.py), as user_properties."""
-    course = list(item.iter_markers(COURSE_MARK))
-    beyond = list(item.iter_markers(BEYOND_COURSE_MARK))
-    if bool(course) == bool(beyond):
-        raise pytest.UsageError(
-            f"{item.nodeid} must carry either @pytest.mark.{COURSE_MARK}(<course test ids>) or "
-            f"@pytest.mark.{BEYOND_COURSE_MARK}, not {'both' if course else 'neither'}"
-        )
-    if beyond:
-        return [(SCOPE_PROPERTY, BEYOND_COURSE_MARK)]
-    try:
-        ids = sorted({i for mark in course for i in check_course_ids(tuple(mark.args), item.nodeid)})
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from exc
-    return [(SCOPE_PROPERTY, COURSE_MARK), *((COURSE_PROPERTY, i) for i in ids)]
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     wanted = set(config.getoption("pagecheck_invariant"))
     gpu_missing = config.getoption("device") == "gpu" and not _gpu_available()
@@ -145,7 +125,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             drop.append(item)
             continue
         item.user_properties.append(("invariant", invariant))
-        item.user_properties.extend(_course_scope(item))
+        try:
+            item.user_properties.extend(course_scope(item))
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from exc
         if gpu_missing:
             item.add_marker(pytest.mark.skip(reason="--device gpu: MLX reports no GPU on this machine"))
         keep.append(item)

@@ -17,6 +17,8 @@ entry of COURSE_TESTS to be mapped by at least one check.
 
 from __future__ import annotations
 
+from typing import Any
+
 DAY_3 = "test_week_3_day_3.py"
 DAY_4 = "test_week_3_day_4.py"
 COURSE_FILES = (DAY_3, DAY_4)
@@ -87,9 +89,22 @@ OUTSIDE_THE_API: dict[str, str] = {
 }
 
 
-def check_course_ids(ids: tuple[str, ...], where: str) -> tuple[str, ...]:
-    """`ids` unchanged if every one is in COURSE_TESTS, else ValueError naming the unknown ones."""
+def course_scope(item: Any) -> list[tuple[str, str]]:
+    """A collected check's relation to the course, as user_properties; ValueError unless it has exactly one."""
+    course = list(item.iter_markers(COURSE_MARK))
+    beyond = list(item.iter_markers(BEYOND_COURSE_MARK))
+    if bool(course) == bool(beyond):
+        raise ValueError(
+            f"{item.nodeid} must carry either @pytest.mark.{COURSE_MARK}(<course test ids>) or "
+            f"@pytest.mark.{BEYOND_COURSE_MARK}, not {'both' if course else 'neither'}"
+        )
+    if beyond:
+        return [(SCOPE_PROPERTY, BEYOND_COURSE_MARK)]
+    ids = sorted({i for mark in course for i in mark.args})
     unknown = [i for i in ids if i not in COURSE_TESTS]
     if not ids or unknown:
-        raise ValueError(f"{where}: @pytest.mark.course needs ids from invariants/course.py COURSE_TESTS, got {unknown or ids}")
-    return ids
+        raise ValueError(
+            f"{item.nodeid}: @pytest.mark.{COURSE_MARK} needs ids from COURSE_TESTS in invariants/course.py, "
+            f"got {unknown or 'none'}"
+        )
+    return [(SCOPE_PROPERTY, COURSE_MARK), *((COURSE_PROPERTY, i) for i in ids)]

@@ -96,3 +96,27 @@ def own_kills(document: dict[str, Any], invariant: str) -> list[dict[str, Any]]:
         c for c in document["checks"]
         if c["invariant"] == invariant and c["outcome"] == "fail" and c["message"].startswith(verdict)
     ]
+
+
+# The reissued-live-page bug in a pool that checks liveness on every write: its own guard raises
+# ValueError inside the alias_free checks. That fails them, but it is the mutant's verdict, not the suite's.
+GUARDED_REISSUE = """
+from reference.pool import TinyKvPagedPool as _ReferencePool
+from reference.subject import BatchingKvCache, TinyKvPagedCache, paged_attention
+
+
+class TinyKvPagedPool(_ReferencePool):
+    def allocate_page(self):
+        if self._free:
+            return self._free[-1]
+        return super().allocate_page()
+"""
+
+
+def test_a_failure_without_the_invariants_own_verdict_is_no_kill(tmp_path: Path) -> None:
+    subject = tmp_path / "guarded_reissue.py"
+    subject.write_text(GUARDED_REISSUE)
+    document = run_suite(str(subject), ["alias_free"], tmp_path / "results.json", stop_at_first_failure=True)
+    failed = [c for c in document["checks"] if c["outcome"] == "fail"]
+    assert failed and all(c["message"].startswith("ValueError") for c in failed), failed
+    assert own_kills(document, "alias_free") == []
