@@ -47,7 +47,8 @@ def test_results_under_xdist_follow_the_schema_and_group_by_invariant(tmp_path: 
     by_outcome: dict[str, set[str]] = {}
     for check in document["checks"]:
         by_outcome.setdefault(check["outcome"], set()).add(check["invariant"])
-    assert by_outcome == {"pass": {"empty_rows"}, "fail": {"lazy_tail"}, "skip": {"batching_cache"}}
+    # lazy_tail's check that freed pages are reused first holds for an eager allocator too.
+    assert by_outcome == {"pass": {"empty_rows", "lazy_tail"}, "fail": {"lazy_tail"}, "skip": {"batching_cache"}}
     for check in document["checks"]:
         if check["outcome"] == "fail":
             assert "[lazy_tail]" in check["message"]
