@@ -1,7 +1,8 @@
 """The invariants and contract clauses pagecheck checks: one id, one line each.
 
 Every check carries `@pytest.mark.invariant(<id>)` with an id from this table,
-and results and reports group by these ids. The first five are the paged-KV
+and results and reports group by these ids (and, beside it, its relation to
+the course's own tests: invariants/course.py). The first five are the paged-KV
 invariants of the course; the rest are clauses of the paged-attention
 correctness contract. Each id has its own module, invariants/test_<id>.py.
 """

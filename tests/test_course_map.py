@@ -37,7 +37,7 @@ COURSE_MAP = ROOT / "invariants" / "COURSE_MAP.md"
 @pytest.fixture(scope="module")
 def course_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     results = tmp_path_factory.mktemp("course") / "results.json"
-    return run_suite(str(SUBJECT), [], results, stop_at_first_failure=False)
+    return run_suite(str(SUBJECT), [], results)
 
 
 def _function(nodeid: str) -> str:

@@ -2,11 +2,12 @@
 
 Each mutant runs the invariants suite in its own process (a subject is
 imported once per process), restricted to the checks of its KILLED_BY
-invariant, stopping at the first failure; the results JSON says which
-invariant's check failed. A kill counts only when that check failed with its
-own verdict, an InvariantViolation of the KILLED_BY invariant: an exception
-the mutant raised itself (one of its own guards, a crash) is not the suite
-catching the bug. The unmutated reference must pass the same checks, or a
+invariant, each Hypothesis search stopping at its first counterexample; the
+results JSON says which invariant's check failed. A kill counts only when a
+check failed with its own verdict, an InvariantViolation of the KILLED_BY
+invariant: an exception the mutant raised itself (one of its own guards, a
+crash) is not the suite catching the bug. So every check of the invariant
+runs: one where the mutant crashes first must not hide one that catches it. The unmutated reference must pass the same checks, or a
 kill would prove nothing. The session summary prints the mutation score.
 """
 
@@ -38,7 +39,7 @@ def killed_by(mutant: Path) -> str:
     raise ValueError(f"{mutant.name} declares no KILLED_BY")
 
 
-def run_suite(subject: str, invariants: list[str], results: Path, *, stop_at_first_failure: bool) -> dict[str, Any]:
+def run_suite(subject: str, invariants: list[str], results: Path, *, shrink: bool = True) -> dict[str, Any]:
     command = [
         # Plain asserts: the checks raise their own errors, and rewriting Hypothesis's modules on
         # every start (no bytecode cache when PYTHONDONTWRITEBYTECODE is set) costs seconds.
@@ -46,8 +47,9 @@ def run_suite(subject: str, invariants: list[str], results: Path, *, stop_at_fir
         "--subject", subject, "--pagecheck-results", str(results),
     ]
     command += [arg for invariant in invariants for arg in ("--pagecheck-invariant", invariant)]
-    if stop_at_first_failure:
-        command += ["-x", "--hypothesis-profile", "pagecheck-default-noshrink"]
+    if not shrink:
+        # Whether a check fails, not its smallest counterexample.
+        command += ["--hypothesis-profile", "pagecheck-default-noshrink"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_LIMIT_S)
     if not results.exists():
         raise AssertionError(f"no results from {' '.join(command)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -61,7 +63,7 @@ HALVES = [KILLING_INVARIANTS[0::2], KILLING_INVARIANTS[1::2]]
 
 @pytest.mark.parametrize("invariants", HALVES, ids=["first-half", "second-half"])
 def test_reference_passes_the_killing_checks(invariants: list[str], tmp_path: Path) -> None:
-    document = run_suite("reference", invariants, tmp_path / "results.json", stop_at_first_failure=False)
+    document = run_suite("reference", invariants, tmp_path / "results.json")
     bad = {
         c["nodeid"]: f"{c['outcome']}: {c['message'][:300]}" for c in document["checks"] if c["outcome"] in ("fail", "error")
     }
@@ -82,7 +84,7 @@ def test_mutant_is_killed_by_its_invariant(
 ) -> None:
     invariant = killed_by(mutant)
     record_property("mutant", mutant.stem)
-    document = run_suite(str(mutant), [invariant], tmp_path / "results.json", stop_at_first_failure=True)
+    document = run_suite(str(mutant), [invariant], tmp_path / "results.json", shrink=False)
     kills = own_kills(document, invariant)
     record_property("killed", bool(kills))
     outcomes = {c["nodeid"].split("::")[-1]: f"{c['outcome']} {c['message'][:200]}".strip() for c in document["checks"]}
@@ -116,7 +118,7 @@ class TinyKvPagedPool(_ReferencePool):
 def test_a_failure_without_the_invariants_own_verdict_is_no_kill(tmp_path: Path) -> None:
     subject = tmp_path / "guarded_reissue.py"
     subject.write_text(GUARDED_REISSUE)
-    document = run_suite(str(subject), ["alias_free"], tmp_path / "results.json", stop_at_first_failure=True)
+    document = run_suite(str(subject), ["alias_free"], tmp_path / "results.json", shrink=False)
     failed = [c for c in document["checks"] if c["outcome"] == "fail"]
     assert failed and all(c["message"].startswith("ValueError") for c in failed), failed
     assert own_kills(document, "alias_free") == []
