@@ -12,7 +12,7 @@ tables reused until the page ids change, appends that roll back on failure.
 The attention is plain mlx.core, one request at a time: gather that request's
 own pages, scores in float32, softmax with the row maximum subtracted, the
 causal mask aligned to the end of the context. It is a test subject: the
-invariants suite must pass it with no failure (tests/test_course_conformant.py).
+invariants suite must pass it with no failure (tests/test_course_map.py).
 It imports only mlx, numpy and the standard library.
 """
 
