@@ -47,3 +47,16 @@ def load_profile(name: str) -> None:
     if name not in PROFILES:
         raise ValueError(f"profile={name!r} is not one of {sorted(PROFILES)}")
     settings.load_profile(f"pagecheck-{name}")
+
+
+def shared_examples(parts: int) -> settings:
+    """The loaded profile, its max_examples shared among `parts` parametrised copies of one check.
+
+    For a search split by a parameter (one copy per dtype): together the
+    copies draw what the unsplit check drew. Used as a decorator, so it reads
+    the profile when the test module is imported, after pytest_configure has
+    loaded it.
+    """
+    if parts < 1:
+        raise ValueError(f"parts={parts!r} must be at least 1")
+    return settings(settings.default, max_examples=max(1, settings.default.max_examples // parts))

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from invariants.dtype_support import require_dtype
+from invariants.profiles import shared_examples
 from invariants.strategies import paged_layouts
 from invariants.verdict import expect, expect_close, expect_reference
 from reference.arrays import to_numpy
@@ -44,6 +45,7 @@ def test_dtype_within_tolerance(
 
 @pytest.mark.beyond_course
 @pytest.mark.parametrize("dtype", DTYPES)
+@shared_examples(len(DTYPES))
 @given(data=st.data())
 def test_any_layout_within_its_dtype_tolerance(paged_attention: object, dtype: str, data: st.DataObject) -> None:
     require_dtype(paged_attention, dtype, INVARIANT)

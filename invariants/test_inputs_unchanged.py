@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from invariants.dtype_support import require_dtype
+from invariants.profiles import shared_examples
 from invariants.strategies import paged_layouts
 from invariants.verdict import expect, same_array
 from reference.arrays import to_numpy
@@ -25,6 +26,7 @@ ARRAYS = ("query", "key_pages", "value_pages", "block_table", "context_lens")
 
 @pytest.mark.beyond_course
 @pytest.mark.parametrize("dtype", DTYPES)
+@shared_examples(len(DTYPES))
 @given(data=st.data())
 def test_inputs_are_unchanged_by_the_call(paged_attention: object, dtype: str, data: st.DataObject) -> None:
     require_dtype(paged_attention, dtype, INVARIANT)
