@@ -1,7 +1,8 @@
 """The invariants and contract clauses pagecheck checks: one id, one line each.
 
 Every check carries `@pytest.mark.invariant(<id>)` with an id from this table,
-and results and reports group by these ids. The first five are the paged-KV
+and results and reports group by these ids (and, beside it, its relation to
+the course's own tests: invariants/course.py). The first five are the paged-KV
 invariants of the course; the rest are clauses of the paged-attention
 correctness contract. Each id has its own module, invariants/test_<id>.py.
 """
@@ -15,11 +16,13 @@ SEED_INVARIANTS: dict[str, str] = {
     "decode over complete pages does not",
     "alias_free": "live caches on one pool hold disjoint pages, and writing one request never changes another's output",
     "release_once": "releasing a request returns every page of every layer exactly once; a second free is rejected",
-    "lazy_tail": "a cache holds ceil(context / page_size) pages; a new page appears only when the tail is full",
+    "lazy_tail": "a cache holds ceil(context / page_size) pages; a new page appears only when the tail is full, "
+    "and the pool reuses freed pages before issuing new ones",
 }
 
 CONTRACT_CLAUSES: dict[str, str] = {
-    "rejection": "invalid inputs raise ValueError naming the field, with inputs, pool and cache unchanged",
+    "rejection": "invalid inputs raise ValueError (advised to name the field), and a rejected call, or an append "
+    "whose page write fails, leaves inputs, pool and cache unchanged",
     "gqa_mapping": "query head h reads kv head h // (H_q / H_kv), for group sizes 1 to 8",
     "head_dims": "head dims 32, 64 and 128 match the reference with the default scale D**-0.5",
     "dtypes": "float32, bfloat16 and float16 match the float64 reference within the tolerance table",
@@ -30,7 +33,10 @@ CONTRACT_CLAUSES: dict[str, str] = {
     "empty_rows": "rows with context 0 and an all -1 table row give zeros and leave live rows correct",
     "inputs_unchanged": "paged_attention leaves every input array unchanged",
     "batch_consistency": "each row of a batched call equals the call for that request alone",
-    "batching_cache": "BatchingKvCache metadata pads rows with -1 to the widest row and gives empty slots context 0",
+    "batching_cache": "BatchingKvCache metadata pads rows with -1 to the widest row, gives empty slots context 0 "
+    "and counts every token of a prefill chunk; requests on two pools are refused",
+    "page_storage": "page storage starts at 4 pages and doubles, counting growths and copies; materialize() "
+    "evaluates it without a dense gather; reset() empties an idle pool",
 }
 
 INVARIANTS: dict[str, str] = {**SEED_INVARIANTS, **CONTRACT_CLAUSES}

@@ -7,12 +7,14 @@ the subject has loaded, so the fixtures cost other pytest runs nothing.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from pagecheck.invariants.plugin import SUBJECT_KEY
 from pagecheck.invariants.subject import Subject
+from pagecheck.invariants.verdict import ADVICE_PROPERTY
 
 
 @pytest.fixture(scope="session")
@@ -58,3 +60,13 @@ def rng(pagecheck_seed: int, request: pytest.FixtureRequest) -> np.random.Genera
     # rootdir, which differs between a checkout and an installed copy.
     check_id = f"{request.node.module.__name__}::{request.node.name}"
     return np.random.default_rng([pagecheck_seed, zlib.crc32(check_id.encode())])
+
+
+@pytest.fixture
+def advise(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """Record advice on the running check (say, a message that names no field): shown in results, never failed."""
+
+    def record(text: str) -> None:
+        request.node.user_properties.append((ADVICE_PROPERTY, text))
+
+    return record

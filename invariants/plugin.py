@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from pagecheck.invariants.catalog import INVARIANTS
+from pagecheck.invariants.course import BEYOND_COURSE_MARK, COURSE_MARK, course_scope
 from pagecheck.invariants.profiles import DEFAULT_PROFILE, DEFAULT_SEED, PROFILES
 
 SUITE_DIR = Path(__file__).resolve().parent
@@ -101,6 +102,8 @@ def suite_requested(config: pytest.Config) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "invariant(name): the seed invariant or contract clause a check guards")
+    config.addinivalue_line("markers", f"{COURSE_MARK}(*ids): the course tests whose behaviour a check checks")
+    config.addinivalue_line("markers", f"{BEYOND_COURSE_MARK}: a check of a behaviour no course test checks")
     if not suite_requested(config):
         return
     # Before mlx is imported: float32 matmuls in full float32, not MLX's default TF32 on CUDA (the float32
@@ -183,6 +186,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             drop.append(item)
             continue
         item.user_properties.append(("invariant", invariant))
+        try:
+            item.user_properties.extend(course_scope(item))
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from exc
         if gpu_missing:
             item.add_marker(pytest.mark.skip(reason="--pagecheck-device gpu: MLX reports no GPU on this machine"))
         keep.append(item)

@@ -6,6 +6,11 @@ exactly from its seed alone, and the reference subject is slow on purpose.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hypothesis import settings
+
 PROFILES: dict[str, dict[str, object]] = {
     "default": {"max_examples": 50, "stateful_step_count": 20},
     "thorough": {"max_examples": 300, "stateful_step_count": 40},
@@ -48,3 +53,18 @@ def load_profile(name: str) -> None:
     from hypothesis import settings
 
     settings.load_profile(f"pagecheck-{name}")
+
+
+def shared_examples(parts: int) -> "settings":
+    """The loaded profile, its max_examples shared among `parts` parametrised copies of one check.
+
+    For a search split by a parameter (one copy per dtype): together the
+    copies draw what the unsplit check drew. Used as a decorator, so it reads
+    the profile when the test module is imported, after pytest_configure has
+    loaded it.
+    """
+    from hypothesis import settings
+
+    if parts < 1:
+        raise ValueError(f"parts={parts!r} must be at least 1")
+    return settings(settings.default, max_examples=max(1, settings.default.max_examples // parts))

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from pagecheck.invariants.course import COURSE_PROPERTY, SCOPE_PROPERTY
+from pagecheck.invariants.verdict import ADVICE_PROPERTY
 from pagecheck.invariants.runner import check_id
 
 FORMAT = "pagecheck-results"
@@ -48,6 +50,10 @@ def _invariant(report: pytest.TestReport) -> str | None:
     return next((value for key, value in report.user_properties if key == "invariant"), None)
 
 
+def _properties(report: pytest.TestReport, key: str) -> list[str]:
+    return [str(value) for name, value in report.user_properties if name == key]
+
+
 class ResultsCollector:
     """A pytest plugin object: gathers one entry per check and writes the JSON at session end."""
 
@@ -59,7 +65,11 @@ class ResultsCollector:
     def _entry(self, nodeid: str, invariant: str | None) -> dict[str, Any]:
         nodeid = check_id(nodeid)
         entry = self.checks.setdefault(
-            nodeid, {"nodeid": nodeid, "invariant": invariant, "outcome": "pass", "message": "", "duration": 0.0}
+            nodeid,
+            {
+                "nodeid": nodeid, "invariant": invariant, "outcome": "pass", "message": "", "duration": 0.0,
+                "scope": None, "course_tests": [], "advice": [],
+            },
         )
         if entry["invariant"] is None:
             entry["invariant"] = invariant
@@ -68,6 +78,11 @@ class ResultsCollector:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         entry = self._entry(report.nodeid, _invariant(report))
         entry["duration"] = round(entry["duration"] + float(report.duration), 6)
+        # Each phase's report carries every property recorded so far: the latest has them all.
+        scope = _properties(report, SCOPE_PROPERTY)
+        if scope:
+            entry["scope"], entry["course_tests"] = scope[0], _properties(report, COURSE_PROPERTY)
+        entry["advice"] = _properties(report, ADVICE_PROPERTY) or entry["advice"]
         if entry["outcome"] in ("fail", "error", "skip"):
             return  # the first phase that did not pass decides
         if report.skipped:

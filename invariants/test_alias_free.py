@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from pagecheck.invariants.calls import attention_over_metadata, current_metadata, metadata_layout
+from pagecheck.invariants.course import DAY_3
 from pagecheck.invariants.strategies import seeds
 from pagecheck.invariants.verdict import expect, expect_close
 from pagecheck.invariants.workload import WrittenKv
@@ -125,10 +126,12 @@ class SharedPoolMachine(RuleBasedStateMachine):
         return "after " + ", ".join(self.history[-6:])
 
 
+@pytest.mark.beyond_course
 def test_live_requests_never_share_pages(pool_type: type, cache_type: type, paged_attention: object) -> None:
     run_state_machine_as_test(lambda: SharedPoolMachine(pool_type, cache_type, paged_attention))
 
 
+@pytest.mark.course(f"{DAY_3}::test_task_1_paged_pool_reuses_freed_pages")
 @pytest.mark.parametrize("page_size", [1, 4])
 def test_pages_freed_by_one_request_are_not_shared_by_the_next(
     pool_type: type, cache_type: type, paged_attention: object, page_size: int, rng: np.random.Generator

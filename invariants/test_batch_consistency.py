@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 
 from pagecheck.invariants.calls import attention_output
+from pagecheck.invariants.course import DAY_4
 from pagecheck.invariants.strategies import paged_layouts
 from pagecheck.invariants.verdict import expect_close
 from pagecheck.reference.layouts import PagedLayout, random_layout
@@ -40,11 +41,13 @@ def _check_rows(paged_attention: object, layout: PagedLayout) -> None:
         )
 
 
+@pytest.mark.beyond_course
 @given(layout=paged_layouts(max_batch=4, allow_empty_rows=True, num_queries=(1, 4), masks=(None, "causal")))
 def test_batched_rows_equal_single_requests(paged_attention: object, layout: PagedLayout) -> None:
     _check_rows(paged_attention, layout)
 
 
+@pytest.mark.course(f"{DAY_4}::test_task_2_batched_paged_attention_matches_dense_attention")
 @pytest.mark.parametrize("num_queries, mask", [(1, None), (4, "causal")], ids=["decode", "prefill"])
 def test_rows_of_different_lengths(
     paged_attention: object, num_queries: int, mask: str | None, rng: np.random.Generator

@@ -5,16 +5,21 @@ table has one row per slot, as wide as the widest request: a live row lists
 that request's pages in order then -1, an empty slot is all -1 with context 0,
 and the context of a live row is what that request has written. Attention
 over the metadata gives each live row its own request's output and empty
-rows zeros.
+rows zeros. Multi-token prefill chunks through the batch count every token
+of the chunk in each live row's context. Requests on two pools are refused,
+at add_request or at the batched append, before any row changes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
-from pagecheck.invariants.calls import attention_over_metadata, metadata_layout
-from pagecheck.invariants.verdict import expect, expect_close
+from pagecheck.invariants.calls import attention_over_metadata, cache_state, metadata_layout, pool_state, same_pool_state
+from pagecheck.invariants.course import DAY_3, DAY_4
+from pagecheck.invariants.verdict import expect, expect_close, expect_value_error
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
 
@@ -49,6 +54,7 @@ def _check_step(batching: object, metadata: object, live: dict[int, tuple[object
         expect(lens[slot] == want_len, INVARIANT, f"{step}: slot {slot} context {lens[slot]}, expected {want_len}")
 
 
+@pytest.mark.course(f"{DAY_4}::test_task_2_batched_paged_attention_matches_dense_attention")
 def test_batch_metadata_pads_rows_and_empties_slots(
     pool_type: type, cache_type: type, batching_cache_type: type, paged_attention: object, rng: np.random.Generator
 ) -> None:
@@ -83,3 +89,70 @@ def test_batch_metadata_pads_rows_and_empties_slots(
             INVARIANT, f"{where}: attention over the batch metadata", attention_over_metadata(paged_attention, query, metadata, None),
             want, metadata_layout(query, metadata, "float32", None),
         )
+
+
+# Prefill chunks appended through the batch, each crossing a page boundary for some row, then a decode step.
+PREFILL_CHUNKS = (3, 6, 4, 1)
+
+
+@pytest.mark.beyond_course
+def test_prefill_chunks_through_the_batch_count_every_token(
+    pool_type: type, cache_type: type, batching_cache_type: type, paged_attention: object, rng: np.random.Generator
+) -> None:
+    import mlx.core as mx
+
+    pool = pool_type(4)
+    batching = batching_cache_type(SLOTS, MAX_SEQ_LEN)
+    live: dict[int, tuple[object, WrittenKv]] = {}
+    for slot, prefill in ((0, 5), (2, 2)):
+        cache, record = cache_type(pool), WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32")
+        cache.update_and_fetch_paged(*record.make_chunk(rng, prefill))
+        batching.add_request(cache, slot)
+        live[slot] = (cache, record)
+    for length in PREFILL_CHUNKS:
+        empty = mx.zeros((1, NUM_KV_HEADS, length, HEAD_DIM), dtype=mx.float32)
+        chunks = [live[s][1].make_chunk(rng, length) if s in live else (empty, empty) for s in range(SLOTS)]
+        mask = "causal" if length > 1 else None
+        metadata = batching.update_and_fetch_paged(
+            mx.concatenate([k for k, _ in chunks]), mx.concatenate([v for _, v in chunks]), mask_length=length, mask=mask
+        )
+        where = f"a chunk of {length} through the batch, live slots {sorted(live)} now at {[live[s][1].length for s in sorted(live)]}"
+        _check_step(batching, metadata, live, where)
+
+        query = rng.standard_normal((SLOTS, NUM_Q_HEADS, length, HEAD_DIM)).astype(np.float32)
+        want = np.zeros(query.shape)
+        for slot, (_, record) in live.items():
+            want[slot : slot + 1] = record.attention(query[slot : slot + 1], mask)
+        expect_close(
+            INVARIANT, f"{where}: attention over the batch metadata", attention_over_metadata(paged_attention, query, metadata, mask),
+            want, metadata_layout(query, metadata, "float32", mask),
+        )
+
+
+@pytest.mark.course(f"{DAY_3}::test_task_2_mixed_pools_fail_before_any_batch_row_mutates")
+def test_requests_on_two_pools_are_refused_before_any_row_changes(
+    pool_type: type, cache_type: type, batching_cache_type: type, rng: np.random.Generator,
+    advise: Callable[[str], None],
+) -> None:
+    import mlx.core as mx
+
+    pools = [pool_type(4), pool_type(4)]
+    caches = [cache_type(pool) for pool in pools]
+    for cache in caches:
+        cache.update_and_fetch_paged(*WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32").make_chunk(rng, 3))
+    before = [(pool_state(pool), cache_state(cache)) for pool, cache in zip(pools, caches)]
+    batching = batching_cache_type(2, MAX_SEQ_LEN)
+    try:
+        for slot, cache in enumerate(caches):
+            batching.add_request(cache, slot)
+    except ValueError as exc:
+        message, where = str(exc), "add_request of a request on a second pool"
+    else:
+        keys = mx.zeros((2, NUM_KV_HEADS, 1, HEAD_DIM), dtype=mx.float32)
+        where = "a batched append over requests on two pools"
+        message = expect_value_error(INVARIANT, where, lambda: batching.update_and_fetch_paged(keys, keys, mask_length=1))
+    if "pool" not in message.lower():
+        advise(f"{where}: the ValueError does not say the requests must share one page pool: {message!r}")
+    for row, ((pool_before, cache_before), pool, cache) in enumerate(zip(before, pools, caches)):
+        expect(same_pool_state(pool_before, pool_state(pool)), INVARIANT, f"{where}: the pool of row {row} changed")
+        expect(cache_before == cache_state(cache), INVARIANT, f"{where}: the cache of row {row} changed")

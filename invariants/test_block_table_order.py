@@ -6,10 +6,15 @@ not contiguous. A causal prefill sees its keys in logical order, so
 reordering complete pages must change its output; a one-token decode without
 a mask sees a set of keys, so reordering complete pages must not; renaming
 physical pages consistently in the pages and the table must not either.
+update_and_fetch returns the same tokens dense, and every page is a whole
+page. A block table read again after the page ids change, at the same page
+count (a release and a new append, a rewind and an append, another request
+taking a freed page), lists the new ids.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -17,7 +22,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagecheck.invariants.calls import attention_output
+from pagecheck.invariants.calls import attention_output, attention_over_metadata, current_metadata, metadata_layout
+from pagecheck.invariants.course import DAY_3
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.verdict import expect, expect_close
 from pagecheck.invariants.workload import WrittenKv
@@ -32,6 +38,7 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 HEAD_DIM = 32
 
 
+@pytest.mark.course(f"{DAY_3}::test_task_1_paged_cache_matches_full_cache")
 @given(page_size=st.sampled_from(SMALL_PAGE_SIZES), requests=st.integers(2, 3), seed=seeds(), data=st.data())
 def test_gather_reproduces_tokens_in_logical_order(
     pool_type: type, cache_type: type, page_size: int, requests: int, seed: int, data: st.DataObject
@@ -69,6 +76,7 @@ def _reorder_complete_pages(layout: PagedLayout, row: int, order: np.ndarray) ->
     return layout.with_block_table(table)
 
 
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("page_size", [1, 3, 8])
 def test_causal_prefill_follows_page_order(paged_attention: object, page_size: int, rng: np.random.Generator) -> None:
     # A whole-context prefill: query row l sees exactly tokens 0..l, so moving any page moves what it sees.
@@ -90,6 +98,7 @@ def test_causal_prefill_follows_page_order(paged_attention: object, page_size: i
     expect_close(INVARIANT, "causal prefill with complete pages reordered", got, reordered.reference_output(), reordered)
 
 
+@pytest.mark.beyond_course
 @given(layout=paged_layouts(complete_pages=True, kv_heads=(1, 2)), seed=seeds())
 def test_decode_over_complete_pages_ignores_their_order(paged_attention: object, layout: PagedLayout, seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -102,6 +111,7 @@ def test_decode_over_complete_pages_ignores_their_order(paged_attention: object,
     )
 
 
+@pytest.mark.beyond_course
 @given(layout=paged_layouts(num_queries=(1, 4), masks=(None, "causal")), seed=seeds())
 def test_renaming_pages_consistently_changes_nothing(paged_attention: object, layout: PagedLayout, seed: int) -> None:
     rename = np.random.default_rng(seed).permutation(layout.key_pages.shape[0])
@@ -113,3 +123,93 @@ def test_renaming_pages_consistently_changes_nothing(paged_attention: object, la
         INVARIANT, "pages renamed consistently in the pool and the table vs the original reference",
         attention_output(paged_attention, renamed), layout.reference_output(), renamed,
     )
+
+
+@pytest.mark.course(f"{DAY_3}::test_task_1_paged_cache_matches_full_cache")
+@pytest.mark.parametrize("page_size", [3, 4])
+def test_update_and_fetch_returns_the_tokens_in_order(
+    pool_type: type, cache_type: type, page_size: int, rng: np.random.Generator
+) -> None:
+    pool = pool_type(page_size)
+    cache = cache_type(pool)
+    record = WrittenKv(2, HEAD_DIM, "float32")
+    for length in (3, 2, 5):
+        keys, values, offset, _ = cache.update_and_fetch(*record.make_chunk(rng, length))
+        step = f"update_and_fetch of {length} token(s), {record.length} written in all (page_size={page_size})"
+        expect(int(offset) == record.length, INVARIANT, f"{step}: returned offset {offset}")
+        keys, values = to_numpy(keys, np.float64), to_numpy(values, np.float64)
+        expect(
+            keys.shape == (1, *record.keys.shape) and np.array_equal(keys[0], record.keys)
+            and np.array_equal(values[0], record.values), INVARIANT,
+            f"{step}: the returned keys {keys.shape} and values differ from the tokens written, in order",
+        )
+        lens = [int(n) for n in cache.page_lens]
+        expect(sum(lens) == record.length, INVARIANT, f"{step}: page_lens {lens} do not sum to {record.length}")
+        if callable(getattr(pool, "read_page", None)):
+            start = 0
+            for page_id, used in zip(cache.page_ids, lens):
+                page_keys, page_values = (to_numpy(x, np.float64) for x in pool.read_page(int(page_id)))
+                expect(
+                    page_keys.shape == (1, 2, page_size, HEAD_DIM), INVARIANT,
+                    f"{step}: read_page({int(page_id)}) gave keys {page_keys.shape}, expected a whole page "
+                    f"{(1, 2, page_size, HEAD_DIM)}",
+                )
+                expect(
+                    np.array_equal(page_keys[0, :, :used], record.keys[:, start : start + used])
+                    and np.array_equal(page_values[0, :, :used], record.values[:, start : start + used]),
+                    INVARIANT, f"{step}: read_page({int(page_id)}) differs from tokens {start}..{start + used - 1}",
+                )
+                start += used
+
+
+@pytest.mark.course(f"{DAY_3}::test_task_1_reuses_block_table_until_page_ids_change")
+@pytest.mark.parametrize("page_size", [2, 3])
+def test_block_table_is_read_again_when_page_ids_change(
+    pool_type: type, cache_type: type, paged_attention: object, page_size: int, rng: np.random.Generator,
+    advise: Callable[[str], None],
+) -> None:
+    pool = pool_type(page_size)
+    cache, other = cache_type(pool), cache_type(pool)
+    records = {"cache": WrittenKv(2, HEAD_DIM, "float32"), "other": WrittenKv(2, HEAD_DIM, "float32")}
+    caches = {"cache": cache, "other": other}
+    query = records["cache"].make_query(rng, 4, 1)
+
+    def append(name: str, length: int) -> None:
+        caches[name].update_and_fetch_paged(*records[name].make_chunk(rng, length))
+
+    def check(step: str) -> None:
+        for name, owner in caches.items():
+            where = f"{step}: {name} (page_size={page_size})"
+            row = [int(p) for p in to_numpy(owner.block_table()).reshape(-1)]
+            pages = [int(p) for p in owner.page_ids]
+            expect(row == pages, INVARIANT, f"{where}: block_table() is {row}, the page ids are {pages}")
+            metadata = current_metadata(pool, owner)
+            expect_close(
+                INVARIANT, f"{where}: decode attention over block_table()",
+                attention_over_metadata(paged_attention, query, metadata, None), records[name].attention(query, None),
+                metadata_layout(query, metadata, "float32", None),
+            )
+
+    append("cache", 2 * page_size - 1)
+    append("other", 1)
+    first = cache.block_table()
+    check("two pages, the tail not full")
+    append("cache", 1)
+    if cache.block_table() is not first:
+        advise("block_table() built a new table after an append that kept the page ids; the course's "
+               "test_task_1_reuses_block_table_until_page_ids_change expects the same array back")
+    check("the tail page filled")
+
+    cache.release()
+    records["cache"] = WrittenKv(2, HEAD_DIM, "float32")
+    append("other", page_size)  # fills its tail, then takes a page the release freed
+    append("cache", 2 * page_size)
+    check("released, another request took a freed page, appended to two pages again")
+
+    if not callable(getattr(cache, "rewind", None)):
+        return
+    cache.rewind(page_size + 1)  # back inside its first page: the second page is freed
+    records["cache"].truncate(page_size - 1)
+    append("other", page_size)  # takes the page the rewind freed
+    append("cache", page_size + 1)
+    check("rewound into the first page, another request took the freed page, appended to two pages again")

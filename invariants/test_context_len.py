@@ -6,7 +6,9 @@ context_lens() and its metadata must count the tokens written, and the
 subject's attention over that metadata must equal the float64 oracle over the
 tokens written. Attention layouts leave NaN in every slot past each context,
 so reading one slot too many shows as NaN, and the last written token is made
-to dominate its row, so reading one slot too few shows too.
+to dominate its row, so reading one slot too few shows too. A rewind to any
+offset, page boundaries included, leaves exactly that many tokens, and the
+appends after it count on from there.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import attention_output, attention_over_metadata, metadata_layout
+from pagecheck.invariants.course import DAY_3, DAY_4
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.verdict import expect, expect_close
 from pagecheck.invariants.workload import WrittenKv
@@ -31,6 +34,7 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 HEAD_DIM = 32
 
 
+@pytest.mark.course(f"{DAY_4}::test_task_1_paged_attention_matches_dense_attention")
 @given(
     page_size=st.sampled_from(SMALL_PAGE_SIZES),
     num_kv_heads=st.sampled_from((1, 2)),
@@ -61,6 +65,7 @@ def test_context_lens_count_tokens_written(
         expect_close(INVARIANT, f"{step}: attention over the cache", got, written.attention(query, mask), layout)
 
 
+@pytest.mark.beyond_course
 @given(layout=paged_layouts(num_queries=(1, 3, 8), masks=(None, "causal"), max_batch=3))
 def test_attention_reads_exactly_the_context(paged_attention: object, layout: PagedLayout) -> None:
     expect_close(
@@ -74,6 +79,7 @@ def _position(layout: PagedLayout, row: int, token: int) -> tuple[int, int]:
     return int(layout.block_table[row, token // layout.page_size]), token % layout.page_size
 
 
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("page_size", [2, 5, 16])
 def test_slot_after_the_context_is_never_read(
     paged_attention: object, page_size: int, rng: np.random.Generator
@@ -90,6 +96,7 @@ def test_slot_after_the_context_is_never_read(
     )
 
 
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("page_size", [1, 4, 16])
 def test_last_token_of_the_context_is_read(paged_attention: object, page_size: int, rng: np.random.Generator) -> None:
     # The last token's value is far from every other, so dropping it moves the output a lot.
@@ -104,3 +111,56 @@ def test_last_token_of_the_context_is_read(paged_attention: object, page_size: i
         INVARIANT, "the last token of each context carries value 64 and must be read",
         attention_output(paged_attention, layout), layout.reference_output(), layout,
     )
+
+
+@pytest.mark.course(f"{DAY_3}::test_task_1_paged_cache_rewind")
+@pytest.mark.parametrize("page_size", [1, 3, 4])
+def test_rewind_to_every_offset_then_append(
+    pool_type: type, cache_type: type, paged_attention: object, page_size: int, rng: np.random.Generator
+) -> None:
+    # Every target from 0 to the whole context, page boundaries (whole numbers of pages) included.
+    total = 3 * page_size + 1
+    for target in range(total + 1):
+        pool = pool_type(page_size)
+        cache = cache_type(pool)
+        if not callable(getattr(cache, "rewind", None)):
+            pytest.skip("the subject's TinyKvPagedCache has no rewind")
+        written = WrittenKv(2, HEAD_DIM, "float32")
+        cache.update_and_fetch_paged(*written.make_chunk(rng, total))
+        issued = pool.num_pages
+        cache.rewind(total - target)
+        written.truncate(target)
+        step = f"rewind({total - target}) of {total} tokens to {target} (page_size={page_size})"
+        pages = -(-target // page_size)
+        fills = [page_size] * (pages - 1) + [target - (pages - 1) * page_size] if pages else []
+        expect(cache.offset == target, INVARIANT, f"{step}: offset is {cache.offset}")
+        counted = to_numpy(cache.context_lens()).tolist()
+        expect(counted == [target], INVARIANT, f"{step}: context_lens() is {counted}")
+        expect(
+            cache.num_pages == pages and [int(n) for n in cache.page_lens] == fills, INVARIANT,
+            f"{step}: {cache.num_pages} pages filled {list(cache.page_lens)}, expected {pages} filled {fills}",
+        )
+        expect(
+            pool.num_pages == issued and pool.num_free_pages == issued - pages, INVARIANT,
+            f"{step}: the pool has {pool.num_free_pages} of {pool.num_pages} pages free, expected {issued - pages} of {issued}",
+        )
+        if target:
+            keys, values = (to_numpy(x, np.float64)[0] for x in cache.gather_dense())
+            expect(
+                np.array_equal(keys, written.keys) and np.array_equal(values, written.values), INVARIANT,
+                f"{step}: gather_dense() differs from the first {target} tokens written",
+            )
+        # Appends after the rewind: a chunk that crosses a page boundary, then a decode step.
+        for length in (page_size + 1, 1):
+            metadata = cache.update_and_fetch_paged(*written.make_chunk(rng, length))
+            then = f"{step}, then {length} appended ({written.length} tokens)"
+            expect(cache.offset == written.length, INVARIANT, f"{then}: offset is {cache.offset}")
+            in_metadata = to_numpy(metadata.context_lens).tolist()
+            expect(in_metadata == [written.length], INVARIANT, f"{then}: metadata context_lens is {in_metadata}")
+            mask = "causal" if length > 1 else None
+            query = written.make_query(rng, 4, length)
+            expect_close(
+                INVARIANT, f"{then}: attention over the cache",
+                attention_over_metadata(paged_attention, query, metadata, mask), written.attention(query, mask),
+                metadata_layout(query, metadata, "float32", mask),
+            )

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 QUERY_LENGTHS = (1, 2, 7, 8, 9, 16, 33)
 
 
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("mask", [None, "causal"])
 @pytest.mark.parametrize("num_queries", QUERY_LENGTHS)
 def test_query_length_matches_the_reference(

@@ -2,7 +2,9 @@
 
 Layout values are rounded to the dtype up front, so the reference sees the
 very numbers the subject does and the only error left is the subject's own
-arithmetic and output rounding.
+arithmetic and output rounding. An MLX output keeps the query's dtype. A
+subject may decline float16 (invariants/dtype_support.py); float32 and
+bfloat16 are required.
 """
 
 from __future__ import annotations
@@ -10,26 +12,42 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
+from pagecheck.invariants.dtype_support import require_dtype
+from pagecheck.invariants.profiles import shared_examples
 from pagecheck.invariants.strategies import paged_layouts
-from pagecheck.invariants.verdict import expect_reference
-from pagecheck.reference.layouts import DTYPES, PagedLayout, random_layout
+from pagecheck.invariants.verdict import expect, expect_close, expect_reference
+from pagecheck.reference.arrays import to_numpy
+from pagecheck.reference.layouts import DTYPES, random_layout
 
 INVARIANT = "dtypes"
 pytestmark = pytest.mark.invariant(INVARIANT)
 
 
+@pytest.mark.course("test_week_3_day_4.py::test_paged_attention_preserves_bfloat16_for_decode")
 @pytest.mark.parametrize("num_queries, mask", [(1, None), (6, "causal")], ids=["decode", "prefill"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_dtype_within_tolerance(
     paged_attention: object, dtype: str, num_queries: int, mask: str | None, rng: np.random.Generator
 ) -> None:
+    require_dtype(paged_attention, dtype, INVARIANT)
     layout = random_layout(
         rng, context_lens=[70, 9, 33], page_size=16, num_queries=num_queries, mask=mask, dtype=dtype, head_dim=64
     )
-    expect_reference(INVARIANT, f"{dtype} vs the float64 reference", paged_attention, layout)
+    out = paged_attention(**layout.as_mx())
+    out_dtype = getattr(out, "dtype", None)
+    # NumPy has no bfloat16, so only an MLX output is held to the query's dtype.
+    if type(out).__module__.startswith("mlx"):
+        expect(str(out_dtype).rsplit(".", 1)[-1] == dtype, INVARIANT, f"{dtype} query gave a {out_dtype} output", layout)
+    expect_close(INVARIANT, f"{dtype} vs the float64 reference", to_numpy(out, np.float64), layout.reference_output(), layout)
 
 
-@given(layout=paged_layouts(dtypes=DTYPES, num_queries=(1, 4), masks=(None, "causal"), head_dims=(32, 64)))
-def test_any_layout_within_its_dtype_tolerance(paged_attention: object, layout: PagedLayout) -> None:
+@pytest.mark.beyond_course
+@pytest.mark.parametrize("dtype", DTYPES)
+@shared_examples(len(DTYPES))
+@given(data=st.data())
+def test_any_layout_within_its_dtype_tolerance(paged_attention: object, dtype: str, data: st.DataObject) -> None:
+    require_dtype(paged_attention, dtype, INVARIANT)
+    layout = data.draw(paged_layouts(dtypes=(dtype,), num_queries=(1, 4), masks=(None, "causal"), head_dims=(32, 64)))
     expect_reference(INVARIANT, f"{layout.dtype} vs the float64 reference", paged_attention, layout)

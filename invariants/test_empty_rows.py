@@ -14,6 +14,7 @@ INVARIANT = "empty_rows"
 pytestmark = pytest.mark.invariant(INVARIANT)
 
 
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("num_queries, mask", [(1, None), (4, "causal")], ids=["decode", "prefill"])
 @pytest.mark.parametrize("contexts", [[0, 9, 0, 5, 0], [0], [0, 0, 12]], ids=["interleaved", "alone", "leading"])
 def test_empty_rows_give_zeros(
@@ -23,6 +24,7 @@ def test_empty_rows_give_zeros(
     expect_reference(INVARIANT, "rows with context 0 must be zeros", paged_attention, layout)
 
 
+@pytest.mark.beyond_course
 @given(layout=paged_layouts(allow_empty_rows=True, max_batch=4, num_queries=(1, 3), masks=(None, "causal")))
 def test_empty_rows_among_live_rows(paged_attention: object, layout: PagedLayout) -> None:
     expect_reference(INVARIANT, "a batch with empty rows vs the reference", paged_attention, layout)

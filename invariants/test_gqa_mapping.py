@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
+from pagecheck.invariants.course import DAY_4
 from pagecheck.invariants.strategies import MAX_GROUP, paged_layouts
 from pagecheck.invariants.verdict import expect_reference
 from pagecheck.reference.layouts import PagedLayout, random_layout
@@ -18,6 +19,7 @@ INVARIANT = "gqa_mapping"
 pytestmark = pytest.mark.invariant(INVARIANT)
 
 
+@pytest.mark.course(f"{DAY_4}::test_task_1_paged_attention_matches_dense_attention")
 @pytest.mark.parametrize("num_kv_heads", [2, 3])
 @pytest.mark.parametrize("group", range(1, MAX_GROUP + 1))
 def test_query_heads_read_their_groups_kv_head(
@@ -31,6 +33,7 @@ def test_query_heads_read_their_groups_kv_head(
         expect_reference(INVARIANT, f"H_q/H_kv = {group} with H_kv = {num_kv_heads}", paged_attention, layout)
 
 
+@pytest.mark.beyond_course
 @given(layout=paged_layouts(max_group=MAX_GROUP, kv_heads=(1, 2, 4), num_queries=(1, 3), masks=(None, "causal")))
 def test_any_group_size_matches_the_reference(paged_attention: object, layout: PagedLayout) -> None:
     expect_reference(INVARIANT, "grouped-query attention vs the reference", paged_attention, layout)

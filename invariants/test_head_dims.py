@@ -13,6 +13,7 @@ INVARIANT = "head_dims"
 pytestmark = pytest.mark.invariant(INVARIANT)
 
 
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("num_queries, mask", [(1, None), (5, "causal")], ids=["decode", "prefill"])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 def test_head_dim_matches_the_reference(

@@ -2,7 +2,8 @@
 
 During decode, page counts are checked at every step: the cache's pages, the
 fill of each page, and the pool's issued-page count, which may never run
-ahead of what the live caches hold.
+ahead of what the live caches hold: pages a release gave back are reused
+before any new id is issued.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pagecheck.invariants.course import DAY_3
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, seeds
 from pagecheck.invariants.verdict import expect
 from pagecheck.invariants.workload import WrittenKv
@@ -35,6 +37,7 @@ def _check_pages(cache: object, tokens: int, page_size: int, step: str) -> None:
     expect(fills == want_fills, INVARIANT, f"{step}: page_lens={fills}, expected {want_fills}")
 
 
+@pytest.mark.course(f"{DAY_3}::test_task_1_paged_cache_matches_full_cache")
 @given(
     page_size=st.sampled_from(SMALL_PAGE_SIZES),
     prefill=st.integers(0, 40),
@@ -67,6 +70,7 @@ def test_decode_takes_a_page_only_when_the_tail_is_full(
         )
 
 
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("page_size", [1, 3, 16])
 def test_pool_never_issues_ahead_of_live_caches(
     pool_type: type, cache_type: type, page_size: int, rng: np.random.Generator
@@ -85,3 +89,30 @@ def test_pool_never_issues_ahead_of_live_caches(
                 f"decode step {step}, request {index}: pool issued {pool.num_pages} ({pool.num_free_pages} free) "
                 f"while the caches need {held} (contexts {[r.length for r in records]}, page_size={page_size})",
             )
+
+
+@pytest.mark.course(f"{DAY_3}::test_task_1_paged_pool_reuses_freed_pages")
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_released_pages_are_reused_before_new_ones(
+    pool_type: type, cache_type: type, page_size: int, rng: np.random.Generator
+) -> None:
+    pool = pool_type(page_size)
+    first, second = cache_type(pool), cache_type(pool)
+    first.update_and_fetch_paged(*WrittenKv(2, HEAD_DIM, "float32").make_chunk(rng, 2 * page_size))
+    held = {int(p) for p in first.page_ids}
+    issued = pool.num_pages
+    first.release()
+    step = f"after releasing a request of {2 * page_size} tokens on pages {sorted(held)} (page_size={page_size})"
+    expect(first.offset == 0, INVARIANT, f"{step}: the released cache's offset is {first.offset}")
+    expect(
+        pool.num_pages == issued and pool.num_free_pages == issued, INVARIANT,
+        f"{step}: {pool.num_free_pages} of {pool.num_pages} pages free, expected all {issued}",
+    )
+    second.update_and_fetch_paged(*WrittenKv(2, HEAD_DIM, "float32").make_chunk(rng, page_size + 1))
+    step = f"{step}, then a request of {page_size + 1} tokens"
+    taken = {int(p) for p in second.page_ids}
+    expect(
+        pool.num_pages == issued and pool.num_free_pages == 0 and taken == held, INVARIANT,
+        f"{step}: it holds pages {sorted(taken)}, the pool issued {pool.num_pages} with {pool.num_free_pages} free; "
+        f"expected the freed pages {sorted(held)} reused and no new id",
+    )

@@ -17,6 +17,7 @@ INVARIANT = "page_boundaries"
 pytestmark = pytest.mark.invariant(INVARIANT)
 
 
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("num_queries, mask", [(1, None), (3, "causal")], ids=["decode", "prefill"])
 @pytest.mark.parametrize("pages", [1, 2, 3])
 @pytest.mark.parametrize("page_size", [2, 4, 8, 32])

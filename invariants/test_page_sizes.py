@@ -19,6 +19,7 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 PAGE_SIZES = (1, 3, 16, 128, 129, 256)
 
 
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("num_queries, mask", [(1, None), (9, "causal")], ids=["decode", "prefill"])
 @pytest.mark.parametrize("page_size", PAGE_SIZES)
 def test_page_size_matches_the_reference(

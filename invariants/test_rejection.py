@@ -1,9 +1,14 @@
-"""rejection: invalid inputs raise ValueError naming the field, and change nothing.
+"""rejection: invalid inputs raise ValueError and change nothing; a failed append changes nothing either.
 
 Each case corrupts one thing in otherwise valid inputs. The call must raise
-ValueError whose message names the field, and afterwards every input array,
-and the pool and caches the pages came from, must be exactly as before. The
-pool and cache reject bad writes and frees the same way.
+ValueError, and afterwards every input array, and the pool and caches the
+pages came from, must be exactly as before. A message that names none of the
+case's fields is recorded as advice, not failed: the course's own messages
+say "outside physical page storage" or "aliased" without the field's name.
+The pool and cache reject bad writes and frees the same way, and an append
+whose second page write fails (a failure injected into the pool's
+write_page_slice, as the course's test does) leaves pool and cache as they
+were.
 """
 
 from __future__ import annotations
@@ -15,11 +20,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pagecheck.invariants.calls import cache_state, like_pages, pool_state, same_pool_state
-from pagecheck.invariants.verdict import InvariantViolation, expect, expect_value_error, same_array
+from pagecheck.invariants.calls import attention_over_metadata, cache_state, like_pages, metadata_layout, pool_state, same_pool_state
+from pagecheck.invariants.course import DAY_3, DAY_4, INVALID_METADATA
+from pagecheck.invariants.verdict import InvariantViolation, expect, expect_close, expect_value_error, same_array
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
+from pagecheck.reference.attention import gather_dense
 from pagecheck.reference.layouts import random_layout, round_to_dtype
+
+Advise = Callable[[str], None]
 
 INVARIANT = "rejection"
 pytestmark = pytest.mark.invariant(INVARIANT)
@@ -81,7 +90,7 @@ REJECTIONS = [
     ),
     Rejection("page_size_zero", ("page_size",), _set(page_size=0)),
     Rejection("page_size_negative", ("page_size",), _set(page_size=-PAGE_SIZE)),
-    Rejection("mismatched_dtypes", ("dtype",), _set(query_dtype="float16"), pages_untouched=False),
+    Rejection("mismatched_dtypes", ("dtype",), _set(query_dtype="bfloat16"), pages_untouched=False),
     Rejection(
         "q_heads_not_a_multiple_of_kv_heads", ("H_q", "head"),
         _set(query=lambda i: i["query"][:, :3].copy()), pages_untouched=False,
@@ -112,19 +121,49 @@ def _call(paged_attention: Any, inputs: Inputs) -> dict[str, Any]:
     raise InvariantViolation(INVARIANT, "no ValueError was raised")
 
 
-def _check_rejected(paged_attention: Any, case: Rejection, inputs: Inputs) -> None:
+# The course's cases of the same rules (invariants/course.py); the rest are beyond the course.
+COURSE_CASES: dict[str, tuple[str, ...]] = {
+    "negative_context": (f"{INVALID_METADATA}[negative-context]",),
+    "table_too_narrow": (f"{INVALID_METADATA}[oversized-context]", f"{INVALID_METADATA}[insufficient-table-width]"),
+    "live_id_negative": (f"{INVALID_METADATA}[negative-live-page]",),
+    "live_id_past_the_pool": (f"{INVALID_METADATA}[page-id-equals-domain]",),
+    "aliased_id": (f"{INVALID_METADATA}[aliased-live-page]",),
+    "padding_not_minus_one": (f"{INVALID_METADATA}[invalid-padding-sentinel]",),
+    "live_id_in_padding": (f"{INVALID_METADATA}[live-page-in-padding]",),
+    "context_shorter_than_query": (f"{DAY_4}::test_paged_attention_rejects_active_context_shorter_than_query",),
+    "page_size_zero": (f"{INVALID_METADATA}[zero-page-size]",),
+}
+
+
+def _params(cases: list[Rejection]) -> list[Any]:
+    """One pytest.param per case, marked with its course tests or as beyond the course."""
+    return [
+        pytest.param(
+            case, id=case.name,
+            marks=pytest.mark.course(*COURSE_CASES[case.name]) if case.name in COURSE_CASES
+            else pytest.mark.beyond_course,
+        )
+        for case in cases
+    ]
+
+
+def _advise_on_fields(advise: Advise, name: str, fields: tuple[str, ...], message: str) -> None:
+    if not any(field.lower() in message.lower() for field in fields):
+        advise(f"{name}: the ValueError names none of {fields}: {message!r}")
+
+
+def _check_rejected(paged_attention: Any, case: Rejection, inputs: Inputs, advise: Advise) -> None:
     try:
         message = _call(paged_attention, case.corrupt(inputs))["message"]
     except InvariantViolation as exc:
         raise InvariantViolation(INVARIANT, f"{case.name}: {str(exc).split('] ', 1)[1]}") from None
-    expect(
-        any(field.lower() in message.lower() for field in case.fields), INVARIANT,
-        f"{case.name}: the ValueError names none of {case.fields}: {message!r}",
-    )
+    _advise_on_fields(advise, case.name, case.fields, message)
 
 
-@pytest.mark.parametrize("case", REJECTIONS, ids=[c.name for c in REJECTIONS])
-def test_invalid_inputs_are_rejected_unchanged(paged_attention: Any, case: Rejection, rng: np.random.Generator) -> None:
+@pytest.mark.parametrize("case", _params(REJECTIONS))
+def test_invalid_inputs_are_rejected_unchanged(
+    paged_attention: Any, case: Rejection, rng: np.random.Generator, advise: Advise
+) -> None:
     layout = random_layout(rng, context_lens=CONTEXTS, page_size=PAGE_SIZE, spare_pages=1, extra_columns=1)
     arrays = layout.as_mx()
     inputs = {
@@ -132,15 +171,15 @@ def test_invalid_inputs_are_rejected_unchanged(paged_attention: Any, case: Rejec
         "block_table": layout.block_table, "context_lens": layout.context_lens, "page_size": PAGE_SIZE,
         "mask": None, "query_dtype": None,
     }
-    _check_rejected(paged_attention, case, inputs)
+    _check_rejected(paged_attention, case, inputs, advise)
 
 
 POOL_CASES = [c for c in REJECTIONS if c.pages_untouched]
 
 
-@pytest.mark.parametrize("case", POOL_CASES, ids=[c.name for c in POOL_CASES])
+@pytest.mark.parametrize("case", _params(POOL_CASES))
 def test_rejected_call_on_cache_metadata_leaves_pool_and_caches_unchanged(
-    paged_attention: Any, pool_type: type, cache_type: type, case: Rejection, rng: np.random.Generator
+    paged_attention: Any, pool_type: type, cache_type: type, case: Rejection, rng: np.random.Generator, advise: Advise
 ) -> None:
     pool = pool_type(PAGE_SIZE)
     caches = [cache_type(pool) for _ in range(3)]
@@ -156,7 +195,7 @@ def test_rejected_call_on_cache_metadata_leaves_pool_and_caches_unchanged(
         "context_lens": np.array(CONTEXTS, dtype=np.int32), "page_size": PAGE_SIZE, "mask": None, "query_dtype": None,
     }
     pool_before, caches_before = pool_state(pool), [cache_state(c) for c in caches]
-    _check_rejected(paged_attention, case, inputs)
+    _check_rejected(paged_attention, case, inputs, advise)
     expect(same_pool_state(pool_before, pool_state(pool)), INVARIANT, f"{case.name}: the rejected call changed the pool")
     expect(
         caches_before == [cache_state(c) for c in caches], INVARIANT, f"{case.name}: the rejected call changed a cache"
@@ -171,20 +210,52 @@ def _free_unissued_page(pool: Any, cache: Any, chunk: tuple[Any, Any]) -> None:
     pool.free_page(pool.num_pages + 3)
 
 
+def _free_id_equal_to_page_count(pool: Any, cache: Any, chunk: tuple[Any, Any]) -> None:
+    pool.free_page(pool.num_pages)  # one past the last id issued
+
+
 def _append_mismatched_value(pool: Any, cache: Any, chunk: tuple[Any, Any]) -> None:
     cache.update_and_fetch_paged(chunk[0], chunk[1][:, :, :1])
 
 
-POOL_REJECTIONS = {
-    "write_past_page_end": _write_past_page_end,
-    "free_unissued_page": _free_unissued_page,
-    "append_value_shape_differs_from_key": _append_mismatched_value,
-}
+def _append_in_another_dtype(pool: Any, cache: Any, chunk: tuple[Any, Any]) -> None:
+    import mlx.core as mx
+
+    cache.update_and_fetch_paged(chunk[0].astype(mx.bfloat16), chunk[1].astype(mx.bfloat16))
 
 
-@pytest.mark.parametrize("name", sorted(POOL_REJECTIONS))
+@dataclass(frozen=True)
+class PoolRejection:
+    name: str
+    call: Callable[[Any, Any, tuple[Any, Any]], None]
+    fields: tuple[str, ...]  # advice when the message names none of these
+    course: tuple[str, ...] = ()  # the course tests of the same rule; none: beyond the course
+
+
+POOL_REJECTIONS = [
+    PoolRejection("write_past_page_end", _write_past_page_end, ("start", "page")),
+    PoolRejection("free_unissued_page", _free_unissued_page, ("page",)),
+    PoolRejection("free_id_equal_to_page_count", _free_id_equal_to_page_count, ("page",)),
+    PoolRejection(
+        "append_value_shape_differs_from_key", _append_mismatched_value, ("shape",),
+        (f"{DAY_3}::test_task_1_rejects_shape_mismatch_without_mutating_cache",),
+    ),
+    PoolRejection(
+        "append_dtype_differs_from_pool", _append_in_another_dtype, ("dtype",),
+        (f"{DAY_3}::test_task_1_rejects_incompatible_dtype_before_allocating_a_page",),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, id=c.name, marks=pytest.mark.course(*c.course) if c.course else pytest.mark.beyond_course)
+        for c in POOL_REJECTIONS
+    ],
+)
 def test_pool_and_cache_reject_bad_calls_unchanged(
-    pool_type: type, cache_type: type, name: str, rng: np.random.Generator
+    pool_type: type, cache_type: type, case: PoolRejection, rng: np.random.Generator, advise: Advise
 ) -> None:
     pool = pool_type(PAGE_SIZE)
     cache = cache_type(pool)
@@ -192,6 +263,174 @@ def test_pool_and_cache_reject_bad_calls_unchanged(
     cache.update_and_fetch_paged(*record.make_chunk(rng, PAGE_SIZE + 1))
     chunk = record.make_chunk(rng, 3)
     pool_before, cache_before = pool_state(pool), cache_state(cache)
-    expect_value_error(INVARIANT, name, lambda: POOL_REJECTIONS[name](pool, cache, chunk))
-    expect(same_pool_state(pool_before, pool_state(pool)), INVARIANT, f"{name}: the rejected call changed the pool")
-    expect(cache_before == cache_state(cache), INVARIANT, f"{name}: the rejected call changed the cache")
+    message = expect_value_error(INVARIANT, case.name, lambda: case.call(pool, cache, chunk))
+    _advise_on_fields(advise, case.name, case.fields, message)
+    expect(same_pool_state(pool_before, pool_state(pool)), INVARIANT, f"{case.name}: the rejected call changed the pool")
+    expect(cache_before == cache_state(cache), INVARIANT, f"{case.name}: the rejected call changed the cache")
+
+
+# The course's geometry for invalid metadata: one request, pages of 32, context 65 (three live pages),
+# a table of four columns (the fourth is padding) and a spare fifth page.
+METADATA_PAGE_SIZE = 32
+METADATA_PAGES = 5
+METADATA_CONTEXT = 2 * METADATA_PAGE_SIZE + 1
+METADATA_TABLE = (0, 1, 2, -1)
+
+
+@dataclass(frozen=True)
+class MetadataCase:
+    name: str
+    context_lens: tuple[int, ...]
+    block_table: tuple[int, ...]
+    fields: tuple[str, ...]
+    page_size: int = METADATA_PAGE_SIZE
+
+
+def _with_column(column: int, value: int) -> tuple[int, ...]:
+    return tuple(value if c == column else page for c, page in enumerate(METADATA_TABLE))
+
+
+METADATA_CASES = {
+    "negative-context": MetadataCase("negative-context", (-1,), METADATA_TABLE, ("context_lens",)),
+    "oversized-context": MetadataCase(
+        "oversized-context", (len(METADATA_TABLE) * METADATA_PAGE_SIZE + 1,), METADATA_TABLE, ("context_lens", "block_table")
+    ),
+    "insufficient-table-width": MetadataCase(
+        "insufficient-table-width", (METADATA_CONTEXT,), METADATA_TABLE[:2], ("context_lens", "block_table")
+    ),
+    "negative-live-page": MetadataCase("negative-live-page", (METADATA_CONTEXT,), _with_column(1, -1), ("block_table",)),
+    "page-id-equals-domain": MetadataCase(
+        "page-id-equals-domain", (METADATA_CONTEXT,), _with_column(1, METADATA_PAGES), ("block_table",)
+    ),
+    "aliased-live-page": MetadataCase("aliased-live-page", (METADATA_CONTEXT,), _with_column(1, 0), ("block_table",)),
+    "invalid-padding-sentinel": MetadataCase(
+        "invalid-padding-sentinel", (METADATA_CONTEXT,), _with_column(3, -2), ("block_table",)
+    ),
+    "live-page-in-padding": MetadataCase("live-page-in-padding", (METADATA_CONTEXT,), _with_column(3, 3), ("block_table",)),
+    "zero-page-size": MetadataCase("zero-page-size", (METADATA_CONTEXT,), METADATA_TABLE, ("page_size",), page_size=0),
+}
+
+
+def _rejected_unchanged(paged_attention: Any, what: str, passed: dict[str, Any], page_size: int) -> str:
+    """Call with `passed`; it must raise ValueError and leave every array as it was. Returns the message."""
+    snapshot = {name: to_numpy(array).copy() for name, array in passed.items()}
+    message = expect_value_error(
+        INVARIANT, what, lambda: paged_attention(**passed, page_size=page_size, mask="causal")
+    )
+    for name, array in passed.items():
+        expect(same_array(array, snapshot[name]), INVARIANT, f"{what}: the rejected call changed its input {name}")
+    return message
+
+
+def _course_shaped_inputs(num_queries: int, context_lens: tuple[int, ...], block_table: tuple[int, ...]) -> dict[str, Any]:
+    """The course's shapes: float32 and D=4 for decode, bfloat16 and D=128 for longer queries."""
+    import mlx.core as mx
+
+    head_dim, dtype = (4, mx.float32) if num_queries == 1 else (128, mx.bfloat16)
+    pages = (METADATA_PAGES, 2, METADATA_PAGE_SIZE, head_dim)
+    return {
+        "query": mx.zeros((1, 4, num_queries, head_dim), dtype=dtype),
+        "key_pages": mx.zeros(pages, dtype=dtype),
+        "value_pages": mx.zeros(pages, dtype=dtype),
+        "block_table": mx.array([list(block_table)], dtype=mx.int32),
+        "context_lens": mx.array(list(context_lens), dtype=mx.int32),
+    }
+
+
+@pytest.mark.parametrize("num_queries", [1, 9, 65])
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=name, marks=pytest.mark.course(f"{INVALID_METADATA}[{name}]")) for name, c in METADATA_CASES.items()]
+)
+def test_invalid_metadata_is_rejected_at_every_query_length(
+    paged_attention: Any, case: MetadataCase, num_queries: int, advise: Advise
+) -> None:
+    # Decode and both prefill paths validate alike: the rule does not depend on the kernel chosen.
+    passed = _course_shaped_inputs(num_queries, case.context_lens, case.block_table)
+    message = _rejected_unchanged(paged_attention, f"{case.name} at L={num_queries}", passed, case.page_size)
+    _advise_on_fields(advise, case.name, case.fields, message)
+
+
+@pytest.mark.course(f"{DAY_4}::test_paged_attention_rejects_active_context_shorter_than_query")
+@pytest.mark.parametrize("num_queries", [2, 9, 65])
+def test_context_shorter_than_the_query_is_rejected_at_every_query_length(
+    paged_attention: Any, num_queries: int, advise: Advise
+) -> None:
+    context = num_queries - 1
+    live = -(-context // METADATA_PAGE_SIZE)
+    table = tuple(range(live)) + (-1,) * (len(METADATA_TABLE) - live)
+    passed = _course_shaped_inputs(num_queries, (context,), table)
+    message = _rejected_unchanged(paged_attention, f"context {context} < L={num_queries}", passed, METADATA_PAGE_SIZE)
+    _advise_on_fields(advise, "context_shorter_than_query", ("context_lens",), message)
+
+
+class InjectedWriteFailure(RuntimeError):
+    """Raised by the check's wrapper around the pool's write_page_slice on its second call."""
+
+
+def _live_tokens(pool: Any, cache: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The cache's tokens read through its block table from the pool's pages (float64 [H_kv, tokens, D] each)."""
+    keys, values = gather_dense(pool.key_pages, pool.value_pages, cache.block_table(), cache.context_lens(), PAGE_SIZE)
+    return keys[0], values[0]
+
+
+@pytest.mark.course(f"{DAY_3}::test_task_1_rolls_back_every_page_when_a_later_write_fails")
+@pytest.mark.parametrize("filled", [0, 2], ids=["fresh-cache", "tail-half-full"])
+def test_append_whose_second_page_write_fails_changes_nothing(
+    pool_type: type, cache_type: type, paged_attention: Any, filled: int, rng: np.random.Generator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pool = pool_type(PAGE_SIZE)
+    if not callable(getattr(pool, "write_page_slice", None)):
+        pytest.skip("the subject's TinyKvPagedPool has no write_page_slice to inject a failure into")
+    other, cache = cache_type(pool), cache_type(pool)
+    other_record, record = WrittenKv(2, HEAD_DIM, "float32"), WrittenKv(2, HEAD_DIM, "float32")
+    other.update_and_fetch_paged(*other_record.make_chunk(rng, 1))
+    if filled:
+        cache.update_and_fetch_paged(*record.make_chunk(rng, filled))
+    # Page data is left out of the comparison: slots past a context may hold anything (the course compares none).
+    pool_before, caches_before = pool_state(pool, page_data=False), [cache_state(other), cache_state(cache)]
+    original = pool.write_page_slice
+    writes = 0
+
+    def fail_second_write(*args: Any, **kwargs: Any) -> None:
+        nonlocal writes
+        writes += 1
+        if writes == 2:
+            raise InjectedWriteFailure("injected page write failure")
+        original(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "write_page_slice", fail_second_write)
+    # Fills the tail page (or a first page), then a whole page, then one token: three page writes.
+    spanning = WrittenKv(2, HEAD_DIM, "float32").make_chunk(rng, 2 * PAGE_SIZE - filled + 1)
+    try:
+        cache.update_and_fetch_paged(*spanning)
+    except InjectedWriteFailure:
+        pass
+    else:
+        if writes < 2:
+            pytest.skip(f"the subject's append wrote {writes} page slice(s) through pool.write_page_slice, not one per page")
+        raise InvariantViolation(INVARIANT, "the append did not raise the failure injected into its second page write")
+    monkeypatch.undo()
+    step = f"after an append of {2 * PAGE_SIZE - filled + 1} tokens whose second page write failed ({filled} already written)"
+    expect(writes == 2, INVARIANT, f"{step}: write_page_slice was called {writes} times, expected the failure to stop it at 2")
+    expect(
+        same_pool_state(pool_before, pool_state(pool, page_data=False)), INVARIANT,
+        f"{step}: the pool changed: {pool_before} -> {pool_state(pool, page_data=False)}",
+    )
+    caches_after = [cache_state(other), cache_state(cache)]
+    expect(caches_before == caches_after, INVARIANT, f"{step}: the caches changed: {caches_before} -> {caches_after}")
+    for name, owner, written in (("the other request", other, other_record), ("the failed request", cache, record)):
+        if written.length:
+            keys, values = _live_tokens(pool, owner)
+            expect(
+                np.array_equal(keys, written.keys) and np.array_equal(values, written.values), INVARIANT,
+                f"{step}: {name}'s tokens read through its block table changed",
+            )
+    # The cache still appends where it left off.
+    metadata = cache.update_and_fetch_paged(*record.make_chunk(rng, PAGE_SIZE + 1))
+    query = record.make_query(rng, 4, PAGE_SIZE + 1)
+    expect_close(
+        INVARIANT, f"{step}, then an append of {PAGE_SIZE + 1}: attention over the cache",
+        attention_over_metadata(paged_attention, query, metadata, "causal"), record.attention(query, "causal"),
+        metadata_layout(query, metadata, "float32", "causal"),
+    )

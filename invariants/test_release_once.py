@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import pool_state, same_pool_state
+from pagecheck.invariants.course import DAY_3
 from pagecheck.invariants.strategies import chunk_plans, seeds
 from pagecheck.invariants.verdict import expect, expect_value_error
 from pagecheck.invariants.workload import WrittenKv
@@ -59,6 +60,7 @@ def _check_free_lists(pools: list[object], expected: list[set[int]], step: str) 
         )
 
 
+@pytest.mark.course(f"{DAY_3}::test_task_1_paged_pool_reuses_freed_pages")
 @given(
     page_size=st.sampled_from((1, 2, 3, 8)),
     layers=st.integers(1, 4),
@@ -108,18 +110,21 @@ def test_release_returns_every_page_of_every_layer_once(
             )
 
 
+@pytest.mark.course(f"{DAY_3}::test_task_1_paged_cache_rewind")
+@pytest.mark.parametrize("whole_pages", [False, True], ids=["inside-a-page", "to-a-page-boundary"])
 @pytest.mark.parametrize("page_size", [2, 5])
 def test_rewind_then_release_returns_every_page(
-    pool_type: type, cache_type: type, page_size: int, rng: np.random.Generator
+    pool_type: type, cache_type: type, page_size: int, whole_pages: bool, rng: np.random.Generator
 ) -> None:
     pools = [pool_type(page_size) for _ in range(2)]
     request = Request(cache_type, pools)
     if not hasattr(request.caches[0], "rewind"):
         pytest.skip("the subject's TinyKvPagedCache has no rewind")
-    request.append(rng, 3 * page_size + 1)
+    total = 3 * page_size + 1
+    remaining = 2 * page_size if whole_pages else 2 * page_size - 1
+    request.append(rng, total)
     for cache in request.caches:
-        cache.rewind(page_size + 2)
-    remaining = 2 * page_size - 1
+        cache.rewind(total - remaining)
     for layer, cache in enumerate(request.caches):
         expect(
             cache.num_pages == -(-remaining // page_size), INVARIANT,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pagecheck.invariants.dtype_support import require_dtype
 from pagecheck.invariants.verdict import expect_reference
 from pagecheck.reference.layouts import DTYPES, random_layout
 
@@ -21,11 +22,13 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 LOGIT_SCALES = {"float32": 20.0, "bfloat16": 100.0, "float16": 100.0}
 
 
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("num_queries, mask", [(1, None), (5, "causal")], ids=["decode", "prefill"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_large_logits_stay_finite_and_correct(
     paged_attention: object, dtype: str, num_queries: int, mask: str | None, rng: np.random.Generator
 ) -> None:
+    require_dtype(paged_attention, dtype, INVARIANT)
     layout = random_layout(
         rng, context_lens=[40, 7, 19], page_size=8, num_queries=num_queries, mask=mask, dtype=dtype,
         logit_scale=LOGIT_SCALES[dtype],

@@ -12,6 +12,11 @@ from pagecheck.reference.layouts import PagedLayout
 from pagecheck.reference.tolerance import Comparison, compare
 
 
+# The user_properties key of advice: a remark on a passing behaviour (a message that names no field),
+# recorded through the suite's `advise` fixture and carried into the results, never a failure.
+ADVICE_PROPERTY = "advice"
+
+
 class InvariantViolation(AssertionError):
     """A subject broke an invariant; the message starts with the invariant's id in brackets."""
 

@@ -41,6 +41,10 @@ class WrittenKv:
         dt = getattr(mx, self.dtype)
         return mx.array(key[None]).astype(dt), mx.array(value[None]).astype(dt)
 
+    def truncate(self, length: int) -> None:
+        """Forget every token from `length` on, as a cache's rewind does."""
+        self.keys, self.values = self.keys[:, :length], self.values[:, :length]
+
     def make_query(self, rng: np.random.Generator, num_q_heads: int, length: int) -> np.ndarray:
         return round_to_dtype(rng.standard_normal((1, num_q_heads, length, self.head_dim)), self.dtype)
 

@@ -58,6 +58,18 @@ def test_fraction_scores_each_check() -> None:
     assert score.points == {"context_len": 5.0, "lazy_tail": 2.0}
 
 
+@pytest.mark.parametrize("scoring", ["all-or-nothing", "fraction"])
+def test_a_declined_optional_dtype_costs_no_points(scoring: str) -> None:
+    document = result_document("s", {"context_len": ["pass", "pass", "skip"], "lazy_tail": ["pass", "skip"]})
+    declined = "unsupported dtype float16: the subject declines it (ValueError: supports float32 or bfloat16)"
+    document["checks"][2]["message"] = declined
+    document["checks"][4]["message"] = "subject s has no BatchingKvCache: not defined in s"
+    score = score_result(document, _rubric(scoring=scoring))
+    assert score.points == {"context_len": 10.0, "lazy_tail": 2.0 if scoring == "fraction" else 0.0}
+    document["checks"] = [c for c in document["checks"] if c["invariant"] == "context_len"][2:]
+    assert score_result(document, _rubric(scoring=scoring)).points["context_len"] is None  # only declined checks
+
+
 def test_unfinished_run_scores_nothing() -> None:
     document = result_document("s", {"context_len": ["pass"], "lazy_tail": ["pass"]}, verdict="crashed")
     score = score_result(document, _rubric())

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pagecheck.invariants.catalog import INVARIANTS
+from pagecheck.invariants.dtype_support import is_unsupported_dtype
 from pagecheck.grading.rubric import Rubric
 
 NOT_CHECKED = "-"
@@ -56,7 +57,8 @@ def score_result(document: dict[str, Any], rubric: Rubric) -> Score:
     points: dict[str, float | None] = {}
     for invariant in document["settings"]["invariants"]:
         worth = rubric.points_for(invariant)
-        checks = grouped.get(invariant, [])
+        # A dtype the subject may decline, and does, is neither passed nor failed: it is left out.
+        checks = [c for c in grouped.get(invariant, []) if not is_unsupported_dtype(c)]
         if not finished:
             points[invariant] = 0.0
         elif not checks:

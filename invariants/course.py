@@ -1,0 +1,110 @@
+"""The course's own Week 3 Day 3/4 tests, and how each check of the suite relates to them.
+
+Every check carries exactly one of
+    @pytest.mark.course("test_week_3_day_3.py::test_x", ...)   the course tests whose behaviour it checks
+    @pytest.mark.beyond_course                                 a behaviour no course test checks
+and the run records it in the check's user_properties (("scope", "course" or
+"beyond_course") and one ("course", id) per course test), so results, reports
+and grades can count the course's clauses apart from the rest.
+
+COURSE_TESTS lists the course tests about this API (pool, cache,
+BatchingKvCache, paged_attention); a parametrised course test whose cases
+check different rules is listed once per case id. OUTSIDE_THE_API lists the
+rest of the two files, with why. tests/test_course_map.py holds the two lists
+to the course's files and to invariants/COURSE_MAP.md, and requires every
+entry of COURSE_TESTS to be mapped by at least one check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DAY_3 = "test_week_3_day_3.py"
+DAY_4 = "test_week_3_day_4.py"
+COURSE_FILES = (DAY_3, DAY_4)
+
+COURSE_MARK = "course"
+BEYOND_COURSE_MARK = "beyond_course"
+SCOPE_PROPERTY = "scope"  # user_properties key: "course" or "beyond_course"
+COURSE_PROPERTY = "course"  # user_properties key, once per mapped course test
+
+INVALID_METADATA = f"{DAY_4}::test_paged_attention_rejects_invalid_live_metadata_before_dispatch"
+# The case ids of INVALID_METADATA, each a rule of its own.
+INVALID_METADATA_CASES = (
+    "negative-context",
+    "oversized-context",
+    "insufficient-table-width",
+    "negative-live-page",
+    "page-id-equals-domain",
+    "aliased-live-page",
+    "invalid-padding-sentinel",
+    "live-page-in-padding",
+    "zero-page-size",
+)
+
+COURSE_TESTS: dict[str, str] = {
+    f"{DAY_3}::test_task_1_paged_cache_matches_full_cache": "appends of 3, 2, 5 tokens: dense K/V, context, "
+    "ceil(context / page_size) pages, full-size physical pages, page_lens sum to the context",
+    f"{DAY_3}::test_task_1_paged_pool_reuses_freed_pages": "release frees every page; the next request reuses them "
+    "without issuing new ones",
+    f"{DAY_3}::test_task_1_rejects_incompatible_dtype_before_allocating_a_page": "an append in another dtype than "
+    "the pool's storage raises ValueError and changes nothing",
+    f"{DAY_3}::test_task_1_rejects_shape_mismatch_without_mutating_cache": "key and value of different shapes raise "
+    "ValueError and change nothing",
+    f"{DAY_3}::test_task_1_rolls_back_every_page_when_a_later_write_fails": "a failure injected into the second "
+    "page write of one append leaves pool and cache as they were",
+    f"{DAY_3}::test_task_2_mixed_pools_fail_before_any_batch_row_mutates": "BatchingKvCache with requests on two "
+    "pools raises ValueError before any row changes",
+    f"{DAY_3}::test_task_1_paged_pool_grows_storage_geometrically": "storage capacity doubles; growths, copied "
+    "pages and bytes are counted; key_pages has one row per issued page",
+    f"{DAY_3}::test_task_1_paged_pool_reset_removes_warmup_capacity_and_counters": "reset of an idle pool empties "
+    "storage and counters",
+    f"{DAY_3}::test_task_1_reuses_block_table_until_page_ids_change": "block_table() is reused while the page ids "
+    "stay, and rebuilt when they change",
+    f"{DAY_3}::test_task_1_materializes_page_storage_without_dense_gather": "materialize() evaluates the page "
+    "storage without gathering dense K/V",
+    f"{DAY_3}::test_task_1_paged_cache_rewind": "rewind(3) of [4, 4, 1]: dense K/V, offset, page_lens, pages "
+    "freed to the pool",
+    f"{DAY_4}::test_task_1_paged_attention_matches_dense_attention": "a causal prefill chunk over the cache's "
+    "metadata matches dense attention; metadata table, context and pages",
+    f"{DAY_4}::test_task_2_batched_paged_attention_matches_dense_attention": "BatchingKvCache decode metadata "
+    "(an empty slot is a row of -1 with context 0) and attention per live row",
+    f"{DAY_4}::test_paged_attention_preserves_bfloat16_for_decode": "bfloat16 decode at D=128 keeps bfloat16 and "
+    "matches within 2e-2",
+    **{f"{INVALID_METADATA}[{case}]": f"invalid metadata ({case}) raises ValueError before dispatch, at L = 1, 9, 65"
+       for case in INVALID_METADATA_CASES},
+    f"{DAY_4}::test_paged_attention_rejects_active_context_shorter_than_query": "a live context shorter than the "
+    "query raises ValueError, at L = 2, 9, 65",
+}
+
+OUTSIDE_THE_API: dict[str, str] = {
+    f"{DAY_3}::test_task_1_model_kv_caches_share_storage_within_each_layer": "the course's Qwen3 model",
+    f"{DAY_3}::test_task_1_model_layer_caches_keep_independent_page_metadata": "the course's Qwen3 model",
+    f"{DAY_3}::test_task_3_week3_model_reuses_week2_fast_kernels": "the course's Qwen3 model",
+    f"{DAY_3}::test_task_3_incremental_decode_matches_week2": "the course's Qwen3 model",
+    f"{DAY_4}::test_paged_attention_is_course_owned": "a source check of the course's own kernel call",
+    f"{DAY_4}::test_task_3_incremental_decode_matches_week2_with_paged_attention": "the course's Qwen3 model",
+    f"{DAY_4}::test_week3_custom_embedding_matches_readable_path": "the course's quantized embedding",
+    f"{DAY_4}::test_week3_default_inherits_week2_prefill_kernels": "the course's Qwen3 model",
+}
+
+
+def course_scope(item: Any) -> list[tuple[str, str]]:
+    """A collected check's relation to the course, as user_properties; ValueError unless it has exactly one."""
+    course = list(item.iter_markers(COURSE_MARK))
+    beyond = list(item.iter_markers(BEYOND_COURSE_MARK))
+    if bool(course) == bool(beyond):
+        raise ValueError(
+            f"{item.nodeid} must carry either @pytest.mark.{COURSE_MARK}(<course test ids>) or "
+            f"@pytest.mark.{BEYOND_COURSE_MARK}, not {'both' if course else 'neither'}"
+        )
+    if beyond:
+        return [(SCOPE_PROPERTY, BEYOND_COURSE_MARK)]
+    ids = sorted({i for mark in course for i in mark.args})
+    unknown = [i for i in ids if i not in COURSE_TESTS]
+    if not ids or unknown:
+        raise ValueError(
+            f"{item.nodeid}: @pytest.mark.{COURSE_MARK} needs ids from COURSE_TESTS in invariants/course.py, "
+            f"got {unknown or 'none'}"
+        )
+    return [(SCOPE_PROPERTY, COURSE_MARK), *((COURSE_PROPERTY, i) for i in ids)]

@@ -1,0 +1,146 @@
+"""page_storage: a pool's page storage grows geometrically and counts it, materialize() reads no dense K/V, reset() empties it.
+
+The course's pool keeps one key and one value store with room for
+`capacity` pages: the first write creates room for INITIAL_CAPACITY pages
+(or every page issued so far, if more), and a page that does not fit doubles
+it, copying the pages already there. Each creation or growth counts in
+storage_growths, each growth adds the pages and bytes it copied, and
+key_pages / value_pages show one row per issued page. materialize()
+evaluates that storage in one mx.eval call and never gathers the request's
+tokens; reset() of a pool with no live page drops storage, ids and counters.
+A pool without these counters skips the checks that read them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pagecheck.invariants.course import DAY_3, DAY_4
+from pagecheck.invariants.verdict import expect
+from pagecheck.invariants.workload import WrittenKv
+from pagecheck.reference.arrays import to_numpy
+
+INVARIANT = "page_storage"
+pytestmark = pytest.mark.invariant(INVARIANT)
+
+HEAD_DIM = 32
+NUM_KV_HEADS = 2
+INITIAL_CAPACITY = 4  # the course's: 17 tokens in pages of 4 leave capacity 8 after 2 growths
+GROWTH_COUNTERS = ("capacity", "storage_growths", "copied_pages_on_growth", "copied_bytes_on_growth")
+
+
+def _require(pool: Any, names: tuple[str, ...]) -> None:
+    missing = [name for name in names if not hasattr(pool, name)]
+    if missing:
+        pytest.skip(f"the subject's TinyKvPagedPool has no {', '.join(missing)}")
+
+
+def _counters(pool: Any) -> dict[str, int]:
+    return {name: int(getattr(pool, name)) for name in GROWTH_COUNTERS}
+
+
+def _page_bytes(pool: Any) -> int:
+    """Bytes of one page of keys and values together, in the pool's own storage."""
+    return (pool.key_pages.nbytes + pool.value_pages.nbytes) // pool.num_pages
+
+
+@pytest.mark.course(
+    f"{DAY_3}::test_task_1_paged_pool_grows_storage_geometrically",
+    f"{DAY_4}::test_task_1_paged_attention_matches_dense_attention",
+)
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_storage_grows_geometrically_and_counts_its_copies(
+    pool_type: type, cache_type: type, page_size: int, rng: np.random.Generator
+) -> None:
+    pool = pool_type(page_size)
+    _require(pool, GROWTH_COUNTERS)
+    cache = cache_type(pool)
+    record = WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32")
+    want = _counters(pool)
+    expect(want == dict.fromkeys(GROWTH_COUNTERS, 0), INVARIANT, f"a new pool's counters are {want}, expected zeros")
+    # One page per append, so at most one growth happens between two looks.
+    for pages in range(1, 4 * INITIAL_CAPACITY + 2):
+        cache.update_and_fetch_paged(*record.make_chunk(rng, page_size))
+        step = f"after the append that took page {pages} (page_size={page_size})"
+        rows = (int(pool.key_pages.shape[0]), int(pool.value_pages.shape[0]))
+        expect(rows == (pool.num_pages,) * 2, INVARIANT, f"{step}: key/value_pages have {rows} rows, {pool.num_pages} issued")
+        capacity = want["capacity"]
+        if capacity == 0:
+            want.update(capacity=max(INITIAL_CAPACITY, pool.num_pages), storage_growths=want["storage_growths"] + 1)
+        elif pool.num_pages > capacity:
+            want["copied_pages_on_growth"] += capacity
+            want["copied_bytes_on_growth"] += capacity * _page_bytes(pool)
+            want.update(capacity=2 * capacity, storage_growths=want["storage_growths"] + 1)
+        got = _counters(pool)
+        expect(got == want, INVARIANT, f"{step}: counters {got}, expected {want}")
+        if hasattr(pool, "storage_nbytes"):
+            expect(
+                int(pool.storage_nbytes) == want["capacity"] * _page_bytes(pool), INVARIANT,
+                f"{step}: storage_nbytes={pool.storage_nbytes} for {want['capacity']} pages of {_page_bytes(pool)} bytes",
+            )
+
+
+@pytest.mark.course(f"{DAY_3}::test_task_1_paged_pool_reset_removes_warmup_capacity_and_counters")
+def test_reset_empties_an_idle_pool(pool_type: type, cache_type: type, rng: np.random.Generator) -> None:
+    pool = pool_type(4)
+    if not callable(getattr(pool, "reset", None)):
+        pytest.skip("the subject's TinyKvPagedPool has no reset")
+    _require(pool, (*GROWTH_COUNTERS, "storage_nbytes"))
+    cache = cache_type(pool)
+    cache.update_and_fetch_paged(*WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32").make_chunk(rng, 17))
+    cache.release()
+    pool.reset()
+    got = {**_counters(pool), "num_pages": pool.num_pages, "num_free_pages": pool.num_free_pages,
+           "storage_nbytes": int(pool.storage_nbytes)}  # fmt: skip
+    expect(all(v == 0 for v in got.values()), INVARIANT, f"after release and reset: {got}, expected all zero")
+    # The pool serves again from scratch.
+    record = WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32")
+    again = cache_type(pool)
+    again.update_and_fetch_paged(*record.make_chunk(rng, 5))
+    keys, values = (to_numpy(x, np.float64)[0] for x in again.gather_dense())
+    expect(
+        [int(p) for p in again.page_ids] == [0, 1] and np.array_equal(keys, record.keys)
+        and np.array_equal(values, record.values), INVARIANT,
+        f"after reset, a request of 5 tokens holds pages {list(again.page_ids)} and reads back other tokens",
+    )
+
+
+@pytest.mark.course(f"{DAY_3}::test_task_1_materializes_page_storage_without_dense_gather")
+def test_materialize_evaluates_the_storage_without_a_dense_gather(
+    pool_type: type, cache_type: type, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mlx.core as mx
+
+    pool = pool_type(4)
+    cache = cache_type(pool)
+    if not callable(getattr(cache, "materialize", None)):
+        pytest.skip("the subject's TinyKvPagedCache has no materialize")
+    record = WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32")
+    cache.update_and_fetch_paged(*record.make_chunk(rng, 5))
+    gathers: list[str] = []
+    evaluated: list[tuple[Any, ...]] = []
+
+    def no_dense_gather(*args: Any, **kwargs: Any) -> Any:
+        gathers.append("gather_dense")
+        raise AssertionError("materialize() must not gather dense K/V")
+
+    monkeypatch.setattr(cache, "gather_dense", no_dense_gather)
+    monkeypatch.setattr(mx, "eval", lambda *arrays: evaluated.append(arrays))
+    try:
+        cache.materialize()
+    finally:
+        monkeypatch.undo()
+    expect(not gathers, INVARIANT, "materialize() called gather_dense()")
+    # Storage held as MLX arrays is lazy: one mx.eval of the key and value pages makes it real.
+    if isinstance(pool.key_pages, mx.array):
+        shapes = [tuple(tuple(a.shape) for a in call) for call in evaluated]
+        want = (tuple(pool.key_pages.shape), tuple(pool.value_pages.shape))
+        expect(shapes == [want], INVARIANT, f"materialize() called mx.eval on shapes {shapes}, expected once on {[want]}")
+    keys, values = (to_numpy(x, np.float64)[0] for x in cache.gather_dense())
+    expect(
+        np.array_equal(keys, record.keys) and np.array_equal(values, record.values), INVARIANT,
+        "after materialize() the cache reads back other tokens",
+    )
