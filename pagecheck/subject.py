@@ -87,6 +87,20 @@ def load_subject(spec: str) -> Subject:
     raise SubjectError(f"subject spec={spec!r} is not one of: {SPEC_HELP}")
 
 
+def absolute_spec(spec: str) -> str:
+    """The same subject named so that it resolves from any working directory.
+
+    A file path or a tiny-llm checkout becomes absolute; impl, reference and
+    module names are returned as they are (a module resolves through sys.path).
+    """
+    spec = spec.strip()
+    if spec.startswith(TINY_LLM_PREFIX):
+        return TINY_LLM_PREFIX + str(Path(spec[len(TINY_LLM_PREFIX) :]).expanduser().resolve())
+    if spec not in ("impl", "reference") and (spec.endswith(".py") or "/" in spec or "\\" in spec):
+        return str(Path(spec).expanduser().resolve())
+    return spec
+
+
 def _import(spec: str, module_name: str) -> ModuleType:
     try:
         return importlib.import_module(module_name)

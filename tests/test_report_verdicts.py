@@ -27,7 +27,7 @@ def test_mutant_report_names_the_broken_invariant(tmp_path: Path) -> None:
     failures = document["invariants"][0]["failures"]
     assert failures and all(f["message"] for f in failures)
     assert "`context_len`" in (tmp_path / "conformance.md").read_text().split("## Failing checks")[1]
-    assert "broken invariants: `context_len`" in (tmp_path / "index.md").read_text()
+    assert "broken invariants, likely cause first: `context_len`" in (tmp_path / "index.md").read_text()
 
 
 def test_subject_that_does_not_load_gets_its_own_exit_code_and_report(tmp_path: Path) -> None:
@@ -41,9 +41,10 @@ def test_subject_that_does_not_load_gets_its_own_exit_code_and_report(tmp_path: 
     assert "did not load" in (tmp_path / "out" / "index.md").read_text()
 
 
-def test_a_suite_that_wrote_no_results_is_an_error_not_a_pass(tmp_path: Path) -> None:
+def test_a_suite_that_wrote_no_results_is_a_crash_not_a_pass(tmp_path: Path) -> None:
     run = SuiteRun(command=["pytest"], returncode=4, elapsed_s=1.0, log_path=tmp_path / "invariants.log", counts={})
     body = conformance_body(run, None, ())
-    assert body["verdict"] == "error"
+    assert body["verdict"] == "crash"
     assert "exit status 4" in body["suite"]["problem"]
+    assert "usage error" in body["suite"]["crash"]["what"]
     assert body["totals"]["invariants"] == 0

@@ -10,9 +10,11 @@ from typing import Any
 from invariants.catalog import INVARIANTS
 from pagecheck.commands import options
 from pagecheck.commands.bench import (
+    CompareFileError,
     add_bench_options,
     cuda_kernels_available,
     quick_bench_text,
+    read_previous,
     run_bench_stage,
     run_gpu_bench_stage,
 )
@@ -44,7 +46,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "and the operator benchmark, then write conformance, tolerance and bench reports (Markdown +\n"
         "JSON, plus an SVG plot) and an index.md that sums them up. With --device gpu on a CUDA\n"
         "machine, also the GPU kernel benchmark with its speed goals (bench_gpu.md). The exit status\n"
-        "names the most serious finding: a broken invariant exits 1.",
+        "names the most serious finding: a broken invariant exits 1, a crashed suite 8.\n\n"
+        "index.md and conformance.md start with where to look first: the broken invariant most likely\n"
+        "to be the cause (pagecheck/start_here.py ranks them), its first failing check, its\n"
+        "counterexample and a command that reruns that check from any directory; or, when the suite\n"
+        "crashed, the cause from its log.",
     )
     options.add_subject_option(parser)
     options.add_device_option(parser)
@@ -101,8 +107,12 @@ def run_conformance_stage(args: argparse.Namespace, out: Path, progress: StagePr
         )
         run = run_suite(request, out / "invariants.log", show)
         results = load_results(results_path) if results_path.exists() else None
-    document = _write_conformance(args, out, conformance_body(run, results, selected))
+    document = _write_conformance(args, out, conformance_body(run, results, selected, request))
     totals = document["totals"]
+    crash = document["suite"]["crash"]
+    if crash is not None:
+        progress.finish(f"CRASHED: {crash['what']}")
+        return ExitCode.SUITE_CRASHED
     progress.finish(
         f"{totals['invariants_held']} invariants hold, {totals['invariants_failed']} broken, "
         f"{totals['invariants_unchecked']} unchecked ({totals['pass']} of {totals['checks']} checks passed)"
@@ -133,6 +143,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"pagecheck {NAME}: every stage was skipped; nothing to report")
         return ExitCode.USAGE
     try:
+        previous = read_previous(args) if "bench" in chosen else None
+    except CompareFileError as exc:
+        print(f"pagecheck {NAME}: {exc}")
+        return ExitCode.USAGE
+    try:
         subject = prepare_subject(args, needs=("paged_attention",))
     except SubjectSetupError as exc:
         print(f"pagecheck {NAME}: {exc}")
@@ -146,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     stages = {
         "invariants": lambda progress: run_conformance_stage(args, out, progress),
         "tolerance": lambda progress: run_tolerance_stage(subject, args, out, progress),
-        "bench": lambda progress: run_bench_stage(args, out, progress),
+        "bench": lambda progress: run_bench_stage(args, out, progress, previous),
         "gpu_kernels": lambda progress: run_gpu_bench_stage(args, out, progress),
     }
     codes = []

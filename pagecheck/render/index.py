@@ -6,7 +6,7 @@ from typing import Any
 
 from pagecheck.render.bench import PLOT_FILE, median_headers, median_rows, shape_line
 from pagecheck.render.bench_gpu import goal_table
-from pagecheck.render.conformance import VERDICT_TEXT, unchecked_phrase
+from pagecheck.render.conformance import VERDICT_TEXT, invariants_in_reading_order, start_here_lines, unchecked_phrase
 from pagecheck.render.markdown import inline_code, table
 from pagecheck.render.tolerance import describe_cell, worst_rows
 
@@ -31,13 +31,17 @@ def _conformance_summary(document: dict[str, Any]) -> list[str]:
     if document.get("subject_error"):
         return [f"The subject did not load: {inline_code(document['subject_error'])}"]
     totals = document["totals"]
+    if not document["invariants"]:
+        return ["The suite reported no check, so no invariant was judged (see Start here above)."]
     rows = [
         (inline_code(inv["id"]), VERDICT_TEXT[inv["verdict"]], f"{inv['counts']['pass']}/{inv['counts']['total']}")
-        for inv in document["invariants"]
+        for inv in invariants_in_reading_order(document)
     ]
+    crashed = " The suite crashed, so these counts are of the checks that ran before it did." if document["verdict"] == "crash" else ""
     return [
         f"{totals['invariants_held']} of {totals['invariants']} invariants hold, {totals['invariants_failed']} broken "
-        f"({totals['pass']} of {totals['checks']} checks passed, {totals['skip']} skipped).",
+        f"({totals['pass']} of {totals['checks']} checks passed, {totals['skip']} skipped); broken ones first, "
+        f"likely cause first.{crashed}",
         "",
         table(("invariant", "verdict", "checks passed"), rows, ("left", "left", "right")),
     ]
@@ -63,14 +67,30 @@ def _tolerance_summary(document: dict[str, Any]) -> list[str]:
 
 def _bench_summary(document: dict[str, Any]) -> list[str]:
     config = document["configuration"]
-    return [
-        f"Median latency per call, {shape_line(config)}, {config['device']}; the plot is in [bench.md](bench.md).",
+    headers = median_headers(document)
+    lines = [
+        f"Median latency per call with each output's correctness mark, {shape_line(config)}, {config['device']}; "
+        "the spread over processes and the plot are in [bench.md](bench.md).",
         "",
-        table(median_headers(document), median_rows(document), ("right",) * (len(config["variants"]) + 3)),
+        table(headers, median_rows(document), ("right",) * len(headers)),
         "",
-        f"Correctness of the benchmarked variants: {'pass' if document['correct'] else '**FAIL**'} "
-        f"(max abs error within atol {document['atol']:.2e} of float64).",
     ]
+    if document["subject_correct"]:
+        lines.append("The subject's outputs are within tolerance of the float64 reference at every context.")
+    else:
+        lines.append(
+            "**The subject's outputs are WRONG** (outside tolerance of the float64 reference): its times are those "
+            "of a wrong implementation."
+        )
+    if not document["correct"] and document["subject_correct"]:
+        lines.append("A variant other than the subject raised or is outside tolerance (see bench.md).")
+    comparison = document.get("comparison")
+    if comparison is not None:
+        flagged = [row for row in comparison["rows"] if row["change"] in ("slower", "faster")]
+        named = ", ".join(f"{row['variant']} at {row['context']} {row['change']} ({row['ratio']:.2f}x)" for row in flagged)
+        lines += ["", f"Compared with {inline_code(comparison['previous'])}: {len(flagged)} of {len(comparison['rows'])} "
+                  f"points changed beyond the noise{': ' + named if named else ''} ([plot]({comparison['plot']}))."]  # fmt: skip
+    return lines
 
 
 def _overall(documents: dict[str, dict[str, Any]]) -> str:
@@ -81,17 +101,20 @@ def _overall(documents: dict[str, dict[str, Any]]) -> str:
             problems.append("the subject did not load")
         broken = conformance["broken_invariants"]
         if broken:
-            problems.append("broken invariants: " + ", ".join(inline_code(i) for i in broken))
+            problems.append("broken invariants, likely cause first: " + ", ".join(inline_code(i) for i in broken))
         if conformance["suite"] and conformance["suite"]["problem"]:
             problems.append(conformance["suite"]["problem"])
     tolerance = documents.get("tolerance")
     if tolerance is not None and not tolerance["passed"]:
         problems.append(f"{tolerance['totals']['failed']} tolerance cells failed")
     bench = documents.get("bench")
-    if bench is not None and not bench["correct"]:
-        problems.append("a benchmarked variant raised or is outside atol of float64 (see bench.md)")
+    if bench is not None and not bench["subject_correct"]:
+        problems.append("the subject's benchmarked outputs are outside tolerance of float64 (see bench.md)")
+    elif bench is not None and not bench["correct"]:
+        problems.append("a benchmarked variant raised or is outside tolerance of float64 (see bench.md)")
+    crashed = conformance is not None and conformance["verdict"] == "crash"
     if problems:
-        return "**Verdict: FAIL**: " + "; ".join(problems) + "."
+        return f"**Verdict: {'CRASH' if crashed else 'FAIL'}**: " + "; ".join(problems) + "."
     unchecked = conformance["totals"]["invariants_unchecked"] if conformance is not None else 0
     return "**Verdict: PASS**" + (f"; {unchecked_phrase(unchecked)}." if unchecked else "")
 
@@ -103,6 +126,7 @@ def render_index(documents: dict[str, dict[str, Any]]) -> str:
     lines = [
         f"# pagecheck report: {inline_code(first['subject'])}",
         "",
+        *(start_here_lines(documents["conformance"], "##") if "conformance" in documents else []),
         f"Device {first['device']}, {first['profile']} profile, seed {first['seed']}, created {first['created']}.  ",
         _environment_line(first["environment"]),
         "",
