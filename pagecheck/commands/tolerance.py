@@ -10,6 +10,7 @@ from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
 from pagecheck.exit_codes import ExitCode
 from pagecheck.progress import StageProgress
 from pagecheck.render.tolerance import render_tolerance
+from pagecheck.render.tolerance_plot import PLOT_FILE, render_tolerance_plot
 from pagecheck.report_document import write_json
 from pagecheck.report_index import write_index
 from pagecheck.subject import Subject
@@ -25,7 +26,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "measure the subject's error against both oracles over a grid of shapes",
         "Run the subject's paged_attention over a grid of dtype x head dim x page size x query length x\n"
         "context, compare each output with the float64 reference and the mlx.core oracle, and write\n"
-        "tolerance.md and tolerance.json (thresholds from reference/tolerance.py).",
+        "tolerance.md, tolerance.json (thresholds from reference/tolerance.py) and tolerance.svg (error as a\n"
+        "fraction of the allowance against context, per dtype and path, one panel per oracle).",
     )
     options.add_subject_option(parser)
     options.add_device_option(parser)
@@ -46,6 +48,8 @@ def run_tolerance_stage(subject: Subject, args: argparse.Namespace, out: Path, p
 
     document = options.start_document("tolerance", args)
     document.update(run_sweep(subject.get("paged_attention"), grid, seed=args.seed, progress=show))
+    document["plot"] = PLOT_FILE
+    (out / PLOT_FILE).write_text(render_tolerance_plot(document))
     write_json(out / "tolerance.json", document)
     (out / "tolerance.md").write_text(render_tolerance(document))
     totals = document["totals"]

@@ -62,9 +62,10 @@ def render_plot(document: dict[str, Any]) -> str:
     return line_chart(
         series,
         title="Decode attention latency against context",
-        subtitle=f"{shape_line(config)}; {config['device']}; {config['repeats']} processes per point",
+        subtitle=f"{shape_line(config)}; {config['device']}; line: median, band: IQR, whiskers: range "
+        f"over {config['repeats']} processes",
         x_label="context (tokens)",
-        y_label="latency per call (line: median; band: IQR; whiskers: range over processes)",
+        y_label="latency per call",
         y_format=tick_label,
     )
 

@@ -8,7 +8,8 @@ from pagecheck.render.bench import PLOT_FILE, median_headers, median_rows, shape
 from pagecheck.render.bench_gpu import goal_table
 from pagecheck.render.conformance import VERDICT_TEXT, invariants_in_reading_order, start_here_lines, unchecked_phrase
 from pagecheck.render.markdown import inline_code, table
-from pagecheck.render.tolerance import describe_cell, worst_rows
+from pagecheck.render.tolerance import worst_cell_lines
+from pagecheck.render.tolerance_plot import PLOT_FILE as TOLERANCE_PLOT_FILE
 
 TITLES = {
     "conformance": "Conformance",
@@ -49,20 +50,9 @@ def _conformance_summary(document: dict[str, Any]) -> list[str]:
 
 def _tolerance_summary(document: dict[str, Any]) -> list[str]:
     totals = document["totals"]
-    lines = [f"{totals['passed']} of {totals['rows']} cells within tolerance of both oracles.", ""]
-    worst = worst_rows(document, 1)
-    if worst:
-        row = worst[0]
-        if row["error"] is not None:
-            lines.append(f"Worst cell: {describe_cell(row)} raised {inline_code(row['error'])}.")
-        else:
-            ref = row["vs_reference"]
-            lines.append(
-                f"Worst cell: {describe_cell(row)}: max abs error {ref['max_abs_error']:.2e}, rel L2 "
-                f"{ref['rel_l2_error']:.2e} vs float64; it uses {max(ref['allowance_used'], row['vs_mlx_oracle']['allowance_used']):.3f} "
-                f"of its allowance (atol {row['atol']:.2e}, rtol {row['rtol']:.2e}; 1 is the limit)."
-            )
-    return lines
+    plot = f" ([plot]({document['plot']}))" if document.get("plot") else ""
+    return [f"{totals['passed']} of {totals['rows']} cells within tolerance of both oracles{plot}.", "",
+            *worst_cell_lines(document)]  # fmt: skip
 
 
 def _bench_summary(document: dict[str, Any]) -> list[str]:
@@ -133,7 +123,8 @@ def render_index(documents: dict[str, dict[str, Any]]) -> str:
         _overall(documents),
         "",
     ]
-    extras = {"conformance": ", [pytest log](invariants.log)", "bench": f", [plot]({PLOT_FILE})"}
+    extras = {"conformance": ", [pytest log](invariants.log)", "bench": f", [plot]({PLOT_FILE})",
+              "tolerance": f", [plot]({TOLERANCE_PLOT_FILE})"}  # fmt: skip
     links = [
         f"- [{TITLES[kind]}]({kind}.md) ([JSON]({kind}.json){extras.get(kind, '')})" for kind in TITLES if kind in documents
     ]

@@ -27,7 +27,8 @@ MAX_X_TICKS = 12
 MAX_Y_TICKS = 12
 LEGEND_ROW = 16  # pixels per legend row
 LEGEND_ROWS = 4  # legend rows that fit in MARGIN_BOTTOM
-BAR_PITCH = 26  # pixels per bar of a horizontal bar chart
+BAR_PITCH = 26
+MAX_BAR_TICKS = 6  # pixels per bar of a horizontal bar chart
 
 
 # A vertical range at one x: (x, low, high).
@@ -43,6 +44,8 @@ class Series:
     # A vertical line from low to high at each x, with caps (a min..max range).
     whiskers: tuple[Range, ...] = ()
     dashed: bool = False
+    # A PALETTE index shared by related series (one colour per dtype); default: the series' position.
+    colour: int | None = None
 
 
 @dataclass(frozen=True)
@@ -189,9 +192,9 @@ def line_chart(
     # Data: bands first, so lines and whiskers stay visible on top of every band.
     for index, s in enumerate(drawn):
         if len(s.band) >= 2:
-            out.append(_band(s, x_axis, y_axis, PALETTE[index % len(PALETTE)]))
+            out.append(_band(s, x_axis, y_axis, _colour(s, index)))
     for index, s in enumerate(drawn):
-        colour, shape = PALETTE[index % len(PALETTE)], MARKERS[index % len(MARKERS)]
+        colour, shape = _colour(s, index), MARKERS[index % len(MARKERS)]
         out.extend(_whisker(s.name, r, x_axis, y_axis, colour) for r in s.whiskers)
         points = sorted(s.points)
         path = " ".join(f"{x_axis(x):.1f},{y_axis(y):.1f}" for x, y in points)
@@ -203,7 +206,7 @@ def line_chart(
         out.extend(_marker(shape, x_axis(x), y_axis(y), colour) for x, y in points)
     # Legend below the plot, one row per series, so long names never cover data.
     for index, s in enumerate(drawn):
-        colour, shape = PALETTE[index % len(PALETTE)], MARKERS[index % len(MARKERS)]
+        colour, shape = _colour(s, index), MARKERS[index % len(MARKERS)]
         y = bottom + 56 + LEGEND_ROW * index
         dash = ' stroke-dasharray="7 4"' if s.dashed else ""
         out.append(
@@ -213,6 +216,10 @@ def line_chart(
         out.append(f'<text x="{left + 36}" y="{y}">{escape(s.name)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def _colour(series: Series, index: int) -> str:
+    return PALETTE[(index if series.colour is None else series.colour) % len(PALETTE)]
 
 
 def _band(series: Series, x_axis: Axis, y_axis: Axis, colour: str) -> str:
@@ -250,22 +257,21 @@ def bar_chart(
     value_format: Callable[[float], str] = lambda v: f"{v:g}",
     category_label: str = "",
     subtitle: str = "",
+    integer_values: bool = False,
 ) -> str:
     """Bars from 0 to each value on a linear axis; horizontal bars keep long category labels readable.
 
-    The value axis runs from 0 to `value_max` (default: the largest value,
-    rounded up to a tick); each bar is labelled with its value.
+    The value axis runs from 0 to `value_max` (default: a little above the
+    largest value, rounded up to a tick; whole-number ticks for counts);
+    each bar is labelled with its value.
     """
     if not bars:
         raise ValueError("bars is empty: there is nothing to plot")
     if any(bar.value < 0 or not math.isfinite(bar.value) for bar in bars):
         raise ValueError(f"bar values must be finite and >= 0, got {[bar.value for bar in bars]}")
-    top_value = value_max if value_max is not None else max(bar.value for bar in bars)
-    ticks = nice_ticks(0.0, top_value if top_value > 0 else 1.0, log=False)
-    if value_max is not None:
-        ticks = [t for t in ticks if t <= value_max * (1 + 1e-9)]
-        if ticks[-1] < value_max:
-            ticks.append(value_max)
+    # Headroom above the longest bar for its label, unless the axis has a natural end (a share's 1).
+    top_value = value_max if value_max is not None else 1.15 * max(bar.value for bar in bars)
+    ticks = bar_ticks(top_value if top_value > 0 else 1.0, integer=integer_values)
     label_width = 7 * max(len(bar.label) for bar in bars) + 16 if horizontal else 0
     left = max(MARGIN_LEFT, label_width)
     height = (MARGIN_TOP + 60 + BAR_PITCH * len(bars)) if horizontal else HEIGHT
@@ -317,6 +323,18 @@ def bar_chart(
             out.append(f'<text x="{(left + right) / 2}" y="{bottom + 40}" text-anchor="middle">{escape(category_label)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def bar_ticks(top: float, *, integer: bool) -> list[float]:
+    """Ticks from 0 to the first 1-2-5 step at or above `top`, at most MAX_BAR_TICKS + 1 of them."""
+    step = 10.0 ** (math.floor(math.log10(top)) - 1)
+    while top / step > MAX_BAR_TICKS or (integer and step < 1):
+        for factor in (2, 2.5, 2):  # 1 -> 2 -> 5 -> 10 per decade
+            step *= factor
+            if top / step <= MAX_BAR_TICKS and not (integer and step < 1):
+                break
+    count = math.ceil(top / step - 1e-9)
+    return [round(step * i, 12) for i in range(count + 1)]
 
 
 def stack_panels(panels: list[str]) -> str:
