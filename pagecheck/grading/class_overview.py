@@ -111,8 +111,8 @@ def render_overview(scores: list[Score], documents: list[dict[str, Any]], invari
     ]
     if unfinished:
         verdicts = ", ".join(f"{score.name} ({score.verdict})" for score in unfinished)
-        runs = "run did" if len(unfinished) == 1 else "runs did"
-        lines += [f"{len(unfinished)} {runs} not finish and are left out of the table below: {verdicts}.", ""]
+        runs = "run did not finish and is" if len(unfinished) == 1 else "runs did not finish and are"
+        lines += [f"{len(unfinished)} {runs} left out of the table below: {verdicts}.", ""]
     lines += [
         "Invariants by the share of finished submissions that broke them (failed a check on the public or the "
         "hidden inputs), most-broken first:",
