@@ -19,6 +19,7 @@ from tests.report_schemas import schema_errors
 
 MUTANTS = Path(__file__).resolve().parent / "mutants"
 RERUN_LIMIT_S = 300
+SEED = 11  # not the suite's default, so a rerun command that dropped it would not draw the same inputs
 
 
 def test_the_precedence_table_ranks_every_invariant_once() -> None:
@@ -37,9 +38,10 @@ def test_context_length_block_order_and_dtypes_come_before_what_they_explain() -
 
 def test_the_first_failure_is_a_failed_check_before_an_errored_one_then_by_node_id() -> None:
     failures = [
-        {"nodeid": "invariants/test_x.py::a", "outcome": "error"},
         {"nodeid": "invariants/test_x.py::c", "outcome": "fail"},
+        {"nodeid": "invariants/test_x.py::a", "outcome": "error"},
         {"nodeid": "invariants/test_x.py::b", "outcome": "fail"},
+        {"nodeid": "invariants/test_x.py::d", "outcome": "fail"},
     ]
     assert first_failure(failures)["nodeid"] == "invariants/test_x.py::b"
 
@@ -59,7 +61,7 @@ def test_the_rerun_command_names_everything_absolutely(tmp_path: Path, monkeypat
 def report_on(mutant: str, invariants: tuple[str, ...], out: Path) -> tuple[int, dict]:
     selected = [word for invariant in invariants for word in ("--invariant", invariant)]
     code = main(["report", "--quick", "--subject", str(MUTANTS / f"{mutant}.py"), *selected, "--jobs", "2",
-                 "--skip", "tolerance", "--skip", "bench", "--out", str(out)])  # fmt: skip
+                 "--seed", str(SEED), "--skip", "tolerance", "--skip", "bench", "--out", str(out)])  # fmt: skip
     return code, json.loads((out / "conformance.json").read_text())
 
 
@@ -71,6 +73,7 @@ def test_a_mutant_report_starts_with_its_root_cause_and_a_rerun_command_that_wor
     assert document["broken_invariants"] == ["context_len", "block_table_order", "gqa_mapping"]
     start = document["start_here"]
     assert start["invariant"] == "context_len" and start["explains"] == ["block_table_order", "gqa_mapping"]
+    assert f"--pagecheck-seed {SEED}" in start["command"]
     failing = [f["nodeid"] for inv in document["invariants"] if inv["id"] == "context_len" for f in inv["failures"]]
     assert start["nodeid"] == sorted(failing)[0]
     index = (tmp_path / "r" / "index.md").read_text()
