@@ -8,7 +8,9 @@ run's first quartile above the earlier third quartile (slower), or this
 run's third quartile below the earlier first quartile (faster). Equivalently,
 the ratio band [q1_now / q3_before, q3_now / q1_before] excludes 1. With
 fewer than MIN_PROCESSES processes in either run an IQR measures nothing, so
-such a point is reported as "noise unknown" and never flagged.
+such a point is reported as "noise unknown" and never flagged. The rule
+sees only the noise within each run: a machine whose load changed between
+the two runs shifts every point, and that shows as a change.
 
 Spreads are recomputed from each run's `samples`, so a bench.json written
 before spreads were recorded compares as well as a new one.

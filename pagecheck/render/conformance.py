@@ -142,7 +142,8 @@ def render_conformance(document: dict[str, Any]) -> str:
         if document["invariants"]:
             lines += [
                 f"{totals['checks']} checks: {totals['pass']} passed, {totals['fail']} failed, "
-                f"{totals['error']} errors, {totals['skip']} skipped. Broken invariants come first, likely cause first.",
+                f"{totals['error']} errors, {totals['skip']} skipped."
+                + (" Broken invariants come first, likely cause first." if document["broken_invariants"] else ""),
                 "",
                 table(
                     ("invariant", "verdict", "pass", "fail", "error", "skip", "what it guarantees"),

@@ -41,8 +41,8 @@ def _conformance_summary(document: dict[str, Any]) -> list[str]:
     crashed = " The suite crashed, so these counts are of the checks that ran before it did." if document["verdict"] == "crash" else ""
     return [
         f"{totals['invariants_held']} of {totals['invariants']} invariants hold, {totals['invariants_failed']} broken "
-        f"({totals['pass']} of {totals['checks']} checks passed, {totals['skip']} skipped); broken ones first, "
-        f"likely cause first.{crashed}",
+        f"({totals['pass']} of {totals['checks']} checks passed, {totals['skip']} skipped)"
+        + ("; broken ones first, likely cause first." if document["broken_invariants"] else ".") + crashed,
         "",
         table(("invariant", "verdict", "checks passed"), rows, ("left", "left", "right")),
     ]
