@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Sequence
 
-from pagecheck.invariants.subject import TINY_LLM_PREFIX
+from pagecheck.invariants.subject import absolute_spec, is_module_spec
 
 PROGRESS_LINE = re.compile(r"^([.FEsxX]+)\s*(?:\[\s*(\d+)%\])?\s*$")
 OUTCOME_OF_CHAR = {".": "passed", "F": "failed", "E": "errors", "s": "skipped", "x": "passed", "X": "passed"}
@@ -50,24 +50,39 @@ def check_id(nodeid: str) -> str:
     return module + sep + rest
 
 
-def absolute_spec(spec: str) -> str:
-    """A subject spec that means the same from any directory: paths made absolute."""
-    if spec.startswith(TINY_LLM_PREFIX):
-        return TINY_LLM_PREFIX + str(Path(spec[len(TINY_LLM_PREFIX) :]).expanduser().resolve())
-    if spec.endswith(".py") or "/" in spec or "\\" in spec:
-        return str(Path(spec).expanduser().resolve())
-    return spec
+def rerun_command(
+    check: str | None,
+    *,
+    subject: str,
+    seed: int,
+    device: str = "cpu",
+    profile: str | None = None,
+    invariants: Sequence[str] = (),
+    extra: Sequence[str] = (),
+) -> str:
+    """The shell command that reruns one check (a results id or a pytest node id), or the whole suite (or
+    the checks of `invariants`) when `check` is None, pasteable in any directory.
 
-
-def rerun_command(check: str, subject: str, seed: int, device: str = "cpu", extra: Sequence[str] = ()) -> str:
-    """A shell command that reruns one check (an id from check_id) from any directory."""
-    command = [
-        "python", "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", check_id(check),
-        "--pagecheck-subject", absolute_spec(subject), "--pagecheck-seed", str(seed),
+    Everything in it is absolute: the Python that runs it now, the subject (absolute_spec), the check by
+    its rootdir-independent id; the seed (and profile, when given) are the run's, so the check draws the
+    same inputs. A module subject resolves through sys.path, so the command puts this process's working
+    directory on PYTHONPATH for it. The suite's command-line interface appears here alone.
+    """
+    spec = absolute_spec(subject)
+    words = [
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+        "--pyargs", SUITE_PACKAGE if check is None else check_id(check),
+        "--pagecheck-subject", spec, "--pagecheck-seed", str(seed),
     ]  # fmt: skip
     if device != "cpu":
-        command += ["--pagecheck-device", device]
-    return shlex.join([*command, *extra])
+        words += ["--pagecheck-device", device]
+    if profile is not None:
+        words += ["--pagecheck-profile", profile]
+    words += [word for invariant in invariants for word in ("--pagecheck-invariant", invariant)]
+    command = shlex.join([*words, *extra])
+    if is_module_spec(spec):
+        command = f"PYTHONPATH={shlex.quote(os.getcwd())}${{PYTHONPATH:+:$PYTHONPATH}} {command}"
+    return command
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,25 @@ def _resolve(spec: str) -> Subject:
     raise SubjectError(f"subject spec={spec!r} is not one of: {SPEC_HELP}")
 
 
+def absolute_spec(spec: str) -> str:
+    """The same subject named so that it resolves from any working directory.
+
+    A file path or a tiny-llm checkout becomes absolute; impl, reference and
+    module names are returned as they are (a module resolves through sys.path).
+    """
+    spec = spec.strip()
+    if spec.startswith(TINY_LLM_PREFIX):
+        return TINY_LLM_PREFIX + str(Path(spec[len(TINY_LLM_PREFIX) :]).expanduser().resolve())
+    if spec not in ("impl", "reference") and (spec.endswith(".py") or "/" in spec or "\\" in spec):
+        return str(Path(spec).expanduser().resolve())
+    return spec
+
+
+def is_module_spec(spec: str) -> bool:
+    """A dotted module name other than the built-in subjects: it resolves through sys.path."""
+    return spec not in ("impl", "reference") and all(part.isidentifier() for part in spec.split("."))
+
+
 def _import(spec: str, module_name: str) -> ModuleType:
     try:
         return importlib.import_module(module_name)

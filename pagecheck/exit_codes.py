@@ -19,6 +19,7 @@ class ExitCode(IntEnum):
     BENCH_INCORRECT = 5
     SUITE_ERROR = 6
     DEVICE_UNAVAILABLE = 7
+    SUITE_CRASHED = 8
     # 128 + SIGINT, what a shell reports for a command stopped with Ctrl-C.
     INTERRUPTED = 130
 
@@ -30,6 +31,7 @@ SEVERITY: tuple[ExitCode, ...] = (
     ExitCode.USAGE,
     ExitCode.DEVICE_UNAVAILABLE,
     ExitCode.SUBJECT_LOAD_FAILED,
+    ExitCode.SUITE_CRASHED,
     ExitCode.SUITE_ERROR,
     ExitCode.INVARIANT_FAILED,
     ExitCode.TOLERANCE_EXCEEDED,
@@ -53,7 +55,10 @@ MEANING: dict[ExitCode, str] = {
     ExitCode.SUBJECT_LOAD_FAILED: "the subject could not be imported or lacks paged_attention",
     ExitCode.TOLERANCE_EXCEEDED: "some tolerance-sweep cell is outside the tolerance table",
     ExitCode.BENCH_INCORRECT: "a benchmarked variant raised, or its output is further than atol from float64",
-    ExitCode.SUITE_ERROR: "the invariants suite could not run to the end (see invariants.log)",
+    ExitCode.SUITE_ERROR: "the invariants suite ran but reached no verdict for some checks (none collected, or "
+    "collection errors; see invariants.log)",
+    ExitCode.SUITE_CRASHED: "the invariants suite crashed (killed by a signal, a pytest usage or internal error, no "
+    "results, or a worker died under a check); index.md shows the cause from invariants.log",
     ExitCode.DEVICE_UNAVAILABLE: "--device gpu was asked for and MLX has no GPU here",
     ExitCode.INTERRUPTED: "stopped by SIGINT or SIGTERM; `pagecheck grade` keeps every finished result",
 }

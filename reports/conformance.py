@@ -2,17 +2,22 @@
 
 An invariant holds when it has at least one check and none of its checks
 failed or errored; skipped checks (a subject without BatchingKvCache, no
-GPU) neither break nor prove it.
+GPU) neither break nor prove it. Broken invariants are listed likely cause
+first (pagecheck.start_here), and a suite that crashed is reported as a
+crash with its cause (pagecheck.suite_crash), not as a verdict.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pagecheck.invariants.runner import SuiteRun
+from pagecheck.invariants.runner import rerun_command
+from pagecheck.reports.start_here import WHY, first_failure, in_cause_order
+from pagecheck.reports.suite_crash import crash_report
+from pagecheck.invariants.runner import SuiteRequest, SuiteRun
 
-# pytest's own exit statuses that mean the suite did not run to its verdicts.
-PYTEST_BROKEN = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no checks collected"}
+# pytest's exit statuses that mean the suite ran but reached no verdicts; the crashing ones are in suite_crash.
+PYTEST_BROKEN = {5: "no checks collected"}
 
 
 def invariant_verdict(counts: dict[str, int]) -> str:
@@ -31,7 +36,7 @@ def group_by_invariant(results: dict[str, Any], selected: tuple[str, ...]) -> li
     ids = [i for i in catalog if not selected or i in selected]
     groups = {
         i: {"id": i, "description": catalog[i], "counts": dict.fromkeys(("pass", "fail", "error", "skip", "total"), 0),
-            "failures": [], "skip_reasons": {}}
+            "failures": [], "skip_reasons": {}, "advice": []}
         for i in ids
     }  # fmt: skip
     for check in results["checks"]:
@@ -42,15 +47,19 @@ def group_by_invariant(results: dict[str, Any], selected: tuple[str, ...]) -> li
         group["counts"]["total"] += 1
         if check["outcome"] in ("fail", "error"):
             group["failures"].append(
-                {k: check[k] for k in ("nodeid", "outcome", "message", "duration")}
+                {**{k: check[k] for k in ("nodeid", "outcome", "message", "duration")}, "scope": check.get("scope")}
             )
         elif check["outcome"] == "skip":
             reasons = group["skip_reasons"]
             reasons[check["message"]] = reasons.get(check["message"], 0) + 1
+        group["advice"] += [{"nodeid": check["nodeid"], "text": text} for text in check.get("advice", [])]
     for group in groups.values():
         group["verdict"] = invariant_verdict(group["counts"])
+        # Failures before errors, then node-id order: the same run reads the same however xdist ordered it.
+        group["failures"].sort(key=lambda f: (f["outcome"] != "fail", f["nodeid"]))
         # Many checks skip for one reason (a missing class): each reason once, with its count.
         group["skip_reasons"] = [{"reason": r, "checks": n} for r, n in group["skip_reasons"].items()]
+        group["advice"].sort(key=lambda a: a["nodeid"])
     return list(groups.values())
 
 
@@ -64,29 +73,61 @@ def unattributed_problems(results: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def suite_problem(run: SuiteRun, results: dict[str, Any] | None) -> str | None:
+def suite_problem(run: SuiteRun, results: dict[str, Any] | None, crash: dict[str, Any] | None) -> str | None:
     """Why the suite's verdicts cannot be trusted, or None when it ran to completion."""
-    if results is None:
-        return f"the invariants suite wrote no results (pytest exit status {run.returncode}; see {run.log_path.name})"
+    if crash is not None:
+        return f"the invariants suite crashed: {crash['what']} (see {run.log_path.name})"
     if run.returncode in PYTEST_BROKEN:
         return f"pytest stopped: {PYTEST_BROKEN[run.returncode]} (exit status {run.returncode}; see {run.log_path.name})"
     return None
 
 
-def conformance_body(run: SuiteRun, results: dict[str, Any] | None, selected: tuple[str, ...]) -> dict[str, Any]:
-    problem = suite_problem(run, results)
+def start_here(invariants: list[dict[str, Any]], broken: list[str], results: dict[str, Any]) -> dict[str, Any] | None:
+    """The likely cause among the broken invariants, its first failing check and the command that reruns it."""
+    if not broken:
+        return None
+    cause = next(inv for inv in invariants if inv["id"] == broken[0])
+    failure = first_failure(cause["failures"])
+    return {
+        "invariant": cause["id"],
+        "why": WHY.get(cause["id"], ""),
+        "explains": broken[1:],
+        "nodeid": failure["nodeid"],
+        "outcome": failure["outcome"],
+        "message": failure["message"],
+        "command": rerun_command(
+            failure["nodeid"], subject=results["subject"], device=results["device"], seed=results["seed"],
+            profile=results["profile"],
+        ),
+    }  # fmt: skip
+
+
+def conformance_body(
+    run: SuiteRun, results: dict[str, Any] | None, selected: tuple[str, ...], request: SuiteRequest | None = None
+) -> dict[str, Any]:
+    """conformance.json's body. `request` is the run asked for: it names the Hypothesis profile when no
+    results do, and a crashed suite's rerun command comes from it."""
+    crash = crash_report(run.returncode, results, run.log_path)
+    profile = request.profile if request is not None else None
+    if crash is not None:
+        crash["command"] = None if request is None else rerun_command(
+            None, subject=request.subject, device=request.device, seed=request.seed, profile=request.profile,
+            invariants=request.invariants,
+        )  # fmt: skip
+    problem = suite_problem(run, results, crash)
     invariants = group_by_invariant(results, selected) if results is not None else []
     stray = unattributed_problems(results) if results is not None else []
     counts = [inv["counts"] for inv in invariants]
-    broken = [inv["id"] for inv in invariants if inv["verdict"] in ("fail", "error")]
+    broken = in_cause_order([inv["id"] for inv in invariants if inv["verdict"] in ("fail", "error")])
     if problem is None and stray:
         problem = f"{len(stray)} checks failed outside any invariant (see unattributed)"
     return {
-        "verdict": "error" if problem else "fail" if broken else "pass",
+        "verdict": "crash" if crash else "error" if problem else "fail" if broken else "pass",
         "subject_error": None,
         "invariants": invariants,
         "unattributed": stray,
         "broken_invariants": broken,
+        "start_here": start_here(invariants, broken, results) if results is not None else None,
         "totals": {
             "checks": sum(c["total"] for c in counts),
             "pass": sum(c["pass"] for c in counts),
@@ -104,7 +145,8 @@ def conformance_body(run: SuiteRun, results: dict[str, Any] | None, selected: tu
             "elapsed_s": run.elapsed_s,
             "log": run.log_path.name,
             "selected_invariants": list(selected),
-            "hypothesis_profile": results["profile"] if results is not None else None,
+            "hypothesis_profile": results["profile"] if results is not None else profile,
             "problem": problem,
+            "crash": crash,
         },
     }

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # What `pagecheck report` writes; `pagecheck bench --device gpu` adds bench_gpu on a CUDA machine.
 KINDS = ("conformance", "tolerance", "bench")
 DOCUMENT_KINDS = (*KINDS, "bench_gpu")

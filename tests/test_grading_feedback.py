@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
+
 from pagecheck.grading.build import BuildOutcome
 from pagecheck.grading.child_plugin import PLUGIN
 from pagecheck.grading.feedback import HIDDEN_MASK, render_feedback
@@ -22,7 +25,7 @@ def test_failure_comes_with_a_public_reproduction() -> None:
     text = render_feedback(document, RUBRIC)
     assert "read 4 keys, expected 5" in text
     assert (
-        "python -m pytest -p no:cacheprovider --pyargs pagecheck.invariants.test_context_len::test_0 "
+        f"{shlex.quote(sys.executable)} -m pytest -p no:cacheprovider --pyargs pagecheck.invariants.test_context_len::test_0 "
         f"--pagecheck-subject /submissions/amy.py --pagecheck-seed {PUBLIC_SEED} -p {PLUGIN}"
     ) in text
     assert "## Invariants met\n\nlazy_tail." in text

@@ -21,9 +21,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import xml.etree.ElementTree as ElementTree
+
 import jsonschema
 import pytest
 
+from pagecheck.grading.class_overview import BROKEN_PLOT_FILE, POINTS_PLOT_FILE
 from pagecheck.grading.outputs import write_outputs
 from pagecheck.grading.results_store import load_all_results
 from pagecheck.grading.rubric import load_rubric
@@ -42,6 +45,7 @@ RUBRIC = FIXTURES / "rubric.toml"
 OPTIONS = ["--jobs", "2", "--timeout", "30", "--memory", "2", "--seed", SECRET, "--invariants", ",".join(INVARIANTS),
            "--rubric", str(RUBRIC)]  # fmt: skip
 RUN_LIMIT_S = 300
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,28 @@ def test_every_fixture_gets_its_verdict_and_points(graded: Path) -> None:
         assert float(row["total"]) == total, f"{name}: {row}"
 
 
+def test_grades_md_opens_with_a_class_overview_of_the_gallery(graded: Path) -> None:
+    page = (graded / "grades.md").read_text()
+    assert page.startswith("# Grades") and page.index("## Class overview") < page.index("| submission |")
+    finished = [name for name, e in SUBMISSIONS.items() if e.verdict == "ok"]
+    rows = [line.strip("| ").split(" | ") for line in page.splitlines() if line.startswith("| ") and line.endswith("% |")]
+    assert sorted(row[0] for row in rows) == sorted(INVARIANTS)
+    shares = [int(row[3].rstrip("%")) for row in rows]
+    assert shares == sorted(shares, reverse=True)  # most-broken first
+    by_invariant = {row[0]: (int(row[1]), int(row[2])) for row in rows}
+    # Every finished fixture runs release_once's and head_dims' checks; only the starter breaks release_once,
+    # and only the correct checkout keeps head_dims.
+    assert by_invariant["release_once"] == (1, len(finished))
+    assert by_invariant["head_dims"] == (len(finished) - 1, len(finished))
+    unfinished = [name for name, e in SUBMISSIONS.items() if e.verdict != "ok"]
+    assert all(name in page.split("| invariant |")[0] for name in unfinished)
+    histogram = ElementTree.parse(graded / POINTS_PLOT_FILE).getroot()
+    counts = [int(e.find(f"{SVG}title").text.split(": ")[1]) for e in histogram.iter() if e.get("class") == "bar"]
+    assert sum(counts) == len(SUBMISSIONS)
+    shares = ElementTree.parse(graded / BROKEN_PLOT_FILE).getroot()
+    assert len([e for e in shares.iter() if e.get("class") == "bar"]) == len(INVARIANTS)
+
+
 def test_results_follow_their_schema(graded: Path) -> None:
     schema = json.loads((ROOT / "reports" / "schema" / "grade.schema.json").read_text())
     for document in load_all_results(graded):
@@ -158,7 +184,7 @@ def test_feedback_command_reproduces_the_failure(graded: Path, tmp_path: Path) -
     # A failure only the grading plugin shows: the call changed its inputs, the output was right.
     name = "block_table_clamped_in_place"
     feedback = (graded / "feedback" / f"{name}.md").read_text()
-    commands = re.findall(r"^    (python -m pytest .*test_head_dims.*--pagecheck-seed \d+.*)$", feedback, flags=re.MULTILINE)
+    commands = re.findall(r"^    (\S+ -m pytest .*test_head_dims.*--pagecheck-seed \d+.*)$", feedback, flags=re.MULTILINE)
     assert commands, feedback
     # Pasted as written, in a directory that has nothing to do with the checkout or the submission.
     elsewhere = tmp_path / "elsewhere"
@@ -188,7 +214,7 @@ def test_merged_shards_reproduce_the_scoreboard(graded: Path, tmp_path: Path) ->
                "--out", str(merged), "--rubric", str(RUBRIC)]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_LIMIT_S)
     assert done.returncode == 0, done.stdout + done.stderr
-    for name in ("grades.md", "grades.csv"):
+    for name in ("grades.md", "grades.csv", POINTS_PLOT_FILE, BROKEN_PLOT_FILE):
         assert (merged / name).read_bytes() == (graded / name).read_bytes()
 
 

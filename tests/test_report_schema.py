@@ -34,7 +34,7 @@ def load(report: Path, kind: str) -> dict[str, Any]:
 
 
 def test_every_report_file_is_written(report: Path) -> None:
-    expected = {"index.md", "invariants.log", "bench.svg"} | {f"{k}.{ext}" for k in KINDS for ext in ("md", "json")}
+    expected = {"index.md", "invariants.log", "bench.svg", "tolerance.svg"} | {f"{k}.{ext}" for k in KINDS for ext in ("md", "json")}
     assert expected <= {p.name for p in report.iterdir()}
 
 
@@ -69,8 +69,11 @@ def test_documents_agree_with_the_run(report: Path) -> None:
 def test_index_links_resolve_and_the_plot_is_svg(report: Path) -> None:
     index = (report / "index.md").read_text()
     links = re.findall(r"\]\(([^)]+)\)", index)
-    assert {"conformance.md", "tolerance.md", "bench.md", "bench.svg"} <= set(links)
+    assert {"conformance.md", "tolerance.md", "bench.md", "bench.svg", "tolerance.svg"} <= set(links)
     assert all((report / link).exists() for link in links)
     root = ElementTree.parse(report / "bench.svg").getroot()
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
     assert len(root.findall("{http://www.w3.org/2000/svg}polyline")) == len(load(report, "bench")["configuration"]["variants"])
+    tolerance = ElementTree.parse(report / "tolerance.svg").getroot()
+    panels = [g for g in tolerance.iter("{http://www.w3.org/2000/svg}g") if g.get("class") == "panel"]
+    assert len(panels) == 2  # one per oracle

@@ -29,7 +29,7 @@ def test_mutant_report_names_the_broken_invariant(tmp_path: Path) -> None:
     failures = document["invariants"][0]["failures"]
     assert failures and all(f["message"] for f in failures)
     assert "`context_len`" in (tmp_path / "conformance.md").read_text().split("## Failing checks")[1]
-    assert "broken invariants: `context_len`" in (tmp_path / "index.md").read_text()
+    assert "broken invariants, likely cause first: `context_len`" in (tmp_path / "index.md").read_text()
 
 
 @pytest.mark.parametrize("command", ["report", "tolerance"])
@@ -48,9 +48,38 @@ def test_a_subject_that_cannot_be_checked_gets_one_line_its_exit_code_and_no_fol
     assert len(lines) == 1 and str(subject) in lines[0], lines
 
 
-def test_a_suite_that_wrote_no_results_is_an_error_not_a_pass(tmp_path: Path) -> None:
+def test_a_suite_that_wrote_no_results_is_a_crash_not_a_pass(tmp_path: Path) -> None:
     run = SuiteRun(command=["pytest"], returncode=4, elapsed_s=1.0, log_path=tmp_path / "invariants.log", counts={})
     body = conformance_body(run, None, ())
-    assert body["verdict"] == "error"
+    assert body["verdict"] == "crash"
     assert "exit status 4" in body["suite"]["problem"]
+    assert "usage error" in body["suite"]["crash"]["what"]
     assert body["totals"]["invariants"] == 0
+
+
+TERSE_SUBJECT = """
+from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool
+from pagecheck.reference.subject import paged_attention as _reference
+
+
+def paged_attention(*args, **kwargs):
+    try:
+        return _reference(*args, **kwargs)
+    except ValueError:
+        raise ValueError("rejected") from None
+"""
+
+
+def test_advice_is_shown_and_never_fails(tmp_path: Path) -> None:
+    subject = tmp_path / "terse.py"
+    subject.write_text(TERSE_SUBJECT)
+    code = main([
+        "report", "--quick", "--subject", str(subject), "--invariant", "rejection", "--jobs", "0",
+        "--skip", "tolerance", "--skip", "bench", "--out", str(tmp_path / "out"),
+    ])  # fmt: skip
+    assert code == ExitCode.OK
+    document = json.loads((tmp_path / "out" / "conformance.json").read_text())
+    assert schema_errors("conformance", document) == []
+    (rejection,) = document["invariants"]
+    assert rejection["verdict"] == "pass" and rejection["advice"]
+    assert "## Advice" in (tmp_path / "out" / "conformance.md").read_text()

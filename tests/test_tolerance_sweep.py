@@ -7,7 +7,7 @@ import json
 import mlx.core as mx
 import pytest
 
-from pagecheck.reports.tolerance_sweep import SweepGrid, run_sweep
+from pagecheck.bench.tolerance_sweep import SweepGrid, run_sweep
 from pagecheck.reference import attention_mx
 
 @pytest.fixture(autouse=True)

@@ -1,16 +1,24 @@
-"""Decode-attention benchmark: direct paged attention against gather + dense and MLX's SDPA.
+"""Decode-attention benchmark: a subject's paged attention against gather + dense and MLX's SDPA.
 
 A program, not a test: `python -m pagecheck.bench` prints a table and writes
 JSON. Every sample is a fresh process running one variant at one context
 (warm-up calls, then synchronized timed calls), so allocator and cache state
 never carry over between variants; the order of variants alternates between
 repeats. A variant's figure is the median over processes of each process's
-median, with the smallest and largest per-call time beside it.
+median; its spread is the interquartile range and the range of those
+per-process medians, with the fastest and slowest single call beside them.
 
-Variants (Qwen3-4B decode shape by default):
-- paged: ext.paged_attention reading the pages through the block table.
+Variants (Qwen3-4B decode shape by default), all on the same layouts:
+- subject: the subject's paged_attention (loaded in the child by its spec),
+  called with the layout's keyword arguments, as the tolerance sweep calls it.
+- impl: this project's impl.paged_attention called the same way; the
+  reference row, left out when the subject is impl itself.
 - dense_gather: gather the pages into dense K/V (timed), then ext.dense_attention.
 - mlx_sdpa: mx.fast.scaled_dot_product_attention on K/V gathered beforehand (not timed).
+
+The first process of each variant and context also compares one output with
+the float64 reference under reference.tolerance's table, so every time
+carries a correctness mark; a variant that is wrong is still timed.
 """
 
 from __future__ import annotations
@@ -31,9 +39,15 @@ import numpy as np
 
 from pagecheck.arg_types import int_list
 
-VARIANTS = ("dense_gather", "paged", "mlx_sdpa")
+VARIANTS = ("subject", "impl", "dense_gather", "mlx_sdpa")
 DEVICES = ("cpu", "gpu")
-REPO_ROOT = Path(__file__).resolve().parent.parent
+# The spec of this project's implementation: its row is the reference row.
+IMPL_SPEC = "impl"
+
+
+def variants_for(subject: str) -> tuple[str, ...]:
+    """Every variant, less the impl row when the subject is impl (it would time the same function twice)."""
+    return tuple(v for v in VARIANTS if not (v == "impl" and subject.strip() == IMPL_SPEC))
 
 
 @dataclass(frozen=True)
@@ -52,7 +66,9 @@ class BenchConfig:
     page_size: int = 128
     spare_pages: int = 2
     seed: int = 0
-    variants: tuple[str, ...] = field(default=VARIANTS)
+    variants: tuple[str, ...] = field(default=variants_for(IMPL_SPEC))
+    # A subject spec that resolves in any working directory (pagecheck.invariants.subject.absolute_spec).
+    subject: str = IMPL_SPEC
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -87,17 +103,21 @@ def build_layout(config: BenchConfig, context: int) -> Any:
 
 
 def variant_call(variant: str, inputs: dict[str, Any], config: BenchConfig) -> Callable[[], Any]:
-    """A zero-argument call that returns the variant's (lazy) output for these inputs."""
+    """A zero-argument call that returns the variant's output for these inputs (lazy for MLX)."""
     import mlx.core as mx
 
-    from pagecheck import ext
     from pagecheck.impl.page_gather import gather_pages_dense
 
     query, key_pages, value_pages = inputs["query"], inputs["key_pages"], inputs["value_pages"]
     table, lens, page_size = inputs["block_table"], inputs["context_lens"], inputs["page_size"]
     scale = config.head_dim**-0.5
-    if variant == "paged":
-        return lambda: ext.paged_attention(query, key_pages, value_pages, table, lens, page_size, scale, False)
+    if variant in ("subject", "impl"):
+        from pagecheck.invariants.subject import load_subject
+
+        attention = load_subject(config.subject if variant == "subject" else IMPL_SPEC).get("paged_attention")
+        return lambda: attention(**inputs)
+    from pagecheck import ext
+
     if variant == "dense_gather":
         return lambda: ext.dense_attention(
             query, gather_pages_dense(key_pages, table), gather_pages_dense(value_pages, table), scale, False, lens
@@ -112,33 +132,73 @@ def variant_call(variant: str, inputs: dict[str, Any], config: BenchConfig) -> C
     raise ValueError(f"variant={variant!r} is not one of {VARIANTS}")
 
 
-def time_variant(variant: str, context: int, config: BenchConfig) -> list[float]:
-    """Per-call times in microseconds, measured in this process after warm-up."""
+def materialize(output: Any) -> Any:
+    """Finish computing an output: MLX arrays are lazy, anything else (NumPy) is already done."""
+    import mlx.core as mx
+
+    if isinstance(output, mx.array):
+        mx.eval(output)
+    return output
+
+
+def check_output(output: Any, layout: Any, config: BenchConfig) -> dict[str, Any]:
+    """One output against the float64 reference, judged by reference.tolerance's table."""
+    from pagecheck.bench.tolerance_sweep import allowance_used
+    from pagecheck.reference.arrays import to_numpy
+    from pagecheck.reference.tolerance import compare
+
+    want = layout.reference_output(scale=config.head_dim**-0.5)
+    try:
+        got = to_numpy(output, np.float64)
+        comparison = compare(got, want, config.dtype)
+    except Exception as error:  # a wrong shape or type is a wrong output, not a failed measurement
+        return {
+            "passed": False, "allowance_used": None, "max_abs_error": None, "num_mismatches": None,
+            "num_nonfinite": None, "error": f"{type(error).__name__}: {error}",
+        }  # fmt: skip
+    return {
+        "passed": comparison.passed,
+        "allowance_used": allowance_used(got, want, config.dtype),
+        "max_abs_error": comparison.max_abs_error,
+        "num_mismatches": comparison.num_mismatches,
+        "num_nonfinite": comparison.num_nonfinite,
+        "error": None,
+    }
+
+
+def time_variant(variant: str, context: int, config: BenchConfig, *, check: bool = False) -> dict[str, Any]:
+    """{"samples": per-call microseconds after warm-up, "check": the output's correctness or None}."""
     import mlx.core as mx
 
     mx.set_default_device(mx.gpu if config.device == "gpu" else mx.cpu)
-    inputs = build_layout(config, context).as_mx()
-    del inputs["mask"]
+    layout = build_layout(config, context)
+    inputs = layout.as_mx()
     mx.eval([value for value in inputs.values() if isinstance(value, mx.array)])
+    if variant not in ("subject", "impl"):
+        del inputs["mask"]
     call = variant_call(variant, inputs, config)
+    verdict = check_output(materialize(call()), layout, config) if check else None
     for _ in range(config.warmup):
-        mx.eval(call())
+        materialize(call())
     samples = []
     for _ in range(config.iterations):
         start = time.perf_counter()
-        mx.eval(call())
+        materialize(call())
         samples.append((time.perf_counter() - start) * 1e6)
-    return samples
+    return {"samples": samples, "check": verdict}
 
 
-def run_child(variant: str, context: int, config: BenchConfig) -> dict[str, Any]:
-    """time_variant in a fresh interpreter; returns {"samples": [...]} or {"error": "..."}."""
-    request = json.dumps({"variant": variant, "context": context, "config": asdict(config)})
+def run_child(variant: str, context: int, config: BenchConfig, *, check: bool = False) -> dict[str, Any]:
+    """time_variant in a fresh interpreter; returns time_variant's result or {"error": "..."}.
+
+    The child runs in this process's working directory, with it on its path,
+    so a module subject resolves there as it does here.
+    """
+    request = json.dumps({"variant": variant, "context": context, "config": asdict(config), "check": check})
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, "-m", "pagecheck.bench.attention", "--child", request],
-        capture_output=True, text=True, env=env, cwd=REPO_ROOT,
+        [sys.executable, "-m", "pagecheck.bench.attention", "--child", request], capture_output=True, text=True, env=env
     )
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["exit code %d" % done.returncode])[-1]}
@@ -149,11 +209,11 @@ def child_main(request_text: str) -> int:
     request = json.loads(request_text)
     config = config_from_dict(request["config"])
     try:
-        samples = time_variant(request["variant"], int(request["context"]), config)
+        outcome = time_variant(request["variant"], int(request["context"]), config, check=bool(request["check"]))
     except Exception as error:  # reported by the parent next to the variant
         print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
         return 0
-    print(json.dumps({"samples": samples}))
+    print(json.dumps(outcome))
     return 0
 
 
@@ -164,28 +224,28 @@ def config_from_dict(values: dict[str, Any]) -> BenchConfig:
     return BenchConfig(**values)
 
 
-def measure_correctness(config: BenchConfig) -> dict[str, dict[str, float | str]]:
-    """Max abs error of each variant against the float64 reference on the benchmark's inputs."""
-    import mlx.core as mx
+def process_spread(processes: list[list[float]]) -> dict[str, float | int] | None:
+    """Median, quartiles and range of the per-process medians; None when no process measured.
 
-    from pagecheck.reference.arrays import to_numpy
-
-    mx.set_default_device(mx.gpu if config.device == "gpu" else mx.cpu)
-    errors: dict[str, dict[str, float | str]] = {}
-    for context in config.contexts:
-        layout = build_layout(config, context)
-        want = layout.reference_output(scale=config.head_dim**-0.5)
-        inputs = layout.as_mx()
-        del inputs["mask"]
-        row: dict[str, float | str] = {}
-        for variant in config.variants:
-            try:
-                got = to_numpy(variant_call(variant, inputs, config)(), np.float64)
-                row[variant] = float(np.abs(got - want).max())
-            except Exception as error:
-                row[variant] = f"{type(error).__name__}: {error}"
-        errors[str(context)] = row
-    return errors
+    Quartiles are statistics.quantiles' inclusive method (linear between
+    order statistics), so with one process every figure is that process's median.
+    """
+    if not processes:
+        return None
+    medians = sorted(statistics.median(p) for p in processes)
+    if len(medians) > 1:
+        q1, _, q3 = statistics.quantiles(medians, n=4, method="inclusive")
+    else:
+        q1 = q3 = medians[0]
+    return {
+        "median": statistics.median(medians),
+        "q1": q1,
+        "q3": q3,
+        "iqr": q3 - q1,
+        "min": medians[0],
+        "max": medians[-1],
+        "processes": len(medians),
+    }
 
 
 def host_info() -> dict[str, Any]:
@@ -213,23 +273,30 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
         raise ValueError("device='gpu' is not available in this MLX build; install mlx[cuda13] or use --device cpu")
 
     per_process: dict[str, dict[str, list[list[float]]]] = {v: {str(c): [] for c in config.contexts} for v in config.variants}
+    checks: dict[str, dict[str, dict[str, Any]]] = {v: {} for v in config.variants}
     errors: dict[str, dict[str, str]] = {}
     for repeat_idx in range(config.repeats):
         order = config.variants if repeat_idx % 2 == 0 else tuple(reversed(config.variants))
         for context in config.contexts:
             for variant in order:
-                outcome = run_child(variant, context, config)
+                key = str(context)
+                # A variant's output is checked in its first process that ran, at each context.
+                outcome = run_child(variant, context, config, check=key not in checks[variant])
                 if "error" in outcome:
-                    errors.setdefault(variant, {})[str(context)] = outcome["error"]
+                    errors.setdefault(variant, {})[key] = outcome["error"]
                     continue
-                per_process[variant][str(context)].append(outcome["samples"])
+                per_process[variant][key].append(outcome["samples"])
+                if outcome["check"] is not None:
+                    checks[variant][key] = outcome["check"]
 
+    spread: dict[str, dict[str, dict[str, float | int] | None]] = {}
     medians: dict[str, dict[str, float | None]] = {}
     minimums: dict[str, dict[str, float | None]] = {}
     maximums: dict[str, dict[str, float | None]] = {}
     for variant, by_context in per_process.items():
-        medians[variant], minimums[variant], maximums[variant] = {}, {}, {}
+        spread[variant], medians[variant], minimums[variant], maximums[variant] = {}, {}, {}, {}
         for context, processes in by_context.items():
+            spread[variant][context] = process_spread(processes)
             if not processes:
                 medians[variant][context] = minimums[variant][context] = maximums[variant][context] = None
                 continue
@@ -241,43 +308,51 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
         "host": host_info(),
         "configuration": asdict(config),
         "build": ext.build_info(),
-        "correctness": {"max_abs_error_vs_float64": measure_correctness(config)},
+        "correctness": checks,
         "samples": per_process,
         "medians_us": medians,
+        "spread_us": spread,
         "min_us": minimums,
         "max_us": maximums,
         "errors": errors,
     }
 
 
+def correctness_mark(check: dict[str, Any] | None) -> str:
+    """"ok 0.12" (allowance used), "WRONG 3.4", "WRONG (error)" or "-" when not checked."""
+    if check is None:
+        return "-"
+    if check["error"] is not None:
+        return f"WRONG ({check['error']})"
+    return f"{'ok' if check['passed'] else 'WRONG'} {check['allowance_used']:.3g}"
+
+
 def format_table(result: dict[str, Any]) -> str:
-    """One row per (context, variant): median, min, max, speed relative to paged, max abs error."""
+    """One row per (context, variant): median, quartiles, process range, time relative to the subject, correctness."""
     from tabulate import tabulate
 
     config = result["configuration"]
-    errors = result["correctness"]["max_abs_error_vs_float64"]
     rows = []
     for context in (str(c) for c in config["contexts"]):
-        paged_median = result["medians_us"].get("paged", {}).get(context)
+        subject_median = result["medians_us"].get("subject", {}).get(context)
         for variant in config["variants"]:
-            median = result["medians_us"][variant][context]
-            error = errors.get(context, {}).get(variant)
+            spread = result["spread_us"][variant][context]
             rows.append([
                 context,
                 variant,
-                "-" if median is None else f"{median:.1f}",
-                "-" if median is None else f"{result['min_us'][variant][context]:.1f}",
-                "-" if median is None else f"{result['max_us'][variant][context]:.1f}",
-                "-" if median is None or not paged_median else f"{median / paged_median:.2f}x",
-                error if isinstance(error, str) else f"{error:.2e}",
+                "-" if spread is None else f"{spread['median']:.1f}",
+                "-" if spread is None else f"{spread['q1']:.1f}..{spread['q3']:.1f}",
+                "-" if spread is None else f"{spread['min']:.1f}..{spread['max']:.1f}",
+                "-" if spread is None or not subject_median else f"{spread['median'] / subject_median:.2f}x",
+                correctness_mark(result["correctness"].get(variant, {}).get(context)),
             ])
-    header = ["context", "variant", "median us", "min us", "max us", "time / paged", "max abs err"]
+    header = ["context", "variant", "median us", "IQR us", "process range us", "time / subject", "correct (allowance used)"]
     build = result["build"]
     title = (
-        f"B={config['batch']} H_q={config['num_q_heads']} H_kv={config['num_kv_heads']} L={config['num_queries']} "
-        f"D={config['head_dim']} {config['dtype']} page={config['page_size']} device={config['device']}; "
-        f"{config['repeats']} processes x {config['iterations']} calls; build -march={build['march']}, "
-        f"{build['num_threads']} threads"
+        f"subject {config['subject']}; B={config['batch']} H_q={config['num_q_heads']} H_kv={config['num_kv_heads']} "
+        f"L={config['num_queries']} D={config['head_dim']} {config['dtype']} page={config['page_size']} "
+        f"device={config['device']}; {config['repeats']} processes x {config['iterations']} calls; "
+        f"build -march={build['march']}, {build['num_threads']} threads"
     )
     lines = [title, tabulate(rows, headers=header, tablefmt="github")]
     for variant, by_context in result["errors"].items():
@@ -294,6 +369,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--iterations", type=int, default=BenchConfig.iterations, help="timed calls per process")
     parser.add_argument("--warmup", type=int, default=BenchConfig.warmup, help="untimed calls per process")
     parser.add_argument("--device", choices=DEVICES, default=BenchConfig.device)
+    parser.add_argument("--subject", default=IMPL_SPEC, help="the subject whose paged_attention is timed (default impl)")
     parser.add_argument("--out", type=Path, default=Path("reports/bench/bench.json"), help="where to write the JSON result")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -303,8 +379,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child is not None:
         return child_main(args.child)
+    from pagecheck.invariants.subject import absolute_spec
+
     config = BenchConfig(
-        contexts=args.contexts, repeats=args.repeats, iterations=args.iterations, warmup=args.warmup, device=args.device
+        contexts=args.contexts, repeats=args.repeats, iterations=args.iterations, warmup=args.warmup, device=args.device,
+        subject=absolute_spec(args.subject), variants=variants_for(args.subject),
     )
     try:
         result = run_bench(config)

@@ -3,29 +3,37 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import importlib.util
 from dataclasses import replace
 from pathlib import Path
 
 import mlx.core as mx
 
-from pagecheck.bench.attention import BenchConfig
+from pagecheck.bench.attention import BenchConfig, variants_for
+from pagecheck.bench.compare import compare_runs
 from pagecheck.bench.stage import FULL_CONFIG, QUICK_CONFIG, run_bench_report
 from pagecheck.gpu import bench as bench_gpu
 from pagecheck.arg_types import int_list
 from pagecheck.commands import options
-from pagecheck.device import DeviceUnavailable, use_device
+from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
 from pagecheck.exit_codes import ExitCode
 from pagecheck.gpu.goals import evaluate_goals
 from pagecheck.progress import StageProgress
 from pagecheck.reports.render.bench import PLOT_FILE, render_bench, render_plot
+from pagecheck.reports.render.bench_compare import COMPARE_PLOT_FILE, comparison_text, render_comparison_plot
 from pagecheck.reports.render.bench_gpu import render_bench_gpu
-from pagecheck.reports.document import write_json
+from pagecheck.reports.document import read_json, write_json
 from pagecheck.reports.index import write_index
+from pagecheck.invariants.subject import absolute_spec
 
 NAME = "bench"
-# The benchmark always measures this project's extension.
+# The GPU kernel benchmark always measures this project's extension.
 BENCH_SUBJECT = "impl"
+
+
+class CompareFileError(ValueError):
+    """--compare names no readable benchmark result."""
 
 
 def quick_bench_text() -> str:
@@ -52,23 +60,36 @@ def add_bench_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"benchmark: fresh processes per variant and context (default: {FULL_CONFIG.repeats}, or {QUICK_CONFIG.repeats} with --quick)",
     )
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        default=None,
+        metavar="PREVIOUS/bench.json",
+        help="benchmark: compare with an earlier run's bench.json: print and plot the ratio of medians per "
+        "variant and context, and flag changes beyond the noise (the two runs' interquartile ranges do not "
+        "overlap; see pagecheck/bench_compare.py)",
+    )
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = options.add_command_parser(
         subparsers,
         NAME,
-        "time direct paged attention against gather + dense and MLX SDPA",
-        "Benchmark this project's extension in the Qwen3-4B decode shape: direct paged attention,\n"
-        "gather + dense attention (gather timed) and MLX SDPA on pre-gathered K/V, each in fresh\n"
-        "processes, at several contexts. Writes bench.md, bench.json (the keys of\n"
-        "`python -m pagecheck.bench`, plus speedups and a correctness verdict) and bench.svg.\n\n"
+        "time the subject's paged attention against gather + dense and MLX SDPA",
+        "Benchmark the subject's paged_attention in the Qwen3-4B decode shape against this project's\n"
+        "implementation (the reference row, unless the subject is impl), gather + dense attention\n"
+        "(gather timed) and MLX SDPA on pre-gathered K/V, each in fresh processes, at several\n"
+        "contexts, with each variant's output checked against the float64 reference (a wrong subject\n"
+        "is timed and marked). Writes bench.md, bench.json (the keys of `python -m pagecheck.bench`,\n"
+        "plus speedups and a correctness verdict) and bench.svg (medians with their spread over\n"
+        "processes). --compare adds the ratio to an earlier run (bench_compare.svg).\n\n"
         "With --device gpu on a CUDA machine it then times the GPU kernels themselves\n"
         "(bench_gpu.md, bench_gpu.json): decode at B 1, 16, 64 x contexts 128..16384 and one\n"
         "prefill (--quick: the goal shapes), kernel-only and per call, against gather + MLX SDPA,\n"
         "MLX SDPA and, when PyTorch is installed, cuDNN SDPA on dense K/V, with the speed goals\n"
         "judged from the numbers (pagecheck/gpu_goals.py).",
     )
+    options.add_subject_option(parser)
     options.add_device_option(parser)
     options.add_out_option(parser)
     options.add_quick_option(parser, quick_bench_text())
@@ -79,7 +100,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def bench_config(args: argparse.Namespace) -> BenchConfig:
     config = QUICK_CONFIG if args.quick else FULL_CONFIG
-    config = replace(config, device=args.device, seed=args.seed)
+    config = replace(
+        config, device=args.device, seed=args.seed, subject=absolute_spec(args.subject), variants=variants_for(args.subject)
+    )
     if getattr(args, "contexts", None):
         config = replace(config, contexts=args.contexts)
     if getattr(args, "repeats", None):
@@ -87,25 +110,49 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
     return config
 
 
-def run_bench_stage(args: argparse.Namespace, out: Path, progress: StageProgress) -> ExitCode:
+def read_previous(args: argparse.Namespace) -> dict | None:
+    """The --compare file's result, read before anything is measured; None without --compare."""
+    path = getattr(args, "compare", None)
+    if path is None:
+        return None
+    try:
+        previous = read_json(path)
+    except (OSError, ValueError) as exc:
+        raise CompareFileError(f"--compare {path}: cannot read a benchmark result: {exc}") from exc
+    if not isinstance(previous, dict) or previous.get("source") != "pagecheck.bench" or "samples" not in previous:
+        raise CompareFileError(f"--compare {path}: not a bench.json written by pagecheck bench or pagecheck report")
+    return previous
+
+
+def run_bench_stage(
+    args: argparse.Namespace, out: Path, progress: StageProgress, previous: dict | None = None
+) -> ExitCode:
     config = bench_config(args)
     processes = config.repeats * len(config.variants)
     progress.begin(
-        f"{len(config.variants)} variants at {len(config.contexts)} contexts, {processes} fresh processes per context"
+        f"subject {args.subject} and {len(config.variants) - 1} other variants at {len(config.contexts)} contexts, "
+        f"{processes} fresh processes per context"
     )
-    document = options.start_document("bench", args, subject=BENCH_SUBJECT)
+    document = options.start_document("bench", args)
     document.update(run_bench_report(config, lambda done, total, context: progress.update(done, total, f"contexts (last: {context})")))
     document["plot"] = PLOT_FILE
+    if previous is not None:
+        document["comparison"] = compare_runs(document, previous, args.compare)
+        document["comparison"]["plot"] = COMPARE_PLOT_FILE
+        (out / COMPARE_PLOT_FILE).write_text(render_comparison_plot(document))
     write_json(out / "bench.json", document)
     (out / PLOT_FILE).write_text(render_plot(document))
     (out / "bench.md").write_text(render_bench(document))
-    paged = document["medians_us"].get("paged", {})
+    measured = document["medians_us"].get("subject", {})
     longest = str(config.contexts[-1])
-    speed = document["speedups"][longest]["paged_vs_dense_gather"]
+    speed = document["speedups"][longest].get("vs_dense_gather")
     progress.finish(
-        f"paged {paged.get(longest) or float('nan'):.0f} µs at context {longest}"
+        f"subject {measured.get(longest) or float('nan'):.0f} µs at context {longest}"
+        + ("" if document["subject_correct"] else " (WRONG output)")
         + (f", {speed:.1f}x faster than dense + gather" if speed else "")
     )
+    if previous is not None:
+        print(comparison_text(document))
     return ExitCode.OK if document["correct"] else ExitCode.BENCH_INCORRECT
 
 
@@ -138,14 +185,17 @@ def run_gpu_bench_stage(args: argparse.Namespace, out: Path, progress: StageProg
 
 def run(args: argparse.Namespace) -> int:
     try:
-        use_device(args.device)
-    except DeviceUnavailable as exc:
-        print(f"pagecheck {NAME}: {exc}")
-        return ExitCode.DEVICE_UNAVAILABLE
-    args.subject = BENCH_SUBJECT  # names the default output directory
+        previous = read_previous(args)
+        prepare_subject(args, needs=("paged_attention",))
+    except CompareFileError as exc:
+        print(f"pagecheck {NAME}: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except SubjectSetupError as exc:
+        print(f"pagecheck {NAME}: {exc}", file=sys.stderr)
+        return exc.code
     out = options.report_dir(args)
     kernels = cuda_kernels_available(args.device)
-    code = run_bench_stage(args, out, StageProgress(NAME, 1, 2 if kernels else 1))
+    code = run_bench_stage(args, out, StageProgress(NAME, 1, 2 if kernels else 1), previous)
     if kernels:
         run_gpu_bench_stage(args, out, StageProgress(NAME, 2, 2))
     elif args.device == "gpu":

@@ -11,9 +11,11 @@ from typing import Any
 from pagecheck.invariants.catalog import INVARIANTS
 from pagecheck.commands import options
 from pagecheck.commands.bench import (
+    CompareFileError,
     add_bench_options,
     cuda_kernels_available,
     quick_bench_text,
+    read_previous,
     run_bench_stage,
     run_gpu_bench_stage,
 )
@@ -27,7 +29,7 @@ from pagecheck.reports.document import write_json
 from pagecheck.reports.index import write_index
 from pagecheck.invariants.results import load_results
 from pagecheck.invariants.runner import SuiteRequest, run_suite
-from pagecheck.reports.tolerance_sweep import FULL_GRID, QUICK_GRID
+from pagecheck.bench.tolerance_sweep import FULL_GRID, QUICK_GRID
 
 NAME = "report"
 # gpu_kernels runs only with --device gpu on a CUDA machine (the GPU kernel benchmark).
@@ -45,7 +47,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "and the operator benchmark, then write conformance, tolerance and bench reports (Markdown +\n"
         "JSON, plus an SVG plot) and an index.md that sums them up. With --device gpu on a CUDA\n"
         "machine, also the GPU kernel benchmark with its speed goals (bench_gpu.md). The exit status\n"
-        "names the most serious finding: a broken invariant exits 1.",
+        "names the most serious finding: a broken invariant exits 1, a crashed suite 8.\n\n"
+        "index.md and conformance.md start with where to look first: the broken invariant most likely\n"
+        "to be the cause (pagecheck/start_here.py ranks them), its first failing check, its\n"
+        "counterexample and a command that reruns that check from any directory; or, when the suite\n"
+        "crashed, the cause from its log.",
     )
     options.add_subject_option(parser)
     options.add_device_option(parser)
@@ -102,8 +108,12 @@ def run_conformance_stage(args: argparse.Namespace, out: Path, progress: StagePr
         )
         run = run_suite(request, out / "invariants.log", show)
         results = load_results(results_path) if results_path.exists() else None
-    document = _write_conformance(args, out, conformance_body(run, results, selected))
+    document = _write_conformance(args, out, conformance_body(run, results, selected, request))
     totals = document["totals"]
+    crash = document["suite"]["crash"]
+    if crash is not None:
+        progress.finish(f"CRASHED: {crash['what']}")
+        return ExitCode.SUITE_CRASHED
     progress.finish(
         f"{totals['invariants_held']} invariants hold, {totals['invariants_failed']} broken, "
         f"{totals['invariants_unchecked']} unchecked ({totals['pass']} of {totals['checks']} checks passed)"
@@ -134,6 +144,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"pagecheck {NAME}: every stage was skipped; nothing to report")
         return ExitCode.USAGE
     try:
+        previous = read_previous(args) if "bench" in chosen else None
+    except CompareFileError as exc:
+        print(f"pagecheck {NAME}: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    try:
         subject = prepare_subject(args, needs=())
     except SubjectSetupError as exc:
         # Nothing was checked, so no report folder is made for it.
@@ -150,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     stages = {
         "invariants": lambda progress: run_conformance_stage(args, out, progress),
         "tolerance": lambda progress: run_tolerance_stage(subject, args, out, progress),
-        "bench": lambda progress: run_bench_stage(args, out, progress),
+        "bench": lambda progress: run_bench_stage(args, out, progress, previous),
         "gpu_kernels": lambda progress: run_gpu_bench_stage(args, out, progress),
     }
     codes = []

@@ -11,10 +11,11 @@ from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
 from pagecheck.exit_codes import ExitCode
 from pagecheck.progress import StageProgress
 from pagecheck.reports.render.tolerance import render_tolerance
+from pagecheck.reports.render.tolerance_plot import PLOT_FILE, render_tolerance_plot
 from pagecheck.reports.document import write_json
 from pagecheck.reports.index import write_index
 from pagecheck.invariants.subject import Subject
-from pagecheck.reports.tolerance_sweep import FULL_GRID, QUICK_GRID, SweepCell, run_sweep
+from pagecheck.bench.tolerance_sweep import FULL_GRID, QUICK_GRID, SweepCell, run_sweep
 
 NAME = "tolerance"
 
@@ -26,7 +27,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "measure the subject's error against both oracles over a grid of shapes",
         "Run the subject's paged_attention over a grid of dtype x head dim x page size x query length x\n"
         "context, compare each output with the float64 reference and the mlx.core oracle, and write\n"
-        "tolerance.md and tolerance.json (thresholds from reference/tolerance.py).",
+        "tolerance.md, tolerance.json (thresholds from reference/tolerance.py) and tolerance.svg (error as a\n"
+        "fraction of the allowance against context, per dtype and path, one panel per oracle).",
     )
     options.add_subject_option(parser)
     options.add_device_option(parser)
@@ -47,6 +49,8 @@ def run_tolerance_stage(subject: Subject, args: argparse.Namespace, out: Path, p
 
     document = options.start_document("tolerance", args)
     document.update(run_sweep(subject.get("paged_attention"), grid, seed=args.seed, progress=show))
+    document["plot"] = PLOT_FILE
+    (out / PLOT_FILE).write_text(render_tolerance_plot(document))
     write_json(out / "tolerance.json", document)
     (out / "tolerance.md").write_text(render_tolerance(document))
     totals = document["totals"]

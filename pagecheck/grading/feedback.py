@@ -54,7 +54,7 @@ def _quoted(text: str) -> list[str]:
 def check_command(nodeid: str, document: dict[str, Any]) -> str:
     """The command that reruns one check on the public inputs from any directory, with the grading
     plugin loaded as in grading (SDPA trapped, every call's inputs checked)."""
-    command = rerun_command(nodeid, document["student_spec"], PUBLIC_SEED, extra=["-p", PLUGIN])
+    command = rerun_command(nodeid, subject=document["student_spec"], seed=PUBLIC_SEED, extra=["-p", PLUGIN])
     pythonpath = document.get("student_pythonpath")
     return f"PYTHONPATH={shlex.quote(pythonpath)} {command}" if pythonpath else command
 

@@ -102,7 +102,8 @@ def render_csv(scores: list[Score], invariants: list[str]) -> str:
     return buffer.getvalue()
 
 
-def render_markdown(scores: list[Score], invariants: list[str], rubric: Rubric) -> str:
+def render_markdown(scores: list[Score], invariants: list[str], rubric: Rubric, overview: list[str] | None = None) -> str:
+    """grades.md; `overview` (Markdown lines, pagecheck.grading.class_overview) opens it when given."""
     header = ["submission", "verdict", *(f"{i} ({format_points(rubric.points_for(i))})" for i in invariants),
               "total", "max", "flags"]  # fmt: skip
     lines = [
@@ -112,6 +113,8 @@ def render_markdown(scores: list[Score], invariants: list[str], rubric: Rubric) 
         "its points when its checks pass on both the public and the hidden inputs; a run that did not finish "
         f"earns nothing; `{NOT_CHECKED}` marks an invariant with no check that ran.",
         "",
+        *(overview or []),
+        *(["## Submissions", ""] if overview else []),
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
     ]

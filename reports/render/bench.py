@@ -1,30 +1,16 @@
-"""bench.md and bench.svg: latency against context for the three decode-attention variants."""
+"""bench.md and bench.svg: the subject's decode latency against context, beside the other variants."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pagecheck.reports.render.markdown import header_lines, inline_code, sci, table
+from pagecheck.reports.render.bench_compare import comparison_section
+from pagecheck.reports.render.bench_labels import microseconds, variant_label
+from pagecheck.reports.render.markdown import header_lines, inline_code, table
 from pagecheck.reports.render.svg_plot import Series, line_chart
 
-VARIANT_LABELS = {
-    "dense_gather": "dense + gather (gather timed)",
-    "paged": "direct paged",
-    "mlx_sdpa": "MLX SDPA on pre-gathered K/V",
-}
 PLOT_FILE = "bench.svg"
-
-
-def _label(variant: str) -> str:
-    return VARIANT_LABELS.get(variant, variant)
-
-
-def microseconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value >= 1000:
-        return f"{value / 1000:.2f} ms"
-    return f"{value:.0f} µs" if value >= 10 else f"{value:.1f} µs"
+SHORT_LABELS = {"impl": "impl", "dense_gather": "dense + gather", "mlx_sdpa": "MLX SDPA"}
 
 
 def tick_label(value: float) -> str:
@@ -33,7 +19,10 @@ def tick_label(value: float) -> str:
 
 
 def times(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}x"
+    """A speedup: one decimal from 1x up, two significant digits below (a subject 100x slower reads 0.01x)."""
+    if value is None:
+        return "-"
+    return f"{value:.1f}x" if value >= 1 else f"{value:.2g}x"
 
 
 def shape_line(config: dict[str, Any]) -> str:
@@ -43,101 +32,153 @@ def shape_line(config: dict[str, Any]) -> str:
     )
 
 
+def check_at(document: dict[str, Any], variant: str, context: str) -> dict[str, Any] | None:
+    return document["correctness"].get(variant, {}).get(context)
+
+
+def mark(check: dict[str, Any] | None) -> str:
+    """The correctness mark beside a time: ok, **WRONG**, or - when no output was checked."""
+    if check is None:
+        return "-"
+    return "ok" if check["passed"] else "**WRONG**"
+
+
+def variant_correct(document: dict[str, Any], variant: str) -> bool:
+    checks = [check_at(document, variant, str(c)) for c in document["configuration"]["contexts"]]
+    return all(check is not None and check["passed"] for check in checks)
+
+
 def render_plot(document: dict[str, Any]) -> str:
     config = document["configuration"]
-    series = [
-        Series(
-            _label(variant),
-            [(float(context), median) for context, median in document["medians_us"][variant].items() if median is not None],
+    series = []
+    for variant in config["variants"]:
+        spreads = [(float(context), spread) for context, spread in document["spread_us"][variant].items() if spread]
+        name = variant_label(variant, document) + ("" if variant_correct(document, variant) else " (WRONG output)")
+        series.append(
+            Series(
+                name,
+                [(context, spread["median"]) for context, spread in spreads],
+                band=tuple((context, spread["q1"], spread["q3"]) for context, spread in spreads),
+                whiskers=tuple((context, spread["min"], spread["max"]) for context, spread in spreads),
+                dashed=variant != "subject",
+            )
         )
-        for variant in config["variants"]
-    ]
     return line_chart(
         series,
         title="Decode attention latency against context",
-        subtitle=f"{shape_line(config)}; {config['device']}; median per call",
+        subtitle=f"{shape_line(config)}; {config['device']}; line: median, band: IQR, whiskers: range "
+        f"over {config['repeats']} processes",
         x_label="context (tokens)",
-        y_label="median latency per call",
+        y_label="latency per call",
         y_format=tick_label,
     )
 
 
 def median_rows(document: dict[str, Any]) -> list[list[str]]:
+    """Per context: each variant's median with its correctness mark, then the subject's speedups."""
     config, medians = document["configuration"], document["medians_us"]
+    others = [v for v in config["variants"] if v != "subject"]
     rows = []
     for context in (str(c) for c in config["contexts"]):
         speed = document["speedups"][context]
         rows.append(
             [context]
-            + [microseconds(medians[v][context]) for v in config["variants"]]
-            + [times(speed["paged_vs_dense_gather"]), times(speed["paged_vs_mlx_sdpa"])]
+            + [f"{microseconds(medians[v][context])}, {mark(check_at(document, v, context))}" for v in config["variants"]]
+            + [times(speed[f"vs_{v}"]) for v in others]
         )
     return rows
 
 
 def median_headers(document: dict[str, Any]) -> tuple[str, ...]:
     variants = document["configuration"]["variants"]
-    return ("context", *(_label(v) for v in variants), "paged speedup vs dense + gather", "vs MLX SDPA")
+    others = [v for v in variants if v != "subject"]
+    return ("context", *(variant_label(v) for v in variants), *(f"subject speedup vs {SHORT_LABELS[v]}" for v in others))
+
+
+def _spread_rows(document: dict[str, Any]) -> list[tuple[str, ...]]:
+    config = document["configuration"]
+    rows = []
+    for context in (str(c) for c in config["contexts"]):
+        for variant in config["variants"]:
+            spread = document["spread_us"][variant][context]
+            check = check_at(document, variant, context)
+            used = "-" if check is None or check["error"] is not None else f"{check['allowance_used']:.3f}"
+            if spread is None:
+                rows.append((context, variant_label(variant, document), "-", "-", "-", "-", "-", mark(check), used))
+                continue
+            rows.append((
+                context, variant_label(variant, document), microseconds(spread["median"]),
+                f"{microseconds(spread['q1'])} .. {microseconds(spread['q3'])}",
+                f"{microseconds(spread['min'])} .. {microseconds(spread['max'])}",
+                microseconds(document["min_us"][variant][context]), microseconds(document["max_us"][variant][context]),
+                mark(check), used,
+            ))  # fmt: skip
+    return rows
+
+
+def _verdict_lines(document: dict[str, Any]) -> list[str]:
+    tolerance = document["tolerance"]
+    threshold = f"atol = rtol = {tolerance['atol']:.2e}" if tolerance["atol"] == tolerance["rtol"] else (
+        f"atol {tolerance['atol']:.2e}, rtol {tolerance['rtol']:.2e}")  # fmt: skip
+    subject = inline_code(document["subject"])
+    if document["subject_correct"]:
+        subject_line = f"the subject {subject}'s output is within tolerance of the float64 reference at every context"
+    else:
+        subject_line = (
+            f"the subject {subject}'s output is NOT within tolerance of the float64 reference: its times are "
+            "those of a wrong implementation"
+        )
+    return [
+        f"**Correctness: {'PASS' if document['correct'] else 'FAIL'}**: {subject_line} "
+        f"(`reference/tolerance.py`, {document['configuration']['dtype']}: {threshold}).",
+    ]
 
 
 def render_bench(document: dict[str, Any]) -> str:
     config, build = document["configuration"], document["build"]
     variants = config["variants"]
+    plural = "es" if config["repeats"] > 1 else ""
     lines = [
         "# Operator benchmark",
         "",
         header_lines(document),
         "",
-        f"**Correctness: {'PASS' if document['correct'] else 'FAIL'}**: every variant's output is "
-        f"{'within' if document['correct'] else 'NOT within'} atol = {sci(document['atol'])} of the float64 "
-        "reference at every context.",
+        *_verdict_lines(document),
         "",
-        "Decode attention in the Qwen3-4B shape (" + shape_line(config) + "), three ways: "
-        "**direct paged** (`ext.paged_attention` walks the block table), **dense + gather** (the pages are "
-        "gathered into dense K/V, then `ext.dense_attention`; the gather is timed), and **MLX SDPA** "
-        "(`mx.fast.scaled_dot_product_attention` on K/V gathered beforehand; the gather is not timed). "
-        f"Each variant and context ran in {config['repeats']} fresh process{'es' if config['repeats'] > 1 else ''}, "
-        f"{config['warmup']} warm-up then "
-        f"{config['iterations']} timed calls each; a figure is the median over processes of each process's median.",
-    ]
-    if document["subject"] != "impl":
-        lines += ["", f"The benchmark measures this project's extension, not the subject {inline_code(document['subject'])}."]
-    lines += [
+        f"Decode attention in the Qwen3-4B shape ({shape_line(config)}) on the same paged layouts, "
+        f"{len(variants)} ways: the **subject**'s `paged_attention` ({inline_code(document['subject'])}), called "
+        "with the layout's keyword arguments"
+        + (", **impl** (this project's `impl.paged_attention`, called the same way: the reference row)"
+           if "impl" in variants else " (the subject is this project's implementation)")
+        + ", **dense + gather** (the pages are gathered into dense K/V, then `ext.dense_attention`; the gather "
+        "is timed) and **MLX SDPA** (`mx.fast.scaled_dot_product_attention` on K/V gathered beforehand; the "
+        f"gather is not timed). Each variant and context ran in {config['repeats']} fresh process{plural}, "
+        f"{config['warmup']} warm-up then {config['iterations']} timed calls each. A figure is the median over "
+        "processes of each process's median; the spread is the interquartile range (IQR) and the range of those "
+        "per-process medians. One output of each variant at each context is compared with the float64 "
+        "reference: *ok* is within the tolerance table, **WRONG** is not (a wrong variant is still timed).",
         "",
         f"![latency against context]({PLOT_FILE})",
         "",
         "## Median latency per call",
         "",
-        table(median_headers(document), median_rows(document), ("right",) * (len(variants) + 3)),
+        table(median_headers(document), median_rows(document), ("right",) * (1 + len(variants) + len(variants) - 1)),
         "",
-        "## Spread over calls",
+        "## Spread over processes",
         "",
-        table(
-            ("context", "variant", "median", "fastest call", "slowest call"),
-            [
-                (context, _label(v), microseconds(document["medians_us"][v][context]),
-                 microseconds(document["min_us"][v][context]), microseconds(document["max_us"][v][context]))
-                for context in (str(c) for c in config["contexts"]) for v in variants
-            ],
-            ("right", "left", "right", "right", "right"),
-        ),
-        "",
-        "## Correctness on the benchmark's inputs",
-        "",
-        "Max abs error against the float64 reference (`reference/attention.py`):",
+        "*used* is max |got - want| / (atol + rtol |want|) of the checked output: 1 is the edge.",
         "",
         table(
-            ("context", *(_label(v) for v in variants)),
-            [
-                (context, *(e if isinstance(e, str) else sci(e) for e in (errors.get(v) for v in variants)))
-                for context, errors in document["correctness"]["max_abs_error_vs_float64"].items()
-            ],
-            ("right",) * (len(variants) + 1),
+            ("context", "variant", "median", "IQR", "process range", "fastest call", "slowest call", "correct", "used"),
+            _spread_rows(document),
+            ("right", "left", "right", "right", "right", "right", "right", "left", "right"),
         ),
         "",
     ]  # fmt: skip
     if document["problems"]:
         lines += ["Problems:", "", *(f"- {problem}" for problem in document["problems"]), ""]
+    if "comparison" in document:
+        lines += comparison_section(document)
     host = document["host"]
     lines += [
         "## Machine and build",

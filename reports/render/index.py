@@ -6,9 +6,10 @@ from typing import Any
 
 from pagecheck.reports.render.bench import PLOT_FILE, median_headers, median_rows, shape_line
 from pagecheck.reports.render.bench_gpu import goal_table
-from pagecheck.reports.render.conformance import VERDICT_TEXT, unchecked_phrase
+from pagecheck.reports.render.conformance import VERDICT_TEXT, invariants_in_reading_order, start_here_lines, unchecked_phrase
 from pagecheck.reports.render.markdown import inline_code, table
-from pagecheck.reports.render.tolerance import describe_cell, worst_rows
+from pagecheck.reports.render.tolerance import worst_cell_lines
+from pagecheck.reports.render.tolerance_plot import PLOT_FILE as TOLERANCE_PLOT_FILE
 
 TITLES = {
     "conformance": "Conformance",
@@ -32,13 +33,17 @@ def _conformance_summary(document: dict[str, Any]) -> list[str]:
     if document.get("subject_error"):
         return [f"The subject did not load: {inline_code(document['subject_error'])}"]
     totals = document["totals"]
+    if not document["invariants"]:
+        return ["The suite reported no check, so no invariant was judged (see Start here above)."]
     rows = [
         (inline_code(inv["id"]), VERDICT_TEXT[inv["verdict"]], f"{inv['counts']['pass']}/{inv['counts']['total']}")
-        for inv in document["invariants"]
+        for inv in invariants_in_reading_order(document)
     ]
+    crashed = " The suite crashed, so these counts are of the checks that ran before it did." if document["verdict"] == "crash" else ""
     return [
         f"{totals['invariants_held']} of {totals['invariants']} invariants hold, {totals['invariants_failed']} broken "
-        f"({totals['pass']} of {totals['checks']} checks passed, {totals['skip']} skipped).",
+        f"({totals['pass']} of {totals['checks']} checks passed, {totals['skip']} skipped)"
+        + ("; broken ones first, likely cause first." if document["broken_invariants"] else ".") + crashed,
         "",
         table(("invariant", "verdict", "checks passed"), rows, ("left", "left", "right")),
     ]
@@ -46,32 +51,37 @@ def _conformance_summary(document: dict[str, Any]) -> list[str]:
 
 def _tolerance_summary(document: dict[str, Any]) -> list[str]:
     totals = document["totals"]
-    lines = [f"{totals['passed']} of {totals['rows']} cells within tolerance of both oracles.", ""]
-    worst = worst_rows(document, 1)
-    if worst:
-        row = worst[0]
-        if row["error"] is not None:
-            lines.append(f"Worst cell: {describe_cell(row)} raised {inline_code(row['error'])}.")
-        else:
-            ref = row["vs_reference"]
-            lines.append(
-                f"Worst cell: {describe_cell(row)}: max abs error {ref['max_abs_error']:.2e}, rel L2 "
-                f"{ref['rel_l2_error']:.2e} vs float64; it uses {max(ref['allowance_used'], row['vs_mlx_oracle']['allowance_used']):.3f} "
-                f"of its allowance (atol {row['atol']:.2e}, rtol {row['rtol']:.2e}; 1 is the limit)."
-            )
-    return lines
+    plot = f" ([plot]({document['plot']}))" if document.get("plot") else ""
+    return [f"{totals['passed']} of {totals['rows']} cells within tolerance of both oracles{plot}.", "",
+            *worst_cell_lines(document)]  # fmt: skip
 
 
 def _bench_summary(document: dict[str, Any]) -> list[str]:
     config = document["configuration"]
-    return [
-        f"Median latency per call, {shape_line(config)}, {config['device']}; the plot is in [bench.md](bench.md).",
+    headers = median_headers(document)
+    lines = [
+        f"Median latency per call with each output's correctness mark, {shape_line(config)}, {config['device']}; "
+        "the spread over processes and the plot are in [bench.md](bench.md).",
         "",
-        table(median_headers(document), median_rows(document), ("right",) * (len(config["variants"]) + 3)),
+        table(headers, median_rows(document), ("right",) * len(headers)),
         "",
-        f"Correctness of the benchmarked variants: {'pass' if document['correct'] else '**FAIL**'} "
-        f"(max abs error within atol {document['atol']:.2e} of float64).",
     ]
+    if document["subject_correct"]:
+        lines.append("The subject's outputs are within tolerance of the float64 reference at every context.")
+    else:
+        lines.append(
+            "**The subject's outputs are WRONG** (outside tolerance of the float64 reference): its times are those "
+            "of a wrong implementation."
+        )
+    if not document["correct"] and document["subject_correct"]:
+        lines.append("A variant other than the subject raised or is outside tolerance (see bench.md).")
+    comparison = document.get("comparison")
+    if comparison is not None:
+        flagged = [row for row in comparison["rows"] if row["change"] in ("slower", "faster")]
+        named = ", ".join(f"{row['variant']} at {row['context']} {row['change']} ({row['ratio']:.2f}x)" for row in flagged)
+        lines += ["", f"Compared with {inline_code(comparison['previous'])}: {len(flagged)} of {len(comparison['rows'])} "
+                  f"points changed beyond the noise{': ' + named if named else ''} ([plot]({comparison['plot']}))."]  # fmt: skip
+    return lines
 
 
 def _overall(documents: dict[str, dict[str, Any]]) -> str:
@@ -82,17 +92,20 @@ def _overall(documents: dict[str, dict[str, Any]]) -> str:
             problems.append("the subject did not load")
         broken = conformance["broken_invariants"]
         if broken:
-            problems.append("broken invariants: " + ", ".join(inline_code(i) for i in broken))
+            problems.append("broken invariants, likely cause first: " + ", ".join(inline_code(i) for i in broken))
         if conformance["suite"] and conformance["suite"]["problem"]:
             problems.append(conformance["suite"]["problem"])
     tolerance = documents.get("tolerance")
     if tolerance is not None and not tolerance["passed"]:
         problems.append(f"{tolerance['totals']['failed']} tolerance cells failed")
     bench = documents.get("bench")
-    if bench is not None and not bench["correct"]:
-        problems.append("a benchmarked variant raised or is outside atol of float64 (see bench.md)")
+    if bench is not None and not bench["subject_correct"]:
+        problems.append("the subject's benchmarked outputs are outside tolerance of float64 (see bench.md)")
+    elif bench is not None and not bench["correct"]:
+        problems.append("a benchmarked variant raised or is outside tolerance of float64 (see bench.md)")
+    crashed = conformance is not None and conformance["verdict"] == "crash"
     if problems:
-        return "**Verdict: FAIL**: " + "; ".join(problems) + "."
+        return f"**Verdict: {'CRASH' if crashed else 'FAIL'}**: " + "; ".join(problems) + "."
     unchecked = conformance["totals"]["invariants_unchecked"] if conformance is not None else 0
     return "**Verdict: PASS**" + (f"; {unchecked_phrase(unchecked)}." if unchecked else "")
 
@@ -104,13 +117,15 @@ def render_index(documents: dict[str, dict[str, Any]]) -> str:
     lines = [
         f"# pagecheck report: {inline_code(first['subject'])}",
         "",
+        *(start_here_lines(documents["conformance"], "##") if "conformance" in documents else []),
         f"Device {first['device']}, {first['profile']} profile, seed {first['seed']}, created {first['created']}.  ",
         _environment_line(first["environment"]),
         "",
         _overall(documents),
         "",
     ]
-    extras = {"conformance": ", [pytest log](invariants.log)", "bench": f", [plot]({PLOT_FILE})"}
+    extras = {"conformance": ", [pytest log](invariants.log)", "bench": f", [plot]({PLOT_FILE})",
+              "tolerance": f", [plot]({TOLERANCE_PLOT_FILE})"}  # fmt: skip
     links = [
         f"- [{TITLES[kind]}]({kind}.md) ([JSON]({kind}.json){extras.get(kind, '')})" for kind in TITLES if kind in documents
     ]

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from pagecheck.reports.render.markdown import header_lines, inline_code, sci, table, verdict
+from pagecheck.bench.tolerance_sweep import ORACLES, worst_for
 
 SHOWN_WORST = 5
+ORACLE_NAMES = {"vs_reference": "float64 reference", "vs_mlx_oracle": "mlx.core oracle"}
 
 
 def row_allowance(row: dict[str, Any]) -> float:
@@ -29,6 +31,29 @@ def describe_cell(row: dict[str, Any]) -> str:
         f"{row['dtype']} D={row['head_dim']} page={row['page_size']} L={row['query_len']} "
         f"contexts=[{contexts}] mask={mask}"
     )
+
+
+def worst_cell_lines(document: dict[str, Any]) -> list[str]:
+    """Per oracle, the cell that used most of its allowance against that oracle, with that oracle's numbers."""
+    worst = document.get("worst") or {oracle: worst_for(document["rows"], oracle) for oracle in ORACLES}
+    lines = []
+    for oracle in ORACLES:
+        if worst[oracle] is None:
+            continue
+        row = document["rows"][worst[oracle]["row"]]
+        distance = row[oracle]
+        where = f"- Worst against the {ORACLE_NAMES[oracle]}: {describe_cell(row)}"
+        if row["error"] is not None:
+            lines.append(f"{where} raised {inline_code(row['error'])}.")
+        elif distance["num_nonfinite"]:
+            lines.append(f"{where}: {distance['num_nonfinite']} NaN/inf where the {ORACLE_NAMES[oracle]} is finite.")
+        else:
+            lines.append(
+                f"{where}: max abs error {distance['max_abs_error']:.2e}, rel L2 {distance['rel_l2_error']:.2e}; it uses "
+                f"{distance['allowance_used']:.3f} of its allowance against this oracle (atol {row['atol']:.2e}, "
+                f"rtol {row['rtol']:.2e}; 1 is the limit)."
+            )
+    return lines
 
 
 def _used(distance: dict[str, Any] | None) -> str:
@@ -110,6 +135,17 @@ def render_tolerance(document: dict[str, Any]) -> str:
         "close to zero; *rel L2* is ||got - want|| / ||want||.",
         "",
     ]
+    if document.get("plot"):
+        lines += [
+            "## Error against context",
+            "",
+            "Each line is one dtype and path (decode: one query row; prefill: several rows under the causal mask), "
+            "at each context the cell of the grid that used most of its allowance; one panel per oracle.",
+            "",
+            f"![allowance used against context]({document['plot']})",
+            "",
+        ]
+    lines += ["## Worst cell per oracle", "", *worst_cell_lines(document), ""]
     failing = [row for row in document["rows"] if not row["passed"]]
     if failing:
         lines += ["## Failing cells", "", *(_failure_detail(row) for row in failing), ""]

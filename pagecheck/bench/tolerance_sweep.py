@@ -26,6 +26,8 @@ from pagecheck.reference.layouts import DTYPES, PagedLayout, random_layout
 from pagecheck.reference.tolerance import TOLERANCES, Comparison, compare
 
 PagedAttention = Callable[..., Any]
+# The row keys of the two comparisons: the float64 NumPy reference and the readable mlx.core oracle.
+ORACLES = ("vs_reference", "vs_mlx_oracle")
 Progress = Callable[[int, int, "SweepCell"], None]
 
 
@@ -96,6 +98,11 @@ class SweepCell:
         # One query row is the decode step: causal and unmasked are the same there.
         return "causal" if self.query_len > 1 else None
 
+    @property
+    def path(self) -> str:
+        """decode (one query row, a generation step) or prefill (several rows under the causal mask)."""
+        return "decode" if self.query_len == 1 else "prefill"
+
 
 def allowance_used(got: np.ndarray, want: np.ndarray, dtype: str) -> float:
     """Largest |got - want| / (atol + rtol * |want|) over finite elements: above 1 fails.
@@ -159,6 +166,7 @@ def measure_cell(
         **asdict(cell),
         "context_lens": cell.context_lens,
         "mask": cell.mask,
+        "path": cell.path,
         "atol": tolerance.atol,
         "rtol": tolerance.rtol,
     }
@@ -192,6 +200,23 @@ def measure_cell(
     return row
 
 
+def oracle_allowance(row: dict[str, Any], oracle: str) -> float:
+    """How much of its allowance a row used against one oracle; a row that raised or gave NaN/inf ranks first."""
+    distance = row[oracle]
+    if distance is None or distance["num_nonfinite"]:
+        return float("inf")
+    return distance["allowance_used"]
+
+
+def worst_for(rows: list[dict[str, Any]], oracle: str) -> dict[str, Any] | None:
+    """The row closest to failing (or failing worst) against one oracle, by its own allowance used."""
+    if not rows:
+        return None
+    index = max(range(len(rows)), key=lambda i: oracle_allowance(rows[i], oracle))
+    used = oracle_allowance(rows[index], oracle)
+    return {"row": index, "allowance_used": used if used != float("inf") else None}
+
+
 def run_sweep(
     paged_attention: PagedAttention,
     grid: SweepGrid,
@@ -209,6 +234,7 @@ def run_sweep(
             progress(index + 1, len(cells), cell)
     failed = sum(1 for row in rows if not row["passed"])
     return {
+        "worst": {oracle: worst_for(rows, oracle) for oracle in ORACLES},
         "grid": {
             "dtypes": list(grid.dtypes),
             "head_dims": list(grid.head_dims),

@@ -1,0 +1,166 @@
+"""`pagecheck bench --subject`: the subject is timed beside impl and the baselines, with spread and a correctness mark.
+
+A correct file subject is timed and marked ok; a mutant is timed too, and
+marked WRONG. --compare ratios and flags come from the two runs' spreads.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pagecheck.bench.attention import process_spread
+from pagecheck.bench.compare import MIN_PROCESSES, change_of, compare_runs
+from pagecheck.cli import main
+from pagecheck.exit_codes import ExitCode
+from pagecheck.reports.schema_check import schema_errors
+
+ROOT = Path(__file__).resolve().parent.parent
+MUTANT = ROOT / "tests" / "mutants" / "context_minus_one.py"
+SVG = "{http://www.w3.org/2000/svg}"
+CONTEXTS = "16,64"
+REPEATS = 3
+CORRECT_SUBJECT = '''"""A student-style subject: this project's implementation under a file of its own."""
+from pagecheck.impl.attention import paged_attention  # noqa: F401
+from pagecheck.impl.paged_kv_cache import TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
+'''
+
+
+def bench(out: Path, subject: str, *extra: str) -> tuple[int, dict[str, Any]]:
+    code = main(["bench", "--quick", "--subject", subject, "--contexts", CONTEXTS, "--out", str(out), *extra])
+    return code, json.loads((out / "bench.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def correct_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("correct")
+    subject = folder / "student_attention.py"
+    subject.write_text(CORRECT_SUBJECT)
+    code, document = bench(folder / "run", str(subject), "--repeats", str(REPEATS))
+    return folder / "run", code, document
+
+
+def test_a_correct_subject_is_timed_with_spread_beside_impl_and_marked_ok(
+    correct_run: tuple[Path, int, dict[str, Any]],
+) -> None:
+    out, code, document = correct_run
+    assert code == ExitCode.OK, document["problems"]
+    assert schema_errors("bench", document) == []
+    assert document["configuration"]["variants"] == ["subject", "impl", "dense_gather", "mlx_sdpa"]
+    assert Path(document["configuration"]["subject"]).is_absolute()
+    assert document["subject_correct"] and document["correct"]
+    for variant in document["configuration"]["variants"]:
+        for context in CONTEXTS.split(","):
+            spread = document["spread_us"][variant][context]
+            assert spread["processes"] == REPEATS
+            assert spread["min"] <= spread["q1"] <= spread["median"] <= spread["q3"] <= spread["max"]
+            assert spread["median"] == document["medians_us"][variant][context]
+            check = document["correctness"][variant][context]
+            assert check["passed"] and check["allowance_used"] <= 1
+    page = (out / "bench.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("|")]
+    assert "student_attention.py" in page and "µs, ok" in page
+    assert not any("WRONG" in row for row in rows)
+    index = (out / "index.md").read_text()
+    headers = [[cell.strip() for cell in line.split("|")] for line in index.splitlines() if line.startswith("| ")]
+    assert "subject" in headers[0] and "The subject's outputs are within tolerance" in index
+
+
+def test_the_bench_plot_shows_each_variant_with_its_spread(correct_run: tuple[Path, int, dict[str, Any]]) -> None:
+    out, _, document = correct_run
+    root = ElementTree.parse(out / document["plot"]).getroot()
+    classes = [element.get("class") for element in root.iter()]
+    variants = document["configuration"]["variants"]
+    assert classes.count("series") == len(variants)
+    assert classes.count("band") == len(variants)
+    assert classes.count("whisker") == len(variants) * len(CONTEXTS.split(","))
+    titles = [t.text for element in root.iter() if element.get("class") == "series" for t in element.iter(f"{SVG}title")]
+    assert titles[0].startswith("subject ") and "WRONG" not in titles[0]
+
+
+def test_a_wrong_subject_is_timed_but_marked(tmp_path: Path) -> None:
+    code, document = bench(tmp_path, str(MUTANT), "--repeats", "1")
+    assert code == ExitCode.BENCH_INCORRECT
+    assert schema_errors("bench", document) == []
+    assert not document["subject_correct"]
+    for context in CONTEXTS.split(","):
+        assert document["medians_us"]["subject"][context] > 0
+        assert not document["correctness"]["subject"][context]["passed"]
+        assert document["correctness"]["impl"][context]["passed"]
+    assert any(p.startswith("subject at context") for p in document["problems"])
+    rows = [line for line in (tmp_path / "bench.md").read_text().splitlines() if line.startswith("|")]
+    assert any("**WRONG**" in row for row in rows)
+    assert "outputs are WRONG" in (tmp_path / "index.md").read_text()
+    assert "(WRONG output)" in (tmp_path / document["plot"]).read_text()
+
+
+def test_compare_prints_and_plots_the_ratio_per_shape(
+    correct_run: tuple[Path, int, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    previous, _, before = correct_run
+    code, document = bench(tmp_path, "impl", "--repeats", str(REPEATS), "--compare", str(previous / "bench.json"))
+    assert code == ExitCode.OK
+    assert schema_errors("bench", document) == []
+    comparison = document["comparison"]
+    # impl is the subject now: subject, dense_gather and mlx_sdpa compare at both contexts.
+    assert {(row["variant"], row["context"]) for row in comparison["rows"]} == {
+        (v, int(c)) for v in ("subject", "dense_gather", "mlx_sdpa") for c in CONTEXTS.split(",")
+    }
+    assert any("subject" in difference for difference in comparison["differences"])
+    for row in comparison["rows"]:
+        assert row["ratio"] == pytest.approx(
+            document["medians_us"][row["variant"]][str(row["context"])] / before["medians_us"][row["variant"]][str(row["context"])]
+        )
+        assert row["ratio_low"] <= row["ratio"] <= row["ratio_high"]
+    printed = capsys.readouterr().out
+    assert "now / before" in printed and "beyond the noise" in printed
+    root = ElementTree.parse(tmp_path / comparison["plot"]).getroot()
+    classes = [element.get("class") for element in root.iter()]
+    assert classes.count("series") == 3 and classes.count("band") == 3 and classes.count("reference") == 1
+    assert "Compared with" in (tmp_path / "bench.md").read_text()
+
+
+def test_compare_refuses_a_file_that_is_not_a_benchmark(tmp_path: Path) -> None:
+    other = tmp_path / "not-bench.json"
+    other.write_text(json.dumps({"kind": "tolerance"}))
+    assert main(["bench", "--quick", "--compare", str(other), "--out", str(tmp_path / "out")]) == ExitCode.USAGE
+    assert not (tmp_path / "out").exists()
+
+
+def spread(medians: list[float]) -> dict[str, Any]:
+    result = process_spread([[m] for m in medians])
+    assert result is not None
+    return result
+
+
+def test_process_spread_is_over_the_per_process_medians() -> None:
+    result = process_spread([[1.0, 2.0, 3.0], [10.0, 11.0, 12.0], [5.0, 6.0, 100.0], [7.0], [8.0]])
+    assert result == {"median": 7.0, "q1": 6.0, "q3": 8.0, "iqr": 2.0, "min": 2.0, "max": 11.0, "processes": 5}
+    assert process_spread([]) is None
+    assert spread([4.0]) == {"median": 4.0, "q1": 4.0, "q3": 4.0, "iqr": 0.0, "min": 4.0, "max": 4.0, "processes": 1}
+
+
+def test_a_change_is_beyond_the_noise_only_when_the_iqrs_do_not_overlap() -> None:
+    before = spread([100.0, 102.0, 104.0, 106.0, 108.0])  # q1 102, q3 106
+    assert change_of(spread([107.0, 110.0, 112.0, 114.0, 116.0]), before) == "slower"
+    assert change_of(spread([90.0, 92.0, 94.0, 96.0, 101.0]), before) == "faster"
+    assert change_of(spread([104.0, 105.0, 106.0, 107.0, 130.0]), before) == "within noise"
+    assert change_of(spread([200.0] * (MIN_PROCESSES - 1)), before) == "noise unknown"
+
+
+def test_compare_reads_a_result_that_has_only_samples() -> None:
+    """An earlier bench.json without spreads (schema 1) compares from its samples."""
+    config = {"contexts": [128], "variants": ["subject", "dense_gather"], "device": "cpu", "dtype": "bfloat16"}
+    current = {"configuration": config, "samples": {"subject": {"128": [[50.0], [52.0], [54.0]]},
+                                                    "dense_gather": {"128": [[100.0], [101.0], [99.0]]}}}
+    previous = {"configuration": {**config, "variants": ["dense_gather", "paged"]}, "created": "then",
+                "samples": {"dense_gather": {"128": [[60.0], [61.0], [62.0]]}, "paged": {"128": [[40.0]]}}}  # fmt: skip
+    comparison = compare_runs(current, previous, Path("old/bench.json"))
+    assert [(row["variant"], row["change"]) for row in comparison["rows"]] == [("dense_gather", "slower")]
+    assert comparison["rows"][0]["ratio"] == pytest.approx(100.0 / 61.0)
+    assert comparison["unmatched"] == ["subject at 128"]
+    assert comparison["beyond_noise"] == 1
