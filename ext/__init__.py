@@ -7,9 +7,29 @@ that the extension's bindings share (nanobind domain "mlx").
 import mlx.core  # noqa: F401  (must precede the extension module)
 
 from ext import _ext
-from ext._ext import build_info, dense_attention, paged_attention, quantized_embedding
+from ext._ext import (
+    build_info,
+    dense_attention,
+    forget_validated_metadata,
+    paged_attention,
+    paged_inputs_validated,
+    quantized_embedding,
+    remember_valid_paged_inputs,
+    validated_metadata_entries,
+)
 
-__all__ = ["PLAN_FIELDS", "build_info", "dense_attention", "gpu_launch_plan", "paged_attention", "quantized_embedding"]
+__all__ = [
+    "PLAN_FIELDS",
+    "build_info",
+    "dense_attention",
+    "forget_validated_metadata",
+    "gpu_launch_plan",
+    "paged_attention",
+    "paged_inputs_validated",
+    "quantized_embedding",
+    "remember_valid_paged_inputs",
+    "validated_metadata_entries",
+]
 
 PLAN_FIELDS = ("schedule", "mma", "rows", "blocks", "splits", "shared_bytes", "key_tile", "mma_stages",
                "scratch_words", "out_begin_words", "swizzled_rows")
