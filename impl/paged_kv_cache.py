@@ -126,6 +126,19 @@ class TinyKvPagedCache:
             self._offset += stop - written
             written = stop
 
+    def claim_token_slot(self) -> tuple[int, int]:
+        """Take the next token position, tail page first (a new page only when the tail is full), and
+        return (page id, slot) for the caller to write its K/V into. The counts include the token at once;
+        a caller that fails before writing rolls the cache and the pool back (checkpoint / rollback)."""
+        if not self._page_ids or self._page_lens[-1] == self._pool.page_size:
+            self._page_ids.append(self._pool.allocate_page())
+            self._page_lens.append(0)
+            self._block_tables = {}
+        slot = self._page_lens[-1]
+        self._page_lens[-1] += 1
+        self._offset += 1
+        return self._page_ids[-1], slot
+
     # -- metadata -------------------------------------------------------------
     def block_table(self, max_pages: int | None = None) -> mx.array:
         """int32 [1, max_pages] of this cache's page ids, -1 past them; max_pages defaults to num_pages."""
