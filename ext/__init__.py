@@ -16,6 +16,7 @@ from ext._ext import (
     quantized_embedding,
     remember_valid_paged_inputs,
     validated_metadata_entries,
+    validated_paged_attention,
 )
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "quantized_embedding",
     "remember_valid_paged_inputs",
     "validated_metadata_entries",
+    "validated_paged_attention",
 ]
 
 PLAN_FIELDS = ("schedule", "mma", "rows", "blocks", "splits", "shared_bytes", "key_tile", "mma_stages",

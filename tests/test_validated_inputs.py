@@ -150,3 +150,12 @@ def ext_entries() -> int:
     capacity = ext.validated_metadata_entries()
     ext.forget_validated_metadata()
     return capacity
+
+
+def test_metadata_of_another_integer_type_is_checked_every_call(full_checks: list[int]) -> None:
+    inputs = valid_inputs()
+    inputs["block_table"] = inputs["block_table"].astype(mx.int64)
+    first = paged_attention(**inputs)
+    second = paged_attention(**inputs)
+    assert len(full_checks) == 2
+    np.testing.assert_array_equal(np.array(first), np.array(second))

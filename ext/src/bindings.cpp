@@ -70,6 +70,26 @@ NB_MODULE(_ext, module) {
       "these shapes and dtypes (ext/src/paged_attention/validated_metadata.h).");
 
   module.def(
+      "validated_paged_attention",
+      [](const mlx::core::array& query, const mlx::core::array& key_pages, const mlx::core::array& value_pages,
+         const mlx::core::array& block_table, const mlx::core::array& context_lens, int page_size,
+         std::optional<float> scale, bool causal) -> std::optional<mlx::core::array> {
+        if (block_table.dtype() != mlx::core::int32 || context_lens.dtype() != mlx::core::int32 ||
+            !pagecheck::metadata_validated(
+                block_table, context_lens,
+                pagecheck::paged_validation_key(query, key_pages, value_pages, page_size, causal))) {
+          return std::nullopt;
+        }
+        return pagecheck::paged_attention(query, key_pages, value_pages, block_table, context_lens, page_size,
+                                          scale, causal);
+      },
+      "query"_a, "key_pages"_a, "value_pages"_a, "block_table"_a, "context_lens"_a, "page_size"_a,
+      "scale"_a = nb::none(), "causal"_a = false,
+      "paged_attention for int32 metadata remembered as valid with inputs of these shapes and dtypes "
+      "(paged_inputs_validated); None for any other call, which the caller validates first. One call "
+      "for the common case of a block table used again.");
+
+  module.def(
       "remember_valid_paged_inputs",
       [](const mlx::core::array& query, const mlx::core::array& key_pages, const mlx::core::array& value_pages,
          const mlx::core::array& block_table, const mlx::core::array& context_lens, int page_size, bool causal) {
