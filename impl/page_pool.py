@@ -205,8 +205,9 @@ class TinyKvPagedPool:
                 f"= len(slots)={len(slots)} >= 1"
             )
         self.check_chunk(keys[None, :1].transpose(0, 2, 1, 3), values[None, :1].transpose(0, 2, 1, 3))
-        for page_id, start in zip(page_ids, slots):
+        for page_id in dict.fromkeys(page_ids):
             self._check_live(page_id)
+        for start in slots:
             if not is_int(start) or not 0 <= start < self.page_size:
                 raise ValueError(f"start={start!r} is outside a page of size {self.page_size}")
         if len(set(zip(page_ids, slots))) != len(page_ids):

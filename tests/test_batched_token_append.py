@@ -84,3 +84,35 @@ def test_pool_token_writes_reject_bad_positions(page_ids: list[int], slots: list
 def test_token_row_index_names_each_token_and_head() -> None:
     index = page_write.token_row_index((2, 0), (1, 3), 2, PAGE_SIZE).tolist()
     assert index == [(2 * 2 + 0) * 4 + 1, (2 * 2 + 1) * 4 + 1, 0 * 4 + 3, (0 * 2 + 1) * 4 + 3]
+
+
+def test_a_serving_chunk_append_matches_the_page_by_page_append(monkeypatch: pytest.MonkeyPatch) -> None:
+    from impl.step_page_table import StepPageTable
+    from impl.step_paged_cache import StepPagedKvCache
+
+    step_pool, page_pool = TinyKvPagedPool(page_size=PAGE_SIZE), TinyKvPagedPool(page_size=PAGE_SIZE)
+    step_cache, page_cache = StepPagedKvCache(step_pool, StepPageTable()), TinyKvPagedCache(page_pool)
+    writes = []
+    original = page_write.write_token_rows
+    monkeypatch.setattr(page_write, "write_token_rows", lambda *args: writes.append(1) or original(*args))
+    for seed, length in enumerate((3, 10, 1, 4)):  # fills the tail, spans pages, opens one exactly
+        chunk = random_chunk(np.random.default_rng(seed), length)
+        step_cache.append(*chunk)
+        page_cache.append(*chunk)
+    assert pool_state(step_pool) == pool_state(page_pool)
+    assert cache_state(step_cache) == cache_state(page_cache)
+    assert len(writes) == 2 * 4  # one per tensor and chunk
+
+
+def test_a_failed_serving_chunk_append_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from impl.step_page_table import StepPageTable
+    from impl.step_paged_cache import StepPagedKvCache
+
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    cache = StepPagedKvCache(pool, StepPageTable())
+    cache.append(*random_chunk(np.random.default_rng(0), 3))
+    before = (pool_state(pool), cache_state(cache))
+    fail_on_call(page_write, "write_token_rows", 2, monkeypatch)
+    with pytest.raises(RuntimeError):
+        cache.append(*random_chunk(np.random.default_rng(1), 9))
+    assert (pool_state(pool), cache_state(cache)) == before
