@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--page-size", type=int, default=DEFAULT_PAGE_SIZE)
+    parser.add_argument("--prefill-chunk", type=int, default=512)
     parser.add_argument("--variant", choices=ATTENTION_PATHS, default="paged")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--cpu", action="store_true")
@@ -54,10 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     kv = serving_kv_for(args.variant, config.num_layers, args.batch,
                         2 * config.num_kv_heads * config.head_dim * dtype.size, args.page_size)
     traffic = KvTraffic()
+    began = time.perf_counter()
     for slot in range(args.batch):
         caches = kv.open_request(slot, args.context + WARMUP_STEPS + args.steps + 2)
-        mx.eval(model(mx.full((1, args.context), 1 + slot, dtype=mx.int32), 0, caches, traffic))
+        for first in range(0, args.context, args.prefill_chunk):
+            length = min(args.prefill_chunk, args.context - first)
+            mx.eval(model(mx.full((1, length), 1 + slot, dtype=mx.int32), first, caches, traffic))
         kv.admit_to_decode(slot, slot)
+        print(f"prefilled slot {slot} at {time.perf_counter() - began:.1f} s", flush=True)
 
     position = args.context
 
@@ -71,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         hidden = model(tokens, offsets, kv.decode_caches, traffic)
         return mx.argmax(model.logits(hidden[:, -1]), axis=-1)
 
-    for _ in range(WARMUP_STEPS):
+    for warmup in range(WARMUP_STEPS):
         build().tolist()
+        print(f"warm-up step {warmup} at {time.perf_counter() - began:.1f} s", flush=True)
     builds, evals = [], []
     for _ in range(args.steps):
         start = time.perf_counter()
@@ -85,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
           f"page {args.page_size}, {args.dtype}, device {mx.default_device()}")
     print(f"decode step: build {statistics.median(builds) * 1e3:.2f} ms, evaluate {statistics.median(evals) * 1e3:.2f} ms, "
           f"total {statistics.median(b + e for b, e in zip(builds, evals)) * 1e3:.2f} ms (medians of {args.steps})")
+    print("per step, build + evaluate ms: " + ", ".join(f"{b * 1e3:.1f}+{e * 1e3:.1f}" for b, e in zip(builds, evals)))
     profiler = cProfile.Profile()
     profiler.enable()
     sampled = build()
