@@ -4,11 +4,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
-#include <variant>
 
 #include "common/gpu_plan.h"
 #include "common/kernel_sources.h"
@@ -56,42 +54,11 @@ const KernelSpec kDecodeSplit{"paged_decode_split", kPagedInputs, {"scratch"}, k
 const KernelSpec kPrefill{"paged_prefill", kPagedInputs, {"out"}, kCommonHeaders};
 const KernelSpec kPrefillMma{"paged_prefill_mma", kPagedInputs, {"out"}, kMmaHeaders};
 
-// The kernel functions of one file and shared-memory size, created on first use.
-//
-// `full` carries the file's source: MLX compiles it the first time a variant
-// (a set of template arguments) runs, and keeps the compiled module for the
-// life of the process under a name made of the kernel name and the template
-// arguments (its JIT module cache, never evicted in MLX 0.32). Every call of
-// a kernel function also rebuilds that source text (~70 KB of headers and
-// body) into the graph node, a cost paid on the host per call. So once a
-// variant has run, `reused` runs it instead: the same name, inputs and
-// outputs, and a source that is only an #error line plus the names of the
-// shape arguments the body reads (so MLX passes the same arguments). MLX finds
-// the compiled module by name and never compiles that source; if it ever had
-// to, the #error would fail the call loudly rather than produce a kernel.
-struct KernelFunctions {
-  mx::fast::CustomKernelFunction full;
-  mx::fast::CustomKernelFunction reused;
-  std::set<std::string> compiled_variants;
-};
-
-// The body's mentions of MLX's per-input shape arguments, which decide the
-// kernel's signature (MLX looks for "<input>_shape", "_strides", "_ndim").
-std::string reused_source(const KernelSpec& spec, const std::string& body) {
-  std::string text = "#error \"pagecheck: this kernel runs only as compiled from its full source\"\n";
-  for (const std::string& input : spec.inputs) {
-    for (const char* suffix : {"_shape", "_strides", "_ndim"}) {
-      if (body.find(input + suffix) != std::string::npos) {
-        text += "// " + input + suffix + "\n";
-      }
-    }
-  }
-  return text;
-}
-
-KernelFunctions& kernel_for(const KernelSpec& spec, int shared_bytes) {
+// The kernel object of one file and shared-memory size, created on first use.
+// MLX caches compiled kernels by name, so the name carries the sources' digest.
+mx::fast::CustomKernelFunction& kernel_for(const KernelSpec& spec, int shared_bytes) {
   static std::mutex mutex;
-  static std::map<std::string, KernelFunctions> kernels;
+  static std::map<std::string, mx::fast::CustomKernelFunction> kernels;
   const std::string key = std::string(spec.stem) + ":" + std::to_string(shared_bytes);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = kernels.find(key);
@@ -106,14 +73,11 @@ KernelFunctions& kernel_for(const KernelSpec& spec, int shared_bytes) {
   const std::string name = std::string("pagecheck_") + spec.stem + "_" + kernel_sources_digest();
   try {
 #ifdef __APPLE__
-    auto full = mx::fast::metal_kernel(name, spec.inputs, spec.outputs, body, header, true, false);
-    auto reused = full;
+    auto kernel = mx::fast::metal_kernel(name, spec.inputs, spec.outputs, body, header, true, false);
 #else
-    auto full = mx::fast::cuda_kernel(name, spec.inputs, spec.outputs, body, header, true, shared_bytes);
-    auto reused = mx::fast::cuda_kernel(name, spec.inputs, spec.outputs, reused_source(spec, body), "", true,
-                                        shared_bytes);
+    auto kernel = mx::fast::cuda_kernel(name, spec.inputs, spec.outputs, body, header, true, shared_bytes);
 #endif
-    return kernels.emplace(key, KernelFunctions{std::move(full), std::move(reused), {}}).first->second;
+    return kernels.emplace(key, std::move(kernel)).first->second;
   } catch (const std::exception& error) {
     throw std::runtime_error(
         std::string("pagecheck: the GPU attention kernels need MLX's ") +
@@ -126,29 +90,11 @@ KernelFunctions& kernel_for(const KernelSpec& spec, int shared_bytes) {
   }
 }
 
-// The template arguments as text: which variant of a kernel file a call runs.
-std::string variant_text(const TemplateArgs& template_args) {
-  std::string text;
-  for (const auto& [name, value] : template_args) {
-    text += name;
-    text += '=';
-    if (const int* number = std::get_if<int>(&value)) {
-      text += std::to_string(*number);
-    } else if (const bool* flag = std::get_if<bool>(&value)) {
-      text += *flag ? "t" : "f";
-    } else {
-      text += std::to_string(static_cast<int>(std::get<mx::Dtype>(value).val()));
-    }
-    text += ';';
-  }
-  return text;
-}
-
 // Runs one kernel into `outputs` now. fast::cuda_kernel returns lazy arrays;
 // their primitive is evaluated straight into this primitive's outputs, with
 // this primitive's inputs, which are already computed. (Reusing that
-// primitive across calls, to skip making it each time, segfaulted on the
-// H200 once the lazy arrays were gone: it is made per call.)
+// primitive across calls, to skip rewriting the kernel source each time,
+// segfaulted on the H200 once the lazy arrays were gone: it is made per call.)
 // The outputs are zero-filled first: that is what gives them device memory
 // (without an initial value the custom kernel allocates managed memory, and
 // recycling a device buffer as managed costs a synchronizing copy per call).
@@ -166,22 +112,9 @@ void run_kernel(
     shapes.push_back(out.shape());
     dtypes.push_back(out.dtype());
   }
-  KernelFunctions& kernels = kernel_for(spec, shared_bytes);
-  const std::string variant = variant_text(template_args);
-  static std::mutex compiled_mutex;
-  bool compiled = false;
-  {
-    std::lock_guard<std::mutex> lock(compiled_mutex);
-    compiled = kernels.compiled_variants.count(variant) > 0;
-  }
-  const mx::fast::CustomKernelFunction& function = compiled ? kernels.reused : kernels.full;
-  std::vector<mx::array> lazy =
-      function(inputs, shapes, dtypes, grid, {kGpuThreadsPerBlock, 1, 1}, template_args, 0.0f, false, stream);
+  std::vector<mx::array> lazy = kernel_for(spec, shared_bytes)(
+      inputs, shapes, dtypes, grid, {kGpuThreadsPerBlock, 1, 1}, template_args, 0.0f, false, stream);
   lazy[0].primitive().eval_gpu(lazy[0].inputs(), outputs);
-  if (!compiled) {
-    std::lock_guard<std::mutex> lock(compiled_mutex);
-    kernels.compiled_variants.insert(variant);
-  }
 }
 
 // The split kernel writes the attention output into its scratch (one fill,
