@@ -10,16 +10,23 @@ import mlx.core  # noqa: F401  (must precede the extension module)
 from pagecheck.ext._ext import (
     build_info,
     dense_attention,
+    forget_validated_metadata,
     gpu_decode_shared_bytes,
     gpu_launch_plan,
     gpu_plan_constants,
     gpu_takes_tensor_cores,
     gpu_walk_registers,
     paged_attention,
+    paged_inputs_validated,
     quantized_embedding,
+    remember_valid_paged_inputs,
+    validated_metadata_entries,
+    validated_paged_attention,
 )
 
 __all__ = [
-    "build_info", "dense_attention", "gpu_decode_shared_bytes", "gpu_launch_plan", "gpu_plan_constants",
-    "gpu_takes_tensor_cores", "gpu_walk_registers", "paged_attention", "quantized_embedding",
+    "build_info", "dense_attention", "forget_validated_metadata", "gpu_decode_shared_bytes", "gpu_launch_plan",
+    "gpu_plan_constants", "gpu_takes_tensor_cores", "gpu_walk_registers", "paged_attention",
+    "paged_inputs_validated", "quantized_embedding", "remember_valid_paged_inputs", "validated_metadata_entries",
+    "validated_paged_attention",
 ]

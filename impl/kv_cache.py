@@ -1,7 +1,8 @@
 """BatchingKvCache: a fixed set of decode slots, each holding one request's paged cache for one layer.
 
-A batched append writes row b of keys/values into the request in slot b and
-returns one PagedKvMetadata for the whole batch: the shared pool's pages, an
+A batched append writes row b of keys/values into the request in slot b (a
+one-token step, the decode case, writes every request's token in a single
+storage update) and returns one PagedKvMetadata for the whole batch: the shared pool's pages, an
 int32 block table [max_active_requests, widest row] padded with -1, and int32
 context lengths. A slot with no request is a row of -1 with context 0, and its
 keys/values rows are ignored. Every check runs before any request changes, and
@@ -10,6 +11,8 @@ an append that fails part-way is undone for every request.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import mlx.core as mx
 
 from pagecheck.impl.page_pool import TinyKvPagedPool, check_kv_pair, is_int
@@ -17,6 +20,14 @@ from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
 from pagecheck.impl.paged_metadata import PagedKvMetadata
 
 __all__ = ["BatchingKvCache"]
+
+# Slot-row index arrays kept for reuse across the layers of a step.
+SLOT_ROWS_CACHE_SIZE = 16
+
+
+@lru_cache(maxsize=SLOT_ROWS_CACHE_SIZE)
+def _slot_rows(slots: tuple[int, ...]) -> mx.array:
+    return mx.array(slots, dtype=mx.int32)
 
 
 class BatchingKvCache:
@@ -75,8 +86,11 @@ class BatchingKvCache:
         pool_before = pool.checkpoint()
         caches_before = [cache.checkpoint() for _, cache in active]
         try:
-            for slot, cache in active:
-                cache.append(keys[slot : slot + 1], values[slot : slot + 1])
+            if keys.shape[2] == 1:
+                self._append_tokens(pool, active, keys, values)
+            else:
+                for slot, cache in active:
+                    cache.append(keys[slot : slot + 1], values[slot : slot + 1])
         except BaseException:
             pool.rollback(pool_before)
             for (_, cache), before in zip(active, caches_before):
@@ -84,6 +98,19 @@ class BatchingKvCache:
             raise
         self.HD = (keys.shape[1], keys.shape[3])
         return self._metadata(pool, mask)
+
+    def _append_tokens(
+        self, pool: TinyKvPagedPool, active: list[tuple[int, TinyKvPagedCache]], keys: mx.array, values: mx.array
+    ) -> None:
+        """One token per active request: positions claimed in slot order, then one write for all of them."""
+        positions = [cache.claim_token_slot() for _, cache in active]
+        slots = tuple(slot for slot, _ in active)
+        batch, num_heads, _, head_dim = keys.shape
+        key_rows, value_rows = keys.reshape(batch, num_heads, head_dim), values.reshape(batch, num_heads, head_dim)
+        if len(slots) != batch:
+            rows = _slot_rows(slots)
+            key_rows, value_rows = mx.take(key_rows, rows, axis=0), mx.take(value_rows, rows, axis=0)
+        pool.write_token_rows([page for page, _ in positions], [slot for _, slot in positions], key_rows, value_rows)
 
     def _check_batch(
         self, keys: mx.array, values: mx.array, mask_length: int | None

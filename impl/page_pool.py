@@ -195,6 +195,35 @@ class TinyKvPagedPool:
             raise
         self._keys, self._values = keys, values
 
+    def write_token_rows(self, page_ids: list[int], slots: list[int], keys: mx.array, values: mx.array) -> None:
+        """Write token i's key/value rows keys[i], values[i] ([N, H_kv, D]) into slot slots[i] of live page
+        page_ids[i], for every i in one storage update (a decode step's single tokens)."""
+        check_kv_pair(keys, values)
+        if keys.ndim != 3 or keys.shape[0] != len(page_ids) or len(slots) != len(page_ids) or not page_ids:
+            raise ValueError(
+                f"keys shape={tuple(keys.shape)} must be [N, H_kv, D] with N = len(page_ids)={len(page_ids)} "
+                f"= len(slots)={len(slots)} >= 1"
+            )
+        self.check_chunk(keys[None, :1].transpose(0, 2, 1, 3), values[None, :1].transpose(0, 2, 1, 3))
+        for page_id in dict.fromkeys(page_ids):
+            self._check_live(page_id)
+        for start in slots:
+            if not is_int(start) or not 0 <= start < self.page_size:
+                raise ValueError(f"start={start!r} is outside a page of size {self.page_size}")
+        if len(set(zip(page_ids, slots))) != len(page_ids):
+            raise ValueError(f"page_ids={page_ids} and slots={slots} name one position twice")
+        before = self.checkpoint()
+        try:
+            if self._keys is None or self._values is None:
+                self._create_storage(keys[None].transpose(0, 2, 1, 3))
+            index = page_write.token_row_index(tuple(page_ids), tuple(slots), keys.shape[1], self.page_size)
+            new_keys = page_write.write_token_rows(self._keys, index, keys)
+            new_values = page_write.write_token_rows(self._values, index, values)
+        except BaseException:
+            self.rollback(before)
+            raise
+        self._keys, self._values = new_keys, new_values
+
     def read_page(self, page_id: int) -> tuple[mx.array, mx.array]:
         """(key, value) of one live page, each [1, H_kv, page_size, D], unwritten slots NaN."""
         self._check_live(page_id)

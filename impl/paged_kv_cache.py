@@ -126,6 +126,31 @@ class TinyKvPagedCache:
             self._offset += stop - written
             written = stop
 
+    def claim_token_slot(self) -> tuple[int, int]:
+        """Take the next token position, tail page first (a new page only when the tail is full), and
+        return (page id, slot) for the caller to write its K/V into. The counts include the token at once;
+        a caller that fails before writing rolls the cache and the pool back (checkpoint / rollback)."""
+        page_ids, slots = self.claim_token_slots(1)
+        return page_ids[0], slots[0]
+
+    def claim_token_slots(self, count: int) -> tuple[list[int], list[int]]:
+        """claim_token_slot for `count` consecutive tokens: (page id of each, slot of each)."""
+        page_size = self._pool.page_size
+        page_ids: list[int] = []
+        slots: list[int] = []
+        while len(slots) < count:
+            if not self._page_ids or self._page_lens[-1] == page_size:
+                self._page_ids.append(self._pool.allocate_page())
+                self._page_lens.append(0)
+                self._block_tables = {}
+            start = self._page_lens[-1]
+            taken = min(page_size - start, count - len(slots))
+            page_ids += [self._page_ids[-1]] * taken
+            slots += range(start, start + taken)
+            self._page_lens[-1] += taken
+            self._offset += taken
+        return page_ids, slots
+
     # -- metadata -------------------------------------------------------------
     def block_table(self, max_pages: int | None = None) -> mx.array:
         """int32 [1, max_pages] of this cache's page ids, -1 past them; max_pages defaults to num_pages."""

@@ -16,6 +16,7 @@
 #include "common/gpu_plan.h"
 #include "dense_attention/dense_attention.h"
 #include "paged_attention/paged_attention.h"
+#include "paged_attention/validated_metadata.h"
 #include "quantized_embedding/quantized_embedding.h"
 
 namespace nb = nanobind;
@@ -66,6 +67,55 @@ NB_MODULE(_ext, module) {
       "Paged attention. query [B, Hq, L, D]; key_pages/value_pages [P, Hkv, page_size, D]; "
       "block_table int32 [B, max_pages] (-1 padded); context_lens int32 [B]. Returns [B, Hq, L, D] "
       "in the query dtype. With causal, queries are the last L positions of each context.");
+
+  module.def(
+      "paged_inputs_validated",
+      [](const mlx::core::array& query, const mlx::core::array& key_pages, const mlx::core::array& value_pages,
+         const mlx::core::array& block_table, const mlx::core::array& context_lens, int page_size, bool causal) {
+        return pagecheck::metadata_validated(
+            block_table, context_lens,
+            pagecheck::paged_validation_key(query, key_pages, value_pages, page_size, causal));
+      },
+      "query"_a, "key_pages"_a, "value_pages"_a, "block_table"_a, "context_lens"_a, "page_size"_a, "causal"_a,
+      "True when these very block_table and context_lens arrays were remembered as valid with inputs of "
+      "these shapes and dtypes (ext/src/paged_attention/validated_metadata.h).");
+
+  module.def(
+      "validated_paged_attention",
+      [](const mlx::core::array& query, const mlx::core::array& key_pages, const mlx::core::array& value_pages,
+         const mlx::core::array& block_table, const mlx::core::array& context_lens, int page_size,
+         std::optional<float> scale, bool causal) -> std::optional<mlx::core::array> {
+        if (block_table.dtype() != mlx::core::int32 || context_lens.dtype() != mlx::core::int32 ||
+            !pagecheck::metadata_validated(
+                block_table, context_lens,
+                pagecheck::paged_validation_key(query, key_pages, value_pages, page_size, causal))) {
+          return std::nullopt;
+        }
+        return pagecheck::paged_attention(query, key_pages, value_pages, block_table, context_lens, page_size,
+                                          scale, causal);
+      },
+      "query"_a, "key_pages"_a, "value_pages"_a, "block_table"_a, "context_lens"_a, "page_size"_a,
+      "scale"_a = nb::none(), "causal"_a = false,
+      "paged_attention for int32 metadata remembered as valid with inputs of these shapes and dtypes "
+      "(paged_inputs_validated); None for any other call, which the caller validates first. One call "
+      "for the common case of a block table used again.");
+
+  module.def(
+      "remember_valid_paged_inputs",
+      [](const mlx::core::array& query, const mlx::core::array& key_pages, const mlx::core::array& value_pages,
+         const mlx::core::array& block_table, const mlx::core::array& context_lens, int page_size, bool causal) {
+        pagecheck::remember_validated_metadata(
+            block_table, context_lens,
+            pagecheck::paged_validation_key(query, key_pages, value_pages, page_size, causal));
+      },
+      "query"_a, "key_pages"_a, "value_pages"_a, "block_table"_a, "context_lens"_a, "page_size"_a, "causal"_a,
+      "Remember block_table and context_lens as valid for inputs of these shapes and dtypes; call only "
+      "after validating them.");
+
+  module.def("forget_validated_metadata", &pagecheck::forget_validated_metadata,
+             "Forget every remembered (block_table, context_lens) pair.");
+  module.def("validated_metadata_entries", &pagecheck::validated_metadata_entries,
+             "How many (block_table, context_lens) pairs are remembered now.");
 
   module.def(
       "dense_attention",

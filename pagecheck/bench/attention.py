@@ -109,7 +109,7 @@ def variant_call(variant: str, inputs: dict[str, Any], config: BenchConfig) -> C
     from pagecheck.impl.page_gather import gather_pages_dense
 
     query, key_pages, value_pages = inputs["query"], inputs["key_pages"], inputs["value_pages"]
-    table, lens, page_size = inputs["block_table"], inputs["context_lens"], inputs["page_size"]
+    table, lens = inputs["block_table"], inputs["context_lens"]
     scale = config.head_dim**-0.5
     if variant in ("subject", "impl"):
         from pagecheck.invariants.subject import load_subject

@@ -36,7 +36,7 @@ from pagecheck.exit_codes import ExitCode
 from pagecheck.reports.render.serve_bench import render_serve_bench
 from pagecheck.reports.document import SCHEMA_VERSION, default_report_dir, write_json
 from pagecheck.bench.serving_run import ServeSettings, copy_ratios, run_budget_sweep, run_variants, token_agreement
-from pagecheck.bench.serving_trace import COURSE_NUM_REQUESTS, course_trace
+from pagecheck.bench.serving_trace import COURSE_NUM_REQUESTS, COURSE_OUTPUT_LENS, COURSE_PROMPT_LENS, course_trace
 
 NAME = "serve-bench"
 KIND = "serve_bench"
@@ -57,6 +57,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _length_range(text: str) -> tuple[int, int]:
+    values = int_list("lengths")(text)
+    if len(values) != 2 or values[0] > values[1]:
+        raise argparse.ArgumentTypeError(f"{text!r} must be LOW,HIGH with 1 <= LOW <= HIGH")
+    return values[0], values[1]
+
+
 def _variants(text: str) -> tuple[str, ...]:
     names = tuple(part.strip() for part in text.split(",") if part.strip())
     unknown = [name for name in names if name not in ATTENTION_PATHS]
@@ -74,6 +81,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="serving variants to run, from dense,paged_gather,paged (default: all three)")
     parser.add_argument("--requests", type=_positive_int, default=COURSE_NUM_REQUESTS, metavar="N",
                         help="requests in the trace (default: %(default)s)")
+    parser.add_argument("--prompt-lens", type=_length_range, default=COURSE_PROMPT_LENS, metavar="LOW,HIGH",
+                        help="prompt lengths, drawn uniformly from LOW..HIGH (default: %(default)s, the course's)")
+    parser.add_argument("--output-lens", type=_length_range, default=COURSE_OUTPUT_LENS, metavar="LOW,HIGH",
+                        help="output lengths, drawn uniformly from LOW..HIGH (default: %(default)s, the course's)")
     parser.add_argument("--batch", type=_positive_int, default=DEFAULT_BATCH_SIZE, metavar="N",
                         help="decode slots (default: %(default)s)")
     parser.add_argument("--prefill-step", type=_positive_int, default=DEFAULT_PREFILL_STEP, metavar="N",
@@ -149,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.DEVICE_UNAVAILABLE
     config = model_config(args.model or DEFAULT_MODEL[args.device], args.layers)
     dtype = getattr(mx, args.dtype or DEFAULT_DTYPE[args.device])
-    trace = course_trace(args.seed, config.vocab_size, num_requests=args.requests)
+    trace = course_trace(args.seed, config.vocab_size, num_requests=args.requests, prompt_lens=args.prompt_lens,
+                         output_lens=args.output_lens)
     if args.kv_budget_bytes and min(args.kv_budget_bytes) < _minimum_budget(args, config, dtype, trace):
         print(f"pagecheck {NAME}: --kv-budget-bytes {min(args.kv_budget_bytes)} cannot hold the trace's largest "
               f"request; use at least {_minimum_budget(args, config, dtype, trace)}", file=sys.stderr)

@@ -46,7 +46,7 @@ the K/V bytes the attention must read over the kernel time, also as a
 fraction of a device-to-device copy measured in the same run. A program, not
 a test:
 
-    python -m pagecheck.bench_gpu [--json PATH] [--only decode|prefill] [--quick]
+    python -m pagecheck.gpu.bench [--json PATH] [--only decode|prefill] [--quick]
 
 `pagecheck bench --device gpu` runs the same measurement and writes it as a
 report (bench_gpu.md, bench_gpu.json) with the speed goals judged.
@@ -78,6 +78,8 @@ PAGE_SIZE = 128
 DECODE_BATCHES = (1, 16, 64)
 DECODE_CONTEXTS = (128, 1024, 4096, 16384)
 PREFILL_SHAPE = (1, 512, 4096)  # (batch, queries, context)
+# Prefill shapes a run times: the default one, and a batched long one (issue 21's second prefill goal).
+PREFILL_SHAPES = (PREFILL_SHAPE, (4, 2048, 8192))
 L2_FALLBACK_BYTES = 60 * 2**20
 # Rotating input sets must cover this multiple of the L2 cache.
 L2_MULTIPLE = 3
@@ -459,7 +461,7 @@ def bench_shapes(quick: bool = False, only: str | None = None) -> list[tuple[str
         pairs = QUICK_DECODE_SHAPES if quick else tuple((b, c) for b in DECODE_BATCHES for c in DECODE_CONTEXTS)
         shapes += [("decode", b, 1, c) for b, c in pairs]
     if only in (None, "prefill"):
-        shapes.append(("prefill", *PREFILL_SHAPE))
+        shapes += [("prefill", *shape) for shape in PREFILL_SHAPES]
     return shapes
 
 

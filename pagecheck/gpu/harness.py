@@ -8,7 +8,7 @@ and must agree bit for bit (a moving result is a race). One case places the
 pages at ids near 2**20 in a pool of more than 2**31 elements, so 32-bit
 offset arithmetic would read the wrong pages.
 
-    python -m pagecheck.gpu_harness [--dtypes bfloat16,float16] [--only decode|prefill] [--bulk] [--json PATH]
+    python -m pagecheck.gpu.harness [--dtypes bfloat16,float16] [--only decode|prefill] [--bulk] [--json PATH]
 
 Exit status 0 when every check passes, 1 otherwise, 2 without a CUDA device.
 """

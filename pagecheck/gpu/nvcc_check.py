@@ -7,7 +7,7 @@ body uses it, outputs as `T*`, template arguments as constants) and runs
 `nvcc -arch=sm_90 -Xptxas -v`, so syntax errors, register counts and spills
 show up before any device time is spent.
 
-    python -m pagecheck.gpu_nvcc_check [--jobs N] [--filter paged_decode]
+    python -m pagecheck.gpu.nvcc_check [--jobs N] [--filter paged_decode]
 """
 
 from __future__ import annotations

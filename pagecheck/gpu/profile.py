@@ -19,7 +19,7 @@ what scattered pages cost (address translation, DRAM locality).
 
 Needs a CUDA device, MLX's CUDA back-end and torch. A program, not a test:
 
-    python -m pagecheck.gpu_profile [--shapes 64x4096,16x16384] [--calls N] [--json PATH]
+    python -m pagecheck.gpu.profile [--shapes 64x4096,16x16384] [--calls N] [--json PATH]
 """
 
 from __future__ import annotations

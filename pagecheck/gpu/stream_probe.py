@@ -14,7 +14,7 @@ scheduling cost; the gap between it and cuDNN is the mechanism's.
 
 Needs a CUDA device, MLX's CUDA back-end and torch. A program, not a test:
 
-    python -m pagecheck.gpu_stream_probe [--shapes 64x4096,16x16384] [--stages 2,3,4] [--json PATH]
+    python -m pagecheck.gpu.stream_probe [--shapes 64x4096,16x16384] [--stages 2,3,4] [--json PATH]
 """
 
 from __future__ import annotations

@@ -1,0 +1,69 @@
+"""The paged-attention input contract, checked once per block table and context-length pair.
+
+check_paged_inputs (reference/validation.py) reads the metadata values on the
+host, at a cost that grows with the table. A caller that passes the same
+block_table and context_lens arrays again, with inputs of the same shapes and
+dtypes (every layer of a serving step; back-to-back calls), would get the same
+verdict, so the extension remembers the arrays once they pass
+(ext/src/paged_attention/validated_metadata.h) and later calls skip the
+check. Any other call (a new array, another shape, dtype, page size or mask,
+arguments that are not MLX arrays) runs the full check, whose ValueError
+names the field and the value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+
+from pagecheck import ext
+from pagecheck.reference.validation import check_paged_inputs
+
+# Page sizes the extension's int argument takes; others go through the full check.
+_INT32_LIMIT = 2**31
+
+
+def _memo_arguments(
+    query: Any, key_pages: Any, value_pages: Any, block_table: Any, context_lens: Any, page_size: Any,
+    mask: Any,
+) -> tuple[Any, ...] | None:
+    """The extension's memo arguments, or None when this call cannot be remembered."""
+    if mask is not None and mask != "causal":
+        return None
+    if type(page_size) is not int or not 0 < page_size < _INT32_LIMIT:
+        return None
+    arrays = (query, key_pages, value_pages, block_table, context_lens)
+    if not all(isinstance(array, mx.array) for array in arrays):
+        return None
+    return (*arrays, page_size, mask == "causal")
+
+
+def attend_if_validated(
+    query: Any, key_pages: Any, value_pages: Any, block_table: Any, context_lens: Any, page_size: Any,
+    scale: float | None, mask: str | None,
+) -> mx.array | None:
+    """The extension's paged attention when these metadata arrays were already found valid with inputs
+    like these (int32 MLX arrays only), in one call; None otherwise (the caller checks, then calls)."""
+    memo = _memo_arguments(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
+    if memo is None:
+        return None
+    return ext.validated_paged_attention(*memo[:6], scale, memo[6])
+
+
+def check_paged_inputs_once(
+    query: Any,
+    key_pages: Any,
+    value_pages: Any,
+    block_table: Any,
+    context_lens: Any,
+    page_size: Any,
+    mask: str | None = None,
+) -> None:
+    """check_paged_inputs, skipped for metadata arrays already found valid with inputs like these."""
+    memo = _memo_arguments(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
+    if memo is not None and ext.paged_inputs_validated(*memo):
+        return
+    check_paged_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
+    if memo is not None:
+        ext.remember_valid_paged_inputs(*memo)

@@ -1,0 +1,147 @@
+"""Issue 21's goals, judged from one GPU run's three documents, ratios side by side.
+
+Reads, from one directory: percall.json (pagecheck.gpu.percall), bench_gpu.json
+(pagecheck.gpu.bench) and serve_bench.json (pagecheck serve-bench); writes
+end_to_end.json and end_to_end.md there and prints the table. A goal whose
+numbers are missing is "not measured", never met:
+
+- per call: impl.paged_attention's wall per call of back-to-back calls at most
+  1.0x MLX SDPA's on pre-gathered K/V, at every shape of bench_percall;
+- kernels: B 1 x 16384 decode at most MLX SDPA's kernel time, and the B >= 16
+  decode shapes (context >= 1024) below MLX SDPA's kernel time;
+- prefill: the op's prefill kernel at most 1.2x cuDNN's at (1, 512, 4096) and
+  (4, 2048, 8192);
+- serving: direct paged the fastest variant in decode and output tok/s, at
+  least 1.3x paged + gather in both, decode step median at most 8 ms.
+
+    python -m pagecheck.gpu.end_to_end_goals DIR
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pagecheck.gpu.goals import PAGED_VARIANTS
+
+PERCALL_RATIO = 1.0
+PREFILL_CUDNN_RATIO = 1.2
+PREFILL_SHAPES = ((1, 512, 4096), (4, 2048, 8192))
+SINGLE_SHAPE = (1, 16384)
+SERVE_SPEEDUP = 1.3
+SERVE_STEP_MS = 8.0
+SERVE_PAGED, SERVE_GATHER = "paged", "paged_gather"
+
+
+def verdict(goal: str, shape: str, ours: float | None, theirs: float | None, limit: float,
+            unit: str, lower_is_better: bool = True) -> dict[str, Any]:
+    """A goal on ours / theirs (lower_is_better: ratio <= limit; else ratio >= limit)."""
+    ratio = None if ours is None or theirs is None or not theirs else ours / theirs
+    met = None if ratio is None else (ratio <= limit if lower_is_better else ratio >= limit)
+    return {"goal": goal, "shape": shape, "ours": ours, "baseline": theirs, "unit": unit, "ratio": ratio,
+            "limit": limit, "met": met}
+
+
+def percall_goals(document: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if document is None:
+        return [verdict("wall per call <= 1.0x MLX SDPA", "-", None, None, PERCALL_RATIO, "us")]
+    return [verdict("wall per call <= 1.0x MLX SDPA", f"B {g['batch']} x {g['context']}", g["paged_us"],
+                    g["sdpa_us"], PERCALL_RATIO, "us") for g in document["goals"]]
+
+
+def _kernel_rows(document: dict[str, Any]) -> dict[tuple[str, int, int, int], dict[str, dict[str, Any]]]:
+    shapes: dict[tuple[str, int, int, int], dict[str, dict[str, Any]]] = {}
+    for row in document["rows"]:
+        key = (row["kind"], row["batch"], row["queries"], row["context"])
+        shapes.setdefault(key, {})[row["variant"]] = row
+    return shapes
+
+
+def _paged_kernel_us(variants: dict[str, dict[str, Any]]) -> float | None:
+    for name in PAGED_VARIANTS:
+        if name in variants:
+            return variants[name]["kernel_us"]
+    return None
+
+
+def kernel_goals(document: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if document is None:
+        return [verdict("decode kernel vs MLX SDPA", "-", None, None, 1.0, "us")]
+    shapes = _kernel_rows(document)
+    goals = []
+    for (kind, batch, queries, context), variants in sorted(shapes.items()):
+        sdpa = variants.get("mlx_sdpa", {}).get("kernel_us")
+        if kind == "decode" and (batch, context) == SINGLE_SHAPE:
+            goals.append(verdict("B 1 long decode kernel <= MLX SDPA", f"B {batch} x {context}",
+                                 _paged_kernel_us(variants), sdpa, 1.0, "us"))
+        elif kind == "decode" and batch >= 16 and context >= 1024:
+            paged = _paged_kernel_us(variants)
+            goal = verdict("decode kernel ahead of MLX SDPA", f"B {batch} x {context}", paged, sdpa, 1.0, "us")
+            goal["met"] = None if goal["ratio"] is None else goal["ratio"] < 1.0
+            goals.append(goal)
+    for batch, queries, context in PREFILL_SHAPES:
+        variants = shapes.get(("prefill", batch, queries, context), {})
+        goals.append(verdict("prefill kernel <= 1.2x cuDNN", f"B {batch}, L {queries}, ctx {context}",
+                             _paged_kernel_us(variants), variants.get("torch_cudnn", {}).get("kernel_us"),
+                             PREFILL_CUDNN_RATIO, "us"))
+    return goals
+
+
+def serving_goals(document: dict[str, Any] | None) -> list[dict[str, Any]]:
+    variants = {} if document is None else document.get("variants", {})
+    metrics = {name: entry.get("metrics") for name, entry in variants.items() if "metrics" in entry}
+    paged, gather = metrics.get(SERVE_PAGED), metrics.get(SERVE_GATHER)
+    goals = []
+    for field, label in (("decode_tokens_per_s", "decode tok/s"), ("output_tokens_per_s", "output tok/s")):
+        ours = paged and paged[field]
+        goals.append(verdict(f"paged {label} >= 1.3x paged + gather", "serve-bench", ours, gather and gather[field],
+                             SERVE_SPEEDUP, "tok/s", lower_is_better=False))
+        others = [m[field] for name, m in metrics.items() if name != SERVE_PAGED and m[field] is not None]
+        fastest = None if ours is None or not others else ours / max(others)
+        goals.append({"goal": f"paged the fastest variant in {label}", "shape": "serve-bench", "ours": ours,
+                      "baseline": max(others) if others else None, "unit": "tok/s", "ratio": fastest,
+                      "limit": 1.0, "met": None if fastest is None else fastest >= 1.0})
+    step = paged and paged["decode_step_ms"]["median"]
+    goals.append(verdict("decode step median <= 8 ms", "serve-bench", step, SERVE_STEP_MS, 1.0, "ms"))
+    return goals
+
+
+def render(goals: list[dict[str, Any]]) -> str:
+    def number(value: float | None) -> str:
+        return "-" if value is None else f"{value:,.1f}"
+
+    lines = ["| goal | shape | ours | baseline | ratio | limit | verdict |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for g in goals:
+        ratio = "-" if g["ratio"] is None else f"{g['ratio']:.2f}"
+        met = {True: "met", False: "missed", None: "not measured"}[g["met"]]
+        lines.append(f"| {g['goal']} | {g['shape']} | {number(g['ours'])} {g['unit']} | {number(g['baseline'])} "
+                     f"{g['unit']} | {ratio} | {g['limit']} | {met} |")
+    met = sum(g["met"] is True for g in goals)
+    lines += ["", f"{met} of {len(goals)} goals met."]
+    return "\n".join(lines) + "\n"
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m pagecheck.gpu.end_to_end_goals DIR")
+        return 2
+    folder = Path(args[0])
+    goals = (percall_goals(load(folder / "percall.json")) + kernel_goals(load(folder / "bench_gpu.json"))
+             + serving_goals(load(folder / "serve" / "serve_bench.json")))
+    (folder / "end_to_end.json").write_text(json.dumps({"goals": goals}, indent=1))
+    markdown = render(goals)
+    (folder / "end_to_end.md").write_text(markdown)
+    print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""Wall time per call of back-to-back calls, as a user's program sees it: impl.paged_attention against MLX SDPA.
+
+Each measurement builds N calls (no evaluation in between), evaluates all
+of them with one mx.eval, and divides the wall time by N; the median of
+several repeats is reported, with its two halves: building the calls (the
+Python call and graph construction) and evaluating them (the host's submit
+work and the GPU's kernels, which overlap). Variants:
+
+- paged:      impl.paged_attention on the pages (validation, the op, its
+              kernels), the same block table and context lengths every call
+- paged[op]:  ext.paged_attention alone (no Python validation)
+- mlx_sdpa:   mx.fast.scaled_dot_product_attention on K/V gathered into
+              dense [B, H_kv, S, D] beforehand
+
+Shapes: the issue's five (B, context) pairs, H_q 32, H_kv 8, D 128, bfloat16,
+pages of 128 in a shuffled order. A program, not a test:
+
+    python -m pagecheck.gpu.percall [--json PATH] [--calls 60] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import mlx.core as mx
+
+from pagecheck import ext
+from pagecheck.impl.attention import paged_attention
+from pagecheck.impl.page_gather import gather_pages_dense
+from pagecheck.gpu import program as gpu_program
+
+NUM_Q_HEADS = 32
+NUM_KV_HEADS = 8
+HEAD_DIM = 128
+PAGE_SIZE = 128
+SHAPES = ((1, 16384), (16, 1024), (16, 16384), (64, 1024), (64, 4096))
+DEFAULT_CALLS = 60
+DEFAULT_REPEATS = 7
+WARMUP_ROUNDS = 2
+# The goal: impl.paged_attention's wall per call at most this multiple of MLX SDPA's.
+GOAL_RATIO = 1.0
+PAGED = "paged"
+BASELINE = "mlx_sdpa"
+
+
+@dataclass
+class PerCallRow:
+    batch: int
+    context: int
+    variant: str
+    wall_us: float  # median over repeats of (build + evaluate) / calls
+    build_us: float  # median over repeats of the build half, per call
+    eval_us: float  # median over repeats of the evaluate half, per call
+    best_wall_us: float  # the fastest repeat
+
+
+@dataclass
+class Inputs:
+    query: mx.array
+    key_pages: mx.array
+    value_pages: mx.array
+    block_table: mx.array
+    context_lens: mx.array
+    dense_k: mx.array
+    dense_v: mx.array
+
+
+def make_inputs(batch: int, context: int, seed: int = 0) -> Inputs:
+    """Random bfloat16 pages in a shuffled page order, and the same K/V gathered densely."""
+    pages_per_row = context // PAGE_SIZE
+    num_pages = batch * pages_per_row
+    k1, k2, k3, k4 = mx.random.split(mx.random.key(seed), 4)
+    shape = (num_pages, NUM_KV_HEADS, PAGE_SIZE, HEAD_DIM)
+    key_pages = mx.random.normal(shape, key=k1).astype(mx.bfloat16)
+    value_pages = mx.random.normal(shape, key=k2).astype(mx.bfloat16)
+    table = mx.random.permutation(num_pages, key=k3).astype(mx.int32).reshape(batch, pages_per_row)
+    query = mx.random.normal((batch, NUM_Q_HEADS, 1, HEAD_DIM), key=k4).astype(mx.bfloat16)
+    lens = mx.full((batch,), context, dtype=mx.int32)
+    dense_k, dense_v = gather_pages_dense(key_pages, table), gather_pages_dense(value_pages, table)
+    mx.eval(query, key_pages, value_pages, table, lens, dense_k, dense_v)
+    return Inputs(query, key_pages, value_pages, table, lens, dense_k, dense_v)
+
+
+def variants(inputs: Inputs) -> dict[str, Callable[[], mx.array]]:
+    scale = HEAD_DIM**-0.5
+    s = inputs
+    return {
+        PAGED: lambda: paged_attention(s.query, s.key_pages, s.value_pages, s.block_table, s.context_lens,
+                                       PAGE_SIZE, scale=scale),
+        "paged[op]": lambda: ext.paged_attention(s.query, s.key_pages, s.value_pages, s.block_table,
+                                                 s.context_lens, PAGE_SIZE, scale, False),
+        BASELINE: lambda: mx.fast.scaled_dot_product_attention(s.query, s.dense_k, s.dense_v, scale=scale),
+    }
+
+
+def time_back_to_back(call: Callable[[], mx.array], calls: int) -> tuple[float, float]:
+    """(build seconds, evaluate seconds) of `calls` calls evaluated by one mx.eval."""
+    mx.synchronize()
+    start = time.perf_counter()
+    outs = [call() for _ in range(calls)]
+    built = time.perf_counter()
+    mx.eval(outs)
+    mx.synchronize()
+    return built - start, time.perf_counter() - built
+
+
+def measure(batch: int, context: int, calls: int, repeats: int) -> list[PerCallRow]:
+    """One row per variant; the variants take turns in every repeat, so drift hits them alike."""
+    calls_of = variants(make_inputs(batch, context))
+    for _ in range(WARMUP_ROUNDS):
+        for call in calls_of.values():
+            time_back_to_back(call, calls)
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in calls_of}
+    for _ in range(repeats):
+        for name, call in calls_of.items():
+            samples[name].append(time_back_to_back(call, calls))
+    rows = []
+    for name, found in samples.items():
+        walls = [build + evaluate for build, evaluate in found]
+        rows.append(PerCallRow(
+            batch, context, name,
+            wall_us=statistics.median(walls) / calls * 1e6,
+            build_us=statistics.median(build for build, _ in found) / calls * 1e6,
+            eval_us=statistics.median(evaluate for _, evaluate in found) / calls * 1e6,
+            best_wall_us=min(walls) / calls * 1e6,
+        ))  # fmt: skip
+    return rows
+
+
+def judge(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per shape: paged's wall per call over MLX SDPA's, and whether it meets GOAL_RATIO."""
+    by_shape: dict[tuple[int, int], dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        by_shape.setdefault((row["batch"], row["context"]), {})[row["variant"]] = row
+    verdicts = []
+    for (batch, context), found in sorted(by_shape.items()):
+        paged, sdpa = found.get(PAGED), found.get(BASELINE)
+        ratio = None if paged is None or sdpa is None else paged["wall_us"] / sdpa["wall_us"]
+        verdicts.append({
+            "goal": f"wall per call <= {GOAL_RATIO:.1f}x MLX SDPA", "batch": batch, "context": context,
+            "paged_us": paged and paged["wall_us"], "sdpa_us": sdpa and sdpa["wall_us"], "ratio": ratio,
+            "met": None if ratio is None else ratio <= GOAL_RATIO,
+        })  # fmt: skip
+    return verdicts
+
+
+def render(document: dict[str, Any]) -> str:
+    lines = [
+        f"## Wall per call, {document['calls']} back-to-back calls, one mx.eval (median of "
+        f"{document['repeats']} repeats)",
+        "",
+        "| B | context | variant | wall us | build us | eval us | best us |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for r in document["rows"]:
+        lines.append(f"| {r['batch']} | {r['context']} | {r['variant']} | {r['wall_us']:.1f} | {r['build_us']:.1f} | "
+                     f"{r['eval_us']:.1f} | {r['best_wall_us']:.1f} |")
+    lines += ["", "| B | context | paged us | MLX SDPA us | ratio | goal |", "| ---: | ---: | ---: | ---: | ---: | --- |"]
+    for v in document["goals"]:
+        ratio = "-" if v["ratio"] is None else f"{v['ratio']:.2f}"
+        met = {True: "met", False: "missed", None: "not measured"}[v["met"]]
+        paged = "-" if v["paged_us"] is None else f"{v['paged_us']:.1f}"
+        sdpa = "-" if v["sdpa_us"] is None else f"{v['sdpa_us']:.1f}"
+        lines.append(f"| {v['batch']} | {v['context']} | {paged} | {sdpa} | {ratio} | {met} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_percall(shapes: tuple[tuple[int, int], ...], calls: int, repeats: int) -> dict[str, Any]:
+    rows: list[PerCallRow] = []
+    for batch, context in shapes:
+        rows += measure(batch, context, calls, repeats)
+        mx.clear_cache()
+    document = {"calls": calls, "repeats": repeats, "rows": [asdict(r) for r in rows]}
+    document["goals"] = judge(document["rows"])
+    return document
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--markdown", default=None)
+    parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
+    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU (host costs only; no goal applies)")
+    args = parser.parse_args(argv)
+    if args.cpu:
+        mx.set_default_device(mx.cpu)
+    else:
+        why_not = gpu_program.cannot_run()
+        if why_not:
+            print(why_not)
+            return gpu_program.CANNOT_RUN
+    document = run_percall(SHAPES, args.calls, args.repeats)
+    markdown = render(document)
+    print(markdown)
+    gpu_program.write_json(args.json, document)
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Issue 21's GPU run in one call: build, then the per-call wall table, the
+# kernel table and the serving table, and the goals judged from all three.
+# Run on a CUDA machine with MLX's CUDA back-end importable (the staged
+# wheels installed; /work/shared/device/README.md):
+#
+#   bash scripts/gpu_end_to_end.sh OUTDIR
+#
+# Writes OUTDIR/percall.{json,md}, bench_gpu.json (+ .log), serve/serve_bench.{json,md},
+# end_to_end.{json,md}. Each step runs under a time limit (PERCALL_LIMIT,
+# KERNEL_LIMIT, SERVE_LIMIT seconds) and prints its exit status.
+set -uo pipefail
+out=${1:?usage: gpu_end_to_end.sh OUTDIR}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+start=$SECONDS
+
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local begun=$SECONDS
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc after $((SECONDS - begun)) s (at $((SECONDS - start)) s)"
+}
+
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+step build 300 python3 setup.py build_ext --inplace
+step percall "${PERCALL_LIMIT:-120}" python3 -m pagecheck.gpu.percall --json "$out/percall.json" \
+  --markdown "$out/percall.md"
+cat "$out/percall.md"
+step kernels "${KERNEL_LIMIT:-300}" python3 -m pagecheck.gpu.bench --quick --json "$out/bench_gpu.json"
+sed -n '/^summary/,$p' "$out/kernels.log"
+step serve "${SERVE_LIMIT:-240}" python3 -m pagecheck.serve_bench --device gpu --model qwen3-0.6b --requests 16 \
+  --batch 8 --prompt-lens 1024,4096 --out "$out/serve"
+grep -A6 '^| variant' "$out/serve.log"
+python3 -m pagecheck.gpu.end_to_end_goals "$out"
