@@ -7,6 +7,7 @@ A spec names where the subject's API lives:
     some.module          any importable module exposing the names at top level
     path/to/file.py      a single file exposing the names at top level
     tiny-llm:PATH        a tiny-llm checkout: the package is imported from PATH/src
+    sandbox:SPEC         SPEC loaded in a sandboxed worker process (pagecheck/grading/remote_subject.py)
 
 A subject may lack names (a Week 3 learner may not have written
 BatchingKvCache yet); each missing name keeps the reason it is missing, so a
@@ -37,7 +38,8 @@ PACKAGE_MODULES = {
 }
 
 TINY_LLM_PREFIX = "tiny-llm:"
-SPEC_HELP = "impl, reference, a dotted module name, a path to a .py file, or tiny-llm:PATH"
+SANDBOX_PREFIX = "sandbox:"
+SPEC_HELP = "impl, reference, a dotted module name, a path to a .py file, tiny-llm:PATH, or sandbox:SPEC"
 
 
 class SubjectError(ValueError):
@@ -80,6 +82,11 @@ def load_subject(spec: str) -> Subject:
         return _from_modules(spec, [_import(spec, "reference.subject")])
     if spec.startswith(TINY_LLM_PREFIX):
         return _from_tiny_llm(spec, spec[len(TINY_LLM_PREFIX) :])
+    if spec.startswith(SANDBOX_PREFIX):
+        # Imported here: this module stays standard-library only, since the worker runs it too.
+        from pagecheck.grading.remote_subject import load_sandbox_subject
+
+        return load_sandbox_subject(spec)
     if spec.endswith(".py") or "/" in spec or "\\" in spec:
         return _from_modules(spec, [_import_file(spec)])
     if all(part.isidentifier() for part in spec.split(".")):

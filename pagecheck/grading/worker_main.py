@@ -1,0 +1,402 @@
+"""The worker: hosts a student's subject and answers the trusted suite's requests over a pipe.
+
+This is the only pagecheck code that runs next to student code, and it is not
+imported: the worker's bootstrap (BOOTSTRAP, run with `python -I -S -c`)
+reads one length-prefixed JSON message holding the sources of wire.py,
+subject.py, tripwires.py and this file, runs them as private modules, and
+calls main(). Module level imports the standard library only.
+
+main() first installs an audit hook, which Python code cannot remove, that
+refuses
+    - importing pagecheck or the old top-level names (REFUSED_PACKAGES),
+    - opening any path under the harness's folders,
+    - the gc calls that reach every object (get_objects, get_referrers,
+      get_referents), and
+    - importing mlx or numpy again once they are loaded (a fresh import of a
+      native module could bring back the real SDPA).
+Each refusal is reported to the trusted side as an event. Then it loads MLX,
+arms the tripwires (tripwires.py), loads the subject and answers requests
+until the pipe closes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+import types
+from typing import Any
+
+REFUSED_PACKAGES = frozenset({"pagecheck", "reference", "impl", "ext", "invariants"})
+REFUSED_EVENTS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents"})
+GUARDED_MODULES = ("numpy", "mlx", "mlx.core")
+ATTENTION = "paged_attention"
+ATTENTION_ARGUMENTS = ("query", "key_pages", "value_pages", "block_table", "context_lens", "page_size")
+LOAD_STEP = "(import)"
+SCRATCH_PLACEHOLDER = "{scratch}"  # the same placeholder as launcher.py's (this module may not import it)
+
+# Run by `python -I -S -c BOOTSTRAP FD_IN FD_OUT`: one u64 length, then the JSON message.
+BOOTSTRAP = """
+import json, os, struct, sys, types
+fd_in, fd_out = int(sys.argv[1]), int(sys.argv[2])
+def read(n):
+    data = b""
+    while len(data) < n:
+        chunk = os.read(fd_in, n - len(data))
+        if not chunk:
+            sys.exit(3)
+        data += chunk
+    return data
+message = json.loads(read(struct.unpack("<Q", read(8))[0]))
+modules = {}
+for name, source in message["modules"]:
+    module = types.ModuleType("_sandbox_" + name)
+    module.__file__ = "<sandbox:" + name + ">"
+    sys.modules[module.__name__] = module
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    modules[name] = module
+modules["worker_main"].main(modules, message["config"], fd_in, fd_out)
+"""
+BOOTSTRAP_LENGTH = struct.Struct("<Q")
+
+
+def bootstrap_message(sources: list[tuple[str, str]], config: dict[str, Any]) -> bytes:
+    """What the trusted side writes first: the modules to run (in order) and the worker's settings."""
+    body = json.dumps({"modules": sources, "config": config}).encode("utf-8")
+    return BOOTSTRAP_LENGTH.pack(len(body)) + body
+
+
+class Worker:
+    def __init__(self, wire: types.ModuleType, fd_in: int, fd_out: int) -> None:
+        self.wire = wire
+        self.fd_out = fd_out
+        self.reader = wire.FrameReader(fd_in)
+        self.objects: dict[int, Any] = {}
+        self.ids_by_object: dict[int, int] = {}
+        self.methods_by_type: dict[type, list[str]] = {}
+        self.wanted: Any = None  # the request's "prefetch" list
+        self.read_ahead: dict[str, Any] = {}  # type name -> attributes to send with each new handle of that type
+        self.reading_ahead = False
+        self.reply_buffers: list[Any] = []  # the buffers of the reply being built
+        self.next_id = 1
+        self.api: dict[str, Any] = {}
+        self.step = LOAD_STEP
+        self.tripwires: Any = None
+
+    # -- events --------------------------------------------------------------------------------------------------
+
+    def report(self, event: dict[str, Any]) -> None:
+        self.wire.write_frame(self.fd_out, {"event": {**event, "step": self.step}})
+
+    # -- handles -------------------------------------------------------------------------------------------------
+
+    def handle_of(self, value: Any) -> dict[str, Any]:
+        key = id(value)
+        handle = self.ids_by_object.get(key)
+        if handle is None or self.objects.get(handle) is not value:
+            handle = self.next_id
+            self.next_id += 1
+            self.objects[handle] = value
+            self.ids_by_object[key] = handle
+            new = True
+        else:
+            new = False
+        kind = type(value).__name__[:100]
+        entry: dict[str, Any] = {self.wire.TAG: "handle", "id": handle, "type": kind, "callable": callable(value)}
+        methods = self._methods_of(type(value))
+        if methods and not any(name in getattr(value, "__dict__", {}) for name in methods):
+            entry["methods"] = methods
+        read_ahead = self.read_ahead.get(kind)
+        if new and read_ahead and not self.reading_ahead:
+            entry["reads"] = self._read_ahead(value, read_ahead)
+        return entry
+
+    def _read_ahead(self, value: Any, names: Any) -> list[Any]:
+        """Attributes the trusted side read on earlier objects of this type, read now and sent with the handle
+        (into the reply's buffers); an attribute whose read raises is left out."""
+        found = []
+        self.reading_ahead = True
+        try:
+            for name in names if isinstance(names, list) else []:
+                try:
+                    found.append([str(name), self.wire.to_wire(getattr(value, str(name)), self.reply_buffers,
+                                                               self.handle_of)])  # fmt: skip
+                except Exception:
+                    continue
+        finally:
+            self.reading_ahead = False
+        return found
+
+    def _methods_of(self, cls: type) -> list[str]:
+        """Names that are plain methods of the class, so the trusted side may call them without reading them
+        first; none for classes that compute their attributes."""
+        known = self.methods_by_type.get(cls)
+        if known is not None:
+            return known
+        names: list[str] = []
+        if cls.__getattribute__ is object.__getattribute__ and not hasattr(cls, "__getattr__"):
+            seen: set[str] = set()
+            for klass in cls.__mro__:
+                for name, member in vars(klass).items():
+                    if name in seen or name.startswith("__"):
+                        continue
+                    seen.add(name)
+                    if isinstance(member, (types.FunctionType, staticmethod, classmethod)):
+                        names.append(name)
+        self.methods_by_type[cls] = names = sorted(names)
+        return names
+
+    def resolve(self, entry: dict[str, Any]) -> Any:
+        handle = entry["id"]
+        if handle not in self.objects:
+            raise self.wire.ProtocolError(f"handle {handle} is not held by this worker")
+        return self.objects[handle]
+
+    def release(self, ids: list[Any]) -> None:
+        for handle in ids:
+            value = self.objects.pop(handle, None) if type(handle) is int else None
+            if value is not None and self.ids_by_object.get(id(value)) == handle:
+                del self.ids_by_object[id(value)]
+
+    # -- replies -------------------------------------------------------------------------------------------------
+
+    def send(self, header: dict[str, Any], value: Any = None, with_value: bool = False) -> None:
+        buffers: list[Any] = []
+        self.reply_buffers = buffers
+        if self.wanted:
+            header = {**header, "prefetched": self.prefetch(self.wanted)}
+        if with_value:
+            try:
+                header = {**header, "ok": self.wire.to_wire(value, buffers, self.handle_of)}
+            except Exception as exc:
+                buffers = []
+                header = {"error": self.wire.error_entry(exc)}
+        self.wire.write_frame(self.fd_out, header, buffers)
+        self.reply_buffers = []
+
+    # -- calls ---------------------------------------------------------------------------------------------------
+
+    def _snapshots(self, value: Any, path: list[Any], found: list[tuple[list[Any], Any, Any]]) -> None:
+        import numpy as np
+
+        mx = sys.modules.get("mlx.core")
+        if isinstance(value, np.ndarray):
+            found.append((path, value, value.copy()))
+        elif mx is not None and isinstance(value, mx.array):
+            found.append((path, value, mx.array(value)))
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                self._snapshots(item, [*path, index], found)
+        elif type(value) is dict:
+            for key, item in value.items():
+                if isinstance(key, (str, int)):
+                    self._snapshots(item, [*path, key], found)
+
+    def _changed(self, now: Any, before: Any) -> bool:
+        import numpy as np
+
+        if tuple(now.shape) != tuple(before.shape) or str(now.dtype) != str(before.dtype):
+            return True
+        if isinstance(now, np.ndarray):
+            return not np.array_equal(now, before, equal_nan=now.dtype.kind in "fc")
+        import mlx.core as mx
+
+        return not bool(mx.array_equal(now, before, equal_nan=True))
+
+    def _writeback(self, snapshots: list[tuple[list[Any], Any, Any]], buffers: list[Any]) -> list[Any]:
+        changed = []
+        for path, now, before in snapshots:
+            if self._changed(now, before):
+                changed.append([path, self.wire.to_wire(now, buffers, self.handle_of)])
+        return changed
+
+    def call(self, function: Any, args: list[Any], kwargs: dict[str, Any], is_attention: bool) -> None:
+        snapshots: list[tuple[list[Any], Any, Any]] = []
+        self._snapshots(args, ["args"], snapshots)
+        self._snapshots(kwargs, ["kwargs"], snapshots)
+        if is_attention:
+            bound = dict(zip(ATTENTION_ARGUMENTS, args)) | kwargs
+            self.tripwires.begin_call(bound.get("key_pages"), bound.get("value_pages"), bound.get("context_lens"))
+        try:
+            result = function(*args, **kwargs)
+            error = None
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt from subject code are errors too
+            result, error = None, exc
+        finally:
+            self.tripwires.end_call()
+        buffers: list[Any] = []
+        self.reply_buffers = buffers
+        try:
+            header: dict[str, Any] = {"writeback": self._writeback(snapshots, buffers)}
+            if self.wanted:
+                header["prefetched"] = self.prefetch(self.wanted)
+            if error is None:
+                header["ok"] = self.wire.to_wire(result, buffers, self.handle_of)
+            else:
+                header["error"] = self.wire.error_entry(error)
+        except Exception as exc:
+            buffers, header = [], {"error": self.wire.error_entry(exc)}
+        self.wire.write_frame(self.fd_out, header, buffers)
+        self.reply_buffers = []
+
+    def special(self, target: Any, name: str, args: list[Any]) -> Any:
+        import operator
+
+        if name == "__iter__":
+            return list(iter(target))
+        if name == "__bool__":
+            return bool(target)
+        if name == "__len__":
+            return len(target)
+        if name in ("__repr__", "__str__"):
+            return self.wire.clean_text(repr(target) if name == "__repr__" else str(target))
+        if name in ("__int__", "__index__", "__float__"):
+            return {"__int__": int, "__index__": operator.index, "__float__": float}[name](target)
+        if name in ("__getitem__", "__setitem__", "__contains__", "__eq__"):
+            function = {"__getitem__": operator.getitem, "__setitem__": operator.setitem,
+                        "__contains__": operator.contains, "__eq__": operator.eq}[name]  # fmt: skip
+            return function(target, *args)
+        raise AttributeError(f"{name} is not forwarded to the worker")
+
+    def prefetch(self, wanted: Any) -> list[Any]:
+        """Current values of the attributes the trusted side asked to have sent with this reply: small plain
+        values only (no arrays, no handles); an attribute whose read raises is left out."""
+        found = []
+        for item in wanted if isinstance(wanted, list) else []:
+            if not (isinstance(item, list) and len(item) == 2 and item[0] in self.objects):
+                continue
+            target = self.objects[item[0]]
+            for name in item[1] if isinstance(item[1], list) else []:
+                try:
+                    buffers: list[Any] = []
+                    node = self.wire.to_wire(getattr(target, str(name)), buffers, self._no_handle)
+                except Exception:
+                    continue
+                if not buffers:
+                    found.append([item[0], name, node])
+        return found
+
+    def _no_handle(self, value: Any) -> dict[str, Any]:
+        raise TypeError("not plain data")
+
+    def serve_one(self, header: dict[str, Any], buffers: list[Any]) -> None:
+        wire = self.wire
+        self.release(header.get("release", []))
+        self.wanted = header.get("prefetch")
+        if isinstance(header.get("read_ahead"), dict):
+            self.read_ahead = header["read_ahead"]
+        op = header.get("op")
+        self.step = str(header.get("step", self.step))[:500]
+        decode = lambda node: wire.from_wire(node, buffers, self.resolve, clean=False)  # noqa: E731
+        if op == "release":
+            self.send({"ok": None})
+            return
+        try:
+            if op in ("call", "call_api", "call_method"):
+                if op == "call_api":
+                    name = header.get("name")
+                    if name not in self.api:
+                        raise AttributeError(f"the subject has no {name!r}")
+                    target = self.api[name]
+                elif op == "call_method":
+                    target = getattr(self.resolve({"id": header.get("target")}), str(header.get("name")))
+                else:
+                    target = self.resolve({"id": header.get("target")})
+                args, kwargs = decode(header.get("args", [])), decode(header.get("kwargs", {wire.TAG: "dict", "items": []}))
+                if not isinstance(args, list) or not isinstance(kwargs, dict):
+                    raise wire.ProtocolError("call arguments are not a list and a dict")
+                self.call(target, args, kwargs, op == "call_api" and header.get("name") == ATTENTION)
+                return
+            target = self.resolve({"id": header.get("target")})
+            name = str(header.get("name"))
+            if op == "getattr":
+                value = getattr(target, name)
+            elif op == "setattr":
+                setattr(target, name, decode(header.get("value")))
+                value = None
+            elif op == "special":
+                value = self.special(target, name, decode(header.get("args", [])))
+            else:
+                raise wire.ProtocolError(f"unknown request {op!r}")
+        except wire.ProtocolError:
+            raise
+        except BaseException as exc:
+            self.send({"error": wire.error_entry(exc)})
+            return
+        self.send({}, value, with_value=True)
+
+    def serve(self) -> None:
+        while True:
+            try:
+                header, buffers = self.reader.read()
+            except self.wire.ProtocolError:
+                return  # the trusted side closed the pipe: the sandbox ends with this process
+            self.serve_one(header, buffers)
+
+
+def _install_audit_hook(worker: Worker, config: dict[str, Any]) -> dict[str, bool]:
+    """The refusals in the module docstring; returns the switch that arms the re-import guard."""
+    refused = frozenset(config.get("refused_packages", REFUSED_PACKAGES))
+    roots = tuple(os.path.join(os.path.realpath(root), "") for root in config.get("harness_roots", []))
+    guarded = frozenset(GUARDED_MODULES)
+    state = {"armed": False, "reporting": False}
+    realpath, fsdecode = os.path.realpath, os.fsdecode
+
+    def refuse(kind: str, detail: str, error: BaseException) -> None:
+        if not state["reporting"]:
+            state["reporting"] = True
+            try:
+                worker.report({"kind": kind, "detail": detail[:300]})
+            finally:
+                state["reporting"] = False
+        raise error
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "import":
+            name = args[0] if args and isinstance(args[0], str) else ""
+            if name.partition(".")[0] in refused:
+                refuse("harness_import", f"import {name}",
+                       ImportError(f"importing {name} is refused while grading: it is pagecheck's own code"))  # fmt: skip
+            if state["armed"] and name in guarded:
+                refuse("reimport", f"import {name} again",
+                       ImportError(f"importing {name} again is refused while grading"))  # fmt: skip
+        elif event == "open" and roots and args and isinstance(args[0], (str, bytes)):
+            path = realpath(fsdecode(args[0]))
+            if any((path + os.sep).startswith(root) for root in roots):
+                refuse("harness_read", f"open {path}", PermissionError(f"{path} is pagecheck's own code"))
+        elif event in REFUSED_EVENTS:
+            refuse("introspection", event, RuntimeError(f"{event} is refused while grading"))
+
+    sys.addaudithook(hook)
+    return state
+
+
+def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: int, fd_out: int) -> None:
+    worker = Worker(modules["wire"], fd_in, fd_out)
+    guard = _install_audit_hook(worker, config) if config.get("strict", True) else {"armed": False}
+    os.environ.setdefault("MLX_ENABLE_TF32", "0")
+    sys.path.extend(path for path in config.get("site_paths", []) if path not in sys.path)
+    import mlx.core as mx
+    import numpy as np
+
+    if config.get("device") == "gpu" and mx.is_available(mx.gpu):
+        mx.set_default_device(mx.gpu)
+    worker.tripwires = modules["tripwires"].Tripwires(worker.report)
+    worker.tripwires.install_sdpa_trap(mx.fast)
+    worker.tripwires.install_gather_watch(mx, np)
+    guard["armed"] = True
+    subject_module = modules["subject"]
+    scratch = os.getcwd()  # the launcher starts the worker in its scratch folder
+    for path in reversed(config.get("import_paths", [])):
+        sys.path.insert(0, path.replace(SCRATCH_PLACEHOLDER, scratch))
+    try:
+        subject = subject_module.load_subject(config["spec"].replace(SCRATCH_PLACEHOLDER, scratch))
+    except BaseException as exc:
+        worker.send({"op": "load_failed", "error": worker.wire.error_entry(exc)})
+        return
+    worker.api = dict(subject.names)
+    kinds = {name: ("class" if isinstance(value, type) else "function") for name, value in subject.names.items()}
+    worker.send({"op": "ready", "names": kinds, "missing": dict(subject.missing), "origin": subject.origin})
+    worker.step = "(between checks)"
+    worker.serve()
