@@ -184,7 +184,8 @@ class Worker:
         if isinstance(value, np.ndarray):
             found.append((path, value, value.copy()))
         elif mx is not None and isinstance(value, mx.array):
-            found.append((path, value, mx.array(value)))
+            # The bytes, copied: a NumPy view of the array (np.asarray) writes into the buffer it shares.
+            found.append((path, value, (tuple(value.shape), str(value.dtype), bytes(memoryview(value)))))
         elif isinstance(value, (list, tuple)):
             for index, item in enumerate(value):
                 self._snapshots(item, [*path, index], found)
@@ -196,13 +197,12 @@ class Worker:
     def _changed(self, now: Any, before: Any) -> bool:
         import numpy as np
 
-        if tuple(now.shape) != tuple(before.shape) or str(now.dtype) != str(before.dtype):
-            return True
         if isinstance(now, np.ndarray):
+            if now.shape != before.shape or now.dtype != before.dtype:
+                return True
             return not np.array_equal(now, before, equal_nan=now.dtype.kind in "fc")
-        import mlx.core as mx
-
-        return not bool(mx.array_equal(now, before, equal_nan=True))
+        shape, dtype, data = before
+        return tuple(now.shape) != shape or str(now.dtype) != dtype or bytes(memoryview(now)) != data
 
     def _writeback(self, snapshots: list[tuple[list[Any], Any, Any]], buffers: list[Any]) -> list[Any]:
         changed = []
