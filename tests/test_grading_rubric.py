@@ -99,3 +99,30 @@ def test_scoreboard_is_sorted_and_reproducible() -> None:
     assert render_csv(scores, ["lazy_tail"]).splitlines() == [
         "submission,verdict,lazy_tail,total,max,flags", "amy,ok,0,0,4,", "zed,ok,4,4,4,"
     ]
+
+
+def test_every_prerequisite_must_be_met() -> None:
+    # inputs_unchanged needs both; context_len is met and lazy_tail is not, so it earns nothing.
+    rubric = _rubric(requires={"inputs_unchanged": ["context_len", "lazy_tail"]})
+    one_missing = result_document("a", {"context_len": ["pass"], "lazy_tail": ["fail"], "inputs_unchanged": ["pass"]})
+    score = score_result(one_missing, rubric)
+    assert score.points == {"context_len": 10.0, "lazy_tail": 0.0, "inputs_unchanged": 0.0}
+    assert score.total == 10.0
+    both_met = result_document("b", {"context_len": ["pass"], "lazy_tail": ["pass"], "inputs_unchanged": ["pass"]})
+    assert score_result(both_met, rubric).total == 16.0
+
+
+def test_flag_and_zeroing_finding_together() -> None:
+    rubric = _rubric(anticheat={"tamper": "flag"})
+    document = result_document("s", {"context_len": ["pass"], "lazy_tail": ["pass"]}, findings=("tamper", "gather_trap"))
+    score = score_result(document, rubric)
+    assert (score.total, score.flags) == (0.0, ("gather_trap", "tamper"))
+    flagged_only = result_document("t", {"context_len": ["pass"], "lazy_tail": ["pass"]}, findings=("tamper",))
+    assert score_result(flagged_only, rubric).total == 14.0
+    assert render_csv([score], ["context_len", "lazy_tail"]).splitlines()[1] == "s,ok,10,4,0,14,gather_trap tamper"
+
+
+def test_default_rubric_zeroes_the_runtime_tripwires_and_flags_tampering() -> None:
+    rubric = load_rubric()
+    assert [rubric.anticheat[kind] for kind in ("sdpa_trap", "gather_trap", "project_import", "tamper")] == \
+        ["zero", "zero", "zero", "flag"]

@@ -69,6 +69,7 @@ class LaunchConfig:
     status_fd: int = -1  # written by init only
     output_fd: int = -1  # command mode: the submission folder comes back on it as a tar stream
     device_paths: list[str] = field(default_factory=list)  # extra device files (a GPU's), read-write
+    workdir: str = ""  # where the program starts, relative to the scratch folder
 
     @staticmethod
     def from_json(text: str) -> "LaunchConfig":
@@ -248,7 +249,7 @@ def _sandbox_program(config: LaunchConfig, scratch: str, protections: Protection
             landlock.restrict(read_paths, [scratch], [*DEVICE_FILES, *config.device_paths])  # failing is fatal
         else:
             namespaces.prctl(landlock.PR_SET_NO_NEW_PRIVS, 1)  # no Landlock: at least no new privileges
-        os.chdir(scratch)
+        os.chdir(os.path.join(scratch, config.workdir))
         start = 3
         for fd in sorted(set(config.pass_fds)):
             os.closerange(start, fd)
@@ -312,20 +313,19 @@ def _init(config: LaunchConfig, scratch: str, protections: Protections, as_root:
         else:
             protections.off("landlock", "the kernel offers none: files outside the scratch folder are readable "
                                         "as far as the user's permissions go")  # fmt: skip
-        protections.on("audit_hook")
         _write_status(config.status_fd, {"protections": protections.state})
         program = os.fork()
         if program == 0:
             _sandbox_program(config, scratch, protections, read_paths)
         for fd in config.pass_fds:
             os.close(fd)
-        usage_rss = 0
         while True:
             pid, status, usage = os.wait4(-1, 0)
             if pid == program:
-                code, usage_rss = _exit_code(status), usage.ru_maxrss
+                code = _exit_code(status)
                 break
-        report: dict[str, Any] = {"exit": code, "maxrss_kb": usage_rss}
+        report: dict[str, Any] = {"exit": code, "maxrss_kb": usage.ru_maxrss,
+                                  "cpu_s": round(usage.ru_utime + usage.ru_stime, 3)}  # fmt: skip
         if config.output_fd >= 0:
             try:
                 _stream_back(os.path.join(scratch, SUBMISSION_DIR), config.output_fd)

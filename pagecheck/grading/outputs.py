@@ -8,7 +8,7 @@ from typing import Any
 from pagecheck.grading.feedback import render_feedback
 from pagecheck.grading.results_store import load_all_results, write_text_atomic
 from pagecheck.grading.rubric import Rubric
-from pagecheck.grading.scoreboard import graded_invariants, render_csv, render_markdown, scores_for
+from pagecheck.grading.scoreboard import graded_invariants, protections_line, render_csv, render_markdown, scores_for
 
 FEEDBACK_DIR = "feedback"
 
@@ -19,7 +19,7 @@ def write_outputs(out: Path, rubric: Rubric) -> list[dict[str, Any]]:
     invariants = graded_invariants(documents)
     scores = scores_for(documents, rubric)
     write_text_atomic(out / "grades.csv", render_csv(scores, invariants))
-    write_text_atomic(out / "grades.md", render_markdown(scores, invariants, rubric))
+    write_text_atomic(out / "grades.md", render_markdown(scores, invariants, rubric, protections_line(documents)))
     for document in documents:
         write_text_atomic(out / FEEDBACK_DIR / f"{document['name']}.md", render_feedback(document, rubric))
     return documents

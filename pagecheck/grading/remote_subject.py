@@ -20,8 +20,8 @@ later call raises the same WorkerIncident at once) and a new one is started
 for the next check that calls the subject. Objects of a worker that ended
 raise StaleHandleError.
 
-Standalone (`pytest invariants --subject sandbox:SPEC`), SPEC is a .py file
-or tiny-llm:PATH, staged into the worker's scratch folder, or `reference` or
+Standalone (`pytest invariants --subject sandbox:SPEC`), SPEC is a .py file,
+a package folder or tiny-llm:PATH, staged into the worker's scratch folder, or `reference` or
 `impl`, this project's own subjects, which the worker may import (they test
 the transport, never a student). Grading configures the Session through
 `configure` with the staged submission instead.
@@ -72,13 +72,12 @@ class Session:
         self.restart_before_next_check = False
         self.events: list[dict[str, Any]] = []  # tripwire reports and incidents, each with its check
         self.protections: dict[str, str] = {}
+        self.scratch = ""  # the worker's scratch folder: the submission is at SCRATCH/submission
         self.starts = 0
         self._proxies: weakref.WeakValueDictionary[int, RemoteObject] = weakref.WeakValueDictionary()
         self._released: list[int] = []
         self._reads: dict[tuple[int, str], Any] = {}
-        self._watched: dict[int, set[str]] = {}  # handle -> attributes read, sent back with every changing reply
-        self._read_ahead: dict[str, list[str]] = {}  # type name -> attributes read on objects of that type
-        self._read_ahead_changed = False
+        self._plan = ReadPlan()
         self._decoding: list[bytearray] = []  # the buffers of the reply being decoded
 
     # -- the worker ----------------------------------------------------------------------------------------------
@@ -95,12 +94,12 @@ class Session:
         finally:
             self.protections = dict(worker.protections) or self.protections
         self.worker = worker
+        self.scratch = worker.scratch
         self.generation += 1
         self._proxies = weakref.WeakValueDictionary()
         self._released = []
         self._reads = {}
-        self._watched = {}
-        self._read_ahead_changed = bool(self._read_ahead)  # a new worker learns them again
+        self._plan.new_worker()
         return worker
 
     def begin_check(self, nodeid: str) -> None:
@@ -144,34 +143,26 @@ class Session:
         """An attribute of a worker object, remembered until the next request that may change state."""
         key = (handle, name)
         if key in self._reads:
-            return self._reads[key]
-        value = self.request({"op": "getattr", "target": handle, "name": name}, [], what).result()
-        self._reads[key] = value
-        if _is_small(value):
-            self._watched.setdefault(handle, set()).add(name)
+            value = self._reads[key]
+        else:
+            value = self.request({"op": "getattr", "target": handle, "name": name}, [], what).result()
+            self._reads[key] = value
         proxy = self._proxies.get(handle)
         if proxy is not None:
-            names = self._read_ahead.setdefault(object.__getattribute__(proxy, "_type"), [])
-            if name not in names:
-                names.append(name)
-                self._read_ahead_changed = True
+            self._plan.note_read(handle, object.__getattribute__(proxy, "_type"), name, value)
         return value
-
-    def _prefetch_list(self) -> list[list[Any]]:
-        live = [(handle, names) for handle, names in self._watched.items() if handle in self._proxies]
-        self._watched = dict(live)
-        return [[handle, sorted(names)] for handle, names in live]
 
     def request(self, header: dict[str, Any], buffers: list[Any], what: str) -> Any:
         if header["op"] not in READ_ONLY_OPS:
             self._reads.clear()
-            if self._watched:
-                header["prefetch"] = self._prefetch_list()
+            wanted = self._plan.prefetch(set(self._proxies.keys()))
+            if wanted:
+                header["prefetch"] = wanted
         worker = self._live_worker()
         header["step"] = self.check
-        if self._read_ahead_changed:
-            header["read_ahead"] = self._read_ahead
-            self._read_ahead_changed = False
+        read_ahead = self._plan.read_ahead_update()
+        if read_ahead is not None:
+            header["read_ahead"] = read_ahead
         if self._released:
             header["release"], self._released = self._released, []
         try:
@@ -181,7 +172,7 @@ class Session:
         try:
             for handle, name, node in reply.get("prefetched", []):
                 if type(handle) is int and isinstance(name, str):
-                    self._reads[(handle, name)] = self._decode(node, [])
+                    self._reads[(handle, name)] = self._decode(node, reply_buffers)
             changes = [(path, self._decode(node, reply_buffers)) for path, node in reply.get("writeback", [])]
             if "error" in reply:
                 entry = reply["error"]
@@ -209,6 +200,8 @@ class Session:
             names = frozenset(str(n) for n in methods) if isinstance(methods, list) else frozenset()
             proxy = RemoteObject(self, self.generation, handle, wire.clean_text(entry.get("type", "object"), 100), names)
             self._proxies[handle] = proxy
+        if proxy is not None and "reads" in entry:
+            self._plan.note_new(handle, object.__getattribute__(proxy, "_type"))
         for item in entry.get("reads", []) if isinstance(entry.get("reads"), list) else []:
             if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str):
                 self._reads[(handle, item[0])] = self._decode(item[1], self._decoding)
@@ -237,8 +230,65 @@ class Session:
         return outcome.result()
 
 
+class ReadPlan:
+    """Which attributes the worker should send unasked, learned from what the suite reads.
+
+    - With every reply to a request that may change state: the plain values (scalars, short lists) read
+      on each live object, and the arrays read on it since the previous such request (an MLX array is
+      computed when it is converted, so only an array the suite keeps reading is worth sending).
+    - With every new object of a type: the plain values read on objects of that type, and the arrays read
+      on the previous object of that type.
+    Sent values go into the same memo as answered reads, so they are exactly what a read would have
+    returned right after the request; nothing else changes in the worker until the next request.
+    """
+
+    def __init__(self) -> None:
+        self.plain: dict[int, set[str]] = {}  # handle -> plain attributes read on it
+        self.arrays: set[tuple[int, str]] = set()  # arrays read since the last request that may change state
+        self.type_plain: dict[str, set[str]] = {}
+        self.type_arrays: dict[str, set[str]] = {}  # arrays read on the newest object of the type
+        self.newest: dict[str, int] = {}
+        self._sent: dict[str, list[str]] | None = None
+
+    def new_worker(self) -> None:
+        self.plain, self.arrays, self.newest, self._sent = {}, set(), {}, None
+
+    def note_read(self, handle: int, type_name: str, name: str, value: Any) -> None:
+        if _is_small(value):
+            self.plain.setdefault(handle, set()).add(name)
+            self.type_plain.setdefault(type_name, set()).add(name)
+        elif hasattr(value, "shape"):
+            self.arrays.add((handle, name))
+            if self.newest.get(type_name) == handle:
+                self.type_arrays.setdefault(type_name, set()).add(name)
+
+    def note_new(self, handle: int, type_name: str) -> None:
+        """A new object of the type arrived, with what was read ahead for it."""
+        self.newest[type_name] = handle
+        self.type_arrays[type_name] = set()
+
+    def prefetch(self, live: set[int]) -> list[list[Any]]:
+        self.plain = {handle: names for handle, names in self.plain.items() if handle in live}
+        wanted: dict[int, set[str]] = {handle: set(names) for handle, names in self.plain.items()}
+        for handle, name in self.arrays:
+            if handle in live:
+                wanted.setdefault(handle, set()).add(name)
+        self.arrays = set()
+        return [[handle, sorted(names)] for handle, names in sorted(wanted.items())]
+
+    def read_ahead_update(self) -> dict[str, list[str]] | None:
+        """The per-type lists for the worker, when they changed since they were last sent."""
+        current = {kind: sorted(self.type_plain.get(kind, set()) | self.type_arrays.get(kind, set()))
+                   for kind in set(self.type_plain) | set(self.type_arrays)}  # fmt: skip
+        if current == self._sent:
+            return None
+        self._sent = current
+        return current
+
+
 def _is_small(value: Any, depth: int = 0) -> bool:
-    """Plain data worth sending back unasked after each change: scalars, strings, short lists of them."""
+    """Data worth sending back unasked after each change: scalars, strings, short lists of them. (Not arrays:
+    an MLX array is computed when it is converted, and the worker would pay for every one after every call.)"""
     if value is None or isinstance(value, (bool, int, float, str)):
         return True
     if type(value) in (list, tuple) and len(value) <= SMALL_VALUE_ITEMS and depth < 2:
@@ -441,9 +491,14 @@ def _standalone_settings(inner: str) -> tuple[WorkerSettings, str | None]:
             raise SubjectError(f"subject spec={SANDBOX_PREFIX + inner!r}: {source} is not a file")
         shutil.copy(source, Path(staging) / source.name)
         spec = f"{SCRATCH_PLACEHOLDER}/{SUBMISSION_DIR}/{source.name}"
+    elif (Path(inner).expanduser() / "__init__.py").is_file():
+        source = Path(inner).expanduser().resolve()
+        shutil.copytree(source, Path(staging) / source.name, symlinks=False,
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+        return WorkerSettings(spec=source.name, copy_in=staging, import_paths=(f"{SCRATCH_PLACEHOLDER}/{SUBMISSION_DIR}",)), staging
     else:
-        raise SubjectError(f"subject spec={SANDBOX_PREFIX + inner!r}: inside the sandbox give a .py file, "
-                           f"tiny-llm:PATH, or one of {OWN_SUBJECTS}")  # fmt: skip
+        raise SubjectError(f"subject spec={SANDBOX_PREFIX + inner!r}: inside the sandbox give a .py file, a "
+                           f"package folder, tiny-llm:PATH, or one of {OWN_SUBJECTS}")  # fmt: skip
     return WorkerSettings(spec=spec, copy_in=staging), staging
 
 

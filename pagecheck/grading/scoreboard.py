@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,12 @@ def format_points(value: float) -> str:
     return f"{round(value, 2):g}"
 
 
+SIGNAL_NAME = re.compile(r"SIG[A-Z0-9]+")
+
+
 def verdict_label(document: dict[str, Any]) -> str:
-    if document["verdict"] == "crashed" and document.get("detail", "").startswith("SIG"):
+    """The verdict, with the signal for a crash ("crashed (SIGSEGV)"); nothing else of the detail."""
+    if document["verdict"] == "crashed" and SIGNAL_NAME.fullmatch(document.get("detail", "")):
         return f"crashed ({document['detail']})"
     return document["verdict"]
 
@@ -100,7 +105,17 @@ def render_csv(scores: list[Score], invariants: list[str]) -> str:
     return buffer.getvalue()
 
 
-def render_markdown(scores: list[Score], invariants: list[str], rubric: Rubric) -> str:
+def protections_line(documents: list[dict[str, Any]]) -> str:
+    """Which sandbox protections were off while grading, over every result (a machine of a shard run may
+    lack what another had)."""
+    off = sorted({f"{name} ({state.removeprefix('off: ')})" for document in documents
+                  for name, state in document.get("protections", {}).items() if not state.startswith("on")})  # fmt: skip
+    if not any(document.get("protections") for document in documents):
+        return "Sandbox: no result records its protections."
+    return "Sandbox: every protection was on." if not off else "Sandbox protections OFF: " + "; ".join(off) + "."
+
+
+def render_markdown(scores: list[Score], invariants: list[str], rubric: Rubric, sandbox: str | None = None) -> str:
     header = ["submission", "verdict", *(f"{i} ({format_points(rubric.points_for(i))})" for i in invariants),
               "total", "max", "flags"]  # fmt: skip
     lines = [
@@ -110,6 +125,7 @@ def render_markdown(scores: list[Score], invariants: list[str], rubric: Rubric) 
         "its points when its checks pass on both the public and the hidden inputs; a run that did not finish "
         f"earns nothing; `{NOT_CHECKED}` marks an invariant with no check that ran.",
         "",
+        *([sandbox, ""] if sandbox else []),
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
     ]

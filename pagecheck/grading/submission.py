@@ -14,6 +14,7 @@ same name are refused rather than overwriting each other.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ KINDS = ("tiny-llm", "file", "package")
 # Never staged: VCS data, caches and build trees a checkout may carry.
 SKIPPED_NAMES = frozenset({".git", "__pycache__", ".venv", "venv", "build", ".pytest_cache", ".hypothesis"})
 UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+MAX_NAME_CHARS = 100
+NAME_HASH_CHARS = 12
 
 
 @dataclass(frozen=True)
@@ -62,10 +65,15 @@ class Submission:
 
 
 def submission_name(path: Path) -> str:
+    """The file's stem or the folder's name, with unsafe characters replaced; a long one is cut to
+    MAX_NAME_CHARS with a hash of the whole, so every output file name stays far below the system's limit."""
     stem = path.stem if path.is_file() else path.name
     name = UNSAFE_NAME_CHARS.sub("_", stem).strip("._")
     if not name:
-        raise ValueError(f"submission={str(path)!r} gives an empty name")
+        raise ValueError(f"submission={os.fsencode(path)!r} gives an empty name")
+    if len(name) > MAX_NAME_CHARS:
+        digest = hashlib.sha256(os.fsencode(stem)).hexdigest()[:NAME_HASH_CHARS]
+        name = f"{name[: MAX_NAME_CHARS - NAME_HASH_CHARS - 1]}-{digest}"
     return name
 
 
@@ -91,7 +99,8 @@ def load_submissions(paths: list[str]) -> list[Submission]:
         submission = Submission(name=submission_name(path), path=path, kind=find_kind(path))
         if submission.name in found:
             raise ValueError(
-                f"submission={text!r} has the name {submission.name!r}, already taken by {found[submission.name].path}"
+                f"submission={text!r} has the name {submission.name!r}, already taken by "
+                f"{os.fsencode(found[submission.name].path)!r}"
             )
         found[submission.name] = submission
     return [found[name] for name in sorted(found)]
@@ -132,5 +141,5 @@ def content_digest(submission: Submission) -> str:
     """sha256 over relative paths and bytes of every graded file: a changed submission is graded again."""
     digest = hashlib.sha256()
     for relative, path in graded_files(submission):
-        digest.update(relative.encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(os.fsencode(relative) + b"\0" + path.read_bytes() + b"\0")  # names need not be UTF-8
     return digest.hexdigest()

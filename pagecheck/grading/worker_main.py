@@ -34,6 +34,7 @@ GUARDED_MODULES = ("numpy", "mlx", "mlx.core")
 ATTENTION = "paged_attention"
 ATTENTION_ARGUMENTS = ("query", "key_pages", "value_pages", "block_table", "context_lens", "page_size")
 LOAD_STEP = "(import)"
+PREFETCH_BYTES = 1 << 20  # array bytes sent unasked with one reply
 SCRATCH_PLACEHOLDER = "{scratch}"  # the same placeholder as launcher.py's (this module may not import it)
 
 # Run by `python -I -S -c BOOTSTRAP FD_IN FD_OUT`: one u64 length, then the JSON message.
@@ -114,16 +115,18 @@ class Worker:
 
     def _read_ahead(self, value: Any, names: Any) -> list[Any]:
         """Attributes the trusted side read on earlier objects of this type, read now and sent with the handle
-        (into the reply's buffers); an attribute whose read raises is left out."""
+        (arrays into the reply's buffers); an attribute whose read raises, or that is an object, is left out."""
         found = []
         self.reading_ahead = True
         try:
             for name in names if isinstance(names, list) else []:
+                own: list[Any] = []
                 try:
-                    found.append([str(name), self.wire.to_wire(getattr(value, str(name)), self.reply_buffers,
-                                                               self.handle_of)])  # fmt: skip
+                    node = self.wire.to_wire(getattr(value, str(name)), own, self._no_handle)
                 except Exception:
                     continue
+                found.append([str(name), self._shift_buffers(node, len(self.reply_buffers))])
+                self.reply_buffers.extend(own)
         finally:
             self.reading_ahead = False
         return found
@@ -165,7 +168,7 @@ class Worker:
         buffers: list[Any] = []
         self.reply_buffers = buffers
         if self.wanted:
-            header = {**header, "prefetched": self.prefetch(self.wanted)}
+            header = {**header, "prefetched": self.prefetch(self.wanted, buffers)}
         if with_value:
             try:
                 header = {**header, "ok": self.wire.to_wire(value, buffers, self.handle_of)}
@@ -230,7 +233,7 @@ class Worker:
         try:
             header: dict[str, Any] = {"writeback": self._writeback(snapshots, buffers)}
             if self.wanted:
-                header["prefetched"] = self.prefetch(self.wanted)
+                header["prefetched"] = self.prefetch(self.wanted, buffers)
             if error is None:
                 header["ok"] = self.wire.to_wire(result, buffers, self.handle_of)
             else:
@@ -259,23 +262,43 @@ class Worker:
             return function(target, *args)
         raise AttributeError(f"{name} is not forwarded to the worker")
 
-    def prefetch(self, wanted: Any) -> list[Any]:
-        """Current values of the attributes the trusted side asked to have sent with this reply: small plain
-        values only (no arrays, no handles); an attribute whose read raises is left out."""
+    def prefetch(self, wanted: Any, buffers: list[Any]) -> list[Any]:
+        """Current values of the attributes the trusted side asked to have sent with this reply: plain values
+        and arrays (their bytes appended to the reply's `buffers`, PREFETCH_BYTES in all), no handles; an
+        attribute whose read raises, or that does not fit, is left out."""
         found = []
+        room = PREFETCH_BYTES
         for item in wanted if isinstance(wanted, list) else []:
             if not (isinstance(item, list) and len(item) == 2 and item[0] in self.objects):
                 continue
             target = self.objects[item[0]]
             for name in item[1] if isinstance(item[1], list) else []:
+                own: list[Any] = []
                 try:
-                    buffers: list[Any] = []
-                    node = self.wire.to_wire(getattr(target, str(name)), buffers, self._no_handle)
+                    node = self.wire.to_wire(getattr(target, str(name)), own, self._no_handle)
                 except Exception:
                     continue
-                if not buffers:
-                    found.append([item[0], name, node])
+                size = sum(memoryview(b).nbytes for b in own)
+                if size > room:
+                    continue
+                room -= size
+                node = self._shift_buffers(node, len(buffers))
+                buffers.extend(own)
+                found.append([item[0], name, node])
         return found
+
+    def _shift_buffers(self, node: Any, offset: int) -> Any:
+        """`node` with its buffer indexes moved by `offset` (its buffers go after those already in the reply)."""
+        if not offset:
+            return node
+        if isinstance(node, list):
+            return [self._shift_buffers(item, offset) for item in node]
+        if isinstance(node, dict):
+            moved = {k: self._shift_buffers(v, offset) for k, v in node.items()}
+            if "buf" in node and node.get(self.wire.TAG) in ("array", "bytes", "npscalar"):
+                moved["buf"] = node["buf"] + offset
+            return moved
+        return node
 
     def _no_handle(self, value: Any) -> dict[str, Any]:
         raise TypeError("not plain data")
@@ -335,6 +358,19 @@ class Worker:
             self.serve_one(header, buffers)
 
 
+def _student_frame() -> str:
+    """'file:line' of the innermost frame that is not the worker's, the import machinery's or the standard
+    library's: where the submission asked for what was refused."""
+    frame = sys._getframe(2)
+    stdlib = os.path.dirname(os.__file__)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith("<") or name.startswith(stdlib)):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
 def _install_audit_hook(worker: Worker, config: dict[str, Any]) -> dict[str, bool]:
     """The refusals in the module docstring; returns the switch that arms the re-import guard."""
     refused = frozenset(config.get("refused_packages", REFUSED_PACKAGES))
@@ -347,7 +383,7 @@ def _install_audit_hook(worker: Worker, config: dict[str, Any]) -> dict[str, boo
         if not state["reporting"]:
             state["reporting"] = True
             try:
-                worker.report({"kind": kind, "detail": detail[:300]})
+                worker.report({"kind": kind, "detail": detail[:300], "where": _student_frame()})
             finally:
                 state["reporting"] = False
         raise error
@@ -397,6 +433,7 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
         return
     worker.api = dict(subject.names)
     kinds = {name: ("class" if isinstance(value, type) else "function") for name, value in subject.names.items()}
-    worker.send({"op": "ready", "names": kinds, "missing": dict(subject.missing), "origin": subject.origin})
+    worker.send({"op": "ready", "names": kinds, "missing": dict(subject.missing), "origin": subject.origin,
+                 "scratch": scratch})  # fmt: skip
     worker.step = "(between checks)"
     worker.serve()

@@ -39,6 +39,7 @@ GIB = 1 << 30
 LOG_LIMIT_BYTES = 1 << 20
 SCRATCH_MOUNTPOINT = "/tmp"
 KILL_WAIT_S = 10.0
+GRACE_S = 1.0
 OOM_RSS_FRACTION = 0.5  # a worker killed by a signal after touching this much of its allowance ran out of memory
 # Read-only everywhere: the system's libraries and tools hold nothing of the grader.
 SYSTEM_READ_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache", "/etc/ld.so.conf",
@@ -175,6 +176,8 @@ class WorkerProcess:
         self.names: dict[str, str] = {}
         self.missing: dict[str, str] = {}
         self.origin = ""
+        self.scratch = ""  # the worker's scratch folder, as its paths show it
+        self.final_report: dict[str, Any] = {}  # init's report on the worker's end (exit, maxrss_kb, cpu_s)
         self._launcher: subprocess.Popen[bytes] | None = None
         self._to_worker = -1
         self._reader: wire.FrameReader | None = None
@@ -218,13 +221,15 @@ class WorkerProcess:
         os.chmod(self._scratch, 0o711)
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
+        for fd in (request_w, reply_w):
+            _widen_pipe(fd)
         status_r, status_w = os.pipe()
         log_r, log_w = os.pipe()
         config_r, config_w = os.pipe()
         fds = {"worker_in": request_r, "worker_out": reply_w, "status": status_w}
         config = self._launch_config(fds, self._scratch)
         env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": os.environ.get("LANG", "C.UTF-8"),
-               "PYTHONPATH": os.pathsep.join(_code_roots()), "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+               "PYTHONPATH": os.pathsep.join(code_roots()), "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
         try:
             self._launcher = subprocess.Popen(
                 [sys.executable, "-m", "pagecheck.grading.launcher", str(config_r)],
@@ -260,9 +265,14 @@ class WorkerProcess:
         if header.get("op") != "ready":
             self.stop()
             raise SandboxStartError(f"the worker answered {str(header.get('op'))[:50]!r} instead of ready")
+        if settings.strict:
+            self.protections["audit_hook"] = "on (imports and reads of pagecheck, gc introspection, re-imports of MLX)"
+        else:
+            self.protections["audit_hook"] = "off: this project's own subject, which imports pagecheck"
         self.names = {str(k): str(v) for k, v in dict(header.get("names", {})).items()}
         self.missing = {str(k): wire.clean_text(v, 300) for k, v in dict(header.get("missing", {})).items()}
         self.origin = wire.clean_text(header.get("origin", ""), 500)
+        self.scratch = wire.clean_text(header.get("scratch", ""), 500)
 
     def _write_raw(self, data: bytes) -> None:
         try:
@@ -374,11 +384,20 @@ class WorkerProcess:
             pass
 
     def stop(self) -> None:
-        """End the sandbox and everything in it; safe to call more than once."""
+        """End the sandbox and everything in it; safe to call more than once. A worker that is waiting for a
+        request gets end-of-file and a moment to exit (so init reports its CPU time), then everything is killed."""
         if self._launcher is None:
             return
+        if self._to_worker >= 0:
+            os.close(self._to_worker)
+            self._to_worker = -1
+            try:
+                self._launcher.wait(timeout=GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
         self._kill()
         self._launcher.wait()
+        self.final_report = self._read_status()
         for fd in (self._to_worker, self._status_fd):
             if fd >= 0:
                 try:
@@ -400,7 +419,7 @@ class WorkerProcess:
             self._scratch = None
 
 
-def _code_roots() -> list[str]:
+def code_roots() -> list[str]:
     """Where the launcher imports pagecheck from (it runs before the sandbox exists)."""
     spec = importlib.util.find_spec("pagecheck")
     assert spec is not None and spec.submodule_search_locations
@@ -411,3 +430,65 @@ def _remove_tree(path: str) -> None:
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
+
+
+def probe_protections(timeout_s: float = 60.0) -> dict[str, str]:
+    """The protections a sandbox gets on this machine, found by starting one that runs /bin/true."""
+    status_r, status_w = os.pipe()
+    config_r, config_w = os.pipe()
+    scratch = tempfile.mkdtemp(prefix="pagecheck-probe-")
+    config = LaunchConfig(
+        argv=["/bin/true"], env=dict(WORKER_ENV), scratch_mountpoint=SCRATCH_MOUNTPOINT, fallback_scratch=scratch,
+        copy_in=None, read_paths=sorted({*SYSTEM_READ_PATHS, *python_read_paths()}), hide_paths=harness_roots(),
+        memory_bytes=WorkerLimits().memory_bytes, cpu_seconds=10, max_processes=8, max_file_bytes=1 << 20,
+        disk_bytes=1 << 20, status_fd=status_w,
+    )  # fmt: skip
+    env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": os.pathsep.join(code_roots())}
+    try:
+        launcher = subprocess.Popen([sys.executable, "-m", "pagecheck.grading.launcher", str(config_r)],
+                                    pass_fds=(config_r, status_w), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                                    start_new_session=True, cwd="/")  # fmt: skip
+    finally:
+        os.close(config_r)
+        os.close(status_w)
+    with os.fdopen(config_w, "w") as file:
+        file.write(json.dumps(asdict(config)))
+    try:
+        launcher.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+    text = b""
+    while chunk := os.read(status_r, 1 << 16):
+        text += chunk
+    os.close(status_r)
+    _remove_tree(scratch)
+    for line in text.decode("utf-8", "replace").splitlines():
+        try:
+            document = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(document, dict) and "protections" in document:
+            return {str(k): str(v) for k, v in dict(document["protections"]).items()}
+    return {"sandbox": "off: the sandbox could not be started on this machine"}
+
+
+def protections_off(protections: dict[str, str]) -> list[str]:
+    """'name: why' for each protection that is off."""
+    return [f"{name}: {state.removeprefix('off: ')}" for name, state in sorted(protections.items())
+            if not state.startswith("on")]  # fmt: skip
+
+
+F_SETPIPE_SZ = 1031
+PIPE_BYTES = 1 << 20
+
+
+def _widen_pipe(fd: int) -> None:
+    """A larger pipe buffer: a reply with arrays is written without waiting for the reader (Linux only)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
+    except (OSError, ImportError):
+        pass
