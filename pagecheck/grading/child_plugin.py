@@ -35,9 +35,10 @@ import pytest
 
 from pagecheck.grading import remote_subject
 from pagecheck.grading.input_guard import guard_inputs
-from pagecheck.grading.worker_process import WorkerSettings
+from pagecheck.grading.worker_process import WorkerIncident, WorkerSettings
 
 PLUGIN = __name__  # what `-p` names to load this plugin, in grading and in feedback's commands
+JOURNAL_PLUGIN = "pagecheck-journal"
 OOM_EXIT_CODE = 86
 MEMORY_ERROR_MARKERS = ("MemoryError", "std::bad_alloc")
 
@@ -67,6 +68,18 @@ def is_memory_error(error: BaseException | None, seen: set[int] | None = None) -
     return any(is_memory_error(e, seen) for e in inner)
 
 
+def _from_worker(error: BaseException, seen: set[int] | None = None) -> bool:
+    """True when `error`, or an exception it groups or was raised from, is a worker incident."""
+    seen = set() if seen is None else seen
+    if id(error) in seen:
+        return False
+    seen.add(id(error))
+    if isinstance(error, WorkerIncident):
+        return True
+    inner = [e for e in [*getattr(error, "exceptions", ()), error.__cause__, error.__context__] if e is not None]
+    return any(_from_worker(e, seen) for e in inner)
+
+
 def _memory_error_line(text: str, error: BaseException | None) -> str:
     """The line of a failure report that names the allocation failure."""
     for line in reversed(text.splitlines()):
@@ -80,15 +93,20 @@ class Journal:
         # Line-buffered: every event reaches the file before the next one happens.
         self._file = open(path, "a", buffering=1, encoding="utf-8")
         self._events_seen = 0
+        self._protections_written = False
 
     def write(self, event: str, **fields: Any) -> None:
         self._file.write(json.dumps({"event": event, **fields}) + "\n")
 
     def write_worker_events(self) -> None:
-        """Everything the worker session recorded since the last call, each under the check it happened in."""
+        """Everything the worker session recorded since the last call, each under the check it happened in;
+        first, once, the sandbox's protections and the worker's scratch folder (its paths show it)."""
         session = remote_subject.active_session()
         if session is None:
             return
+        if not self._protections_written and session.protections:
+            self.write("protections", state=session.protections, scratch=session.scratch)
+            self._protections_written = True
         for event in session.events[self._events_seen :]:
             fields = {k: v for k, v in event.items() if k not in ("kind", "check")}
             self.write(str(event.get("kind", "worker")), nodeid=event.get("check", ""), **fields)
@@ -96,9 +114,6 @@ class Journal:
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.write("session")
-        worker = remote_subject.active_session()
-        if worker is not None:
-            self.write("protections", state=worker.protections, scratch=worker.scratch)
         self.write_worker_events()
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
@@ -115,6 +130,8 @@ class Journal:
         self.write_worker_events()
         text = report.longreprtext if report.failed else ""
         error = call.excinfo.value if call.excinfo is not None else None
+        if error is not None and _from_worker(error):
+            return  # the worker's memory, not this process's: an incident of this check only
         if is_memory_error(error) or any(marker in text for marker in MEMORY_ERROR_MARKERS):
             self.write("oom", nodeid=item.nodeid, message=_memory_error_line(text, error))
             os._exit(OOM_EXIT_CODE)
@@ -146,6 +163,9 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     settings = config.getoption("pagecheck_sandbox")
     if settings:
         remote_subject.configure(WorkerSettings.from_json(Path(settings).read_text()))
+    path = config.getoption("pagecheck_journal")
+    if path:  # registered now, so that what the worker reports while the subject loads is kept even if it fails
+        config.pluginmanager.register(Journal(Path(path)), JOURNAL_PLUGIN)
 
 
 @pytest.hookimpl(trylast=True)  # after invariants/conftest.py has loaded the subject
@@ -157,9 +177,6 @@ def pytest_configure(config: pytest.Config) -> None:
 def _after_configure(config: pytest.Config) -> None:
     from invariants.conftest import SUBJECT_KEY  # the suite's own conftest module, loaded by now
 
-    path = config.getoption("pagecheck_journal")
-    if path:
-        config.pluginmanager.register(Journal(Path(path)), "pagecheck-journal")
     subject = config.stash.get(SUBJECT_KEY, None)
     if subject is None:  # the conftest raises before this runs when the subject does not load
         raise pytest.UsageError("grading: the invariants suite loaded no subject; run it with its conftest")
@@ -175,4 +192,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    journal = config.pluginmanager.get_plugin(JOURNAL_PLUGIN)
+    if journal is not None:
+        journal.write_worker_events()
     remote_subject.close_sessions()

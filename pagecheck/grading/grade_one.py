@@ -95,13 +95,14 @@ def _event_detail(kind: str, event: dict[str, Any]) -> str:
 
 
 def _worker_findings(passes: list[PassOutcome], student_dirs: list[str], secret: str) -> list[Finding]:
-    """One finding per kind and place the worker reported, naming the first check that got there. What only
-    the hidden pass showed keeps no place and no text from the worker: it could carry hidden inputs."""
+    """One finding per kind and place the worker reported, naming the first check that got there. A kind that
+    only the hidden pass showed keeps no place and no text from the worker: it could carry hidden inputs."""
     seen: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    public_kinds = {EVENT_FINDINGS.get(str(e.get("event"))) for p in passes if p.seed.kind == "public" for e in p.events}
     for outcome in passes:
         for event in outcome.events:
             kind = EVENT_FINDINGS.get(str(event.get("event")))
-            if kind is None:
+            if kind is None or (outcome.seed.kind != "public" and kind in public_kinds):
                 continue
             place = _shown(str(event.get("where", "")), student_dirs, secret)
             detail = _shown(_event_detail(str(event["event"]), event), student_dirs, secret)

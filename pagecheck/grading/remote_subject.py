@@ -93,6 +93,7 @@ class Session:
             worker.start()
         finally:
             self.protections = dict(worker.protections) or self.protections
+            self.scratch = worker.scratch or self.scratch
         self.worker = worker
         self.scratch = worker.scratch
         self.generation += 1
@@ -511,12 +512,12 @@ def load_sandbox_subject(spec: str) -> Subject:
     else:
         settings, staging = _standalone_settings(inner)
     session = Session(settings, staging)
+    _sessions.append(session)  # a session that failed keeps what the worker reported while it loaded
     try:
         worker = session.start()
     except SandboxStartError as exc:
         session.close()
         raise SubjectError(f"subject spec={spec!r}: {exc}") from None
-    _sessions.append(session)
     names = {name: RemoteApi(session, name, kind) for name, kind in worker.names.items() if name in API_NAMES}
     missing = {name: why for name, why in worker.missing.items() if name in API_NAMES}
     return Subject(spec=spec, origin=f"sandboxed worker: {worker.origin}", names=names, missing=missing)

@@ -128,7 +128,7 @@ def run_limited(
     start = time.monotonic()
     deadline = start + limits.timeout_s
     with open(log_path, "ab") as log:
-        log.write(("$ " + " ".join(command) + "\n").encode())
+        log.write(("$ " + " ".join(command) + "\n").encode(errors="surrogateescape"))  # paths need not be UTF-8
         log.flush()
         child = subprocess.Popen(
             limited_command(command, limits.memory_bytes),

@@ -405,6 +405,21 @@ def _install_audit_hook(worker: Worker, config: dict[str, Any]) -> dict[str, boo
             refuse("introspection", event, RuntimeError(f"{event} is refused while grading"))
 
     sys.addaudithook(hook)
+
+    class RefuseHarness:
+        """First on sys.meta_path: importlib.import_module raises no "import" audit event, so the same names
+        are refused here too (a submission can take this finder away, not the hook)."""
+
+        @staticmethod
+        def find_spec(name: str, path: Any = None, target: Any = None) -> None:
+            if name.partition(".")[0] in refused:
+                refuse("harness_import", f"import {name}",
+                       ImportError(f"importing {name} is refused while grading: it is pagecheck's own code"))  # fmt: skip
+            if state["armed"] and name in guarded:  # asked for only when it was taken out of sys.modules
+                refuse("reimport", f"import {name} again",
+                       ImportError(f"importing {name} again is refused while grading"))  # fmt: skip
+
+    sys.meta_path.insert(0, RefuseHarness())
     return state
 
 
@@ -429,7 +444,7 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
     try:
         subject = subject_module.load_subject(config["spec"].replace(SCRATCH_PLACEHOLDER, scratch))
     except BaseException as exc:
-        worker.send({"op": "load_failed", "error": worker.wire.error_entry(exc)})
+        worker.send({"op": "load_failed", "error": worker.wire.error_entry(exc), "scratch": scratch})
         return
     worker.api = dict(subject.names)
     kinds = {name: ("class" if isinstance(value, type) else "function") for name, value in subject.names.items()}

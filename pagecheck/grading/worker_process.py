@@ -258,6 +258,7 @@ class WorkerProcess:
             raise SandboxStartError(f"the worker did not start: {incident}") from None
         finally:
             self._read_status()
+        self.scratch = wire.clean_text(header.get("scratch", ""), 500)
         if header.get("op") == "load_failed":
             error = wire.error_from(header.get("error"))
             self.stop()
@@ -272,7 +273,6 @@ class WorkerProcess:
         self.names = {str(k): str(v) for k, v in dict(header.get("names", {})).items()}
         self.missing = {str(k): wire.clean_text(v, 300) for k, v in dict(header.get("missing", {})).items()}
         self.origin = wire.clean_text(header.get("origin", ""), 500)
-        self.scratch = wire.clean_text(header.get("scratch", ""), 500)
 
     def _write_raw(self, data: bytes) -> None:
         try:
