@@ -438,16 +438,17 @@ class RemoteMethod:
 class RemoteApi:
     """One of the subject's API names: calling it calls (or constructs) it in the worker."""
 
-    def __init__(self, session: Session, name: str, kind: str) -> None:
+    def __init__(self, session: Session, name: str, kind: str, shown: str | None = None) -> None:
         self.session = session
         self.__name__ = name
         self.kind = kind
+        self.shown = shown  # how the object prints in the worker, as failure messages show it in process
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.session.call({"op": "call_api", "name": self.__name__}, args, kwargs, f"calling {self.__name__}")
 
     def __repr__(self) -> str:
-        return f"<sandboxed {self.kind} {self.__name__}>"
+        return self.shown or f"<sandboxed {self.kind} {self.__name__}>"
 
 
 # -- loading -----------------------------------------------------------------------------------------------------
@@ -518,6 +519,7 @@ def load_sandbox_subject(spec: str) -> Subject:
     except SandboxStartError as exc:
         session.close()
         raise SubjectError(f"subject spec={spec!r}: {exc}") from None
-    names = {name: RemoteApi(session, name, kind) for name, kind in worker.names.items() if name in API_NAMES}
+    names = {name: RemoteApi(session, name, kind, worker.shown.get(name))
+             for name, kind in worker.names.items() if name in API_NAMES}  # fmt: skip
     missing = {name: why for name, why in worker.missing.items() if name in API_NAMES}
     return Subject(spec=spec, origin=f"sandboxed worker: {worker.origin}", names=names, missing=missing)

@@ -448,7 +448,10 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
         return
     worker.api = dict(subject.names)
     kinds = {name: ("class" if isinstance(value, type) else "function") for name, value in subject.names.items()}
+    # How each name prints in process (Hypothesis shows fixtures in its failure messages): module.qualname.
+    shown = {name: f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', name)}"
+             for name, value in subject.names.items() if isinstance(value, type)}  # fmt: skip
     worker.send({"op": "ready", "names": kinds, "missing": dict(subject.missing), "origin": subject.origin,
-                 "scratch": scratch})  # fmt: skip
+                 "scratch": scratch, "shown": shown})  # fmt: skip
     worker.step = "(between checks)"
     worker.serve()

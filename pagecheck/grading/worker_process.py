@@ -177,6 +177,7 @@ class WorkerProcess:
         self.missing: dict[str, str] = {}
         self.origin = ""
         self.scratch = ""  # the worker's scratch folder, as its paths show it
+        self.shown: dict[str, str] = {}  # API name -> how it prints in process (module.qualname, for classes)
         self.final_report: dict[str, Any] = {}  # init's report on the worker's end (exit, maxrss_kb, cpu_s)
         self._launcher: subprocess.Popen[bytes] | None = None
         self._to_worker = -1
@@ -273,6 +274,7 @@ class WorkerProcess:
         self.names = {str(k): str(v) for k, v in dict(header.get("names", {})).items()}
         self.missing = {str(k): wire.clean_text(v, 300) for k, v in dict(header.get("missing", {})).items()}
         self.origin = wire.clean_text(header.get("origin", ""), 500)
+        self.shown = {str(k): wire.clean_text(v, 200) for k, v in dict(header.get("shown", {})).items()}
 
     def _write_raw(self, data: bytes) -> None:
         try:
