@@ -8,7 +8,7 @@ import pytest
 
 from invariants.catalog import INVARIANTS
 from pagecheck.grading.rubric import load_rubric, parse_rubric
-from pagecheck.grading.scoreboard import render_csv, render_markdown, score_result, scores_for
+from pagecheck.grading.scoreboard import protections_line, render_csv, render_markdown, score_result, scores_for
 from tests.grading_results import result_document
 
 
@@ -126,3 +126,15 @@ def test_default_rubric_zeroes_the_runtime_tripwires_and_flags_tampering() -> No
     rubric = load_rubric()
     assert [rubric.anticheat[kind] for kind in ("sdpa_trap", "gather_trap", "project_import", "tamper")] == \
         ["zero", "zero", "zero", "flag"]
+
+
+def test_grades_list_the_protections_that_were_off() -> None:
+    on = {"pid_namespace": "on", "landlock": "on (ABI 7: filesystem, TCP, signals)"}
+    lesser = {"pid_namespace": "off: unshare refused (EPERM)", "landlock": "off: the kernel offers none"}
+    documents = [result_document("a", {"lazy_tail": ["pass"]}), result_document("b", {"lazy_tail": ["pass"]})]
+    documents[0]["protections"], documents[1]["protections"] = on, lesser
+    line = protections_line(documents)
+    assert line == "Sandbox protections OFF: landlock (the kernel offers none); pid_namespace (unshare refused (EPERM))."
+    assert protections_line(documents[:1]) == "Sandbox: every protection was on."
+    rubric = _rubric()
+    assert line in render_markdown(scores_for(documents, rubric), ["lazy_tail"], rubric, line)

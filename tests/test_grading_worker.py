@@ -319,3 +319,24 @@ def test_subject_that_does_not_load_is_a_subject_error(tmp_path: Path) -> None:
     with pytest.raises(SubjectError, match="reference"):
         load_subject(f"sandbox:{path}")
     close_sessions()
+
+
+@pytest.mark.skipif(not LINUX, reason="Linux namespaces")
+def test_a_lesser_machine_says_what_is_off_and_still_grades(tmp_path: Path) -> None:
+    """Without namespaces and Landlock (as on macOS or an old kernel): reported off, and the rest still holds."""
+    path = tmp_path / "probes.py"
+    path.write_text(f"HARNESS_FILE = {str(ROOT / 'reference' / 'attention.py')!r}\n" + textwrap.dedent(PROBES))
+    configure(WorkerSettings(spec="{scratch}/submission/probes.py", copy_in=str(tmp_path), call_timeout_s=20,
+                             leave_off=("namespaces", "landlock")))  # fmt: skip
+    try:
+        subject = load_subject(f"sandbox:{path}")
+        session = active_session()
+        off = {name for name, state in session.protections.items() if state.startswith("off")}
+        assert {"pid_namespace", "network_namespace", "mount_namespace", "disk_quota", "landlock"} <= off
+        assert session.protections["audit_hook"].startswith("on")
+        assert probe(subject, "read_harness") == ["refused", "PermissionError"]  # the audit hook still refuses
+        assert probe(subject, "import_statement") == ["refused", "ImportError"]
+        assert probe(subject, "whoami")[1] != "/tmp"  # a scratch folder of its own, not a tmpfs
+    finally:
+        configure(None)
+        close_sessions()

@@ -147,6 +147,10 @@ def grade_submission(
     work, logs = out / "work" / submission.name, out / "logs" / submission.name
     for directory in (work, logs):
         shutil.rmtree(directory, ignore_errors=True)
+    for private in (out / "work", out / "logs", out / "results"):
+        # The grader's eyes only, even where the sandbox cannot hide them (the worker runs as another user).
+        private.mkdir(parents=True, exist_ok=True)
+        private.chmod(0o700)
     logs.mkdir(parents=True)
     work.mkdir(parents=True)
     staged = work / "staged"

@@ -48,6 +48,7 @@ DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 SCRATCH_PLACEHOLDER = "{scratch}"
 MAX_COPY_BYTES = 1 << 30
 PR_SET_DUMPABLE = 4
+LEAVABLE = ("namespaces", "landlock", "unprivileged_user")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class LaunchConfig:
     output_fd: int = -1  # command mode: the submission folder comes back on it as a tar stream
     device_paths: list[str] = field(default_factory=list)  # extra device files (a GPU's), read-write
     workdir: str = ""  # where the program starts, relative to the scratch folder
+    leave_off: list[str] = field(default_factory=list)  # of LEAVABLE: to see what a machine without them gets
 
     @staticmethod
     def from_json(text: str) -> "LaunchConfig":
@@ -136,9 +138,11 @@ def _nobody() -> tuple[int, int]:
 
 def _enter_namespaces(config: LaunchConfig, protections: Protections, as_root: bool) -> bool:
     """Unshare; True when a mount namespace (and so the scratch tmpfs) is available."""
-    if not namespaces.is_linux():
-        for name in ("pid_namespace", "network_namespace", "mount_namespace", "user_namespace"):
-            protections.off(name, f"{sys.platform} has no Linux namespaces")
+    if not namespaces.is_linux() or "namespaces" in config.leave_off:
+        why = f"{sys.platform} has no Linux namespaces" if not namespaces.is_linux() else "left off by the settings"
+        for name in ("network_namespace", "mount_namespace", "user_namespace"):
+            protections.off(name, why)
+        protections.off("pid_namespace", f"{why}; a process the submission detaches may outlive it")
         return False
     base = namespaces.CLONE_NEWNS | namespaces.CLONE_NEWPID | namespaces.CLONE_NEWNET | namespaces.CLONE_NEWIPC
     attempts = [base | namespaces.CLONE_NEWUTS] if as_root else [base | namespaces.CLONE_NEWUTS | namespaces.CLONE_NEWUSER]
@@ -148,8 +152,9 @@ def _enter_namespaces(config: LaunchConfig, protections: Protections, as_root: b
             namespaces.unshare(flags)
         except OSError as exc:
             reason = f"unshare refused ({exc.strerror or exc})"
-            for name in ("pid_namespace", "network_namespace", "mount_namespace"):
+            for name in ("network_namespace", "mount_namespace"):
                 protections.off(name, reason)
+            protections.off("pid_namespace", f"{reason}; a process the submission detaches may outlive it")
             if not as_root:
                 protections.off("user_namespace", reason)
             return False
@@ -199,6 +204,10 @@ def _prepare_mounts(config: LaunchConfig, scratch: str, protections: Protections
             os.rmdir(os.path.join(scratch, STAGE_DIR))
 
 
+def _blocked_for_others(paths: list[str]) -> bool:
+    return any(os.path.exists(p) and namespaces.blocked_ancestor(p) is not None for p in paths)
+
+
 def _below(path: str, folder: str) -> bool:
     real, base = os.path.realpath(path), os.path.realpath(folder)
     return real == base or real.startswith(base + os.sep)
@@ -244,8 +253,10 @@ def _sandbox_program(config: LaunchConfig, scratch: str, protections: Protection
     """In the program's process, after fork: limits, Landlock, then exec. Never returns."""
     try:
         os.setsid()
+        if namespaces.is_linux():  # dies with init even where no PID namespace ends them together
+            namespaces.prctl(namespaces.PR_SET_PDEATHSIG, int(signal.SIGKILL))
         _apply_limits(config, protections)
-        if landlock.abi_version():
+        if landlock.abi_version() and "landlock" not in config.leave_off:
             landlock.restrict(read_paths, [scratch], [*DEVICE_FILES, *config.device_paths])  # failing is fatal
         else:
             namespaces.prctl(landlock.PR_SET_NO_NEW_PRIVS, 1)  # no Landlock: at least no new privileges
@@ -292,7 +303,14 @@ def _init(config: LaunchConfig, scratch: str, protections: Protections, as_root:
                 protections.on("private_proc")
             except OSError as exc:
                 protections.off("private_proc", f"mounting /proc refused ({exc.strerror or exc})")
-        if as_root:
+        if as_root and "unprivileged_user" in config.leave_off:
+            protections.off("unprivileged_user", "left off by the settings: the program runs as root")
+        elif as_root and not has_mounts and _blocked_for_others(read_paths):
+            protections.off("unprivileged_user", "Python lies in a folder closed to other users, and without a "
+                                                 "mount namespace it cannot be opened to them: the program runs as root")  # fmt: skip
+        elif as_root and not has_mounts:
+            _drop_to_nobody(protections)
+        elif as_root:
             _drop_to_nobody(protections)
             try:
                 uid, gid = os.getuid(), os.getgid()
@@ -308,7 +326,9 @@ def _init(config: LaunchConfig, scratch: str, protections: Protections, as_root:
             namespaces.prctl(namespaces.PR_SET_PDEATHSIG, int(signal.SIGKILL))
             namespaces.prctl(namespaces.PR_SET_CHILD_SUBREAPER, 1)
         landlock_abi = landlock.abi_version()
-        if landlock_abi:
+        if "landlock" in config.leave_off:
+            protections.off("landlock", "left off by the settings")
+        elif landlock_abi:
             protections.on("landlock", f"ABI {landlock_abi}: filesystem, TCP{', signals' if landlock_abi >= 6 else ''}")
         else:
             protections.off("landlock", "the kernel offers none: files outside the scratch folder are readable "
@@ -374,7 +394,7 @@ def launch(config: LaunchConfig) -> int:
     as_root = os.geteuid() == 0
     has_mounts = _enter_namespaces(config, protections, as_root)
     owner = None
-    if as_root:
+    if as_root and "unprivileged_user" not in config.leave_off and (has_mounts or not _blocked_for_others(config.read_paths)):
         try:
             owner = _nobody()
         except KeyError:

@@ -53,6 +53,7 @@ MEMORY_ERROR = "MemoryError"
 # until a request of any other kind (a call, a write, an item assignment) is sent.
 READ_ONLY_OPS = frozenset({"getattr", "release"})
 SMALL_VALUE_ITEMS = 4096
+MAX_EVENTS = 2000  # reports kept per session (incidents are always kept)
 
 
 class StaleHandleError(RuntimeError):
@@ -83,6 +84,8 @@ class Session:
     # -- the worker ----------------------------------------------------------------------------------------------
 
     def _record(self, event: dict[str, Any]) -> None:
+        if len(self.events) >= MAX_EVENTS and event.get("kind") != "incident":
+            return  # a worker that reports without end is out of tripwires to show, not out of memory
         self.events.append({"check": self.check, **{k: wire.clean_text(v, 500) if isinstance(v, str) else v
                                                     for k, v in event.items() if k != "step"}})  # fmt: skip
 

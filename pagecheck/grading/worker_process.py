@@ -81,6 +81,7 @@ class WorkerSettings:
     log_path: str | None = None
     hide_paths: tuple[str, ...] = ()
     extra_read_paths: tuple[str, ...] = ()
+    leave_off: tuple[str, ...] = ()  # sandbox mechanisms not to use (launcher.LEAVABLE), to see a lesser machine
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -89,7 +90,7 @@ class WorkerSettings:
     def from_json(text: str) -> "WorkerSettings":
         document = json.loads(text)
         document["limits"] = WorkerLimits(**document.get("limits", {}))
-        for name in ("import_paths", "hide_paths", "extra_read_paths"):
+        for name in ("import_paths", "hide_paths", "extra_read_paths", "leave_off"):
             document[name] = tuple(document.get(name, ()))
         return WorkerSettings(**document)
 
@@ -213,6 +214,7 @@ class WorkerProcess:
             pass_fds=[fds["worker_in"], fds["worker_out"]],
             status_fd=fds["status"],
             device_paths=device_paths,
+            leave_off=list(settings.leave_off),
         )
 
     def start(self) -> None:
