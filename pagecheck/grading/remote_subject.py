@@ -29,6 +29,7 @@ the transport, never a student). Grading configures the Session through
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import tempfile
 import weakref
@@ -74,7 +75,6 @@ class Session:
         self.events: list[dict[str, Any]] = []  # tripwire reports and incidents, each with its check
         self.protections: dict[str, str] = {}
         self.scratch = ""  # the worker's scratch folder: the submission is at SCRATCH/submission
-        self.starts = 0
         self._proxies: weakref.WeakValueDictionary[int, RemoteObject] = weakref.WeakValueDictionary()
         self._released: list[int] = []
         self._reads: dict[tuple[int, str], Any] = {}
@@ -91,7 +91,6 @@ class Session:
 
     def start(self) -> WorkerProcess:
         worker = WorkerProcess(self.settings, self._record)
-        self.starts += 1
         try:
             worker.start()
         finally:
@@ -516,6 +515,8 @@ def load_sandbox_subject(spec: str) -> Subject:
     else:
         settings, staging = _standalone_settings(inner)
     session = Session(settings, staging)
+    if not _sessions:
+        atexit.register(close_sessions)  # without the grading plugin nothing else ends the workers and their folders
     _sessions.append(session)  # a session that failed keeps what the worker reported while it loaded
     try:
         worker = session.start()

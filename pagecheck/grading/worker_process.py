@@ -179,7 +179,6 @@ class WorkerProcess:
         self.origin = ""
         self.scratch = ""  # the worker's scratch folder, as its paths show it
         self.shown: dict[str, str] = {}  # API name -> how it prints in process (module.qualname, for classes)
-        self.final_report: dict[str, Any] = {}  # init's report on the worker's end (exit, maxrss_kb, cpu_s)
         self._launcher: subprocess.Popen[bytes] | None = None
         self._to_worker = -1
         self._reader: wire.FrameReader | None = None
@@ -389,7 +388,7 @@ class WorkerProcess:
 
     def stop(self) -> None:
         """End the sandbox and everything in it; safe to call more than once. A worker that is waiting for a
-        request gets end-of-file and a moment to exit (so init reports its CPU time), then everything is killed."""
+        request gets end-of-file and a moment to exit on its own, then everything is killed."""
         if self._launcher is None:
             return
         if self._to_worker >= 0:
@@ -401,7 +400,6 @@ class WorkerProcess:
                 pass
         self._kill()
         self._launcher.wait()
-        self.final_report = self._read_status()
         for fd in (self._to_worker, self._status_fd):
             if fd >= 0:
                 try:
