@@ -6,6 +6,7 @@ A spec names where the subject's API lives:
     reference            the float64 oracle behind the same API
     some.module          any importable module exposing the names at top level
     path/to/file.py      a single file exposing the names at top level
+    sandbox:SPEC         SPEC loaded in a sandboxed worker process (pagecheck/grading/remote_subject.py)
     tiny-llm:PATH        a tiny-llm checkout: its Week 3 modules are imported from PATH/src
 
 A subject may lack names (a Week 3 learner may not have written
@@ -40,7 +41,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 # The subject API: every check asks for one of these by name.
 API_NAMES = ("paged_attention", "TinyKvPagedPool", "TinyKvPagedCache", "BatchingKvCache")
@@ -69,9 +70,20 @@ API_METHODS = {
 EMPTY_ALLOWED = frozenset({"TinyKvPagedCache.materialize"})
 
 TINY_LLM_PREFIX = "tiny-llm:"
+SANDBOX_PREFIX = "sandbox:"
 # A checkout's C++ extension package, built in place under src/extensions (`from extensions import tiny_llm_ext`).
 TINY_LLM_EXTENSIONS = "extensions"
-SPEC_HELP = "impl, reference, a dotted module name, a path to a .py file, or tiny-llm:PATH"
+SPEC_HELP = "impl, reference, a dotted module name, a path to a .py file, tiny-llm:PATH, or sandbox:SPEC"
+# Loaders of spec prefixes that layers above the suite provide (grading registers SANDBOX_PREFIX), so the
+# suite loads such a subject without importing them: register_prefix_loader.
+PREFIX_LOADERS: dict[str, Callable[[str], "Subject"]] = {}
+
+
+def register_prefix_loader(prefix: str, loader: Callable[[str], "Subject"]) -> None:
+    """Resolve specs that start with `prefix` by `loader(spec)`."""
+    if not prefix.endswith(":"):
+        raise ValueError(f"prefix={prefix!r} must end with ':'")
+    PREFIX_LOADERS[prefix] = loader
 
 
 class SubjectError(ValueError):
@@ -85,6 +97,9 @@ class Subject:
     names: dict[str, Any] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)  # name -> why it is absent
     stubs: tuple[str, ...] = ()  # API functions left as stubs, e.g. "TinyKvPagedPool.__init__"
+    # False when the names are proxies of objects in another process (grading's sandboxed worker): a check
+    # cannot patch such a subject's methods or watch its calls to MLX from here.
+    in_process: bool = True
 
     def has(self, name: str) -> bool:
         return name in self.names
@@ -127,6 +142,14 @@ def _resolve(spec: str) -> Subject:
         return _from_modules(spec, [_import(spec, "pagecheck.reference.subject")])
     if spec.startswith(TINY_LLM_PREFIX):
         return _name_stubs(_from_tiny_llm(spec, spec[len(TINY_LLM_PREFIX) :]))
+    for prefix, loader in PREFIX_LOADERS.items():
+        if spec.startswith(prefix):
+            return loader(spec)
+    if spec.startswith(SANDBOX_PREFIX):
+        raise SubjectError(
+            f"subject spec={spec!r}: {SANDBOX_PREFIX} subjects run in grading's sandboxed worker; "
+            "load it with `-p pagecheck.grading.child_plugin`"
+        )
     if spec.endswith(".py") or "/" in spec or "\\" in spec:
         return _name_stubs(_from_modules(spec, [_import_file(spec)]))
     if all(part.isidentifier() for part in spec.split(".")):
@@ -141,6 +164,8 @@ def absolute_spec(spec: str) -> str:
     module names are returned as they are (a module resolves through sys.path).
     """
     spec = spec.strip()
+    if spec.startswith(SANDBOX_PREFIX):
+        return SANDBOX_PREFIX + absolute_spec(spec[len(SANDBOX_PREFIX) :])
     if spec.startswith(TINY_LLM_PREFIX):
         return TINY_LLM_PREFIX + str(Path(spec[len(TINY_LLM_PREFIX) :]).expanduser().resolve())
     if spec not in ("impl", "reference") and (spec.endswith(".py") or "/" in spec or "\\" in spec):

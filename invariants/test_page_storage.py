@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 
 from pagecheck.invariants.course import DAY_3, DAY_4
+from pagecheck.invariants.neutral_skips import require_in_process
+from pagecheck.invariants.subject import Subject
 from pagecheck.invariants.verdict import expect
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
@@ -110,10 +112,11 @@ def test_reset_empties_an_idle_pool(pool_type: type, cache_type: type, rng: np.r
 
 @pytest.mark.course(f"{DAY_3}::test_task_1_materializes_page_storage_without_dense_gather")
 def test_materialize_evaluates_the_storage_without_a_dense_gather(
-    pool_type: type, cache_type: type, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+    pool_type: type, cache_type: type, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, subject: Subject
 ) -> None:
     import mlx.core as mx
 
+    require_in_process(subject, "materialize's calls to gather_dense and mx.eval are watched")
     pool = pool_type(4)
     cache = cache_type(pool)
     if not callable(getattr(cache, "materialize", None)):

@@ -22,6 +22,8 @@ import pytest
 
 from pagecheck.invariants.calls import attention_over_metadata, cache_state, like_pages, metadata_layout, pool_state, same_pool_state
 from pagecheck.invariants.course import DAY_3, DAY_4, INVALID_METADATA
+from pagecheck.invariants.neutral_skips import require_in_process
+from pagecheck.invariants.subject import Subject
 from pagecheck.invariants.verdict import InvariantViolation, expect, expect_close, expect_value_error, same_array
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
@@ -377,8 +379,9 @@ def _live_tokens(pool: Any, cache: Any) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("filled", [0, 2], ids=["fresh-cache", "tail-half-full"])
 def test_append_whose_second_page_write_fails_changes_nothing(
     pool_type: type, cache_type: type, paged_attention: Any, filled: int, rng: np.random.Generator,
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, subject: Subject,
 ) -> None:
+    require_in_process(subject, "the failure is injected into the pool's write_page_slice")
     pool = pool_type(PAGE_SIZE)
     if not callable(getattr(pool, "write_page_slice", None)):
         pytest.skip("the subject's TinyKvPagedPool has no write_page_slice to inject a failure into")

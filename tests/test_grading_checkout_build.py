@@ -9,7 +9,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from pagecheck.grading.build import build_environment
+from pagecheck.grading.sandboxed_command import SYSTEM_BIN_PATH, build_path
 from pagecheck.grading.submission import Submission, find_kind, stage_copy, submission_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,12 +29,10 @@ def test_nanobind_is_a_runtime_dependency_pinned_as_the_build_pins_it() -> None:
 
 
 def test_the_build_finds_the_interpreters_own_build_tools() -> None:
-    env = build_environment({"PATH": "/nonexistent", "HOME": "/tmp"})
+    # The sandboxed build's PATH: this interpreter's scripts (pip's cmake), then the system's folders.
     scripts = str(Path(sys.executable).parent)
-    assert env["PATH"].split(os.pathsep) == [scripts, "/nonexistent"]
-    assert env["HOME"] == "/tmp"
-    assert shutil.which("cmake", path=env["PATH"]) is not None
-    assert build_environment({})["PATH"] == scripts
+    assert build_path().split(os.pathsep) == [scripts, *SYSTEM_BIN_PATH.split(os.pathsep)]
+    assert shutil.which("cmake", path=build_path()) is not None
 
 
 def test_a_checkouts_compiled_extension_is_not_staged(tmp_path: Path) -> None:

@@ -26,18 +26,37 @@ def test_failure_comes_with_a_public_reproduction() -> None:
     assert "read 4 keys, expected 5" in text
     assert (
         f"{shlex.quote(sys.executable)} -m pytest -p no:cacheprovider --pyargs pagecheck.invariants.test_context_len::test_0 "
-        f"--pagecheck-subject /submissions/amy.py --pagecheck-seed {PUBLIC_SEED} -p {PLUGIN}"
+        f"--pagecheck-subject sandbox:/submissions/amy.py --pagecheck-seed {PUBLIC_SEED} -p {PLUGIN}"
     ) in text
     assert "## Invariants met\n\nlazy_tail." in text
 
 
-def test_hidden_only_failure_shows_no_hidden_seed() -> None:
+def test_hidden_only_failure_shows_only_the_fact() -> None:
     document = result_document("amy", {"context_len": ["fail"]})
     seed = document["passes"][1]["seed"]
-    document["checks"][0].update(passes=["hidden"], message=f"Falsifying example drawn with seed {seed}")
+    # Student-controlled text (an exception message) carrying the hidden inputs and the seed.
+    message = f"ValueError: leaked query[0]=0.123456 block_table=[[3, 1]] seed {seed}"
+    document["checks"][0].update(passes=["hidden"], message=message)
     text = render_feedback(document, RUBRIC)
-    assert str(seed) not in text and HIDDEN_MASK in text
+    assert str(seed) not in text and "0.123456" not in text and "leaked" not in text and "[[3, 1]]" not in text
+    assert "- `test_0`: fail on hidden inputs" in text
     assert "Only the hidden inputs showed this" in text
+
+
+def test_public_failure_message_is_shown_with_hidden_seed_digits_masked() -> None:
+    document = result_document("amy", {"context_len": ["fail"]})
+    seed = document["passes"][1]["seed"]
+    document["checks"][0].update(passes=["public", "hidden"], message=f"read 4 keys; drew {seed}")
+    text = render_feedback(document, RUBRIC)
+    assert "read 4 keys" in text and str(seed) not in text and HIDDEN_MASK in text
+
+
+def test_run_that_ended_on_hidden_inputs_shows_no_detail() -> None:
+    document = result_document("amy", {"context_len": ["pass"]}, verdict="crashed")
+    document.update(detail="SIGSEGV at query 0.987654", failed_pass="hidden",
+                    running_check="invariants/test_context_len.py::test_0")  # fmt: skip
+    text = render_feedback(document, RUBRIC)
+    assert "0.987654" not in text and "It happened on the hidden inputs." in text
 
 
 def test_hidden_seed_differs_per_submission_and_secret() -> None:

@@ -1,13 +1,18 @@
-"""End to end: `pagecheck grade` on the fixture submissions (tests/grading_fixtures/ and three mutants).
+"""End to end: `pagecheck grade` on the fixture gallery (tests/grading_fixtures/README.md lists it).
 
-The whole fixture set is graded once per test run, by whichever test asks
-first (under xdist the workers share it through a lock file), with a reduced
-set of invariants, short limits and two jobs. These are the slowest tests of
-the repository: marked `slow`.
+The whole gallery (honest, broken and hostile submissions together) is graded
+once per test run, by whichever test asks first (under xdist the workers
+share it through a lock file), with a reduced set of invariants, short limits
+and two jobs. Expected points are literal numbers, worked out by hand from
+the fixture rubric (release_once 10, lazy_tail 10, head_dims 5,
+inputs_unchanged 5 which requires head_dims; every finding zeroes the total
+except tamper, which only flags). These are the slowest tests of the
+repository: marked `slow`.
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import fcntl
 import json
@@ -21,12 +26,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import xml.etree.ElementTree as ElementTree
-
 import jsonschema
 import pytest
 
-from pagecheck.grading.class_overview import BROKEN_PLOT_FILE, POINTS_PLOT_FILE
 from pagecheck.grading.outputs import write_outputs
 from pagecheck.grading.results_store import load_all_results
 from pagecheck.grading.rubric import load_rubric
@@ -37,70 +39,120 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "grading_fixtures"
-MUTANTS = ROOT / "tests" / "mutants"
+CORRECT = FIXTURES / "correct"
+HOSTILE = FIXTURES / "hostile"
+OVERLAYS = FIXTURES / "overlays"
 SECRET = "grading-fixtures-secret-7d1f"
 INVARIANTS = ("release_once", "lazy_tail", "head_dims", "inputs_unchanged")
-# Limits sized for a loaded 2-core machine: a finishing pass takes a few seconds.
 RUBRIC = FIXTURES / "rubric.toml"
-OPTIONS = ["--jobs", "2", "--timeout", "30", "--memory", "2", "--seed", SECRET, "--invariants", ",".join(INVARIANTS),
-           "--rubric", str(RUBRIC)]  # fmt: skip
-RUN_LIMIT_S = 300
-SVG = "{http://www.w3.org/2000/svg}"
+OPTIONS = ["--jobs", "2", "--timeout", "240", "--call-timeout", "5", "--memory", "2", "--disk", "0.25",
+           "--seed", SECRET, "--invariants", ",".join(INVARIANTS), "--rubric", str(RUBRIC)]  # fmt: skip
+RUN_LIMIT_S = 1500
+NOBODY_UID = 65534
+LONG_NAME = "long_" + "n" * 238  # 246 characters with ".py"
+ODD_PACKAGE = b"odd_\xff_pkg"  # a folder name that is not UTF-8
+# Markers on the command lines of processes the hostile submissions start, to look for after the run.
+MARKERS = (b"pagecheck-hostile-daemon", b"pagecheck-hostile-fork-bomb", b"86400.25")
 
 
 @dataclass(frozen=True)
 class Expected:
-    path: Path
     verdict: str
-    held: frozenset[str]  # invariants that earn their points
-    flags: frozenset[str] = frozenset()
+    cells: tuple[str, str, str, str]  # release_once, lazy_tail, head_dims, inputs_unchanged, as in grades.csv
+    total: str
+    flags: str = ""
 
 
-ALL = frozenset(INVARIANTS)
-CACHES = frozenset({"release_once", "lazy_tail"})
-# Most fixtures are built from this project's code: flagged, not zeroed, by the fixture rubric.
-OWN = frozenset({"project_import"})
-SUBMISSIONS: dict[str, Expected] = {
-    "correct": Expected(FIXTURES / "correct", "ok", ALL, OWN),
-    "starter": Expected(FIXTURES / "starter", "ok", frozenset()),
-    "needs_extension": Expected(FIXTURES / "needs_extension", "build-failed", frozenset()),
-    "segfault": Expected(FIXTURES / "segfault.py", "crashed (SIGSEGV)", frozenset(), OWN),
-    "hang": Expected(FIXTURES / "hang.py", "timed-out", frozenset(), OWN),
-    "hoard": Expected(FIXTURES / "hoard.py", "out-of-memory", frozenset(), OWN),
-    # Its attention fails where SDPA is trapped, and the findings set its total to 0.
-    "calls_sdpa": Expected(FIXTURES / "calls_sdpa.py", "ok", CACHES, OWN | {"sdpa_call", "dense_gather", "sdpa_trap"}),
-    # inputs_unchanged passes but needs head_dims (see the rubric), which these break.
-    "context_minus_one": Expected(MUTANTS / "context_minus_one.py", "ok", CACHES, OWN),
-    "page_order_reversed": Expected(MUTANTS / "page_order_reversed.py", "ok", CACHES, OWN),
-    # Grading checks the inputs of every call, so its clamping fails the head_dims checks too.
-    "block_table_clamped_in_place": Expected(MUTANTS / "block_table_clamped_in_place.py", "ok", CACHES, OWN),
+NOTHING = ("0", "0", "0", "0")  # an unfinished run; or every check skipped, or failed
+CACHES_ONLY = ("10", "10", "0", "0")  # the pool and cache are right, the attention is not
+EVERYTHING = ("10", "10", "5", "5")
+EXPECTED: dict[str, Expected] = {
+    "correct": Expected("ok", EVERYTHING, "30"),
+    "starter": Expected("ok", ("0", "0", "0", "0"), "0"),
+    "needs_extension": Expected("build-failed", NOTHING, "0"),
+    # overlays on correct/
+    "segfault": Expected("ok", CACHES_ONLY, "20"),
+    "hang": Expected("ok", CACHES_ONLY, "20"),
+    "hoard": Expected("ok", CACHES_ONLY, "20"),
+    "calls_sdpa": Expected("ok", CACHES_ONLY, "0", "dense_gather gather_trap sdpa_call sdpa_trap"),
+    "sdpa_original": Expected("ok", CACHES_ONLY, "0", "dense_gather gather_trap sdpa_trap"),
+    "fancy_gather": Expected("ok", EVERYTHING, "0", "gather_trap"),
+    "getattr_concat": Expected("ok", EVERYTHING, "0", "gather_trap"),
+    "clamps_block_table": Expected("ok", CACHES_ONLY, "20"),
+    "kill_parent": Expected("ok", EVERYTHING, "30"),
+    "fill_disk": Expected("ok", EVERYTHING, "30"),
+    "flood": Expected("ok", EVERYTHING, "30"),
+    # hostile
+    "atexit_rewrite": Expected("load-failed", NOTHING, "0"),  # it exposes none of the API names
+    "gc_pytest_hook": Expected("load-failed", NOTHING, "0", "tamper"),  # it exposes none of the API names
+    "import_module_reference": Expected("load-failed", NOTHING, "0", "project_import"),
+    "dunder_import_impl": Expected("load-failed", NOTHING, "0", "project_import"),
+    "reference": Expected("load-failed", NOTHING, "0", "project_import"),
+    "impl": Expected("load-failed", NOTHING, "0"),  # its own empty package: nothing to check
+    "patch_helpers": Expected("ok", NOTHING, "0", "project_import"),
+    "fork_setsid_daemon": Expected("ok", NOTHING, "0"),
+    "rewrite_others": Expected("ok", NOTHING, "0"),
+    "exfiltrate_secret": Expected("ok", NOTHING, "0"),
+    "fork_bomb": Expected("ok", NOTHING, "0"),
+    "setsid_sleeps": Expected("ok", NOTHING, "0"),
+    # Throwing MLX out of sys.modules breaks the worker's own arrays: every call fails before any SDPA.
+    "reimport_mlx": Expected("ok", NOTHING, "0", "sdpa_call tamper"),
+    "network": Expected("ok", NOTHING, "0"),
+    "odd___pkg": Expected("load-failed", NOTHING, "0"),  # Python cannot import a package of that name
+    f"{LONG_NAME[:87]}-{'x' * 12}": Expected("ok", NOTHING, "0"),  # the hash is checked separately
 }
-# Graded again with an interruption: two that take a while and one that is quick.
-INTERRUPTED = ("context_minus_one", "correct", "segfault")
+HONEST = ("correct", "kill_parent", "fill_disk", "flood")
+INTERRUPTED = ("correct", "segfault", "starter")
+
+
+def build_gallery(where: Path) -> list[Path]:
+    """Every submission of the gallery, the overlays and odd names made up in `where`."""
+    paths = [CORRECT, FIXTURES / "starter", FIXTURES / "needs_extension"]
+    for overlay in sorted(OVERLAYS.iterdir()):
+        target = where / overlay.name
+        shutil.copytree(CORRECT, target)
+        shutil.copy(CORRECT / "src" / "tiny_llm" / "attention.py", target / "src" / "tiny_llm" / "honest_attention.py")
+        shutil.copytree(overlay, target, dirs_exist_ok=True)
+        paths.append(target)
+    paths += sorted(p for p in HOSTILE.iterdir() if p.name != "odd_names.py" and p.name != "__pycache__")
+    source = (HOSTILE / "odd_names.py").read_bytes()
+    (where / f"{LONG_NAME}.py").write_bytes(source)
+    package = Path(os.fsdecode(os.path.join(os.fsencode(where), ODD_PACKAGE)))
+    package.mkdir()
+    (package / "__init__.py").write_bytes(source)
+    (package / os.fsdecode(b"data_\xfe.py")).write_bytes(b"VALUE = 1\n")
+    (package / ("x" * 243 + ".py")).write_bytes(b"VALUE = 2\n")
+    return [*paths, where / f"{LONG_NAME}.py", package]
 
 
 def grade(paths: list[Path], out: Path, *extra: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "pagecheck.cli", "grade", *map(str, paths), "--out", str(out), *OPTIONS, *extra]
+    command = [sys.executable, "-m", "pagecheck.cli", "grade", *map(os.fspath, paths), "--out", str(out), *OPTIONS,
+               *extra]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S)
-    assert done.returncode == 0, f"{' '.join(command)}\n{done.stdout}\n{done.stderr}"
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S,
+                          errors="replace")  # fmt: skip
+    assert done.returncode == 0, f"{' '.join(map(str, command))}\n{done.stdout}\n{done.stderr}"
     return done
 
 
 @pytest.fixture(scope="session")
-def graded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """OUT of one uninterrupted grading run of every fixture submission."""
-    paths = [e.path for e in SUBMISSIONS.values()]
+def gallery(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return build_gallery(tmp_path_factory.mktemp("gallery"))
+
+
+@pytest.fixture(scope="session")
+def graded(tmp_path_factory: pytest.TempPathFactory, gallery: list[Path]) -> Path:
+    """OUT of one uninterrupted grading run of the whole gallery."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         out = tmp_path_factory.mktemp("graded")
-        grade(paths, out)
+        grade(gallery, out)
         return out
     shared = tmp_path_factory.getbasetemp().parent  # one directory for all workers of this run
     out = shared / "graded"
     with open(shared / "graded.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "grades.csv").exists():
-            grade(paths, out)
+            grade(gallery, out)
     return out
 
 
@@ -109,40 +161,32 @@ def scoreboard_rows(out: Path) -> dict[str, dict[str, str]]:
         return {row["submission"]: row for row in csv.DictReader(file)}
 
 
-def test_every_fixture_gets_its_verdict_and_points(graded: Path) -> None:
-    rubric = load_rubric(RUBRIC)
-    rows = scoreboard_rows(graded)
-    assert sorted(rows) == sorted(SUBMISSIONS)
-    for name, expected in SUBMISSIONS.items():
+def _expected_name(name: str) -> str:
+    return f"{name[:87]}-{'x' * 12}" if name.startswith("long_") else name
+
+
+def test_every_submission_gets_its_verdict_points_and_flags(graded: Path) -> None:
+    rows = {_expected_name(name): row for name, row in scoreboard_rows(graded).items()}
+    assert sorted(rows) == sorted(EXPECTED), "the run finished for every submission, and only those"
+    for name, expected in EXPECTED.items():
         row = rows[name]
-        assert row["verdict"] == expected.verdict, f"{name}: {row}"
-        held = {i for i in INVARIANTS if float(row[i]) == rubric.points_for(i)}
-        assert held == set(expected.held), f"{name}: {row}"
-        assert set(row["flags"].split()) == set(expected.flags), f"{name}: {row}"
-        total = 0.0 if rubric.zeroes_total(set(expected.flags)) else sum(rubric.points_for(i) for i in expected.held)
-        assert float(row["total"]) == total, f"{name}: {row}"
+        got = (row["verdict"], tuple(row[i] for i in INVARIANTS), row["total"], row["flags"])
+        assert got == (expected.verdict, expected.cells, expected.total, expected.flags), name
 
 
-def test_grades_md_opens_with_a_class_overview_of_the_gallery(graded: Path) -> None:
-    page = (graded / "grades.md").read_text()
-    assert page.startswith("# Grades") and page.index("## Class overview") < page.index("| submission |")
-    finished = [name for name, e in SUBMISSIONS.items() if e.verdict == "ok"]
-    rows = [line.strip("| ").split(" | ") for line in page.splitlines() if line.startswith("| ") and line.endswith("% |")]
-    assert sorted(row[0] for row in rows) == sorted(INVARIANTS)
-    shares = [int(row[3].rstrip("%")) for row in rows]
-    assert shares == sorted(shares, reverse=True)  # most-broken first
-    by_invariant = {row[0]: (int(row[1]), int(row[2])) for row in rows}
-    # Every finished fixture runs release_once's and head_dims' checks; only the starter breaks release_once,
-    # and only the correct checkout keeps head_dims.
-    assert by_invariant["release_once"] == (1, len(finished))
-    assert by_invariant["head_dims"] == (len(finished) - 1, len(finished))
-    unfinished = [name for name, e in SUBMISSIONS.items() if e.verdict != "ok"]
-    assert all(name in page.split("| invariant |")[0] for name in unfinished)
-    histogram = ElementTree.parse(graded / POINTS_PLOT_FILE).getroot()
-    counts = [int(e.find(f"{SVG}title").text.split(": ")[1]) for e in histogram.iter() if e.get("class") == "bar"]
-    assert sum(counts) == len(SUBMISSIONS)
-    shares = ElementTree.parse(graded / BROKEN_PLOT_FILE).getroot()
-    assert len([e for e in shares.iter() if e.get("class") == "bar"]) == len(INVARIANTS)
+def test_honest_submissions_keep_their_exact_score(graded: Path) -> None:
+    rows = scoreboard_rows(graded)
+    assert {name: rows[name]["total"] for name in HONEST} == {name: "30" for name in HONEST}
+    correct = {d["name"]: d for d in load_all_results(graded)}["correct"]
+    assert correct["findings"] == [] and correct["incidents"] == []
+    assert all(check["outcome"] == "pass" for check in correct["checks"])
+
+
+def test_long_and_odd_names_get_short_safe_names(graded: Path) -> None:
+    names = [d["name"] for d in load_all_results(graded)]
+    long_names = [n for n in names if n.startswith("long_")]
+    assert len(long_names) == 1 and len(long_names[0]) == 100 and re.fullmatch(r"long_n+-[0-9a-f]{12}", long_names[0])
+    assert "odd___pkg" in names
 
 
 def test_results_follow_their_schema(graded: Path) -> None:
@@ -151,56 +195,97 @@ def test_results_follow_their_schema(graded: Path) -> None:
         jsonschema.Draft202012Validator(schema).validate(document)
 
 
+def test_worker_deaths_fail_only_their_own_checks(graded: Path) -> None:
+    results = {d["name"]: d for d in load_all_results(graded)}
+    for name, kind in (("segfault", "crashed"), ("hang", "timed-out"), ("hoard", "out-of-memory")):
+        incidents = results[name]["incidents"]
+        assert incidents and {i["kind"] for i in incidents} == {kind}, name
+        failed = {c["invariant"] for c in results[name]["checks"] if c["outcome"] != "pass"}
+        assert failed == {"head_dims", "inputs_unchanged"}, name
+    assert "SIGSEGV" in results["segfault"]["incidents"][0]["detail"]
+
+
 def test_every_call_is_checked_for_changed_inputs(graded: Path) -> None:
     results = {d["name"]: d for d in load_all_results(graded)}
-    failed = {c["invariant"] for c in results["block_table_clamped_in_place"]["checks"]
+    failed = {c["invariant"] for c in results["clamps_block_table"]["checks"]
               if "changed its input block_table" in c["message"]}  # fmt: skip
     assert failed == {"head_dims", "inputs_unchanged"}
 
 
-def test_run_problems_name_the_check_that_was_running(graded: Path) -> None:
-    results = {d["name"]: d for d in load_all_results(graded)}
-    for name in ("segfault", "hang", "hoard"):
-        assert results[name]["running_check"], name
-        feedback = (graded / "feedback" / f"{name}.md").read_text()
-        assert results[name]["running_check"].split("::", 1)[-1] in feedback
-    assert "MemoryError" in results["hoard"]["detail"]
-    assert "does not load" in results["needs_extension"]["detail"]
-    assert (graded / "logs" / "needs_extension" / "build.log").read_text().count("error") > 0
+def _processes(uid: int | None = None, markers: tuple[bytes, ...] = ()) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if uid is not None and proc.stat().st_uid == uid:
+                found.append(int(proc.name))
+            elif markers and any(m in (proc / "cmdline").read_bytes() for m in markers):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
 
 
-def test_student_files_never_show_the_secret(graded: Path) -> None:
-    hidden = [str(hidden_seed(SECRET, name)) for name in SUBMISSIONS]
-    for path in [*sorted((graded / "feedback").glob("*.md")), graded / "grades.md", graded / "grades.csv"]:
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_no_process_of_any_submission_outlives_the_run(graded: Path) -> None:
+    assert _processes(markers=MARKERS) == []
+    if os.geteuid() == 0:  # every submission ran as nobody
+        assert _processes(uid=NOBODY_UID) == []
+
+
+def _spellings(text: str) -> list[str]:
+    return [text, "-".join(text), text[::-1], base64.b64encode(text.encode()).decode(), text.encode().hex()]
+
+
+def test_secret_is_in_no_file_a_student_sees(graded: Path) -> None:
+    secrets = _spellings(SECRET)
+    hidden = [str(hidden_seed(SECRET, d["name"])) for d in load_all_results(graded)]
+    student_files = [*sorted((graded / "feedback").glob("*.md")), graded / "grades.md", graded / "grades.csv"]
+    for path in student_files:
         text = path.read_text()
-        assert SECRET not in text, path
+        assert not any(secret in text for secret in secrets), path
         assert not any(seed in text for seed in hidden), path
-    # The hidden pass did run, with the hidden seed, for every submission whose public pass finished.
+    exfiltrator = (graded / "feedback" / "exfiltrate_secret.md").read_text()
+    assert "exfiltrated:" in exfiltrator  # its message did reach the feedback: it holds nothing secret
+
+
+def test_hidden_pass_ran_with_the_hidden_seed(graded: Path) -> None:
     results = {d["name"]: d for d in load_all_results(graded)}
     assert [p["seed"] for p in results["correct"]["passes"]] == [20240901, hidden_seed(SECRET, "correct")]
 
 
-def test_feedback_command_reproduces_the_failure(graded: Path, tmp_path: Path) -> None:
+def test_grades_name_the_sandbox_protections(graded: Path) -> None:
+    text = (graded / "grades.md").read_text()
+    assert re.search(r"^Sandbox(: every protection was on| protections OFF: .+)\.$", text, flags=re.MULTILINE)
+    correct = {d["name"]: d for d in load_all_results(graded)}["correct"]
+    assert {"pid_namespace", "landlock", "audit_hook", "disk_quota"} <= set(correct["protections"])
+
+
+def test_worker_output_is_capped(graded: Path) -> None:
+    for log in (graded / "logs" / "flood").glob("*-worker.log"):
+        assert log.stat().st_size < (1 << 20) + 4096, log
+        assert "more bytes of worker output dropped" in log.read_text(errors="replace")
+
+
+def test_feedback_command_reproduces_the_failure(graded: Path, gallery: list[Path], tmp_path: Path) -> None:
     # A failure only the grading plugin shows: the call changed its inputs, the output was right.
-    name = "block_table_clamped_in_place"
-    feedback = (graded / "feedback" / f"{name}.md").read_text()
+    feedback = (graded / "feedback" / "clamps_block_table.md").read_text()
     commands = re.findall(r"^    (\S+ -m pytest .*test_head_dims.*--pagecheck-seed \d+.*)$", feedback, flags=re.MULTILINE)
     assert commands, feedback
     # Pasted as written, in a directory that has nothing to do with the checkout or the submission.
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    command = commands[0] + " -p no:xdist"
-    # `python` is this environment's, as in a shell where it is activated.
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    done = subprocess.run(command, shell=True, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S)
+    done = subprocess.run(commands[0] + " -p no:xdist", shell=True, cwd=elsewhere, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
     assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout + done.stderr
     assert "changed its input block_table" in done.stdout
 
 
-def test_rerun_reuses_every_finished_result(graded: Path) -> None:
+def test_rerun_reuses_every_finished_result(graded: Path, gallery: list[Path]) -> None:
     before = {name: (graded / name).read_bytes() for name in ("grades.md", "grades.csv")}
-    done = grade([e.path for e in SUBMISSIONS.values()], graded)
-    assert f"0 to grade, {len(SUBMISSIONS)} finished earlier" in done.stderr
+    done = grade(gallery, graded)
+    assert f"0 to grade, {len(EXPECTED)} finished earlier" in done.stderr
     assert {name: (graded / name).read_bytes() for name in before} == before
 
 
@@ -214,26 +299,18 @@ def test_merged_shards_reproduce_the_scoreboard(graded: Path, tmp_path: Path) ->
                "--out", str(merged), "--rubric", str(RUBRIC)]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_LIMIT_S)
     assert done.returncode == 0, done.stdout + done.stderr
-    for name in ("grades.md", "grades.csv", POINTS_PLOT_FILE, BROKEN_PLOT_FILE):
+    for name in ("grades.md", "grades.csv"):
         assert (merged / name).read_bytes() == (graded / name).read_bytes()
 
 
 def _grader_children(out: Path) -> list[int]:
     """Processes still running with this output directory on their command line."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if str(out).encode() in (proc / "cmdline").read_bytes():
-                    found.append(int(proc.name))
-            except OSError:
-                continue
-    return found
+    return _processes(markers=(str(out).encode(),))
 
 
-def test_interrupted_run_resumes_to_the_same_scoreboard(graded: Path, tmp_path: Path) -> None:
+def test_interrupted_run_resumes_to_the_same_scoreboard(graded: Path, gallery: list[Path], tmp_path: Path) -> None:
     """Kill the grader (SIGKILL) after its first result, rerun: the same bytes as an uninterrupted run."""
-    paths = [SUBMISSIONS[name].path for name in INTERRUPTED]
+    paths = [next(p for p in gallery if p.name == name) for name in INTERRUPTED]
     out = tmp_path / "interrupted"
     command = [sys.executable, "-m", "pagecheck.cli", "grade", *map(str, paths), "--out", str(out), *OPTIONS]
     grader = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -245,9 +322,9 @@ def test_interrupted_run_resumes_to_the_same_scoreboard(graded: Path, tmp_path: 
         grader.wait()
     finished_before_kill = len(list((out / "results").glob("*.json")))
     assert 1 <= finished_before_kill < len(INTERRUPTED), "the kill did not land midway"
-    if sys.platform.startswith("linux"):  # children die with the grader (PR_SET_PDEATHSIG)
+    if sys.platform.startswith("linux"):  # children and sandboxes die with the grader (PR_SET_PDEATHSIG)
         for _ in range(100):
-            if not _grader_children(out):
+            if not _grader_children(out) and not (os.geteuid() == 0 and _processes(uid=NOBODY_UID)):
                 break
             time.sleep(0.1)
         assert not _grader_children(out)

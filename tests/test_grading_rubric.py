@@ -8,7 +8,7 @@ import pytest
 
 from pagecheck.invariants.catalog import INVARIANTS
 from pagecheck.grading.rubric import load_rubric, parse_rubric
-from pagecheck.grading.scoreboard import render_csv, render_markdown, score_result, scores_for
+from pagecheck.grading.scoreboard import protections_line, render_csv, render_markdown, score_result, scores_for
 from tests.grading_results import result_document
 
 
@@ -70,6 +70,18 @@ def test_a_declined_optional_dtype_costs_no_points(scoring: str) -> None:
     assert score_result(document, _rubric(scoring=scoring)).points["context_len"] is None  # only declined checks
 
 
+@pytest.mark.parametrize("scoring", ["all-or-nothing", "fraction"])
+def test_a_check_the_sandbox_cannot_carry_costs_no_points(scoring: str) -> None:
+    document = result_document("s", {"rejection": ["pass", "skip"], "lazy_tail": ["pass", "skip"]})
+    document["checks"][1]["message"] = (
+        "needs the subject in this process: the failure is injected into the pool's write_page_slice, "
+        "and this subject runs in a sandboxed worker"
+    )
+    document["checks"][3]["message"] = "needs the subject in process"  # not the fixed start: a plain skip
+    rubric = parse_rubric({"points": {"rejection": 6, "lazy_tail": 4}, "scoring": scoring}, "t.toml")
+    assert score_result(document, rubric).points == {"rejection": 6.0, "lazy_tail": 2.0 if scoring == "fraction" else 0.0}
+
+
 def test_unfinished_run_scores_nothing() -> None:
     document = result_document("s", {"context_len": ["pass"], "lazy_tail": ["pass"]}, verdict="crashed")
     score = score_result(document, _rubric())
@@ -111,3 +123,42 @@ def test_scoreboard_is_sorted_and_reproducible() -> None:
     assert render_csv(scores, ["lazy_tail"]).splitlines() == [
         "submission,verdict,lazy_tail,total,max,flags", "amy,ok,0,0,4,", "zed,ok,4,4,4,"
     ]
+
+
+def test_every_prerequisite_must_be_met() -> None:
+    # inputs_unchanged needs both; context_len is met and lazy_tail is not, so it earns nothing.
+    rubric = _rubric(requires={"inputs_unchanged": ["context_len", "lazy_tail"]})
+    one_missing = result_document("a", {"context_len": ["pass"], "lazy_tail": ["fail"], "inputs_unchanged": ["pass"]})
+    score = score_result(one_missing, rubric)
+    assert score.points == {"context_len": 10.0, "lazy_tail": 0.0, "inputs_unchanged": 0.0}
+    assert score.total == 10.0
+    both_met = result_document("b", {"context_len": ["pass"], "lazy_tail": ["pass"], "inputs_unchanged": ["pass"]})
+    assert score_result(both_met, rubric).total == 16.0
+
+
+def test_flag_and_zeroing_finding_together() -> None:
+    rubric = _rubric(anticheat={"tamper": "flag"})
+    document = result_document("s", {"context_len": ["pass"], "lazy_tail": ["pass"]}, findings=("tamper", "gather_trap"))
+    score = score_result(document, rubric)
+    assert (score.total, score.flags) == (0.0, ("gather_trap", "tamper"))
+    flagged_only = result_document("t", {"context_len": ["pass"], "lazy_tail": ["pass"]}, findings=("tamper",))
+    assert score_result(flagged_only, rubric).total == 14.0
+    assert render_csv([score], ["context_len", "lazy_tail"]).splitlines()[1] == "s,ok,10,4,0,14,gather_trap tamper"
+
+
+def test_default_rubric_zeroes_the_runtime_tripwires_and_flags_tampering() -> None:
+    rubric = load_rubric()
+    assert [rubric.anticheat[kind] for kind in ("sdpa_trap", "gather_trap", "project_import", "tamper")] == \
+        ["zero", "zero", "zero", "flag"]
+
+
+def test_grades_list_the_protections_that_were_off() -> None:
+    on = {"pid_namespace": "on", "landlock": "on (ABI 7: filesystem, TCP, signals)"}
+    lesser = {"pid_namespace": "off: unshare refused (EPERM)", "landlock": "off: the kernel offers none"}
+    documents = [result_document("a", {"lazy_tail": ["pass"]}), result_document("b", {"lazy_tail": ["pass"]})]
+    documents[0]["protections"], documents[1]["protections"] = on, lesser
+    line = protections_line(documents)
+    assert line == "Sandbox protections OFF: landlock (the kernel offers none); pid_namespace (unshare refused (EPERM))."
+    assert protections_line(documents[:1]) == "Sandbox: every protection was on."
+    rubric = _rubric()
+    assert line in render_markdown(scores_for(documents, rubric), ["lazy_tail"], rubric, sandbox=line)

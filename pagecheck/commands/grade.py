@@ -5,8 +5,12 @@ Grading writes, under --out:
     results/<name>.json   everything about one submission (written when it finishes; reused on a rerun)
     grades.md, grades.csv the scoreboard (reproducible byte for byte: no times in it)
     feedback/<name>.md    what the student sees: failed invariants, counterexamples, commands
-    logs/<name>/          build and suite output, for the grader's eyes
+    logs/<name>/          build, suite and worker output, for the grader's eyes
     secret.txt            the secret, when --seed was not given (kept out of feedback/)
+
+Each submission runs in a sandboxed worker (pagecheck/grading/DESIGN.md); the
+protections this machine could not give are listed when the run starts and
+in grades.md.
 """
 
 from __future__ import annotations
@@ -23,13 +27,14 @@ from pagecheck.commands import options
 from pagecheck.exit_codes import ExitCode
 from pagecheck.grading.merge import merge_results
 from pagecheck.grading.outputs import write_outputs
-from pagecheck.grading.plan import GradePlan
+from pagecheck.grading.plan import DEFAULT_CALL_TIMEOUT_S, DEFAULT_DISK_BYTES, GradePlan
 from pagecheck.grading.rubric import DEFAULT_RUBRIC, Rubric, load_rubric
 from pagecheck.grading.sandbox import GIB, GradingInterrupted, LiveChildren, Limits
 from pagecheck.grading.schedule import jobs_to_run, run_jobs
 from pagecheck.grading.seeds import MIN_SECRET_LENGTH, resolve_secret
 from pagecheck.grading.shards import parse_shard
 from pagecheck.grading.submission import load_submissions
+from pagecheck.grading.worker_process import probe_protections, protections_off
 from pagecheck.progress import StageProgress
 
 NAME = "grade"
@@ -58,10 +63,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--build-timeout", type=float, default=600.0, metavar="S",
                         help="wall-clock limit of an extension build, in seconds")  # fmt: skip
     parser.add_argument("--memory", type=float, default=4.0, metavar="GB",
-                        help="address-space limit of each child process, in GiB")  # fmt: skip
+                        help="address-space limit of the sandboxed worker (and of a build), in GiB")  # fmt: skip
+    parser.add_argument("--call-timeout", type=float, default=DEFAULT_CALL_TIMEOUT_S, metavar="S",
+                        help="wall-clock limit of each call into the submission, in seconds; a call past it fails "
+                        "its check")  # fmt: skip
+    parser.add_argument("--disk", type=float, default=DEFAULT_DISK_BYTES / GIB, metavar="GB",
+                        help="size of the worker's (and a build's) scratch folder, in GiB")  # fmt: skip
     parser.add_argument("--seed", default=None, metavar="SECRET",
-                        help="secret the hidden inputs are drawn from (default: the one saved in OUT/secret.txt, "
-                        "or a new random one saved there)")  # fmt: skip
+                        help="secret the hidden inputs are drawn from (default: --seed-file, else the one saved in "
+                        "OUT/secret.txt, else a new random one saved there)")  # fmt: skip
+    parser.add_argument("--seed-file", type=Path, default=None, metavar="PATH",
+                        help="read the secret from this file, which keeps it off the command line")  # fmt: skip
     parser.add_argument("--shard", default=None, metavar="i/n", help="grade only shard i of n (1-based)")
     parser.add_argument("--force", action="store_true", help="grade again even where a finished result exists")
     parser.add_argument("--rubric", type=Path, default=None, metavar="PATH",
@@ -108,13 +120,18 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
         shard = parse_shard(args.shard)
         submissions = [s for s in submissions if shard.holds(s.name)]
     args.out.mkdir(parents=True, exist_ok=True)
+    given = args.seed
+    if args.seed_file is not None:
+        given = args.seed_file.read_text().strip()
     plan = GradePlan(
-        secret=resolve_secret(args.seed, args.out),
+        secret=resolve_secret(given, args.out),
         limits=Limits(args.timeout, int(args.memory * GIB)),
         build_timeout_s=args.build_timeout,
         profile=args.profile,
         device=args.device,
         selected=_selected_invariants(args.invariants),
+        call_timeout_s=args.call_timeout,
+        disk_bytes=int(args.disk * GIB),
     )
     if len(plan.secret) < MIN_SECRET_LENGTH:
         print(f"pagecheck {NAME}: warning: a --seed of under {MIN_SECRET_LENGTH} characters can be guessed; "
@@ -124,6 +141,9 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     todo, reused = jobs_to_run(submissions, plan, args.out, force=args.force)
     progress = StageProgress(NAME, 1, 1)
     progress.begin(f"{len(todo)} to grade, {len(reused)} finished earlier, {args.jobs} at a time; output in {args.out}")
+    if todo:
+        off = protections_off(probe_protections())
+        progress.note("sandbox: every protection is on" if not off else "sandbox: OFF on this machine: " + "; ".join(off))
     live = LiveChildren()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:

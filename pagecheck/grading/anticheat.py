@@ -18,8 +18,9 @@ Anywhere in the submission, a third:
                     is the student's own and does not count.
 
 The scan is a heuristic for a reviewer, not a proof: it sees only the
-submission's own files and direct calls. The runtime SDPA trap (sdpa_trap.py)
-backs it up for the first kind.
+submission's own files and direct calls. The sandboxed worker's tripwires
+(tripwires.py) back it up at run time, by any spelling: sdpa_trap and
+gather_trap, and its audit hook refuses (and reports) pagecheck's own code.
 """
 
 from __future__ import annotations
@@ -153,6 +154,7 @@ def scan_submission(root: Path, relative_to: Path, import_root: Path) -> list[Fi
     files = [root] if root.is_file() else sorted(root.rglob("*.py"))
     findings: list[Finding] = []
     for path in files:
-        where = path.relative_to(relative_to).as_posix()
+        # Printable: a file name need not be UTF-8, and the name ends up in feedback and grades.
+        where = path.relative_to(relative_to).as_posix().encode("utf-8", "replace").decode("utf-8")
         findings.extend(scan_source(path.read_text(encoding="utf-8", errors="replace"), where, own))
     return findings

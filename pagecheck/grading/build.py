@@ -2,23 +2,22 @@
 
 tiny-llm keeps the extension in src/extensions and builds it in place with
 `python build.py` (older checkouts: `python setup.py build_ext --inplace`).
-The build runs under the same limits as the suite (its own timeout) and its
-output goes to a log the grader keeps. It uses the grader's own interpreter and
-build tools (mlx, nanobind pinned with it, CMake: pagecheck's dependencies), so
-the module it builds matches the mlx the suite imports; the interpreter's
-scripts directory comes first on PATH so a pip-installed `cmake` is found even
-when the grader's environment is not activated. A failed build is not yet a verdict:
-the subject may not need the extension, which the first suite pass finds out.
+The build is student code (build.py, CMake's execute_process), so it runs in
+the sandbox (sandboxed_command.py) with its own timeout; what it made comes
+back into the staged copy only when it finished, and its output goes to a
+log the grader keeps. A failed build is not yet a verdict: the subject may
+not need the extension, which the first suite pass finds out.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pagecheck.grading.sandbox import LiveChildren, Limits, run_limited
+from pagecheck.grading.sandbox import LiveChildren, Limits
+from pagecheck.grading.sandboxed_command import run_sandboxed
+from pagecheck.grading.worker_process import WorkerLimits
 
 EXTENSION_DIR = Path("src") / "extensions"
 # The first script present is run, with these arguments, from the extension directory.
@@ -47,22 +46,21 @@ def build_command(root: Path) -> list[str] | None:
     return None
 
 
-def build_environment(env: dict[str, str]) -> dict[str, str]:
-    """`env` with the running interpreter's scripts directory (where pip puts cmake) first on PATH."""
-    scripts = str(Path(sys.executable).parent)
-    path = env.get("PATH", "")
-    return {**env, "PATH": os.pathsep.join([scripts, path]) if path else scripts}
-
-
 def build_extension(
-    root: Path, command: list[str], *, env: dict[str, str], limits: Limits, log_path: Path, live: LiveChildren | None
-) -> BuildOutcome:
-    build_env = build_environment(env)
-    exit = run_limited(command, cwd=root / EXTENSION_DIR, env=build_env, limits=limits, log_path=log_path, live=live)
+    staged: Path, root: Path, command: list[str], *, limits: Limits, worker_limits: WorkerLimits, log_path: Path,
+    hide_paths: list[str], live: LiveChildren | None,
+) -> BuildOutcome:  # fmt: skip
+    """Build in the sandbox; `staged` is the folder copied in and back, `root` the checkout inside it."""
+    workdir = (root / EXTENSION_DIR).relative_to(staged).as_posix()
+    run = run_sandboxed(command, copy_in=staged, workdir=workdir, timeout_s=limits.timeout_s, limits=worker_limits,
+                        log_path=log_path, hide_paths=hide_paths, live=live)  # fmt: skip
+    exit = run.exit
     script = Path(command[1]).name
     if exit.timed_out:
         return BuildOutcome(False, f"{script} timed out after {limits.timeout_s:g} s", exit.elapsed_s)
     if exit.returncode != 0:
         how = exit.signal_name or f"exit status {exit.returncode}"
         return BuildOutcome(False, f"{script} failed ({how})", exit.elapsed_s)
+    if not run.copied_back:
+        return BuildOutcome(False, f"{script} finished, but {run.detail}", exit.elapsed_s)
     return BuildOutcome(True, f"{script} built the extension", exit.elapsed_s)

@@ -2,11 +2,14 @@
 
 For each invariant that did not earn its points: the checks that failed,
 their counterexample, and a command that reruns the check on the public
-inputs. A failure that only the hidden inputs showed is reported with its
-counterexample, without the seed that drew it; the student is pointed at a
-wider public search instead. Nothing here names the secret or the hidden seed
-(any digits of the hidden seed in a message are masked), and nothing depends
-on time, so feedback files are reproducible too.
+inputs, in the same sandbox. A failure that only the hidden inputs showed is
+reported as the check's name and the fact only: no message, no
+counterexample, nothing the submission printed or raised (any of it could
+carry the hidden inputs); the student is pointed at a wider public search
+instead. The same holds for a run that did not finish on the hidden inputs.
+Nothing here names the secret or the hidden seed (any digits of the hidden
+seed in a message are masked too), and nothing depends on time, so feedback
+files are reproducible too.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pagecheck.grading.child_plugin import PLUGIN
 from pagecheck.grading.rubric import Rubric
 from pagecheck.grading.scoreboard import Score, checks_by_invariant, format_points, score_result
 from pagecheck.grading.seeds import PUBLIC_SEED
+from pagecheck.invariants.subject import SANDBOX_PREFIX
 
 HIDDEN_MASK = "<hidden seed>"
 RUN_PROBLEMS = {
@@ -33,7 +37,9 @@ FINDING_TEXT = {
     "sdpa_call": "Paged attention must read K/V through the block table itself.",
     "dense_gather": "Paged attention must not gather the pages into dense K/V.",
     "sdpa_trap": "mx.fast.scaled_dot_product_attention raises during grading.",
+    "gather_trap": "Paged attention must read K/V page by page, not gather a request's pages into one array.",
     "project_import": "A submission must not use the grader's own code.",
+    "tamper": "A submission must not reach for the grader's objects.",
 }
 
 
@@ -52,9 +58,10 @@ def _quoted(text: str) -> list[str]:
 
 
 def check_command(nodeid: str, document: dict[str, Any]) -> str:
-    """The command that reruns one check on the public inputs from any directory, with the grading
-    plugin loaded as in grading (SDPA trapped, every call's inputs checked)."""
-    command = rerun_command(nodeid, subject=document["student_spec"], seed=PUBLIC_SEED, extra=["-p", PLUGIN])
+    """The command that reruns one check on the public inputs from any directory, as grading runs it: the
+    submission in the sandboxed worker (tripwires armed), every call's inputs checked."""
+    subject = f"{SANDBOX_PREFIX}{document['student_spec']}"
+    command = rerun_command(nodeid, subject=subject, seed=PUBLIC_SEED, extra=["-p", PLUGIN])
     pythonpath = document.get("student_pythonpath")
     return f"PYTHONPATH={shlex.quote(pythonpath)} {command}" if pythonpath else command
 
@@ -63,8 +70,8 @@ def _check_lines(check: dict[str, Any], document: dict[str, Any]) -> list[str]:
     name = check["nodeid"].split("::", 1)[-1]
     on = " and ".join(f"{kind} inputs" for kind in check["passes"]) or "both passes"
     lines = [f"- `{name}`: {check['outcome']} on {on}", ""]
-    lines += _quoted(_masked(check["message"], document)) + [""]
     if "public" in check["passes"]:
+        lines += _quoted(_masked(check["message"], document)) + [""]
         lines += ["  Reproduce:", "", f"    {check_command(check['nodeid'], document)}", ""]
     else:
         lines += ["  Only the hidden inputs showed this. Search wider on public inputs:", "",
@@ -75,6 +82,9 @@ def _check_lines(check: dict[str, Any], document: dict[str, Any]) -> list[str]:
 def _run_problem(document: dict[str, Any]) -> list[str]:
     verdict = document["verdict"]
     lines = ["## The run did not finish", "", f"Verdict: **{verdict}**. {RUN_PROBLEMS[verdict]} No points are given.", ""]
+    if document.get("failed_pass") not in (None, "public"):
+        lines += [f"It happened on the {document['failed_pass']} inputs.", ""]
+        return lines
     if document.get("detail"):
         lines += _quoted(_masked(document["detail"], document)) + [""]
     running = document.get("running_check")

@@ -1,29 +1,37 @@
 """Grading one submission from start to its results file.
 
-Stage a copy into OUT/work/<name>/ (the child's working directory and HOME),
-build the extension if it has one, run the suite twice (public seed, then
-hidden seed; the second only if the first finished), combine the two passes
-check by check, scan the source, and write OUT/results/<name>.json
-atomically. Logs stay in OUT/logs/<name>/; the working copy is removed.
+Stage a copy into OUT/work/<name>/staged, build the extension if it has one
+(in the sandbox), run the suite twice, side by side (public seed and hidden
+seed; the hidden pass counts only if the public one finished), each time in
+a trusted child whose worker hosts the submission in the sandbox, combine the two passes check by
+check, scan the source, turn what the worker's tripwires reported into
+findings, and write OUT/results/<name>.json atomically. Logs stay in
+OUT/logs/<name>/ (the suite's, the worker's, the build's); the working copy
+is removed.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from pagecheck.grading.anticheat import Finding, scan_submission
 from pagecheck.grading.build import BuildOutcome, build_command, build_extension
+from pagecheck.grading.launcher import SCRATCH_PLACEHOLDER, SUBMISSION_DIR
 from pagecheck.grading.plan import GradePlan
 from pagecheck.grading.results_store import FORMAT, VERSION, result_path, write_json_atomic
 from pagecheck.grading.sandbox import LiveChildren, Limits, child_environment
-from pagecheck.grading.seeds import MIN_SECRET_LENGTH, pass_seeds
+from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SuitePassSeed, pass_seeds
 from pagecheck.grading.submission import Submission, content_digest, stage_copy
 from pagecheck.grading.suite_pass import PassOutcome, code_roots, run_suite_pass
 from pagecheck.grading.verdicts import Verdict
+from pagecheck.grading.wire import clean_text
+from pagecheck.grading.worker_process import WorkerSettings
 
+PARALLEL_PASSES = 2  # the public and the hidden pass run side by side
 # A check's outcome over both passes is the most serious of its outcomes.
 SEVERITY = ("fail", "error", "skip", "pass")
 
@@ -53,33 +61,81 @@ def submission_verdict(passes: list[PassOutcome], build: BuildOutcome | None) ->
 
 
 SECRET_MASK = "<secret>"
+# Worker reports -> finding kinds (rubric.py). Refused imports and reads of the harness are project_import.
+EVENT_FINDINGS = {
+    "sdpa_trap": "sdpa_trap",
+    "gather_trap": "gather_trap",
+    "harness_import": "project_import",
+    "harness_read": "project_import",
+    "introspection": "tamper",
+    "reimport": "tamper",
+}
+HIDDEN_PLACE = "(hidden inputs)"
 
 
-def _student_paths(text: str, student_dir: Path) -> str:
-    """Staged absolute paths shown relative to where the student runs commands from."""
-    return text.replace(f"{student_dir}/", "").replace(str(student_dir), ".")
+def _student_paths(text: str, student_dirs: list[str]) -> str:
+    """Staged and sandboxed absolute paths shown relative to where the student runs commands from."""
+    for directory in student_dirs:
+        text = text.replace(f"{directory}/", "").replace(directory, ".")
+    return text
 
 
-def _shown(text: str, student_dir: Path, secret: str) -> str:
-    """A message as results (and so feedback) keep it: student paths, and the secret masked should the
-    submission have found and printed it (it runs as the grader's user)."""
-    shown = _student_paths(text, student_dir)
+def _shown(text: str, student_dirs: list[str], secret: str) -> str:
+    """A message as results (and so feedback) keep it: printable text, student paths, and the secret masked
+    (the worker never receives it; this is the last line of defence)."""
+    shown = _student_paths(clean_text(text), student_dirs)
     # A short secret would mask ordinary digits and words; it is guessable anyway (the command warns).
     return shown.replace(secret, SECRET_MASK) if len(secret) >= MIN_SECRET_LENGTH else shown
 
 
-def _trap_findings(passes: list[PassOutcome], student_dir: Path) -> list[Finding]:
-    """One finding per place that called the trapped SDPA, naming the first check that got there."""
-    checks_by_place: dict[str, list[str]] = {}
+def _event_detail(kind: str, event: dict[str, Any]) -> str:
+    if kind == "gather_trap":
+        return f"built an array of shape {tuple(event.get('shape', ()))} from the pages with {event.get('op', '?')}"
+    return str(event.get("detail", kind))
+
+
+def _worker_findings(passes: list[PassOutcome], student_dirs: list[str], secret: str) -> list[Finding]:
+    """One finding per kind and place the worker reported, naming the first check that got there. A kind that
+    only the hidden pass showed keeps no place and no text from the worker: it could carry hidden inputs."""
+    seen: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    public_kinds = {EVENT_FINDINGS.get(str(e.get("event"))) for p in passes if p.seed.kind == "public" for e in p.events}
     for outcome in passes:
-        for call in outcome.trap_calls:
-            checks_by_place.setdefault(_student_paths(call["where"], student_dir), []).append(call["nodeid"])
+        for event in outcome.events:
+            kind = EVENT_FINDINGS.get(str(event.get("event")))
+            if kind is None or (outcome.seed.kind != "public" and kind in public_kinds):
+                continue
+            place = _shown(str(event.get("where", "")), student_dirs, secret)
+            detail = _shown(_event_detail(str(event["event"]), event), student_dirs, secret)
+            if outcome.seed.kind != "public":
+                place, detail = HIDDEN_PLACE, f"reported on the {outcome.seed.kind} inputs"
+            seen.setdefault((kind, place), []).append((str(event.get("nodeid", "")), detail, outcome.seed.kind))
     findings = []
-    for place, nodeids in checks_by_place.items():
-        file, _, line = place.rpartition(":")
-        detail = f"trapped {len(nodeids)} times, first during {nodeids[0].split('::', 1)[-1]}"
-        findings.append(Finding(file, int(line) if line.isdigit() else 0, "sdpa_trap", detail))
+    for (kind, place), reports in seen.items():
+        file, _, line = place.rpartition(":") if ":" in place else (place, "", "")
+        nodeid, detail, _ = reports[0]
+        check = nodeid.split("::", 1)[-1] or "the import"
+        times = f"{len(reports)} times, first" if len(reports) > 1 else "once,"
+        findings.append(Finding(file or place, int(line) if line.isdigit() else 0, kind,
+                                f"{detail}; {times} during {check}"))  # fmt: skip
     return sorted(findings)
+
+
+def worker_spec(submission: Submission, staged: Path) -> tuple[str, tuple[str, ...]]:
+    """The subject spec inside the worker, and its import paths: the staged folder is SCRATCH/submission."""
+    inside = f"{SCRATCH_PLACEHOLDER}/{SUBMISSION_DIR}"
+    root = submission.staged_root(staged)
+    if submission.kind == "tiny-llm":
+        return f"tiny-llm:{inside}/{root.name}", ()
+    if submission.kind == "file":
+        return f"{inside}/{root.name}", ()
+    return root.name, (inside,)
+
+
+def _incidents(passes: list[PassOutcome], student_dirs: list[str], secret: str) -> list[dict[str, str]]:
+    """Worker crashes, timeouts and allocation failures, each with the check it failed."""
+    return [{"pass": outcome.seed.kind, "nodeid": str(e.get("nodeid", "")), "kind": str(e.get("incident", "")),
+             "detail": _shown(str(e.get("detail", "")), student_dirs, secret)}
+            for outcome in passes for e in outcome.events if e.get("event") == "incident"]  # fmt: skip
 
 
 def grade_submission(
@@ -91,50 +147,98 @@ def grade_submission(
     work, logs = out / "work" / submission.name, out / "logs" / submission.name
     for directory in (work, logs):
         shutil.rmtree(directory, ignore_errors=True)
+    for private in (out / "work", out / "logs", out / "results"):
+        # The grader's eyes only, even where the sandbox cannot hide them (the worker runs as another user).
+        private.mkdir(parents=True, exist_ok=True)
+        private.chmod(0o700)
     logs.mkdir(parents=True)
+    work.mkdir(parents=True)
     staged = work / "staged"
     root = stage_copy(submission, staged)
-    env = child_environment(work, [*code_roots(), *submission.import_paths(staged)])
+    env = child_environment(work, code_roots())
+    hide = [str(out)]  # the worker never sees results, feedback, logs or other submissions
 
     build = None
     command = build_command(root) if submission.kind == "tiny-llm" else None
     if command is not None:
         build_limits = Limits(plan.build_timeout_s, plan.limits.memory_bytes)
-        build = build_extension(root, command, env=env, limits=build_limits, log_path=logs / "build.log", live=live)
+        build = build_extension(staged, root, command, limits=build_limits, worker_limits=plan.worker_limits,
+                                log_path=logs / "build.log", hide_paths=hide, live=live)  # fmt: skip
 
-    passes: list[PassOutcome] = []
-    for seed in pass_seeds(plan.secret, submission.name):
-        outcome = run_suite_pass(submission.subject_spec(staged), seed, plan, work=work, env=env,
-                                 log_path=logs / f"{seed.kind}.log", live=live)  # fmt: skip
-        passes.append(outcome)
-        if outcome.verdict.verdict != "ok":
-            break
+    spec, import_paths = worker_spec(submission, staged)
+
+    def run_pass(seed: SuitePassSeed) -> PassOutcome:
+        worker = WorkerSettings(
+            spec=spec, copy_in=str(staged), import_paths=import_paths, strict=True, device=plan.device,
+            limits=plan.worker_limits, call_timeout_s=plan.call_timeout_s,
+            log_path=str(logs / f"{seed.kind}-worker.log"), hide_paths=tuple(hide),
+        )  # fmt: skip
+        return run_suite_pass(submission.student_spec(), seed, plan, worker=worker, work=work, env=env,
+                              log_path=logs / f"{seed.kind}.log", live=live)  # fmt: skip
+
+    # Both passes at once, each with its own trusted child and worker; the hidden pass counts only when the
+    # public one finished, as if it had run after it.
+    with ThreadPoolExecutor(max_workers=PARALLEL_PASSES, thread_name_prefix=f"pass-{submission.name[:20]}") as pool:
+        outcomes = list(pool.map(run_pass, pass_seeds(plan.secret, submission.name)))
+    passes = outcomes[:1] if outcomes[0].verdict.verdict != "ok" else outcomes
 
     verdict = submission_verdict(passes, build)
     student_dir = submission.student_dir(staged)
+    inside = student_dir.relative_to(staged).as_posix()
+    scratch = next((p.scratch for p in passes if p.scratch), "")
+    student_dirs = [str(student_dir)] + ([f"{scratch}/{SUBMISSION_DIR}/{inside}".rstrip("/.")] if scratch else [])
     scanned = scan_submission(root, student_dir, submission.import_root(staged))
-    findings = sorted({*scanned, *_trap_findings(passes, student_dir)})
+    findings = sorted({*scanned, *_worker_findings(passes, student_dirs, plan.secret)})
+    failed_pass = passes[-1].seed.kind if verdict.verdict != "ok" else None
+    detail = _shown(verdict.detail, student_dirs, plan.secret)
     document = {
         "format": FORMAT,
         "version": VERSION,
         "name": submission.name,
         "kind": submission.kind,
-        "source": str(submission.path),
+        "source": clean_text(str(submission.path)),
         "student_spec": submission.student_spec(),
         "student_pythonpath": submission.student_pythonpath(),
         "digest": digest,
         "settings": plan.settings(),
         "verdict": verdict.verdict,
-        "detail": _shown(verdict.detail, student_dir, plan.secret),
+        "detail": detail,
         "running_check": passes[-1].running_check if verdict.verdict != "ok" else None,
-        "failed_pass": passes[-1].seed.kind if verdict.verdict != "ok" else None,
+        "failed_pass": failed_pass,
         "build": build.as_dict() if build is not None else None,
         "passes": [p.as_dict() for p in passes],
-        "checks": [{**c, "message": _shown(c["message"], student_dir, plan.secret)} for c in combine_checks(passes)],
+        "checks": [{**c, "message": _shown(c["message"], student_dirs, plan.secret)} for c in combine_checks(passes)],
         "findings": [f.as_dict() for f in findings],
+        "incidents": _incidents(passes, student_dirs, plan.secret),
+        "protections": next((p.protections for p in passes if p.protections), {}),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started_at)),
         "elapsed_s": round(time.monotonic() - start, 3),
     }
     write_json_atomic(result_path(out, submission.name), document)
     shutil.rmtree(work, ignore_errors=True)
+    return document
+
+
+def grader_error_result(submission: Submission, plan: GradePlan, out: Path, digest: str,
+                        error: Exception) -> dict[str, Any]:  # fmt: skip
+    """The result of a submission the grader itself failed on: crashed, no points, the traceback in its log.
+    Written like any result, so the scoreboard lists it and a rerun grades it again only when asked (--force)."""
+    import traceback
+
+    out = out.resolve()
+    logs = out / "logs" / submission.name
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / "grader.log", "a", encoding="utf-8", errors="replace") as log:
+        log.write("".join(traceback.format_exception(error)))
+    document = {
+        "format": FORMAT, "version": VERSION, "name": submission.name, "kind": submission.kind,
+        "source": clean_text(str(submission.path)), "student_spec": submission.student_spec(),
+        "student_pythonpath": submission.student_pythonpath(), "digest": digest,
+        "settings": plan.settings(), "verdict": "crashed",
+        "detail": f"the grader failed on this submission ({type(error).__name__}); see logs/{submission.name}/grader.log",
+        "running_check": None, "failed_pass": "public", "build": None, "passes": [], "checks": [], "findings": [],
+        "incidents": [], "protections": {}, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "elapsed_s": 0.0,
+    }  # fmt: skip
+    write_json_atomic(result_path(out, submission.name), document)
+    shutil.rmtree(out / "work" / submission.name, ignore_errors=True)
     return document

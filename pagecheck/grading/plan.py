@@ -6,8 +6,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from pagecheck.invariants.catalog import INVARIANTS, check_invariant_id
-from pagecheck.grading.sandbox import Limits
+from pagecheck.grading.sandbox import GIB, Limits
 from pagecheck.grading.seeds import fingerprint
+from pagecheck.grading.worker_process import WorkerLimits
+
+DEFAULT_CALL_TIMEOUT_S = 60.0
+DEFAULT_DISK_BYTES = 1 * GIB
+DEFAULT_MAX_PROCESSES = 64
+# The trusted suite child holds the oracle, Hypothesis and every array the worker sends back.
+TRUSTED_MEMORY_HEADROOM = 4 * GIB
+# MLX computes on several threads, and RLIMIT_CPU counts them all.
+CPU_SECONDS_PER_WALL_SECOND = 4
 
 
 @dataclass(frozen=True)
@@ -18,12 +27,34 @@ class GradePlan:
     profile: str
     device: str
     selected: tuple[str, ...] = ()  # invariant ids; empty: all of them
+    call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S  # each call into the sandboxed worker
+    disk_bytes: int = DEFAULT_DISK_BYTES  # the worker's (and the build's) scratch folder
+    max_processes: int = DEFAULT_MAX_PROCESSES
 
     def __post_init__(self) -> None:
         for invariant in self.selected:
             check_invariant_id(invariant)
         if not self.build_timeout_s > 0:
             raise ValueError(f"build_timeout={self.build_timeout_s} must be a positive number of seconds")
+        if not self.call_timeout_s > 0:
+            raise ValueError(f"call_timeout={self.call_timeout_s} must be a positive number of seconds")
+        if self.disk_bytes < 16 << 20:
+            raise ValueError(f"disk={self.disk_bytes / GIB:g} GB is below the 16 MiB a submission's copy needs")
+
+    @property
+    def worker_limits(self) -> WorkerLimits:
+        """The limits of the sandboxed worker (and of a build): memory is --memory, CPU follows the wall clock."""
+        return WorkerLimits(
+            memory_bytes=self.limits.memory_bytes,
+            cpu_seconds=int(CPU_SECONDS_PER_WALL_SECOND * max(self.limits.timeout_s, self.build_timeout_s)),
+            max_processes=self.max_processes,
+            disk_bytes=self.disk_bytes,
+        )
+
+    @property
+    def trusted_limits(self) -> Limits:
+        """The limits of the trusted suite child: the pass's wall clock, room for the oracle."""
+        return Limits(self.limits.timeout_s, self.limits.memory_bytes + TRUSTED_MEMORY_HEADROOM)
 
     @property
     def invariants(self) -> list[str]:
@@ -40,4 +71,7 @@ class GradePlan:
             "timeout_s": self.limits.timeout_s,
             "memory_bytes": self.limits.memory_bytes,
             "build_timeout_s": self.build_timeout_s,
+            "call_timeout_s": self.call_timeout_s,
+            "disk_bytes": self.disk_bytes,
+            "max_processes": self.max_processes,
         }

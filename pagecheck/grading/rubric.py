@@ -16,7 +16,7 @@ from pagecheck.invariants.catalog import INVARIANTS
 
 DEFAULT_RUBRIC = Path(__file__).resolve().parent / "default_rubric.toml"
 SCORINGS = ("all-or-nothing", "fraction")
-FINDING_KINDS = ("sdpa_call", "dense_gather", "sdpa_trap", "project_import")
+FINDING_KINDS = ("sdpa_call", "dense_gather", "sdpa_trap", "gather_trap", "project_import", "tamper")
 ACTIONS = ("zero", "flag")
 
 

@@ -120,14 +120,15 @@ def run_limited(
     limits: Limits,
     log_path: Path,
     live: LiveChildren | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> ChildExit:
-    """Run `command` to its end or its deadline, its output appended to `log_path`."""
+    """Run `command` to its end or its deadline, its output appended to `log_path`; `pass_fds` stay open in it."""
     if live is not None and live.stopping.is_set():
         raise GradingInterrupted("the grader is stopping")
     start = time.monotonic()
     deadline = start + limits.timeout_s
     with open(log_path, "ab") as log:
-        log.write(("$ " + " ".join(command) + "\n").encode())
+        log.write(("$ " + " ".join(command) + "\n").encode(errors="surrogateescape"))  # paths need not be UTF-8
         log.flush()
         child = subprocess.Popen(
             limited_command(command, limits.memory_bytes),
@@ -137,6 +138,7 @@ def run_limited(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
     if live is not None:
         live.add(child.pid)

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pagecheck.grading.grade_one import grade_submission
+from pagecheck.grading.grade_one import grade_submission, grader_error_result
 from pagecheck.grading.plan import GradePlan
 from pagecheck.grading.results_store import load_result, result_path, reuse_reason
-from pagecheck.grading.sandbox import LiveChildren
+from pagecheck.grading.sandbox import GradingInterrupted, LiveChildren
 from pagecheck.grading.submission import Submission, content_digest
 from pagecheck.progress import StageProgress
 
@@ -58,6 +58,11 @@ class Running:
             self._names.add(job.submission.name)
         try:
             return grade_submission(job.submission, plan, out, digest=job.digest, live=live)
+        except GradingInterrupted:
+            raise
+        except Exception as exc:
+            # Whatever one submission does to the grader stops only its own grading; the run goes on.
+            return grader_error_result(job.submission, plan, out, job.digest, exc)
         finally:
             with self._lock:
                 self._names.discard(job.submission.name)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pagecheck.invariants.catalog import INVARIANTS
-from pagecheck.invariants.dtype_support import is_unsupported_dtype
+from pagecheck.invariants.neutral_skips import is_neutral_skip
 from pagecheck.grading.rubric import Rubric
 
 NOT_CHECKED = "-"
@@ -38,8 +39,12 @@ def format_points(value: float) -> str:
     return f"{round(value, 2):g}"
 
 
+SIGNAL_NAME = re.compile(r"SIG[A-Z0-9]+")
+
+
 def verdict_label(document: dict[str, Any]) -> str:
-    if document["verdict"] == "crashed" and document.get("detail", "").startswith("SIG"):
+    """The verdict, with the signal for a crash ("crashed (SIGSEGV)"); nothing else of the detail."""
+    if document["verdict"] == "crashed" and SIGNAL_NAME.fullmatch(document.get("detail", "")):
         return f"crashed ({document['detail']})"
     return document["verdict"]
 
@@ -57,8 +62,9 @@ def score_result(document: dict[str, Any], rubric: Rubric) -> Score:
     points: dict[str, float | None] = {}
     for invariant in document["settings"]["invariants"]:
         worth = rubric.points_for(invariant)
-        # A dtype the subject may decline, and does, is neither passed nor failed: it is left out.
-        checks = [c for c in grouped.get(invariant, []) if not is_unsupported_dtype(c)]
+        # A check that does not apply (a dtype the subject may decline, and does; an injection the sandbox
+        # cannot carry) is neither passed nor failed: it is left out.
+        checks = [c for c in grouped.get(invariant, []) if not is_neutral_skip(c)]
         if not finished:
             points[invariant] = 0.0
         elif not checks:
@@ -102,8 +108,22 @@ def render_csv(scores: list[Score], invariants: list[str]) -> str:
     return buffer.getvalue()
 
 
-def render_markdown(scores: list[Score], invariants: list[str], rubric: Rubric, overview: list[str] | None = None) -> str:
-    """grades.md; `overview` (Markdown lines, pagecheck.grading.class_overview) opens it when given."""
+def protections_line(documents: list[dict[str, Any]]) -> str:
+    """Which sandbox protections were off while grading, over every result (a machine of a shard run may
+    lack what another had)."""
+    off = sorted({f"{name} ({state.removeprefix('off: ')})" for document in documents
+                  for name, state in document.get("protections", {}).items() if not state.startswith("on")})  # fmt: skip
+    if not any(document.get("protections") for document in documents):
+        return "Sandbox: no result records its protections."
+    return "Sandbox: every protection was on." if not off else "Sandbox protections OFF: " + "; ".join(off) + "."
+
+
+def render_markdown(
+    scores: list[Score], invariants: list[str], rubric: Rubric, overview: list[str] | None = None,
+    sandbox: str | None = None,
+) -> str:
+    """grades.md; `overview` (Markdown lines, pagecheck.grading.class_overview) opens it when given, and
+    `sandbox` says which sandbox protections were off."""
     header = ["submission", "verdict", *(f"{i} ({format_points(rubric.points_for(i))})" for i in invariants),
               "total", "max", "flags"]  # fmt: skip
     lines = [
@@ -113,6 +133,7 @@ def render_markdown(scores: list[Score], invariants: list[str], rubric: Rubric, 
         "its points when its checks pass on both the public and the hidden inputs; a run that did not finish "
         f"earns nothing; `{NOT_CHECKED}` marks an invariant with no check that ran.",
         "",
+        *([sandbox, ""] if sandbox else []),
         *(overview or []),
         *(["## Submissions", ""] if overview else []),
         "| " + " | ".join(header) + " |",

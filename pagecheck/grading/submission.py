@@ -14,6 +14,7 @@ same name are refused rather than overwriting each other.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ SKIPPED_NAMES = frozenset({".git", "__pycache__", ".venv", "venv", "build", ".py
 # leftover of the student's own build would otherwise be imported whenever the grader's build fails).
 COMPILED_SUFFIXES = frozenset({".so", ".dylib", ".pyd", ".metallib", ".o", ".a"})
 UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+MAX_NAME_CHARS = 100
+NAME_HASH_CHARS = 12
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class Submission:
         return self.staged_root(staged) / "src" if self.kind == "tiny-llm" else staged
 
     def subject_spec(self, staged: Path) -> str:
-        """The --subject spec for the staged copy."""
+        """The --pagecheck-subject spec for the staged copy."""
         root = self.staged_root(staged)
         if self.kind == "tiny-llm":
             return f"tiny-llm:{root}"
@@ -73,10 +76,15 @@ class Submission:
 
 
 def submission_name(path: Path) -> str:
+    """The file's stem or the folder's name, with unsafe characters replaced; a long one is cut to
+    MAX_NAME_CHARS with a hash of the whole, so every output file name stays far below the system's limit."""
     stem = path.stem if path.is_file() else path.name
     name = UNSAFE_NAME_CHARS.sub("_", stem).strip("._")
     if not name:
-        raise ValueError(f"submission={str(path)!r} gives an empty name")
+        raise ValueError(f"submission={os.fsencode(path)!r} gives an empty name")
+    if len(name) > MAX_NAME_CHARS:
+        digest = hashlib.sha256(os.fsencode(stem)).hexdigest()[:NAME_HASH_CHARS]
+        name = f"{name[: MAX_NAME_CHARS - NAME_HASH_CHARS - 1]}-{digest}"
     return name
 
 
@@ -102,7 +110,8 @@ def load_submissions(paths: list[str]) -> list[Submission]:
         submission = Submission(name=submission_name(path), path=path, kind=find_kind(path))
         if submission.name in found:
             raise ValueError(
-                f"submission={text!r} has the name {submission.name!r}, already taken by {found[submission.name].path}"
+                f"submission={text!r} has the name {submission.name!r}, already taken by "
+                f"{os.fsencode(found[submission.name].path)!r}"
             )
         found[submission.name] = submission
     return [found[name] for name in sorted(found)]
@@ -145,5 +154,5 @@ def content_digest(submission: Submission) -> str:
     """sha256 over relative paths and bytes of every graded file: a changed submission is graded again."""
     digest = hashlib.sha256()
     for relative, path in graded_files(submission):
-        digest.update(relative.encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(os.fsencode(relative) + b"\0" + path.read_bytes() + b"\0")  # names need not be UTF-8
     return digest.hexdigest()

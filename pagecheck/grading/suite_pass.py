@@ -1,8 +1,15 @@
-"""One run of the invariants suite on a staged submission, in a limited child, and what it left behind."""
+"""One run of the invariants suite on a staged submission, and what it left behind.
+
+The suite runs in a trusted child process (limited, with the grading plugin)
+against `--pagecheck-subject sandbox:SPEC`: the submission itself runs in the
+sandboxed worker that child starts. The seed reaches the child through a
+pipe, never its command line or environment.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,9 +17,14 @@ from typing import Any
 from pagecheck.grading.child_plugin import PLUGIN, read_journal
 from pagecheck.grading.plan import GradePlan
 from pagecheck.grading.sandbox import ChildExit, LiveChildren, run_limited
-from pagecheck.grading.seeds import SuitePassSeed
+from pagecheck.grading.seeds import PUBLIC_SEED, SuitePassSeed
 from pagecheck.grading.verdicts import Verdict, classify_pass
+from pagecheck.grading.worker_process import WorkerSettings
+from pagecheck.invariants.subject import SANDBOX_PREFIX
 from pagecheck.invariants.runner import SuiteRequest
+
+# Journal events that come from the worker: its tripwires, its audit hook, and its incidents.
+WORKER_EVENTS = ("sdpa_trap", "gather_trap", "harness_import", "harness_read", "introspection", "reimport", "incident")
 
 LOG_TAIL_BYTES = 64 << 10
 
@@ -25,6 +37,9 @@ class PassOutcome:
     running_check: str | None  # the check that had started and not finished when the child ended
     checks: list[dict[str, Any]] = field(default_factory=list)
     trap_calls: list[dict[str, str]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)  # WORKER_EVENTS from the journal
+    protections: dict[str, str] = field(default_factory=dict)
+    scratch: str = ""  # the worker's scratch folder, as paths in its messages show it
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -38,6 +53,7 @@ class PassOutcome:
             "elapsed_s": round(self.exit.elapsed_s, 3),
             "peak_rss_mb": round(self.exit.peak_rss_bytes / (1 << 20), 1),
             "checks_run": len(self.checks),
+            "worker_incidents": sum(e["event"] == "incident" for e in self.events),
         }
 
 
@@ -46,14 +62,16 @@ def code_roots() -> list[Path]:
     return [Path(__file__).resolve().parent.parent.parent]
 
 
-def suite_command(spec: str, seed: int, plan: GradePlan, results: Path, journal: Path) -> list[str]:
+def suite_command(spec: str, plan: GradePlan, results: Path, journal: Path, settings: Path, seed_fd: int) -> list[str]:
     request = SuiteRequest(
-        subject=spec, device=plan.device, seed=seed, profile=plan.profile, jobs=0,
+        subject=SANDBOX_PREFIX + spec, device=plan.device, seed=PUBLIC_SEED, profile=plan.profile, jobs=0,
         results_path=results, invariants=plan.selected,
     )  # fmt: skip
     # One process, checks in file order: no xdist workers to crash separately, no reordering plugin.
     isolation = ["-p", "no:xdist", "-p", "no:randomly"]
-    return [*request.command(), *isolation, "-p", PLUGIN, "--pagecheck-journal", str(journal)]
+    # The seed on the command line above is replaced by the one read from seed_fd.
+    return [*request.command(), *isolation, "-p", PLUGIN, "--pagecheck-journal", str(journal),
+            "--pagecheck-sandbox", str(settings), "--pagecheck-seed-fd", str(seed_fd)]  # fmt: skip
 
 
 def _running_check(journal: list[dict[str, Any]]) -> str | None:
@@ -85,6 +103,7 @@ def run_suite_pass(
     seed: SuitePassSeed,
     plan: GradePlan,
     *,
+    worker: WorkerSettings,
     work: Path,
     env: dict[str, str],
     log_path: Path,
@@ -92,11 +111,21 @@ def run_suite_pass(
 ) -> PassOutcome:
     results_path = work / f"{seed.kind}-results.json"
     journal_path = work / f"{seed.kind}-journal.jsonl"
-    command = suite_command(spec, seed.seed, plan, results_path, journal_path)
-    exit = run_limited(command, cwd=work, env=env, limits=plan.limits, log_path=log_path, live=live)
+    settings_path = work / f"{seed.kind}-worker.json"
+    settings_path.write_text(worker.as_json())
+    seed_r, seed_w = os.pipe()
+    os.write(seed_w, f"{seed.seed}\n".encode())
+    os.close(seed_w)
+    command = suite_command(spec, plan, results_path, journal_path, settings_path, seed_r)
+    try:
+        exit = run_limited(command, cwd=work, env=env, limits=plan.trusted_limits, log_path=log_path, live=live,
+                           pass_fds=(seed_r,))  # fmt: skip
+    finally:
+        os.close(seed_r)
     journal = read_journal(journal_path)
     results = _results(results_path)
-    verdict = classify_pass(exit, journal, results is not None, _log_tail(log_path), plan.limits.memory_bytes)
+    verdict = classify_pass(exit, journal, results is not None, _log_tail(log_path), plan.trusted_limits.memory_bytes)
+    protections = next((e for e in journal if e.get("event") == "protections"), {})
     return PassOutcome(
         seed=seed,
         verdict=verdict,
@@ -104,4 +133,7 @@ def run_suite_pass(
         running_check=_running_check(journal),
         checks=list(results["checks"]) if results is not None and verdict.verdict == "ok" else [],
         trap_calls=[{"nodeid": e["nodeid"], "where": e["where"]} for e in journal if e.get("event") == "sdpa_trap"],
+        events=[e for e in journal if e.get("event") in WORKER_EVENTS],
+        protections=dict(protections.get("state", {})),
+        scratch=str(protections.get("scratch", "")),
     )

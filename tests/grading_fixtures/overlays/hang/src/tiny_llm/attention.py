@@ -1,8 +1,6 @@
-"""A submission whose paged_attention never returns."""
+"""Overlay on correct/: paged_attention never returns; the pool and cache stay correct."""
 
 import time
-
-from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
 
 
 def paged_attention(query, key_pages, value_pages, block_table, context_lens, page_size, scale=None, mask=None):

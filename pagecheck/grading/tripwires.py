@@ -1,0 +1,196 @@
+"""Runtime anti-cheat inside the worker: MLX's fused SDPA trapped, dense gathers of K/V pages watched.
+
+The worker receives this module's source over the pipe (it may not import
+pagecheck), so it imports only the standard library at module level.
+
+- The SDPA trap replaces mlx.core.fast.scaled_dot_product_attention before
+  the subject is imported. The real function is dropped, not kept anywhere
+  (no `.original`, no closure): nothing in the worker can call it. Each call
+  of the trap is reported at once and raises.
+- The gather watch wraps the MLX and NumPy functions and array methods that
+  gather, join, index, convert or reshape arrays. During a call of the
+  subject's paged_attention it follows which arrays derive from key_pages or
+  value_pages, and reports an array derived from them that holds at least a
+  whole request's K or V: H_kv x D x T elements with D among its last two
+  dimensions, where T is the shortest context longer than one page. Reading
+  one page at a time never gets there; gathering a request's pages into one
+  array does, by whatever spelling (getattr names, fancy indexing, a detour
+  through NumPy). A call whose contexts all fit in one page is not judged.
+
+Both report through a callback that writes an event frame to the pipe the
+moment it happens, so code that runs later in the same call cannot take a
+report back.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+SDPA_NAME = "scaled_dot_product_attention"
+SDPA_MESSAGE = (
+    "mx.fast.scaled_dot_product_attention is not allowed in graded code: "
+    "paged attention must read K/V through the block table itself"
+)
+MLX_GATHERS = ("take", "take_along_axis", "concatenate", "stack", "split", "repeat", "tile", "pad", "broadcast_to")
+MLX_RESHAPES = ("reshape", "transpose", "swapaxes", "moveaxis", "flatten", "unflatten", "squeeze", "expand_dims",
+                "contiguous", "view", "as_strided", "copy", "stop_gradient", "where")  # fmt: skip
+ARRAY_METHODS = ("__getitem__", "reshape", "transpose", "swapaxes", "moveaxis", "flatten", "squeeze", "astype",
+                 "split", "view", "__array__")  # fmt: skip
+NUMPY_FUNCTIONS = ("array", "asarray", "asanyarray", "ascontiguousarray", "copy", "concatenate", "stack", "vstack",
+                   "hstack", "dstack", "take", "take_along_axis", "reshape", "transpose", "swapaxes", "moveaxis",
+                   "squeeze", "expand_dims", "repeat", "tile", "broadcast_to", "pad", "frombuffer")  # fmt: skip
+MAX_REPORTS_PER_CALL = 8
+
+Report = Callable[[dict[str, Any]], None]
+
+
+class ForbiddenCallError(RuntimeError):
+    """The subject called a function the assignment forbids."""
+
+
+def caller_location(depth: int) -> str:
+    """'file:line' of the frame `depth` levels above the caller of this function."""
+    try:
+        frame = sys._getframe(depth + 1)
+    except ValueError:
+        return "?:0"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+class GatherWatch:
+    """One paged_attention call: which arrays derive from the pages, and how big a dense gather is."""
+
+    def __init__(self, key_pages: Any, value_pages: Any, context_lens: Any, report: Report) -> None:
+        self.report = report
+        self.derived: set[int] = set()
+        self.keep: list[Any] = []  # holds derived arrays alive so their ids stay theirs during the call
+        self.reported: set[tuple[str, str]] = set()
+        self.threshold = 0  # elements; 0: the call is not judged
+        self.head_dim = -1
+        for pages in (key_pages, value_pages):
+            self.mark(pages)
+        shape = tuple(getattr(key_pages, "shape", ()))
+        if len(shape) != 4:
+            return
+        _, num_kv_heads, page_size, head_dim = shape
+        try:
+            import numpy as np
+
+            lens = [int(n) for n in np.array(context_lens).reshape(-1)]
+        except Exception:
+            return
+        longer = [n for n in lens if n > page_size]
+        if longer and num_kv_heads > 0 and head_dim > 0:
+            self.threshold = num_kv_heads * head_dim * min(longer)
+            self.head_dim = head_dim
+
+    def mark(self, value: Any) -> None:
+        if value is not None and hasattr(value, "shape"):
+            self.derived.add(id(value))
+            self.keep.append(value)
+
+    def is_derived(self, value: Any) -> bool:
+        if id(value) in self.derived:
+            return True
+        if isinstance(value, (list, tuple)):
+            return any(id(item) in self.derived for item in value)
+        return False
+
+    def observe(self, op: str, inputs: tuple[Any, ...], output: Any) -> None:
+        if not any(self.is_derived(value) for value in inputs):
+            return
+        outputs = output if isinstance(output, (list, tuple)) else (output,)
+        for item in outputs:
+            self.mark(item)
+            self._judge(op, item)
+
+    def _judge(self, op: str, array: Any) -> None:
+        if not self.threshold:
+            return
+        shape = tuple(getattr(array, "shape", ()))
+        size = 1
+        for n in shape:
+            size *= int(n)
+        if size < self.threshold or self.head_dim not in shape[-2:]:
+            return
+        where = caller_location(3)
+        if (op, where) in self.reported or len(self.reported) >= MAX_REPORTS_PER_CALL:
+            return
+        self.reported.add((op, where))
+        self.report({"kind": "gather_trap", "op": op, "shape": list(shape), "where": where})
+
+
+class Tripwires:
+    def __init__(self, report: Report) -> None:
+        self.report = report
+        self.watch: GatherWatch | None = None
+        self.sdpa_calls = 0
+
+    # -- SDPA ----------------------------------------------------------------------------------------------------
+
+    def install_sdpa_trap(self, fast_module: Any) -> None:
+        report = self.report
+        counter = self
+
+        def scaled_dot_product_attention(*args: Any, **kwargs: Any) -> Any:
+            counter.sdpa_calls += 1
+            report({"kind": "sdpa_trap", "where": caller_location(1)})
+            raise ForbiddenCallError(SDPA_MESSAGE)
+
+        setattr(fast_module, SDPA_NAME, scaled_dot_product_attention)
+
+    # -- dense gathers -------------------------------------------------------------------------------------------
+
+    def _wrap(self, original: Callable[..., Any], op: str) -> Callable[..., Any]:
+        tripwires = self
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            watch = tripwires.watch
+            if watch is not None:
+                watch.observe(op, (*args, *kwargs.values()), result)
+                result = tripwires._numpy_view(watch, result)
+            return result
+
+        watched.__name__ = getattr(original, "__name__", op)
+        watched.__doc__ = getattr(original, "__doc__", None)
+        return watched
+
+    def _numpy_view(self, watch: GatherWatch, result: Any) -> Any:
+        """A NumPy array derived from the pages comes back as a watched subclass, so that fancy indexing
+        on it (which no module function sees) is observed too."""
+        watched_type = getattr(self, "_watched_ndarray", None)
+        if watched_type is None or type(result) is not watched_type.__base__ or id(result) not in watch.derived:
+            return result
+        view = result.view(watched_type)
+        watch.mark(view)
+        return view
+
+    def install_gather_watch(self, mx: Any, np: Any) -> None:
+        for name in (*MLX_GATHERS, *MLX_RESHAPES):
+            if hasattr(mx, name):
+                setattr(mx, name, self._wrap(getattr(mx, name), f"mlx.core.{name}"))
+        for name in ARRAY_METHODS:
+            if hasattr(mx.array, name):
+                setattr(mx.array, name, self._wrap(getattr(mx.array, name), f"mlx.core.array.{name}"))
+        for name in NUMPY_FUNCTIONS:
+            if hasattr(np, name):
+                setattr(np, name, self._wrap(getattr(np, name), f"numpy.{name}"))
+        tripwires = self
+
+        class WatchedArray(np.ndarray):
+            def __getitem__(self, index: Any) -> Any:
+                result = super().__getitem__(index)
+                watch = tripwires.watch
+                if watch is not None and id(self) in watch.derived:
+                    watch.observe("numpy.ndarray.__getitem__", (self,), result)
+                return result
+
+        self._watched_ndarray = WatchedArray
+
+    def begin_call(self, key_pages: Any, value_pages: Any, context_lens: Any) -> None:
+        self.watch = GatherWatch(key_pages, value_pages, context_lens, self.report)
+
+    def end_call(self) -> None:
+        self.watch = None

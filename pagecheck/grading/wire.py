@@ -1,0 +1,360 @@
+"""The protocol between the trusted suite and the sandboxed worker: frames of JSON and raw array buffers.
+
+Both sides use this module: the trusted side imports it, the worker receives
+its source over the pipe and runs it (the worker may not import pagecheck).
+So it imports only the standard library at module level; NumPy and MLX are
+imported inside the functions that convert arrays.
+
+A frame is
+
+    MAGIC | u32 header length | u32 buffer count | u64 length of each buffer | header | buffers
+
+with the header a UTF-8 JSON object. Every size is checked against the
+reader's limits before anything is allocated, and anything malformed raises
+ProtocolError: the trusted side reads frames written by student code.
+Nothing is ever unpickled.
+
+Values inside a header: JSON scalars stand for themselves (NaN and the
+infinities included); every JSON object carries a tag "$t" (TAG):
+
+    list, tuple   {"$t": "tuple", "items": [...]}      (a list is a JSON array)
+    dict          {"$t": "dict", "items": [[key, value], ...]}
+    bytes         {"$t": "bytes", "buf": index}
+    array         {"$t": "array", "lib": "mlx"|"numpy", "dtype": name, "shape": [...], "buf": index}
+                  (bfloat16 travels as its 16-bit pattern)
+    npscalar      {"$t": "npscalar", "dtype": name, "buf": index}
+    handle        {"$t": "handle", "id": n, "type": name, "callable": bool}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import struct
+import time
+from typing import Any, Callable
+
+MAGIC = b"PCW1"
+PREFIX = struct.Struct("<4sII")
+BUFFER_LENGTH = struct.Struct("<Q")
+TAG = "$t"
+MAX_HEADER_BYTES = 16 << 20
+MAX_BUFFERS = 1024
+MAX_FRAME_BYTES = 512 << 20
+MAX_DEPTH = 64
+MAX_DIMS = 32
+MAX_TEXT = 4000  # characters kept of any message text that crosses from the worker
+READ_CHUNK = 1 << 20
+
+# Exceptions that cross as themselves; anything else arrives as SubjectError.
+BUILTIN_ERRORS: dict[str, type[BaseException]] = {
+    cls.__name__: cls
+    for cls in (
+        ValueError, TypeError, NotImplementedError, IndexError, KeyError, AttributeError, LookupError,
+        ArithmeticError, ZeroDivisionError, OverflowError, RuntimeError, AssertionError, RecursionError,
+        MemoryError, StopIteration, UnicodeError,
+    )
+}  # fmt: skip
+MLX_DTYPES = (
+    "bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
+    "float16", "float32", "float64", "bfloat16", "complex64",
+)  # fmt: skip
+NUMPY_KINDS = "biufc"  # bool, signed, unsigned, float, complex: no objects, strings or records
+
+
+class ProtocolError(Exception):
+    """A frame or value that does not follow the protocol, or a pipe that closed mid-frame."""
+
+
+class SubjectError(RuntimeError):
+    """An exception raised by the subject whose type is not one of BUILTIN_ERRORS."""
+
+
+class FrameTimeout(Exception):
+    """No complete frame arrived before the deadline."""
+
+
+# -- text --------------------------------------------------------------------------------------------------------
+
+
+def clean_text(text: object, limit: int = MAX_TEXT) -> str:
+    """Any text from the worker as printable UTF-8: lone surrogates replaced, cut to `limit` characters."""
+    value = text if isinstance(text, str) else str(text)
+    value = value.encode("utf-8", "replace").decode("utf-8")
+    return value if len(value) <= limit else value[: limit - 3] + "..."
+
+
+# -- frames ------------------------------------------------------------------------------------------------------
+
+
+SMALL_PIECE = 1 << 16  # pieces up to this size are joined into one write
+
+
+def encode_frame(header: dict[str, Any], buffers: list[Any]) -> list[Any]:
+    """The pieces of one frame, ready for write_frame (large buffers are not copied)."""
+    text = json.dumps(header, allow_nan=True, separators=(",", ":")).encode("utf-8")
+    views = [memoryview(b).cast("B") for b in buffers]
+    lengths = b"".join(BUFFER_LENGTH.pack(v.nbytes) for v in views)
+    pieces: list[Any] = [bytearray(PREFIX.pack(MAGIC, len(text), len(views)) + lengths + text)]
+    for view in views:
+        if view.nbytes <= SMALL_PIECE and isinstance(pieces[-1], bytearray):
+            pieces[-1] += view
+        else:
+            pieces.append(view)
+    return pieces
+
+
+def write_frame(fd: int, header: dict[str, Any], buffers: list[Any] | None = None) -> None:
+    for piece in encode_frame(header, buffers or []):
+        view = memoryview(piece).cast("B")
+        while view.nbytes:
+            written = os.write(fd, view)
+            view = view[written:]
+
+
+class FrameReader:
+    """Reads frames from a pipe, through a buffer, with a deadline per frame on the trusted side."""
+
+    def __init__(self, fd: int, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        self.fd = fd
+        self.max_frame_bytes = max_frame_bytes
+        self._pending = bytearray()
+
+    def _fill(self, deadline: float | None) -> None:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise FrameTimeout()
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if not ready:
+                raise FrameTimeout()
+        chunk = os.read(self.fd, READ_CHUNK)
+        if not chunk:
+            raise ProtocolError("the pipe closed" + (" mid-frame" if self._pending else ""))
+        self._pending += chunk
+
+    def _read_exact(self, count: int, deadline: float | None) -> bytearray:
+        if len(self._pending) >= count:
+            data = self._pending[:count]
+            del self._pending[:count]
+            return data
+        data = bytearray(count)
+        view = memoryview(data)
+        done = len(self._pending)
+        view[:done] = self._pending
+        self._pending = bytearray()
+        while done < count:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise FrameTimeout()
+                ready, _, _ = select.select([self.fd], [], [], left)
+                if not ready:
+                    raise FrameTimeout()
+            got = os.readv(self.fd, [view[done : done + READ_CHUNK]])
+            if got == 0:
+                raise ProtocolError("the pipe closed mid-frame")
+            done += got
+        return data
+
+    def read(self, deadline: float | None = None) -> tuple[dict[str, Any], list[bytearray]]:
+        while len(self._pending) < PREFIX.size:
+            self._fill(deadline)
+        magic, header_len, count = PREFIX.unpack(bytes(self._read_exact(PREFIX.size, deadline)))
+        if magic != MAGIC:
+            raise ProtocolError(f"bad frame magic {magic!r}")
+        if header_len > MAX_HEADER_BYTES or count > MAX_BUFFERS:
+            raise ProtocolError(f"frame header of {header_len} bytes with {count} buffers is over the limits")
+        raw_lengths = self._read_exact(BUFFER_LENGTH.size * count, deadline) if count else b""
+        lengths = [BUFFER_LENGTH.unpack_from(raw_lengths, i * BUFFER_LENGTH.size)[0] for i in range(count)]
+        if header_len + sum(lengths) > self.max_frame_bytes:
+            raise ProtocolError(f"frame of {header_len + sum(lengths)} bytes is over {self.max_frame_bytes}")
+        text = self._read_exact(header_len, deadline)
+        buffers = [self._read_exact(length, deadline) for length in lengths]
+        try:
+            header = json.loads(text.decode("utf-8", "surrogatepass"))
+        except (ValueError, RecursionError) as exc:
+            raise ProtocolError(f"frame header is not JSON: {type(exc).__name__}") from None
+        if not isinstance(header, dict):
+            raise ProtocolError("frame header is not a JSON object")
+        return header, buffers
+
+
+# -- values ------------------------------------------------------------------------------------------------------
+
+HandleOf = Callable[[Any], dict[str, Any]]  # an object that is not plain data -> its handle entry
+ResolveHandle = Callable[[dict[str, Any]], Any]  # a handle entry -> the local object it stands for
+
+
+def _mlx_module() -> Any:
+    import sys
+
+    return sys.modules.get("mlx.core")
+
+
+def dtype_name(array: Any) -> str:
+    return str(array.dtype).rsplit(".", 1)[-1]
+
+
+def _array_entry(array: Any, buffers: list[Any]) -> dict[str, Any]:
+    import numpy as np
+
+    mx = _mlx_module()
+    if mx is not None and isinstance(array, mx.array):
+        name = dtype_name(array)
+        if name not in MLX_DTYPES:
+            raise TypeError(f"an MLX array of dtype {name} cannot cross to the worker")
+        raw = np.array(mx.view(array, mx.uint16)) if name == "bfloat16" else np.array(array)
+        lib = "mlx"
+    else:
+        if array.dtype.kind not in NUMPY_KINDS or array.dtype.fields is not None:
+            raise TypeError(f"a NumPy array of dtype {array.dtype} cannot cross to the worker")
+        raw, name, lib = array, array.dtype.name, "numpy"
+    raw = np.ascontiguousarray(raw).view(np.ndarray)
+    buffers.append(raw.reshape(-1).view(np.uint8) if raw.size else b"")
+    return {TAG: "array", "lib": lib, "dtype": name, "shape": list(array.shape), "buf": len(buffers) - 1}
+
+
+def _is_numpy(value: Any, attribute: str) -> bool:
+    import sys
+
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, getattr(np, attribute))
+
+
+def to_wire(value: Any, buffers: list[Any], handle_of: HandleOf, depth: int = 0) -> Any:
+    """`value` as a header entry; arrays append their bytes to `buffers`; other objects go to `handle_of`."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"a value nested deeper than {MAX_DEPTH} levels cannot cross the pipe")
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        items = [to_wire(item, buffers, handle_of, depth + 1) for item in value]
+        return items if type(value) is list else {TAG: "tuple", "items": items}
+    if type(value) is dict:
+        return {TAG: "dict", "items": [[to_wire(k, buffers, handle_of, depth + 1), to_wire(v, buffers, handle_of, depth + 1)]
+                                       for k, v in value.items()]}  # fmt: skip
+    if isinstance(value, (bytes, bytearray)):
+        buffers.append(bytes(value))
+        return {TAG: "bytes", "buf": len(buffers) - 1}
+    mx = _mlx_module()
+    if _is_numpy(value, "ndarray") or (mx is not None and isinstance(value, mx.array)):
+        return _array_entry(value, buffers)
+    if _is_numpy(value, "generic") and value.dtype.kind in NUMPY_KINDS:
+        import numpy as np
+
+        buffers.append(np.array(value).tobytes())
+        return {TAG: "npscalar", "dtype": value.dtype.name, "buf": len(buffers) - 1}
+    return handle_of(value)
+
+
+def _shape(entry: dict[str, Any]) -> tuple[int, ...]:
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+        raise ProtocolError(f"array shape {shape!r} is not a list of at most {MAX_DIMS} sizes")
+    if not all(type(n) is int and n >= 0 for n in shape):
+        raise ProtocolError(f"array shape {shape!r} holds something other than sizes")
+    return tuple(shape)
+
+
+def _buffer(entry: dict[str, Any], buffers: list[bytearray]) -> bytearray:
+    index = entry.get("buf")
+    if type(index) is not int or not 0 <= index < len(buffers):
+        raise ProtocolError(f"buffer index {index!r} is out of range")
+    return buffers[index]
+
+
+def _array_from(entry: dict[str, Any], buffers: list[bytearray], allow_mlx: bool) -> Any:
+    import numpy as np
+
+    name, lib, shape = entry.get("dtype"), entry.get("lib"), _shape(entry)
+    if lib not in ("mlx", "numpy") or (lib == "mlx" and name not in MLX_DTYPES):
+        raise ProtocolError(f"array of library {lib!r} and dtype {name!r} is not supported")
+    stored = "uint16" if name == "bfloat16" else name
+    try:
+        dtype = np.dtype(stored)
+    except TypeError:
+        raise ProtocolError(f"dtype {name!r} is not a NumPy dtype") from None
+    if dtype.kind not in NUMPY_KINDS:
+        raise ProtocolError(f"dtype {name!r} is not a numeric dtype")
+    data = _buffer(entry, buffers)
+    if math.prod(shape) * dtype.itemsize != len(data):
+        raise ProtocolError(f"array of shape {shape} and dtype {name} does not match its {len(data)} bytes")
+    array = np.frombuffer(data, dtype=dtype).reshape(shape) if data else np.zeros(shape, dtype=dtype)
+    if lib == "numpy" or not allow_mlx:
+        return array
+    import mlx.core as mx
+
+    converted = mx.array(array)
+    return mx.view(converted, mx.bfloat16) if name == "bfloat16" else converted
+
+
+def from_wire(node: Any, buffers: list[bytearray], resolve: ResolveHandle, *, clean: bool, depth: int = 0) -> Any:
+    """A header entry back as a value. `clean`: strings from the worker pass through clean_text."""
+    if depth > MAX_DEPTH:
+        raise ProtocolError(f"value nested deeper than {MAX_DEPTH} levels")
+    if node is None or isinstance(node, (bool, int, float)):
+        return node
+    if isinstance(node, str):
+        return clean_text(node, limit=1 << 20) if clean else node
+    if isinstance(node, list):
+        return [from_wire(item, buffers, resolve, clean=clean, depth=depth + 1) for item in node]
+    if not isinstance(node, dict):
+        raise ProtocolError(f"unexpected JSON value of type {type(node).__name__}")
+    tag = node.get(TAG)
+    if tag == "tuple" and isinstance(node.get("items"), list):
+        return tuple(from_wire(item, buffers, resolve, clean=clean, depth=depth + 1) for item in node["items"])
+    if tag == "dict" and isinstance(node.get("items"), list):
+        result = {}
+        for pair in node["items"]:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ProtocolError("a dict item is not a [key, value] pair")
+            key = from_wire(pair[0], buffers, resolve, clean=clean, depth=depth + 1)
+            try:
+                result[key] = from_wire(pair[1], buffers, resolve, clean=clean, depth=depth + 1)
+            except TypeError:
+                raise ProtocolError("a dict key is not hashable") from None
+        return result
+    if tag == "bytes":
+        return bytes(_buffer(node, buffers))
+    if tag == "array":
+        return _array_from(node, buffers, allow_mlx=True)
+    if tag == "npscalar":
+        array = _array_from({**node, "lib": "numpy", "shape": []}, buffers, allow_mlx=False)
+        return array[()]
+    if tag == "handle" and type(node.get("id")) is int:
+        return resolve(node)
+    raise ProtocolError(f"unknown value tag {tag!r}")
+
+
+# -- errors ------------------------------------------------------------------------------------------------------
+
+
+def error_entry(error: BaseException) -> dict[str, str]:
+    """How an exception raised by subject code crosses the pipe: a builtin's name, or SubjectError."""
+    name = type(error).__name__
+    builtin = next((n for n, cls in BUILTIN_ERRORS.items() if type(error) is cls), None)
+    if builtin is None:  # a subclass of a builtin keeps the builtin it derives from, named after itself
+        base = next((n for n, cls in BUILTIN_ERRORS.items() if isinstance(error, cls)), None)
+        message = f"{name}: {error}"
+        builtin = base if base in ("ValueError", "TypeError", "NotImplementedError", "MemoryError") else None
+    else:
+        message = str(error.args[0]) if isinstance(error, KeyError) and len(error.args) == 1 else str(error)
+    return {"type": builtin or "SubjectError", "name": clean_text(name, 200), "message": clean_text(message)}
+
+
+def error_from(entry: Any) -> BaseException:
+    """The exception to raise on the trusted side for an error entry from the worker."""
+    if not isinstance(entry, dict):
+        return ProtocolError("an error reply without its entry")
+    message = clean_text(entry.get("message", ""))
+    cls = BUILTIN_ERRORS.get(str(entry.get("type")))
+    if cls is None:
+        return SubjectError(f"{clean_text(entry.get('name', 'Exception'), 200)}: {message}")
+    return cls(message)

@@ -1,0 +1,466 @@
+"""The worker: hosts a student's subject and answers the trusted suite's requests over a pipe.
+
+This is the only pagecheck code that runs next to student code, and it is not
+imported: the worker's bootstrap (BOOTSTRAP, run with `python -I -S -c`)
+reads one length-prefixed JSON message holding the sources of wire.py,
+subject.py, tripwires.py and this file, runs them as private modules, and
+calls main(). Module level imports the standard library only.
+
+main() first installs an audit hook, which Python code cannot remove, that
+refuses
+    - importing pagecheck (REFUSED_PACKAGES),
+    - opening any path under the harness's folders,
+    - the gc calls that reach every object (get_objects, get_referrers,
+      get_referents), and
+    - importing mlx or numpy again once they are loaded (a fresh import of a
+      native module could bring back the real SDPA).
+Each refusal is reported to the trusted side as an event. Then it loads MLX,
+arms the tripwires (tripwires.py), loads the subject and answers requests
+until the pipe closes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+import types
+from typing import Any
+
+REFUSED_PACKAGES = frozenset({"pagecheck"})
+REFUSED_EVENTS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents"})
+GUARDED_MODULES = ("numpy", "mlx", "mlx.core")
+ATTENTION = "paged_attention"
+ATTENTION_ARGUMENTS = ("query", "key_pages", "value_pages", "block_table", "context_lens", "page_size")
+LOAD_STEP = "(import)"
+PREFETCH_BYTES = 1 << 20  # array bytes sent unasked with one reply
+SCRATCH_PLACEHOLDER = "{scratch}"  # the same placeholder as launcher.py's (this module may not import it)
+
+# Run by `python -I -S -c BOOTSTRAP FD_IN FD_OUT`: one u64 length, then the JSON message.
+BOOTSTRAP = """
+import json, os, struct, sys, types
+fd_in, fd_out = int(sys.argv[1]), int(sys.argv[2])
+def read(n):
+    data = b""
+    while len(data) < n:
+        chunk = os.read(fd_in, n - len(data))
+        if not chunk:
+            sys.exit(3)
+        data += chunk
+    return data
+message = json.loads(read(struct.unpack("<Q", read(8))[0]))
+modules = {}
+for name, source in message["modules"]:
+    module = types.ModuleType("_sandbox_" + name)
+    module.__file__ = "<sandbox:" + name + ">"
+    sys.modules[module.__name__] = module
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    modules[name] = module
+modules["worker_main"].main(modules, message["config"], fd_in, fd_out)
+"""
+BOOTSTRAP_LENGTH = struct.Struct("<Q")
+
+
+def bootstrap_message(sources: list[tuple[str, str]], config: dict[str, Any]) -> bytes:
+    """What the trusted side writes first: the modules to run (in order) and the worker's settings."""
+    body = json.dumps({"modules": sources, "config": config}).encode("utf-8")
+    return BOOTSTRAP_LENGTH.pack(len(body)) + body
+
+
+class Worker:
+    def __init__(self, wire: types.ModuleType, fd_in: int, fd_out: int) -> None:
+        self.wire = wire
+        self.fd_out = fd_out
+        self.reader = wire.FrameReader(fd_in)
+        self.objects: dict[int, Any] = {}
+        self.ids_by_object: dict[int, int] = {}
+        self.methods_by_type: dict[type, list[str]] = {}
+        self.wanted: Any = None  # the request's "prefetch" list
+        self.read_ahead: dict[str, Any] = {}  # type name -> attributes to send with each new handle of that type
+        self.reading_ahead = False
+        self.reply_buffers: list[Any] = []  # the buffers of the reply being built
+        self.next_id = 1
+        self.api: dict[str, Any] = {}
+        self.step = LOAD_STEP
+        self.tripwires: Any = None
+
+    # -- events --------------------------------------------------------------------------------------------------
+
+    def report(self, event: dict[str, Any]) -> None:
+        self.wire.write_frame(self.fd_out, {"event": {**event, "step": self.step}})
+
+    # -- handles -------------------------------------------------------------------------------------------------
+
+    def handle_of(self, value: Any) -> dict[str, Any]:
+        key = id(value)
+        handle = self.ids_by_object.get(key)
+        if handle is None or self.objects.get(handle) is not value:
+            handle = self.next_id
+            self.next_id += 1
+            self.objects[handle] = value
+            self.ids_by_object[key] = handle
+            new = True
+        else:
+            new = False
+        kind = type(value).__name__[:100]
+        entry: dict[str, Any] = {self.wire.TAG: "handle", "id": handle, "type": kind, "callable": callable(value)}
+        methods = self._methods_of(type(value))
+        if methods and not any(name in getattr(value, "__dict__", {}) for name in methods):
+            entry["methods"] = methods
+        read_ahead = self.read_ahead.get(kind)
+        if new and read_ahead and not self.reading_ahead:
+            entry["reads"] = self._read_ahead(value, read_ahead)
+        return entry
+
+    def _read_ahead(self, value: Any, names: Any) -> list[Any]:
+        """Attributes the trusted side read on earlier objects of this type, read now and sent with the handle
+        (arrays into the reply's buffers); an attribute whose read raises, or that is an object, is left out."""
+        found = []
+        self.reading_ahead = True
+        try:
+            for name in names if isinstance(names, list) else []:
+                own: list[Any] = []
+                try:
+                    node = self.wire.to_wire(getattr(value, str(name)), own, self._no_handle)
+                except Exception:
+                    continue
+                found.append([str(name), self._shift_buffers(node, len(self.reply_buffers))])
+                self.reply_buffers.extend(own)
+        finally:
+            self.reading_ahead = False
+        return found
+
+    def _methods_of(self, cls: type) -> list[str]:
+        """Names that are plain methods of the class, so the trusted side may call them without reading them
+        first; none for classes that compute their attributes."""
+        known = self.methods_by_type.get(cls)
+        if known is not None:
+            return known
+        names: list[str] = []
+        if cls.__getattribute__ is object.__getattribute__ and not hasattr(cls, "__getattr__"):
+            seen: set[str] = set()
+            for klass in cls.__mro__:
+                for name, member in vars(klass).items():
+                    if name in seen or name.startswith("__"):
+                        continue
+                    seen.add(name)
+                    if isinstance(member, (types.FunctionType, staticmethod, classmethod)):
+                        names.append(name)
+        self.methods_by_type[cls] = names = sorted(names)
+        return names
+
+    def resolve(self, entry: dict[str, Any]) -> Any:
+        handle = entry["id"]
+        if handle not in self.objects:
+            raise self.wire.ProtocolError(f"handle {handle} is not held by this worker")
+        return self.objects[handle]
+
+    def release(self, ids: list[Any]) -> None:
+        for handle in ids:
+            value = self.objects.pop(handle, None) if type(handle) is int else None
+            if value is not None and self.ids_by_object.get(id(value)) == handle:
+                del self.ids_by_object[id(value)]
+
+    # -- replies -------------------------------------------------------------------------------------------------
+
+    def send(self, header: dict[str, Any], value: Any = None, with_value: bool = False) -> None:
+        buffers: list[Any] = []
+        self.reply_buffers = buffers
+        if self.wanted:
+            header = {**header, "prefetched": self.prefetch(self.wanted, buffers)}
+        if with_value:
+            try:
+                header = {**header, "ok": self.wire.to_wire(value, buffers, self.handle_of)}
+            except Exception as exc:
+                buffers = []
+                header = {"error": self.wire.error_entry(exc)}
+        self.wire.write_frame(self.fd_out, header, buffers)
+        self.reply_buffers = []
+
+    # -- calls ---------------------------------------------------------------------------------------------------
+
+    def _snapshots(self, value: Any, path: list[Any], found: list[tuple[list[Any], Any, Any]]) -> None:
+        import numpy as np
+
+        mx = sys.modules.get("mlx.core")
+        if isinstance(value, np.ndarray):
+            found.append((path, value, value.copy()))
+        elif mx is not None and isinstance(value, mx.array):
+            # The bytes, copied: a NumPy view of the array (np.asarray) writes into the buffer it shares.
+            found.append((path, value, (tuple(value.shape), str(value.dtype), bytes(memoryview(value)))))
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                self._snapshots(item, [*path, index], found)
+        elif type(value) is dict:
+            for key, item in value.items():
+                if isinstance(key, (str, int)):
+                    self._snapshots(item, [*path, key], found)
+
+    def _changed(self, now: Any, before: Any) -> bool:
+        import numpy as np
+
+        if isinstance(now, np.ndarray):
+            if now.shape != before.shape or now.dtype != before.dtype:
+                return True
+            return not np.array_equal(now, before, equal_nan=now.dtype.kind in "fc")
+        shape, dtype, data = before
+        return tuple(now.shape) != shape or str(now.dtype) != dtype or bytes(memoryview(now)) != data
+
+    def _writeback(self, snapshots: list[tuple[list[Any], Any, Any]], buffers: list[Any]) -> list[Any]:
+        changed = []
+        for path, now, before in snapshots:
+            if self._changed(now, before):
+                changed.append([path, self.wire.to_wire(now, buffers, self.handle_of)])
+        return changed
+
+    def call(self, function: Any, args: list[Any], kwargs: dict[str, Any], is_attention: bool) -> None:
+        snapshots: list[tuple[list[Any], Any, Any]] = []
+        self._snapshots(args, ["args"], snapshots)
+        self._snapshots(kwargs, ["kwargs"], snapshots)
+        if is_attention:
+            bound = dict(zip(ATTENTION_ARGUMENTS, args)) | kwargs
+            self.tripwires.begin_call(bound.get("key_pages"), bound.get("value_pages"), bound.get("context_lens"))
+        try:
+            result = function(*args, **kwargs)
+            error = None
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt from subject code are errors too
+            result, error = None, exc
+        finally:
+            self.tripwires.end_call()
+        buffers: list[Any] = []
+        self.reply_buffers = buffers
+        try:
+            header: dict[str, Any] = {"writeback": self._writeback(snapshots, buffers)}
+            if self.wanted:
+                header["prefetched"] = self.prefetch(self.wanted, buffers)
+            if error is None:
+                header["ok"] = self.wire.to_wire(result, buffers, self.handle_of)
+            else:
+                header["error"] = self.wire.error_entry(error)
+        except Exception as exc:
+            buffers, header = [], {"error": self.wire.error_entry(exc)}
+        self.wire.write_frame(self.fd_out, header, buffers)
+        self.reply_buffers = []
+
+    def special(self, target: Any, name: str, args: list[Any]) -> Any:
+        import operator
+
+        if name == "__iter__":
+            return list(iter(target))
+        if name == "__bool__":
+            return bool(target)
+        if name == "__len__":
+            return len(target)
+        if name in ("__repr__", "__str__"):
+            return self.wire.clean_text(repr(target) if name == "__repr__" else str(target))
+        if name in ("__int__", "__index__", "__float__"):
+            return {"__int__": int, "__index__": operator.index, "__float__": float}[name](target)
+        if name in ("__getitem__", "__setitem__", "__contains__", "__eq__"):
+            function = {"__getitem__": operator.getitem, "__setitem__": operator.setitem,
+                        "__contains__": operator.contains, "__eq__": operator.eq}[name]  # fmt: skip
+            return function(target, *args)
+        raise AttributeError(f"{name} is not forwarded to the worker")
+
+    def prefetch(self, wanted: Any, buffers: list[Any]) -> list[Any]:
+        """Current values of the attributes the trusted side asked to have sent with this reply: plain values
+        and arrays (their bytes appended to the reply's `buffers`, PREFETCH_BYTES in all), no handles; an
+        attribute whose read raises, or that does not fit, is left out."""
+        found = []
+        room = PREFETCH_BYTES
+        for item in wanted if isinstance(wanted, list) else []:
+            if not (isinstance(item, list) and len(item) == 2 and item[0] in self.objects):
+                continue
+            target = self.objects[item[0]]
+            for name in item[1] if isinstance(item[1], list) else []:
+                own: list[Any] = []
+                try:
+                    node = self.wire.to_wire(getattr(target, str(name)), own, self._no_handle)
+                except Exception:
+                    continue
+                size = sum(memoryview(b).nbytes for b in own)
+                if size > room:
+                    continue
+                room -= size
+                node = self._shift_buffers(node, len(buffers))
+                buffers.extend(own)
+                found.append([item[0], name, node])
+        return found
+
+    def _shift_buffers(self, node: Any, offset: int) -> Any:
+        """`node` with its buffer indexes moved by `offset` (its buffers go after those already in the reply)."""
+        if not offset:
+            return node
+        if isinstance(node, list):
+            return [self._shift_buffers(item, offset) for item in node]
+        if isinstance(node, dict):
+            moved = {k: self._shift_buffers(v, offset) for k, v in node.items()}
+            if "buf" in node and node.get(self.wire.TAG) in ("array", "bytes", "npscalar"):
+                moved["buf"] = node["buf"] + offset
+            return moved
+        return node
+
+    def _no_handle(self, value: Any) -> dict[str, Any]:
+        raise TypeError("not plain data")
+
+    def serve_one(self, header: dict[str, Any], buffers: list[Any]) -> None:
+        wire = self.wire
+        self.release(header.get("release", []))
+        self.wanted = header.get("prefetch")
+        if isinstance(header.get("read_ahead"), dict):
+            self.read_ahead = header["read_ahead"]
+        op = header.get("op")
+        self.step = str(header.get("step", self.step))[:500]
+        decode = lambda node: wire.from_wire(node, buffers, self.resolve, clean=False)  # noqa: E731
+        if op == "release":
+            self.send({"ok": None})
+            return
+        try:
+            if op in ("call", "call_api", "call_method"):
+                if op == "call_api":
+                    name = header.get("name")
+                    if name not in self.api:
+                        raise AttributeError(f"the subject has no {name!r}")
+                    target = self.api[name]
+                elif op == "call_method":
+                    target = getattr(self.resolve({"id": header.get("target")}), str(header.get("name")))
+                else:
+                    target = self.resolve({"id": header.get("target")})
+                args, kwargs = decode(header.get("args", [])), decode(header.get("kwargs", {wire.TAG: "dict", "items": []}))
+                if not isinstance(args, list) or not isinstance(kwargs, dict):
+                    raise wire.ProtocolError("call arguments are not a list and a dict")
+                self.call(target, args, kwargs, op == "call_api" and header.get("name") == ATTENTION)
+                return
+            target = self.resolve({"id": header.get("target")})
+            name = str(header.get("name"))
+            if op == "getattr":
+                value = getattr(target, name)
+            elif op == "setattr":
+                setattr(target, name, decode(header.get("value")))
+                value = None
+            elif op == "special":
+                value = self.special(target, name, decode(header.get("args", [])))
+            else:
+                raise wire.ProtocolError(f"unknown request {op!r}")
+        except wire.ProtocolError:
+            raise
+        except BaseException as exc:
+            self.send({"error": wire.error_entry(exc)})
+            return
+        self.send({}, value, with_value=True)
+
+    def serve(self) -> None:
+        while True:
+            try:
+                header, buffers = self.reader.read()
+            except self.wire.ProtocolError:
+                return  # the trusted side closed the pipe: the sandbox ends with this process
+            self.serve_one(header, buffers)
+
+
+def _student_frame() -> str:
+    """'file:line' of the innermost frame that is not the worker's, the import machinery's or the standard
+    library's: where the submission asked for what was refused."""
+    frame = sys._getframe(2)
+    stdlib = os.path.dirname(os.__file__)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith("<") or name.startswith(stdlib)):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
+def _install_audit_hook(worker: Worker, config: dict[str, Any]) -> dict[str, bool]:
+    """The refusals in the module docstring; returns the switch that arms the re-import guard."""
+    refused = frozenset(config.get("refused_packages", REFUSED_PACKAGES))
+    roots = tuple(os.path.join(os.path.realpath(root), "") for root in config.get("harness_roots", []))
+    guarded = frozenset(GUARDED_MODULES)
+    state = {"armed": False, "reporting": False}
+    realpath, fsdecode = os.path.realpath, os.fsdecode
+
+    def refuse(kind: str, detail: str, error: BaseException) -> None:
+        if not state["reporting"]:
+            state["reporting"] = True
+            try:
+                worker.report({"kind": kind, "detail": detail[:300], "where": _student_frame()})
+            finally:
+                state["reporting"] = False
+        raise error
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "import":
+            name = args[0] if args and isinstance(args[0], str) else ""
+            if name.partition(".")[0] in refused:
+                refuse("harness_import", f"import {name}",
+                       ImportError(f"importing {name} is refused while grading: it is pagecheck's own code"))  # fmt: skip
+            if state["armed"] and name in guarded:
+                refuse("reimport", f"import {name} again",
+                       ImportError(f"importing {name} again is refused while grading"))  # fmt: skip
+        elif event == "open" and roots and args and isinstance(args[0], (str, bytes)):
+            path = realpath(fsdecode(args[0]))
+            if any((path + os.sep).startswith(root) for root in roots):
+                refuse("harness_read", f"open {path}", PermissionError(f"{path} is pagecheck's own code"))
+        elif event in REFUSED_EVENTS:
+            refuse("introspection", event, RuntimeError(f"{event} is refused while grading"))
+
+    sys.addaudithook(hook)
+
+    class RefuseHarness:
+        """First on sys.meta_path: importlib.import_module raises no "import" audit event, so the same names
+        are refused here too (a submission can take this finder away, not the hook)."""
+
+        @staticmethod
+        def find_spec(name: str, path: Any = None, target: Any = None) -> None:
+            if name.partition(".")[0] in refused:
+                refuse("harness_import", f"import {name}",
+                       ImportError(f"importing {name} is refused while grading: it is pagecheck's own code"))  # fmt: skip
+            if state["armed"] and name in guarded:  # asked for only when it was taken out of sys.modules
+                refuse("reimport", f"import {name} again",
+                       ImportError(f"importing {name} again is refused while grading"))  # fmt: skip
+
+    sys.meta_path.insert(0, RefuseHarness())
+    return state
+
+
+def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: int, fd_out: int) -> None:
+    worker = Worker(modules["wire"], fd_in, fd_out)
+    strict = config.get("strict", True)
+    guard = _install_audit_hook(worker, config) if strict else {"armed": False}
+    os.environ.setdefault("MLX_ENABLE_TF32", "0")
+    if strict:
+        # The folders alone: their .pth files are not run, so nothing they would import or hook is.
+        sys.path.extend(path for path in config.get("site_paths", []) if path not in sys.path)
+    else:
+        # Relaxed (the harness's own subjects): .pth files run, so an editable pagecheck resolves its layers.
+        import site
+
+        for path in config.get("site_paths", []):
+            site.addsitedir(path)
+    import mlx.core as mx
+    import numpy as np
+
+    if config.get("device") == "gpu" and mx.is_available(mx.gpu):
+        mx.set_default_device(mx.gpu)
+    worker.tripwires = modules["tripwires"].Tripwires(worker.report)
+    worker.tripwires.install_sdpa_trap(mx.fast)
+    worker.tripwires.install_gather_watch(mx, np)
+    guard["armed"] = True
+    subject_module = modules["subject"]
+    scratch = os.getcwd()  # the launcher starts the worker in its scratch folder
+    for path in reversed(config.get("import_paths", [])):
+        sys.path.insert(0, path.replace(SCRATCH_PLACEHOLDER, scratch))
+    try:
+        subject = subject_module.load_subject(config["spec"].replace(SCRATCH_PLACEHOLDER, scratch))
+    except BaseException as exc:
+        worker.send({"op": "load_failed", "error": worker.wire.error_entry(exc), "scratch": scratch})
+        return
+    worker.api = dict(subject.names)
+    kinds = {name: ("class" if isinstance(value, type) else "function") for name, value in subject.names.items()}
+    # How each name prints in process (Hypothesis shows fixtures in its failure messages): module.qualname.
+    shown = {name: f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', name)}"
+             for name, value in subject.names.items() if isinstance(value, type)}  # fmt: skip
+    worker.send({"op": "ready", "names": kinds, "missing": dict(subject.missing), "origin": subject.origin,
+                 "scratch": scratch, "shown": shown})  # fmt: skip
+    worker.step = "(between checks)"
+    worker.serve()

@@ -1,0 +1,15 @@
+"""Hostile: finds the pytest session through gc and registers a hook that turns every report into a pass."""
+
+import gc
+
+try:
+    for thing in gc.get_objects():
+        if type(thing).__name__ == "PytestPluginManager":
+
+            class AllPass:
+                def pytest_runtest_logreport(self, report):
+                    report.outcome, report.longrepr = "passed", None
+
+            thing.register(AllPass(), "all-pass")
+except Exception:
+    pass

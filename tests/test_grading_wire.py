@@ -1,0 +1,177 @@
+"""The worker protocol's codec: values round-trip exactly, and anything malformed is a ProtocolError."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+import time
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from pagecheck.grading import wire
+
+
+class Handle:
+    """A stand-in for an object that crosses as a handle."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+
+def round_trip(value: object, *, clean: bool = True) -> object:
+    buffers: list[object] = []
+    node = wire.to_wire(value, buffers, lambda obj: {wire.TAG: "handle", "id": obj.number})
+    read, write = os.pipe()
+
+    def send() -> None:
+        wire.write_frame(write, {"v": node}, buffers)
+        os.close(write)
+
+    writer = threading.Thread(target=send)
+    writer.start()
+    header, received = wire.FrameReader(read).read(time.monotonic() + 5)
+    writer.join()
+    os.close(read)
+    return wire.from_wire(header["v"], received, lambda entry: Handle(entry["id"]), clean=clean)
+
+
+def test_plain_values_round_trip() -> None:
+    value = [None, True, 3, -2**70, 1.5, "ünï", {"a": (1, 2), 3: [4.0]}, b"\x00\xff", ()]
+    assert round_trip(value) == value
+    back = round_trip([float("nan"), float("inf"), -float("inf")])
+    assert np.isnan(back[0]) and back[1:] == [float("inf"), -float("inf")]
+
+
+def test_tuples_stay_tuples_and_handles_resolve() -> None:
+    back = round_trip((1, [Handle(7)], {"h": Handle(9)}))
+    assert isinstance(back, tuple) and isinstance(back[1], list)
+    assert back[1][0].number == 7 and back[2]["h"].number == 9
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "int32", "int64", "uint16", "bool", "complex64"])
+def test_numpy_arrays_round_trip_exactly(dtype: str) -> None:
+    array = (np.arange(24).reshape(2, 3, 4) % 5).astype(dtype)
+    back = round_trip(array)
+    assert isinstance(back, np.ndarray) and back.dtype == array.dtype and back.shape == array.shape
+    assert np.array_equal(back, array)
+    back[0, 0, 0] = 1  # a decoded array is writable, as one the subject made would be
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "int32", "uint32", "bool_"])
+def test_mlx_arrays_round_trip_bit_for_bit(dtype: str) -> None:
+    values = mx.array(np.linspace(-3.3, 7.7, 30).reshape(5, 6)).astype(getattr(mx, dtype))
+    back = round_trip(values)
+    assert isinstance(back, mx.array) and back.dtype == values.dtype and back.shape == values.shape
+    assert bool(mx.array_equal(back, values))
+    if dtype == "bfloat16":
+        assert np.array_equal(np.array(mx.view(back, mx.uint16)), np.array(mx.view(values, mx.uint16)))
+
+
+def test_empty_and_scalar_arrays_round_trip() -> None:
+    assert round_trip(np.zeros((0, 3), np.float32)).shape == (0, 3)
+    assert round_trip(mx.array(2.5)).item() == 2.5
+    scalar = round_trip(np.int64(-4))
+    assert isinstance(scalar, np.int64) and scalar == -4
+
+
+def test_text_from_the_worker_is_cleaned() -> None:
+    assert round_trip("bad \udcff byte") == "bad ? byte"
+    assert round_trip("bad \udcff byte", clean=False) == "bad \udcff byte"
+
+
+def test_unsupported_arrays_are_refused() -> None:
+    with pytest.raises(TypeError):
+        wire.to_wire(np.array(["a"], dtype=object), [], lambda obj: {})
+
+
+def test_errors_cross_as_builtins_or_subject_error() -> None:
+    class PoolError(ValueError):
+        pass
+
+    class Odd(Exception):
+        pass
+
+    assert type(wire.error_from(wire.error_entry(ValueError("bad page_size")))) is ValueError
+    subclass = wire.error_from(wire.error_entry(PoolError("Page 3 is already free")))
+    assert type(subclass) is ValueError and str(subclass) == "PoolError: Page 3 is already free"
+    other = wire.error_from(wire.error_entry(Odd("x")))
+    assert type(other) is wire.SubjectError and "Odd: x" in str(other)
+    assert str(wire.error_from(wire.error_entry(KeyError("k")))) == "'k'"
+    assert type(wire.error_from({"type": "SystemExit", "message": "1"})) is wire.SubjectError
+
+
+def _frame_bytes(header_text: bytes, lengths: list[int], payload: bytes = b"", magic: bytes = wire.MAGIC) -> bytes:
+    prefix = wire.PREFIX.pack(magic, len(header_text), len(lengths))
+    return prefix + b"".join(struct.pack("<Q", n) for n in lengths) + header_text + payload
+
+
+def read_raw(data: bytes, **limits: int) -> tuple[dict, list]:
+    read, write = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(write, data), os.close(write)))
+    writer.start()
+    try:
+        return wire.FrameReader(read, **limits).read(time.monotonic() + 5)
+    finally:
+        writer.join()
+        os.close(read)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        _frame_bytes(b"{}", [], magic=b"XXXX"),
+        wire.PREFIX.pack(wire.MAGIC, wire.MAX_HEADER_BYTES + 1, 0),
+        wire.PREFIX.pack(wire.MAGIC, 2, wire.MAX_BUFFERS + 1),
+        _frame_bytes(b"{not json", []),
+        _frame_bytes(b"[1, 2]", []),
+        _frame_bytes(b"{}", [5], b"abc"),  # the pipe closes mid-frame
+    ],
+    ids=["magic", "header-size", "buffer-count", "json", "not-an-object", "short"],
+)
+def test_malformed_frames_are_protocol_errors(data: bytes) -> None:
+    with pytest.raises(wire.ProtocolError):
+        read_raw(data)
+
+
+def test_frame_over_the_reader_limit_is_refused_before_reading_it() -> None:
+    with pytest.raises(wire.ProtocolError, match="over"):
+        read_raw(_frame_bytes(b"{}", [1 << 40]), max_frame_bytes=1 << 20)
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        {wire.TAG: "array", "lib": "numpy", "dtype": "float32", "shape": [3], "buf": 0},  # 3 floats, 4 bytes
+        {wire.TAG: "array", "lib": "numpy", "dtype": "float32", "shape": [-1], "buf": 0},
+        {wire.TAG: "array", "lib": "numpy", "dtype": "object", "shape": [1], "buf": 0},
+        {wire.TAG: "array", "lib": "torch", "dtype": "float32", "shape": [1], "buf": 0},
+        {wire.TAG: "array", "lib": "numpy", "dtype": "float32", "shape": [1], "buf": 3},
+        {wire.TAG: "pickle", "data": "x"},
+        {wire.TAG: "dict", "items": [[[1], 2]]},
+        json.loads("[" * 200 + "]" * 200),
+    ],
+    ids=["size", "negative", "object", "library", "buffer-index", "unknown-tag", "unhashable-key", "too-deep"],
+)
+def test_malformed_values_are_protocol_errors(node: object) -> None:
+    with pytest.raises(wire.ProtocolError):
+        wire.from_wire(node, [bytearray(4)], lambda entry: None, clean=True)
+
+
+def test_reader_deadline_and_closed_pipe() -> None:
+    read, write = os.pipe()
+    with pytest.raises(wire.FrameTimeout):
+        wire.FrameReader(read).read(time.monotonic() + 0.2)
+    os.close(write)
+    with pytest.raises(wire.ProtocolError, match="closed"):
+        wire.FrameReader(read).read(time.monotonic() + 1)
+    os.close(read)
+
+
+def test_large_buffers_cross_a_pipe_intact() -> None:
+    array = np.random.default_rng(0).standard_normal((64, 8, 16, 128)).astype(np.float32)  # 4 MiB
+    back = round_trip([array, array[:1]])
+    assert np.array_equal(back[0], array) and np.array_equal(back[1], array[:1])

@@ -1,0 +1,342 @@
+"""The sandboxed worker, through the proxy subject: what student code inside it can and cannot do.
+
+Each test loads a small subject file with `sandbox:` and calls into it. The
+probes run inside the worker; their answers come back as values.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import time
+from pathlib import Path
+from typing import Iterator
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from pagecheck.grading import landlock
+from pagecheck.grading.remote_subject import Session, StaleHandleError, active_session, close_sessions, configure
+from pagecheck.grading.worker_process import WorkerIncident, WorkerLimits, WorkerSettings
+from pagecheck.invariants.subject import Subject, SubjectError, load_subject
+
+ROOT = Path(__file__).resolve().parent.parent
+LINUX = os.uname().sysname == "Linux"
+AS_ROOT = os.geteuid() == 0
+
+PROBES = '''
+import ctypes, gc, importlib, os, signal, socket, subprocess, sys, time
+import mlx.core as mx
+import numpy as np
+
+def _try(action):
+    try:
+        return ["ok", action()]
+    except BaseException as exc:
+        return ["refused", type(exc).__name__]
+
+def read_harness():
+    return _try(lambda: open(HARNESS_FILE).read(10))
+
+def import_harness():
+    return _try(lambda: importlib.import_module("ref" + "erence.subject").__name__)
+
+def import_statement():
+    def go():
+        import pagecheck.invariants.subject
+        return "imported"
+    return _try(go)
+
+def connect():
+    return _try(lambda: socket.create_connection(("127.0.0.1", 22), timeout=2).close())
+
+def write_outside():
+    return _try(lambda: open("/var/tmp/pagecheck-probe", "w").write("x"))
+
+def kill_parent():
+    return [os.getppid(), _try(lambda: os.kill(os.getppid(), signal.SIGTERM)), _try(lambda: os.kill(1, signal.SIGKILL)),
+            _try(lambda: os.kill(-1, signal.SIGKILL))]
+
+def processes():
+    return sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+
+def whoami():
+    return [os.getuid(), os.getcwd()]
+
+def fill_disk():
+    chunk = b"x" * (1 << 20)
+    written = 0
+    try:
+        with open("big", "wb") as f:
+            for _ in range(4096):
+                f.write(chunk)
+                f.flush()
+                written += 1
+    except OSError as exc:
+        return ["stopped", written, type(exc).__name__]
+    return ["not stopped", written]
+
+def daemons(marker):
+    for _ in range(5):
+        subprocess.Popen(["sleep", marker], start_new_session=True)
+    return "started"
+
+def introspect():
+    return _try(lambda: len(gc.get_referrers(mx.fast.rms_norm)))
+
+def sdpa_original():
+    fused = getattr(mx.fast, "scaled_" + "dot_product_attention")
+    return [_try(lambda: fused.original), _try(lambda: fused(mx.ones((1, 1, 1, 4)), mx.ones((1, 1, 2, 4)),
+                                                        mx.ones((1, 1, 2, 4)), scale=1.0))]
+
+def mutate(a, b, c):
+    a[0] = 5.0
+    b += 1
+    np.asarray(c)[0] = 7
+    return "changed"
+
+def segfault():
+    return ctypes.string_at(0)
+
+def hang():
+    while True:
+        time.sleep(1)
+
+def hoard():
+    kept = []
+    while True:
+        kept.append(np.ones(1 << 26))
+
+def shout():
+    for _ in range(200):
+        sys.stdout.write("x" * (1 << 18) + "\\n")
+    return "done"
+
+def raise_custom():
+    class PoolError(ValueError):
+        pass
+    raise PoolError("Page 3 is already free")
+
+class TinyKvPagedPool:
+    def __init__(self, page_size):
+        self.page_size = page_size
+        self.pages = []
+
+class TinyKvPagedCache:
+    def __init__(self, pool):
+        self.pool = pool
+
+def paged_attention(probe, *args):
+    return globals()[probe](*args)
+'''
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[tuple[Subject, Session]]:
+    path = tmp_path / "probes.py"
+    harness_file = ROOT / "reference" / "attention.py"
+    path.write_text(f"HARNESS_FILE = {str(harness_file)!r}\n" + textwrap.dedent(PROBES))
+    configure(WorkerSettings(spec="{scratch}/submission/probes.py", copy_in=str(tmp_path), call_timeout_s=20,
+                             limits=WorkerLimits(memory_bytes=2 << 30, disk_bytes=64 << 20, max_processes=32)))  # fmt: skip
+    try:
+        subject = load_subject(f"sandbox:{path}")
+    finally:
+        configure(None)
+    session = active_session()
+    assert session is not None
+    yield subject, session
+    close_sessions()
+
+
+def probe(subject: Subject, name: str, *args: object) -> object:
+    return subject.get("paged_attention")(name, *args)
+
+
+def test_harness_is_out_of_reach(sandbox: tuple[Subject, Session]) -> None:
+    subject, session = sandbox
+    assert probe(subject, "read_harness") == ["refused", "PermissionError"]
+    assert probe(subject, "import_harness")[0] == "refused"
+    assert probe(subject, "import_statement") == ["refused", "ImportError"]
+    reported = {e["kind"] for e in session.events}
+    assert {"harness_import", "harness_read"} <= reported
+
+
+def test_gc_introspection_is_refused(sandbox: tuple[Subject, Session]) -> None:
+    subject, session = sandbox
+    assert probe(subject, "introspect") == ["refused", "RuntimeError"]
+    assert any(e["kind"] == "introspection" for e in session.events)
+
+
+def test_sdpa_is_trapped_by_every_route(sandbox: tuple[Subject, Session]) -> None:
+    subject, session = sandbox
+    original, call = probe(subject, "sdpa_original")
+    assert original == ["refused", "AttributeError"]  # the real function is not kept anywhere
+    assert call == ["refused", "ForbiddenCallError"]
+    assert [e["kind"] for e in session.events if e["kind"] == "sdpa_trap"] == ["sdpa_trap"]
+
+
+def test_errors_keep_their_builtin_type_and_message(sandbox: tuple[Subject, Session]) -> None:
+    subject, _ = sandbox
+    with pytest.raises(ValueError, match="PoolError: Page 3 is already free"):
+        probe(subject, "raise_custom")
+
+
+def test_identity_and_handles(sandbox: tuple[Subject, Session]) -> None:
+    subject, _ = sandbox
+    pool = subject.get("TinyKvPagedPool")(4)
+    cache = subject.get("TinyKvPagedCache")(pool)
+    assert cache.pool is pool and pool.page_size == 4
+    pool.page_size = 8
+    assert cache.pool.page_size == 8
+
+
+def test_in_place_changes_reach_the_caller(sandbox: tuple[Subject, Session]) -> None:
+    subject, _ = sandbox
+    a, b, c = mx.zeros(3), mx.zeros(3, dtype=mx.int32), mx.zeros(2)
+    untouched = mx.ones(3)
+    before = id(a)
+    assert probe(subject, "mutate", a, b, c) == "changed"
+    assert id(a) == before and a.tolist() == [5.0, 0.0, 0.0]
+    assert b.tolist() == [1, 1, 1] and c.tolist() == [7.0, 0.0]
+    assert untouched.tolist() == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.skipif(not LINUX, reason="Linux namespaces")
+def test_namespaces_and_limits(sandbox: tuple[Subject, Session]) -> None:
+    subject, session = sandbox
+    on = {name for name, state in session.protections.items() if state.startswith("on")}
+    assert {"pid_namespace", "network_namespace", "mount_namespace", "disk_quota", "private_proc"} <= on
+    assert probe(subject, "connect")[0] == "refused"
+    assert probe(subject, "write_outside")[0] == "refused"
+    assert len(probe(subject, "processes")) <= 3  # init and the worker (and a reaped child at most)
+    uid, cwd = probe(subject, "whoami")
+    assert cwd == "/tmp"
+    if AS_ROOT:
+        assert uid == 65534
+    if landlock.abi_version():
+        assert "landlock" in on
+    status, megabytes, error = probe(subject, "fill_disk")
+    assert status == "stopped" and megabytes < 64 and error == "OSError"
+
+
+@pytest.mark.skipif(not LINUX, reason="Linux namespaces")
+def test_signals_to_the_parent_change_nothing(sandbox: tuple[Subject, Session]) -> None:
+    subject, session = sandbox
+    parent, *kills = probe(subject, "kill_parent")
+    assert parent == 1  # its parent is the sandbox's init
+    # Landlock (ABI 6) refuses signals leaving the worker's domain; without it, init ignores them.
+    assert all(kill[0] == ("refused" if landlock.abi_version() >= 6 else "ok") for kill in kills[:2])
+    assert probe(subject, "whoami")[1] == "/tmp" and session.worker is not None and session.worker.running
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.skipif(not LINUX, reason="/proc")
+def test_daemons_die_with_the_worker(sandbox: tuple[Subject, Session]) -> None:
+    subject, session = sandbox
+    marker = f"{os.getpid() % 9000 + 1000}.{time.time_ns() % 997}"
+    assert probe(subject, "daemons", marker) == "started"
+    deadline = time.monotonic() + 10
+    while len(_processes_with(marker)) < 5 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(_processes_with(marker)) == 5
+    session.close()
+    deadline = time.monotonic() + 10
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(marker) == []
+
+
+def test_crash_fails_the_check_and_the_next_check_restarts(sandbox: tuple[Subject, Session]) -> None:
+    subject, session = sandbox
+    pool = subject.get("TinyKvPagedPool")(4)
+    session.begin_check("check-1")
+    with pytest.raises(WorkerIncident, match="SIGSEGV") as crash:
+        probe(subject, "segfault")
+    assert crash.value.kind == "crashed"
+    started = time.monotonic()
+    with pytest.raises(WorkerIncident, match="SIGSEGV"):  # the same check: at once, the same error
+        probe(subject, "whoami")
+    assert time.monotonic() - started < 1
+    session.begin_check("check-2")
+    assert len(probe(subject, "whoami")) == 2  # a new worker answers
+    with pytest.raises(StaleHandleError):
+        pool.page_size
+    assert [e["check"] for e in session.events if e["kind"] == "incident"] == ["check-1"]
+
+
+def test_hang_is_stopped_at_the_call_deadline(tmp_path: Path) -> None:
+    path = tmp_path / "hangs.py"
+    path.write_text(textwrap.dedent(PROBES).replace("HARNESS_FILE", "'/nonexistent'"))
+    configure(WorkerSettings(spec="{scratch}/submission/hangs.py", copy_in=str(tmp_path), call_timeout_s=2))
+    try:
+        subject = load_subject(f"sandbox:{path}")
+        started = time.monotonic()
+        with pytest.raises(WorkerIncident, match="did not finish within 2 s") as hang:
+            probe(subject, "hang")
+        assert hang.value.kind == "timed-out" and time.monotonic() - started < 15
+    finally:
+        configure(None)
+        close_sessions()
+
+
+def test_memory_limit_is_an_out_of_memory_incident(sandbox: tuple[Subject, Session]) -> None:
+    subject, session = sandbox
+    session.begin_check("hoards")
+    with pytest.raises(WorkerIncident) as hoard:
+        probe(subject, "hoard")
+    assert hoard.value.kind == "out-of-memory"
+
+
+def test_output_flood_is_capped_and_costs_nothing_else(sandbox: tuple[Subject, Session], tmp_path: Path) -> None:
+    subject, session = sandbox
+    session.close()
+    log = tmp_path / "worker.log"
+    configure(WorkerSettings(spec="{scratch}/submission/probes.py", copy_in=str(tmp_path), log_path=str(log)))
+    try:
+        flooded = load_subject(f"sandbox:{tmp_path / 'probes.py'}")
+    finally:
+        configure(None)
+    assert probe(flooded, "shout") == "done"
+    active_session().close()
+    assert log.stat().st_size < (1 << 20) + 4096
+    assert "more bytes of worker output dropped" in log.read_text()
+
+
+def test_subject_that_does_not_load_is_a_subject_error(tmp_path: Path) -> None:
+    path = tmp_path / "broken.py"
+    path.write_text("import reference.subject\n")
+    with pytest.raises(SubjectError, match="reference"):
+        load_subject(f"sandbox:{path}")
+    close_sessions()
+
+
+@pytest.mark.skipif(not LINUX, reason="Linux namespaces")
+def test_a_lesser_machine_says_what_is_off_and_still_grades(tmp_path: Path) -> None:
+    """Without namespaces and Landlock (as on macOS or an old kernel): reported off, and the rest still holds."""
+    path = tmp_path / "probes.py"
+    path.write_text(f"HARNESS_FILE = {str(ROOT / 'reference' / 'attention.py')!r}\n" + textwrap.dedent(PROBES))
+    configure(WorkerSettings(spec="{scratch}/submission/probes.py", copy_in=str(tmp_path), call_timeout_s=20,
+                             leave_off=("namespaces", "landlock")))  # fmt: skip
+    try:
+        subject = load_subject(f"sandbox:{path}")
+        session = active_session()
+        off = {name for name, state in session.protections.items() if state.startswith("off")}
+        assert {"pid_namespace", "network_namespace", "mount_namespace", "disk_quota", "landlock"} <= off
+        assert session.protections["audit_hook"].startswith("on")
+        assert probe(subject, "read_harness") == ["refused", "PermissionError"]  # the audit hook still refuses
+        assert probe(subject, "import_statement") == ["refused", "ImportError"]
+        assert probe(subject, "whoami")[1] != "/tmp"  # a scratch folder of its own, not a tmpfs
+    finally:
+        configure(None)
+        close_sessions()
