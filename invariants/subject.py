@@ -205,7 +205,8 @@ def _import_file(spec: str) -> ModuleType:
     if packages and path.stem.isidentifier():
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
-        module = _import(spec, ".".join([*packages, path.stem]))
+        # A package's __init__.py is the package itself.
+        module = _import(spec, ".".join(packages if path.stem == "__init__" else [*packages, path.stem]))
         if Path(module.__file__ or "").resolve() != path:
             raise SubjectError(f"subject spec={spec!r}: {'.'.join(packages)} resolves to {module.__file__}, not {path}")
         return module

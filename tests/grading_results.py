@@ -29,7 +29,6 @@ def result_document(
         "name": name,
         "kind": "file",
         "student_spec": f"/submissions/{name}.py",
-        "student_pythonpath": None,
         "digest": "0" * 64,
         "settings": settings or {"invariants": list(outcomes), "secret_fingerprint": "f" * 16},
         "verdict": verdict,

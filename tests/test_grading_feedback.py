@@ -85,3 +85,13 @@ def test_check_takes_its_worst_outcome_over_both_passes() -> None:
     combined = {c["nodeid"]: c for c in combine_checks([_pass("public", "ok", public), _pass("hidden", "ok", hidden)])}
     assert (combined["a"]["outcome"], combined["a"]["passes"], combined["a"]["message"]) == ("fail", ["hidden"], "hidden says")
     assert (combined["b"]["passes"], combined["b"]["message"]) == (["public", "hidden"], "public says")
+
+
+def test_checks_that_do_not_apply_are_listed_apart_without_the_submissions_words() -> None:
+    document = result_document("amy", {"dtypes": ["pass", "skip"], "lazy_tail": ["pass"]})
+    document["checks"][1]["message"] = "unsupported dtype float16: the subject declines it (ValueError: my words)"
+    rubric = parse_rubric({"points": {"dtypes": 5, "lazy_tail": 4}}, "t.toml")
+    text = render_feedback(document, rubric)
+    assert "## Not applicable" in text and "- unsupported dtype float16 (1 check)" in text
+    assert "my words" not in text
+    assert "## Invariants met\n\ndtypes, lazy_tail." in text

@@ -83,12 +83,12 @@ EXPECTED: dict[str, Expected] = {
     "fill_disk": Expected("ok", EVERYTHING, "30"),
     "flood": Expected("ok", EVERYTHING, "30"),
     # hostile
-    "atexit_rewrite": Expected("load-failed", NOTHING, "0"),  # it exposes none of the API names
-    "gc_pytest_hook": Expected("load-failed", NOTHING, "0", "tamper"),  # it exposes none of the API names
+    "atexit_rewrite": Expected("ok", NOTHING, "0"),
+    "gc_pytest_hook": Expected("ok", NOTHING, "0", "tamper"),
     "import_module_reference": Expected("load-failed", NOTHING, "0", "project_import"),
     "dunder_import_impl": Expected("load-failed", NOTHING, "0", "project_import"),
     "reference": Expected("load-failed", NOTHING, "0", "project_import"),
-    "impl": Expected("load-failed", NOTHING, "0"),  # its own empty package: nothing to check
+    "impl": Expected("load-failed", NOTHING, "0"),  # its own empty package, named like a layer: nothing to check
     "patch_helpers": Expected("ok", NOTHING, "0", "project_import"),
     "fork_setsid_daemon": Expected("ok", NOTHING, "0"),
     "rewrite_others": Expected("ok", NOTHING, "0"),
@@ -212,14 +212,24 @@ def test_every_call_is_checked_for_changed_inputs(graded: Path) -> None:
     assert failed == {"head_dims", "inputs_unchanged"}
 
 
+def _parent(proc: Path) -> int:
+    return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def _processes(uid: int | None = None, markers: tuple[bytes, ...] = ()) -> list[int]:
+    """Processes with one of `markers` in their command line, or owned by `uid` and orphaned (their parent
+    gone: adopted by init or a subreaper). A live sandbox of another test running beside this one has its
+    grader as a parent; a process that outlived its grader does not."""
     found = []
+    live = {int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             if uid is not None and proc.stat().st_uid == uid:
-                found.append(int(proc.name))
+                parent = _parent(proc)
+                if parent in (0, 1) or parent not in live:
+                    found.append(int(proc.name))
             elif markers and any(m in (proc / "cmdline").read_bytes() for m in markers):
                 found.append(int(proc.name))
         except OSError:

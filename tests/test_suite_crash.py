@@ -13,7 +13,7 @@ from pagecheck.reports.suite_crash import CAUSE_LINES, crash_cause, crash_kind
 from pagecheck.reports.schema_check import schema_errors
 
 ROOT = Path(__file__).resolve().parent.parent
-SEGFAULT = ROOT / "tests" / "grading_fixtures" / "segfault.py"
+SEGFAULT = ROOT / "tests" / "subjects" / "segfaults.py"
 # Imports in the report's own process, raises when the suite's pytest process imports it (its command line
 # writes a results file).
 RAISES_INSIDE_THE_SUITE = '''import sys
@@ -64,8 +64,8 @@ def test_a_segfault_under_a_check_is_a_crash_with_the_faulting_frame(tmp_path: P
     crash = document["suite"]["crash"]
     assert "SIGSEGV" in crash["what"]
     assert crash["cause"].startswith("Fatal Python error: Segmentation fault")
-    assert "segfault.py" in crash["cause"] and "in paged_attention" in crash["cause"]
-    assert "segfault.py" in index
+    assert "segfaults.py" in crash["cause"] and "in paged_attention" in crash["cause"]
+    assert "segfaults.py" in index
     assert_no_empty_report(index, conformance)
 
 

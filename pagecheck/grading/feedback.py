@@ -14,10 +14,10 @@ files are reproducible too.
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from pagecheck.invariants.catalog import INVARIANTS
+from pagecheck.invariants.neutral_skips import is_neutral_skip
 from pagecheck.invariants.runner import rerun_command
 from pagecheck.grading.child_plugin import PLUGIN
 from pagecheck.grading.rubric import Rubric
@@ -61,9 +61,7 @@ def check_command(nodeid: str, document: dict[str, Any]) -> str:
     """The command that reruns one check on the public inputs from any directory, as grading runs it: the
     submission in the sandboxed worker (tripwires armed), every call's inputs checked."""
     subject = f"{SANDBOX_PREFIX}{document['student_spec']}"
-    command = rerun_command(nodeid, subject=subject, seed=PUBLIC_SEED, extra=["-p", PLUGIN])
-    pythonpath = document.get("student_pythonpath")
-    return f"PYTHONPATH={shlex.quote(pythonpath)} {command}" if pythonpath else command
+    return rerun_command(nodeid, subject=subject, seed=PUBLIC_SEED, extra=["-p", PLUGIN])
 
 
 def _check_lines(check: dict[str, Any], document: dict[str, Any]) -> list[str]:
@@ -95,6 +93,17 @@ def _run_problem(document: dict[str, Any]) -> list[str]:
             command += " --pagecheck-profile thorough"
         lines += ["Rerun that check:", "", f"    {command}", ""]
     return lines
+
+
+def _neutral_reasons(document: dict[str, Any]) -> dict[str, int]:
+    """Each kind of neutral skip with its count: the fixed start of its reason only (what follows may quote
+    the submission, which hidden-input feedback never shows)."""
+    counts: dict[str, int] = {}
+    for check in document["checks"]:
+        if is_neutral_skip(check):
+            reason = check["message"].split(":", 1)[0]
+            counts[reason] = counts.get(reason, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def render_feedback(document: dict[str, Any], rubric: Rubric) -> str:
@@ -130,7 +139,7 @@ def render_feedback(document: dict[str, Any], rubric: Rubric) -> str:
             worth = format_points(rubric.points_for(invariant))
             got = "no check ran" if earned is None else f"{format_points(earned)} of {worth} points"
             lines += [f"### {invariant} ({got})", "", INVARIANTS[invariant] + ".", ""]
-            failed = [c for c in grouped.get(invariant, []) if c["outcome"] != "pass"]
+            failed = [c for c in grouped.get(invariant, []) if c["outcome"] != "pass" and not is_neutral_skip(c)]
             for check in failed:
                 lines += _check_lines(check, document)
             if grouped.get(invariant) and not failed and invariant in rubric.requires:
@@ -138,4 +147,9 @@ def render_feedback(document: dict[str, Any], rubric: Rubric) -> str:
                 lines += [f"Its checks passed, but it earns points only when {needed} is met too.", ""]
     if held and document["verdict"] == "ok":
         lines += ["## Invariants met", "", ", ".join(held) + ".", ""]
+    neutral = _neutral_reasons(document)
+    if neutral and document["verdict"] == "ok":
+        lines += ["## Not applicable", "", "Skipped checks that count neither as passed nor as failed:", ""]
+        lines += [f"- {reason} ({count} check{'s' if count > 1 else ''})" for reason, count in neutral.items()]
+        lines += [""]
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -128,7 +128,8 @@ def worker_spec(submission: Submission, staged: Path) -> tuple[str, tuple[str, .
         return f"tiny-llm:{inside}/{root.name}", ()
     if submission.kind == "file":
         return f"{inside}/{root.name}", ()
-    return root.name, (inside,)
+    # A package by its __init__.py, so that its name never means a built-in subject (a package named impl).
+    return f"{inside}/{root.name}/__init__.py", (inside,)
 
 
 def _incidents(passes: list[PassOutcome], student_dirs: list[str], secret: str) -> list[dict[str, str]]:
@@ -198,7 +199,6 @@ def grade_submission(
         "kind": submission.kind,
         "source": clean_text(str(submission.path)),
         "student_spec": submission.student_spec(),
-        "student_pythonpath": submission.student_pythonpath(),
         "digest": digest,
         "settings": plan.settings(),
         "verdict": verdict.verdict,
@@ -232,8 +232,7 @@ def grader_error_result(submission: Submission, plan: GradePlan, out: Path, dige
         log.write("".join(traceback.format_exception(error)))
     document = {
         "format": FORMAT, "version": VERSION, "name": submission.name, "kind": submission.kind,
-        "source": clean_text(str(submission.path)), "student_spec": submission.student_spec(),
-        "student_pythonpath": submission.student_pythonpath(), "digest": digest,
+        "source": clean_text(str(submission.path)), "student_spec": submission.student_spec(), "digest": digest,
         "settings": plan.settings(), "verdict": "crashed",
         "detail": f"the grader failed on this submission ({type(error).__name__}); see logs/{submission.name}/grader.log",
         "running_check": None, "failed_pass": "public", "build": None, "passes": [], "checks": [], "findings": [],

@@ -60,15 +60,11 @@ class Submission:
         return root.name
 
     def student_spec(self) -> str:
-        """The --pagecheck-subject spec of the submission as given, valid from any directory (a package's
-        module name needs its parent folder on PYTHONPATH: student_pythonpath)."""
+        """The --pagecheck-subject spec of the submission as given, valid from any directory (a package by
+        its __init__.py, so its name never means a built-in subject)."""
         if self.kind == "tiny-llm":
             return f"tiny-llm:{self.path}"
-        return str(self.path) if self.kind == "file" else self.path.name
-
-    def student_pythonpath(self) -> str | None:
-        """The folder a package submission imports from, for the rerun commands; None for other kinds."""
-        return str(self.path.parent) if self.kind == "package" else None
+        return str(self.path) if self.kind == "file" else str(self.path / "__init__.py")
 
     def import_paths(self, staged: Path) -> list[Path]:
         """Directories the child needs on PYTHONPATH for the subject spec to import."""

@@ -28,3 +28,8 @@ def _rewrite() -> None:
 
 
 atexit.register(_rewrite)
+
+
+def paged_attention(query, key_pages, value_pages, block_table, context_lens, page_size, scale=None, mask=None):
+    """Loads, so that the checks run while the attack above is in place; every output is wrong."""
+    return query

@@ -15,3 +15,8 @@ for _ in range(10000):
     except OSError:
         break
 time.sleep(0.1)
+
+
+def paged_attention(query, key_pages, value_pages, block_table, context_lens, page_size, scale=None, mask=None):
+    """Loads, so that the checks run while the attack above is in place; every output is wrong."""
+    return query

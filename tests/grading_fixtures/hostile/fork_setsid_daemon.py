@@ -18,3 +18,8 @@ if os.fork() == 0:
             os._exit(0)
     os._exit(0)
 time.sleep(0.1)
+
+
+def paged_attention(query, key_pages, value_pages, block_table, context_lens, page_size, scale=None, mask=None):
+    """Loads, so that the checks run while the attack above is in place; every output is wrong."""
+    return query
