@@ -102,8 +102,9 @@ def test_a_rerun_command_reproduces_its_failure_in_another_directory(tmp_path: P
 
     failed = [c for c in json.loads(results.read_text())["checks"] if c["outcome"] == "fail"]
     assert failed and failed[0]["nodeid"].startswith("pagecheck.invariants.test_context_len::")
-    # The command names the subject by its absolute path, so it means the same anywhere.
-    command = rerun_command(failed[0]["nodeid"], subject=os.path.relpath(MUTANT, elsewhere), seed=20240901)
+    # The command names the subject by its absolute path, so it means the same anywhere (a relative spec is
+    # relative to the process that builds the command, as a report's is to the report's).
+    command = rerun_command(failed[0]["nodeid"], subject=os.path.relpath(MUTANT), seed=20240901)
     assert str(MUTANT) in command
     other = tmp_path / "other"
     other.mkdir()

@@ -208,6 +208,19 @@ def _blocked_for_others(paths: list[str]) -> bool:
     return any(os.path.exists(p) and namespaces.blocked_ancestor(p) is not None for p in paths)
 
 
+# Folders a sandbox may mount its scratch tmpfs on, in order of preference: it hides what lies below, so the
+# first that holds none of the folders the sandbox reads (a checkout or a virtual environment under /tmp).
+SCRATCH_MOUNT_CANDIDATES = ("/tmp", "/var/tmp", "/mnt", "/srv", "/media")
+
+
+def scratch_mountpoint(read_paths: list[str]) -> str:
+    """Where the scratch tmpfs goes: the first candidate that exists and hides none of `read_paths`."""
+    for candidate in SCRATCH_MOUNT_CANDIDATES:
+        if os.path.isdir(candidate) and not any(os.path.exists(p) and _below(p, candidate) for p in read_paths):
+            return candidate
+    raise OSError(f"every scratch mount point {SCRATCH_MOUNT_CANDIDATES} holds a folder the sandbox must read")
+
+
 def _below(path: str, folder: str) -> bool:
     real, base = os.path.realpath(path), os.path.realpath(folder)
     return real == base or real.startswith(base + os.sep)

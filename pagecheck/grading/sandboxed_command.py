@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pagecheck.grading.launcher import SCRATCH_PLACEHOLDER, SUBMISSION_DIR, LaunchConfig
+from pagecheck.grading.launcher import SCRATCH_PLACEHOLDER, SUBMISSION_DIR, LaunchConfig, scratch_mountpoint
 from pagecheck.grading.sandbox import POLL_S, ChildExit, GradingInterrupted, LiveChildren
 from pagecheck.grading.worker_process import (
     SYSTEM_READ_PATHS,
@@ -119,13 +119,14 @@ def run_sandboxed(
     config_r, config_w = os.pipe()
     status_r, status_w = os.pipe()
     output_r, output_w = os.pipe()
+    read_paths = sorted({*SYSTEM_READ_PATHS, *BUILD_READ_PATHS, *python_read_paths()})
     config = LaunchConfig(
         argv=command,
         env={**WORKER_ENV, "PATH": build_path()},
-        scratch_mountpoint="/tmp",
+        scratch_mountpoint=scratch_mountpoint(read_paths),
         fallback_scratch=tempfile.mkdtemp(prefix="pagecheck-build-"),
         copy_in=str(copy_in),
-        read_paths=sorted({*SYSTEM_READ_PATHS, *BUILD_READ_PATHS, *python_read_paths()}),
+        read_paths=read_paths,
         hide_paths=sorted({*hide_paths, *harness_roots()}),
         memory_bytes=limits.memory_bytes,
         cpu_seconds=limits.cpu_seconds,

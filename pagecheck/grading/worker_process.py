@@ -32,12 +32,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pagecheck.grading import wire
-from pagecheck.grading.launcher import SCRATCH_PLACEHOLDER, SETUP_FAILED, SUBMISSION_DIR, LaunchConfig
+from pagecheck.grading.launcher import SCRATCH_PLACEHOLDER, SETUP_FAILED, LaunchConfig, scratch_mountpoint
 from pagecheck.grading.worker_main import BOOTSTRAP, bootstrap_message
 
 GIB = 1 << 30
 LOG_LIMIT_BYTES = 1 << 20
-SCRATCH_MOUNTPOINT = "/tmp"
 KILL_WAIT_S = 10.0
 GRACE_S = 1.0
 OOM_RSS_FRACTION = 0.5  # a worker killed by a signal after touching this much of its allowance ran out of memory
@@ -208,7 +207,7 @@ class WorkerProcess:
         return LaunchConfig(
             argv=[sys.executable, "-I", "-S", "-c", BOOTSTRAP, str(fds["worker_in"]), str(fds["worker_out"])],
             env=dict(WORKER_ENV),
-            scratch_mountpoint=SCRATCH_MOUNTPOINT,
+            scratch_mountpoint=scratch_mountpoint(read_paths),
             fallback_scratch=scratch,
             copy_in=settings.copy_in,
             read_paths=sorted(set(read_paths)),
@@ -447,9 +446,10 @@ def probe_protections(timeout_s: float = 60.0) -> dict[str, str]:
     status_r, status_w = os.pipe()
     config_r, config_w = os.pipe()
     scratch = tempfile.mkdtemp(prefix="pagecheck-probe-")
+    read_paths = sorted({*SYSTEM_READ_PATHS, *python_read_paths()})
     config = LaunchConfig(
-        argv=["/bin/true"], env=dict(WORKER_ENV), scratch_mountpoint=SCRATCH_MOUNTPOINT, fallback_scratch=scratch,
-        copy_in=None, read_paths=sorted({*SYSTEM_READ_PATHS, *python_read_paths()}), hide_paths=harness_roots(),
+        argv=["/bin/true"], env=dict(WORKER_ENV), scratch_mountpoint=scratch_mountpoint(read_paths),
+        fallback_scratch=scratch, copy_in=None, read_paths=read_paths, hide_paths=harness_roots(),
         memory_bytes=WorkerLimits().memory_bytes, cpu_seconds=10, max_processes=8, max_file_bytes=1 << 20,
         disk_bytes=1 << 20, status_fd=status_w,
     )  # fmt: skip
