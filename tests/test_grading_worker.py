@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from pagecheck.grading import landlock
+from pagecheck.grading.launcher import SCRATCH_MOUNT_CANDIDATES
 from pagecheck.grading.remote_subject import Session, StaleHandleError, active_session, close_sessions, configure
 from pagecheck.grading.worker_process import WorkerIncident, WorkerLimits, WorkerSettings
 from pagecheck.invariants.subject import Subject, SubjectError, load_subject
@@ -52,7 +53,9 @@ def connect():
     return _try(lambda: socket.create_connection(("127.0.0.1", 22), timeout=2).close())
 
 def write_outside():
-    return _try(lambda: open("/var/tmp/pagecheck-probe", "w").write("x"))
+    # A world-writable folder that is not the scratch: only Landlock stands between the worker and it.
+    folder = "/var/tmp" if os.getcwd() != "/var/tmp" else "/tmp"
+    return _try(lambda: open(folder + "/pagecheck-probe", "w").write("x"))
 
 def kill_parent():
     return [os.getppid(), _try(lambda: os.kill(os.getppid(), signal.SIGTERM)), _try(lambda: os.kill(1, signal.SIGKILL)),
@@ -211,7 +214,7 @@ def test_namespaces_and_limits(sandbox: tuple[Subject, Session]) -> None:
     assert probe(subject, "write_outside")[0] == "refused"
     assert len(probe(subject, "processes")) <= 3  # init and the worker (and a reaped child at most)
     uid, cwd = probe(subject, "whoami")
-    assert cwd == "/tmp"
+    assert cwd in SCRATCH_MOUNT_CANDIDATES  # the scratch tmpfs, where the worker starts
     if AS_ROOT:
         assert uid == 65534
     if landlock.abi_version():
@@ -227,7 +230,8 @@ def test_signals_to_the_parent_change_nothing(sandbox: tuple[Subject, Session]) 
     assert parent == 1  # its parent is the sandbox's init
     # Landlock (ABI 6) refuses signals leaving the worker's domain; without it, init ignores them.
     assert all(kill[0] == ("refused" if landlock.abi_version() >= 6 else "ok") for kill in kills[:2])
-    assert probe(subject, "whoami")[1] == "/tmp" and session.worker is not None and session.worker.running
+    assert probe(subject, "whoami")[1] in SCRATCH_MOUNT_CANDIDATES and session.worker is not None
+    assert session.worker.running
 
 
 def _processes_with(marker: str) -> list[int]:
@@ -340,3 +344,13 @@ def test_a_lesser_machine_says_what_is_off_and_still_grades(tmp_path: Path) -> N
     finally:
         configure(None)
         close_sessions()
+
+
+def test_the_scratch_never_hides_what_the_sandbox_reads(tmp_path: Path) -> None:
+    # A checkout or a virtual environment under /tmp (a CI clone) moves the scratch tmpfs elsewhere.
+    from pagecheck.grading.launcher import scratch_mountpoint
+
+    assert scratch_mountpoint(["/usr"]) == SCRATCH_MOUNT_CANDIDATES[0]
+    under_tmp = str(tmp_path) if str(tmp_path).startswith("/tmp/") else "/tmp"
+    chosen = scratch_mountpoint(["/usr", under_tmp])
+    assert chosen != "/tmp" and chosen in SCRATCH_MOUNT_CANDIDATES
