@@ -1,8 +1,11 @@
-"""Session summary for tests/: the mutation score, counted from the reports (so it works under xdist)."""
+"""tests/: the session summary (the mutation score, counted from the reports, so it works under xdist) and
+the fixtures several test files share."""
 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -24,3 +27,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         survivors = sorted(m for m, k in verdicts.items() if not k)
         line = f"mutation score: {killed}/{len(verdicts)} killed ({100 * killed / len(verdicts):.0f}%)"
         terminalreporter.write_line(line + (f"; survivors: {', '.join(survivors)}" if survivors else ""))
+
+
+@pytest.fixture
+def isolated_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Loading a tiny-llm checkout adds tiny_llm, extensions and a sys.path entry; take them away afterwards."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.split(".")[0] in ("tiny_llm", "extensions"):
+            del sys.modules[name]

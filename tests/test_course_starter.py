@@ -18,7 +18,6 @@ import shutil
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,16 +60,6 @@ def writable_copy(source: Path, target: Path) -> Path:
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
     return target
 
-
-@pytest.fixture
-def isolated_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Loading a checkout adds tiny_llm, extensions and a sys.path entry; take them away afterwards."""
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        if name.split(".")[0] in ("tiny_llm", "extensions"):
-            del sys.modules[name]
 
 
 def test_the_starter_loads_without_its_course_only_dependencies(

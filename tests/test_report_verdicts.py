@@ -57,22 +57,11 @@ def test_a_suite_that_wrote_no_results_is_a_crash_not_a_pass(tmp_path: Path) -> 
     assert body["totals"]["invariants"] == 0
 
 
-TERSE_SUBJECT = """
-from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool
-from pagecheck.reference.subject import paged_attention as _reference
-
-
-def paged_attention(*args, **kwargs):
-    try:
-        return _reference(*args, **kwargs)
-    except ValueError:
-        raise ValueError("rejected") from None
-"""
+TERSE_SUBJECT = Path(__file__).resolve().parent / "subjects" / "terse_messages.py"
 
 
 def test_advice_is_shown_and_never_fails(tmp_path: Path) -> None:
-    subject = tmp_path / "terse.py"
-    subject.write_text(TERSE_SUBJECT)
+    subject = TERSE_SUBJECT
     code = main([
         "report", "--quick", "--subject", str(subject), "--invariant", "rejection", "--jobs", "0",
         "--skip", "tolerance", "--skip", "bench", "--out", str(tmp_path / "out"),

@@ -78,23 +78,11 @@ def test_schema_rejects_an_unknown_outcome() -> None:
     assert schema_errors("results", document) == []
 
 
-# The reference with messages that name no field: every rejection still holds, with advice.
-TERSE_SUBJECT = """
-from pagecheck.reference.subject import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool
-from pagecheck.reference.subject import paged_attention as _reference
-
-
-def paged_attention(*args, **kwargs):
-    try:
-        return _reference(*args, **kwargs)
-    except ValueError:
-        raise ValueError("rejected") from None
-"""
+TERSE_SUBJECT = Path(__file__).resolve().parent / "subjects" / "terse_messages.py"
 
 
 def test_rejections_without_field_names_pass_with_advice_in_the_results(tmp_path: Path) -> None:
-    subject = tmp_path / "terse_subject.py"
-    subject.write_text(TERSE_SUBJECT)
+    subject = TERSE_SUBJECT
     document = run_invariants(tmp_path, str(subject), "--pagecheck-invariant", "rejection")
     checks = document["checks"]
     assert checks and all(c["outcome"] == "pass" for c in checks), [c["message"] for c in checks if c["outcome"] != "pass"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,15 +58,6 @@ def paged_attention(query, key_pages, value_pages, block_table, context_lens, pa
     return "attended"
 '''
 
-
-@pytest.fixture
-def isolated_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        if name.split(".")[0] in ("tiny_llm", "extensions"):
-            del sys.modules[name]
 
 
 def test_subject_loading_needs_only_the_standard_library() -> None:

@@ -33,6 +33,7 @@ from pagecheck import ext
 from pagecheck.impl.attention import paged_attention
 from pagecheck.impl.page_gather import gather_pages_dense
 from pagecheck.gpu import program as gpu_program
+from pagecheck.gpu.bench import InputSet
 
 NUM_Q_HEADS = 32
 NUM_KV_HEADS = 8
@@ -59,18 +60,9 @@ class PerCallRow:
     best_wall_us: float  # the fastest repeat
 
 
-@dataclass
-class Inputs:
-    query: mx.array
-    key_pages: mx.array
-    value_pages: mx.array
-    block_table: mx.array
-    context_lens: mx.array
-    dense_k: mx.array
-    dense_v: mx.array
 
 
-def make_inputs(batch: int, context: int, seed: int = 0) -> Inputs:
+def make_inputs(batch: int, context: int, seed: int = 0) -> InputSet:
     """Random bfloat16 pages in a shuffled page order, and the same K/V gathered densely."""
     pages_per_row = context // PAGE_SIZE
     num_pages = batch * pages_per_row
@@ -83,10 +75,10 @@ def make_inputs(batch: int, context: int, seed: int = 0) -> Inputs:
     lens = mx.full((batch,), context, dtype=mx.int32)
     dense_k, dense_v = gather_pages_dense(key_pages, table), gather_pages_dense(value_pages, table)
     mx.eval(query, key_pages, value_pages, table, lens, dense_k, dense_v)
-    return Inputs(query, key_pages, value_pages, table, lens, dense_k, dense_v)
+    return InputSet(query, key_pages, value_pages, table, lens, dense_k, dense_v)
 
 
-def variants(inputs: Inputs) -> dict[str, Callable[[], mx.array]]:
+def variants(inputs: InputSet) -> dict[str, Callable[[], mx.array]]:
     scale = HEAD_DIM**-0.5
     s = inputs
     return {

@@ -91,6 +91,28 @@ class Protections:
         self.state[name] = f"off: {why}"
 
 
+def read_status(fd: int) -> tuple[dict[str, str], dict[str, Any]]:
+    """Everything the launcher wrote to its status pipe, read to the end (the fd is closed): the last
+    protections it reported, and the last other report (how the program ended). Lines that are not a JSON
+    object are skipped."""
+    text = b""
+    while chunk := os.read(fd, 1 << 16):
+        text += chunk
+    os.close(fd)
+    protections: dict[str, str] = {}
+    report: dict[str, Any] = {}
+    for line in text.decode("utf-8", "replace").splitlines():
+        try:
+            document = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(document, dict) and "protections" in document:
+            protections = {str(k): str(v) for k, v in dict(document["protections"]).items()}
+        elif isinstance(document, dict):
+            report = document
+    return protections, report
+
+
 def _write_status(fd: int, document: dict[str, Any]) -> None:
     if fd < 0:
         return

@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pagecheck.grading.launcher import SCRATCH_PLACEHOLDER, SUBMISSION_DIR, LaunchConfig, scratch_mountpoint
+from pagecheck.grading.launcher import SCRATCH_PLACEHOLDER, SUBMISSION_DIR, LaunchConfig, read_status, scratch_mountpoint
 from pagecheck.grading.sandbox import POLL_S, ChildExit, GradingInterrupted, LiveChildren
 from pagecheck.grading.worker_process import (
     SYSTEM_READ_PATHS,
@@ -73,25 +73,6 @@ class _Collector(threading.Thread):
                 file.write(chunk)
                 kept += len(chunk)
         os.close(self.fd)
-
-
-def _status(fd: int) -> tuple[dict[str, str], dict[str, object]]:
-    text = b""
-    while chunk := os.read(fd, 1 << 16):
-        text += chunk
-    os.close(fd)
-    protections: dict[str, str] = {}
-    report: dict[str, object] = {}
-    for line in text.decode("utf-8", "replace").splitlines():
-        try:
-            document = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(document, dict) and "protections" in document:
-            protections = {str(k): str(v) for k, v in dict(document["protections"]).items()}
-        elif isinstance(document, dict):
-            report = document
-    return protections, report
 
 
 def _unpack(archive: Path, target: Path) -> None:
@@ -177,7 +158,7 @@ def run_sandboxed(
         if live is not None:
             live.discard(child.pid)
     collector.join()
-    protections, report = _status(status_r)
+    protections, report = read_status(status_r)
     shutil.rmtree(config.fallback_scratch, ignore_errors=True)
     if live is not None and live.stopping.is_set():
         archive.unlink(missing_ok=True)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pagecheck.grading import wire
-from pagecheck.grading.launcher import SCRATCH_PLACEHOLDER, SETUP_FAILED, LaunchConfig, scratch_mountpoint
+from pagecheck.grading.launcher import SCRATCH_PLACEHOLDER, SETUP_FAILED, LaunchConfig, read_status, scratch_mountpoint
 from pagecheck.grading.worker_main import BOOTSTRAP, bootstrap_message
 
 GIB = 1 << 30
@@ -469,19 +469,9 @@ def probe_protections(timeout_s: float = 60.0) -> dict[str, str]:
     except subprocess.TimeoutExpired:
         os.killpg(launcher.pid, signal.SIGKILL)
         launcher.wait()
-    text = b""
-    while chunk := os.read(status_r, 1 << 16):
-        text += chunk
-    os.close(status_r)
+    protections, _ = read_status(status_r)
     _remove_tree(scratch)
-    for line in text.decode("utf-8", "replace").splitlines():
-        try:
-            document = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(document, dict) and "protections" in document:
-            return {str(k): str(v) for k, v in dict(document["protections"]).items()}
-    return {"sandbox": "off: the sandbox could not be started on this machine"}
+    return protections or {"sandbox": "off: the sandbox could not be started on this machine"}
 
 
 def protections_off(protections: dict[str, str]) -> list[str]:
