@@ -122,14 +122,19 @@ class FrameReader:
         self.max_frame_bytes = max_frame_bytes
         self._pending = bytearray()
 
+    def _wait_readable(self, deadline: float | None) -> None:
+        """Return once the pipe has data (or is closed); FrameTimeout when the deadline passes first."""
+        if deadline is None:
+            return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise FrameTimeout()
+        ready, _, _ = select.select([self.fd], [], [], left)
+        if not ready:
+            raise FrameTimeout()
+
     def _fill(self, deadline: float | None) -> None:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise FrameTimeout()
-            ready, _, _ = select.select([self.fd], [], [], left)
-            if not ready:
-                raise FrameTimeout()
+        self._wait_readable(deadline)
         chunk = os.read(self.fd, READ_CHUNK)
         if not chunk:
             raise ProtocolError("the pipe closed" + (" mid-frame" if self._pending else ""))
@@ -146,13 +151,7 @@ class FrameReader:
         view[:done] = self._pending
         self._pending = bytearray()
         while done < count:
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise FrameTimeout()
-                ready, _, _ = select.select([self.fd], [], [], left)
-                if not ready:
-                    raise FrameTimeout()
+            self._wait_readable(deadline)
             got = os.readv(self.fd, [view[done : done + READ_CHUNK]])
             if got == 0:
                 raise ProtocolError("the pipe closed mid-frame")

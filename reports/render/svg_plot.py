@@ -125,6 +125,19 @@ def _marker(shape: str, x: float, y: float, colour: str) -> str:
     return f'<polygon points="{pts}" fill="{colour}"/>'
 
 
+def _frame(height: float, title: str, subtitle: str | None) -> list[str]:
+    """The opening of a chart: the svg element, a white background, the title and the subtitle."""
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" font-family="Helvetica, Arial, sans-serif" font-size="12">',
+        f'<rect width="{WIDTH}" height="{height}" fill="white"/>',
+        f'<text x="{WIDTH / 2}" y="20" text-anchor="middle" font-size="15" font-weight="bold">{escape(title)}</text>',
+    ]
+    if subtitle:
+        out.append(f'<text x="{WIDTH / 2}" y="37" text-anchor="middle" fill="#555">{escape(subtitle)}</text>')
+    return out
+
+
 def line_chart(
     series: list[Series],
     *,
@@ -157,14 +170,7 @@ def line_chart(
     # The bottom margin holds LEGEND_ROWS legend rows; more series make the picture taller.
     height = HEIGHT + LEGEND_ROW * max(0, len(drawn) - LEGEND_ROWS)
 
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-        f'viewBox="0 0 {WIDTH} {height}" font-family="Helvetica, Arial, sans-serif" font-size="12">',
-        f'<rect width="{WIDTH}" height="{height}" fill="white"/>',
-        f'<text x="{WIDTH / 2}" y="20" text-anchor="middle" font-size="15" font-weight="bold">{escape(title)}</text>',
-    ]
-    if subtitle:
-        out.append(f'<text x="{WIDTH / 2}" y="37" text-anchor="middle" fill="#555">{escape(subtitle)}</text>')
+    out = _frame(height, title, subtitle)
     # Grid and tick labels.
     for tick in minor_ticks(y_ticks) if y_log else []:
         y = y_axis(tick)
@@ -277,14 +283,7 @@ def bar_chart(
     height = (MARGIN_TOP + 60 + BAR_PITCH * len(bars)) if horizontal else HEIGHT
     right, top, bottom = WIDTH - MARGIN_RIGHT, MARGIN_TOP, height - (50 if horizontal else 70)
     value_axis = Axis(0.0, ticks[-1], left, right, False) if horizontal else Axis(0.0, ticks[-1], bottom, top, False)
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-        f'viewBox="0 0 {WIDTH} {height}" font-family="Helvetica, Arial, sans-serif" font-size="12">',
-        f'<rect width="{WIDTH}" height="{height}" fill="white"/>',
-        f'<text x="{WIDTH / 2}" y="20" text-anchor="middle" font-size="15" font-weight="bold">{escape(title)}</text>',
-    ]
-    if subtitle:
-        out.append(f'<text x="{WIDTH / 2}" y="37" text-anchor="middle" fill="#555">{escape(subtitle)}</text>')
+    out = _frame(height, title, subtitle)
     for tick in ticks:
         position = value_axis(tick)
         if horizontal:
