@@ -12,6 +12,7 @@
 set -uo pipefail
 out=${1:?usage: gpu_end_to_end.sh OUTDIR}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)  # absolute: the steps run from elsewhere
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 start=$SECONDS
@@ -26,13 +27,20 @@ step() {
 }
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-step build 300 python3 setup.py build_ext --inplace
+# The layers are pagecheck.<folder> only once installed (pyproject's package-dir), so the checkout is
+# installed into $PROJ (fresh each run) and the commands run from outside it, with the tests copied beside.
+PROJ=${PROJ:-/tmp/pagecheck-proj}
+rm -rf "$PROJ" && mkdir -p "$PROJ"
+step build 300 python3 -m pip install --no-build-isolation --no-deps --target "$PROJ/site" .
+cp -r tests "$PROJ/tests"
+export PYTHONPATH="$PROJ/site${PYTHONPATH:+:$PYTHONPATH}"
+cd "$PROJ"
 step percall "${PERCALL_LIMIT:-120}" python3 -m pagecheck.gpu.percall --json "$out/percall.json" \
   --markdown "$out/percall.md"
 cat "$out/percall.md"
 step kernels "${KERNEL_LIMIT:-300}" python3 -m pagecheck.gpu.bench --quick --json "$out/bench_gpu.json"
 sed -n '/^summary/,$p' "$out/kernels.log"
-step serve "${SERVE_LIMIT:-240}" python3 -m pagecheck.serve_bench --device gpu --model qwen3-0.6b --requests 16 \
+step serve "${SERVE_LIMIT:-240}" python3 -m pagecheck.commands.serve_bench --device gpu --model qwen3-0.6b --requests 16 \
   --batch 8 --prompt-lens 1024,4096 --out "$out/serve"
 grep -A6 '^| variant' "$out/serve.log"
 python3 -m pagecheck.gpu.end_to_end_goals "$out"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On a CUDA machine with MLX's CUDA back-end importable: build the extension
-# in place (incremental, so a changed source is always rebuilt), then run the
+# On a CUDA machine with MLX's CUDA back-end importable: install the checkout
+# (building the extension) into $PROJ, then run the
 # named GPU steps, each under a time limit, with logs in LOGDIR.
 #
 #   bash scripts/gpu_verify.sh LOGDIR STEP...
@@ -24,6 +24,7 @@ set -uo pipefail
 out=${1:?usage: gpu_verify.sh LOGDIR STEP...}
 shift
 mkdir -p "$out"
+out=$(cd "$out" && pwd)  # absolute: the steps run from elsewhere
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 
@@ -38,7 +39,14 @@ step() {
 }
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-step build 240 python3 setup.py build_ext --inplace
+# The layers are pagecheck.<folder> only once installed (pyproject's package-dir), so the checkout is
+# installed into $PROJ (fresh each run) and the commands run from outside it, with the tests copied beside.
+PROJ=${PROJ:-/tmp/pagecheck-proj}
+rm -rf "$PROJ" && mkdir -p "$PROJ"
+step build 300 python3 -m pip install --no-build-isolation --no-deps --target "$PROJ/site" .
+cp -r tests "$PROJ/tests"
+export PYTHONPATH="$PROJ/site${PYTHONPATH:+:$PYTHONPATH}"
+cd "$PROJ"
 for name in "$@"; do
   case $name in
     tests) step tests ${TESTS_LIMIT:-300} bash -c 'for f in ${TESTS:-tests/test_*.py}; do
