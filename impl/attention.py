@@ -14,7 +14,7 @@ from typing import Any
 import mlx.core as mx
 
 from pagecheck import ext
-from pagecheck.impl.validated_inputs import attend_if_validated, check_paged_inputs_once
+from pagecheck.impl.validated_inputs import attend_validated_once
 
 
 def as_int32(x: Any) -> mx.array:
@@ -38,17 +38,10 @@ def paged_attention(
     s % page_size; only s < context_lens[b] exist. mask="causal" treats the L
     queries as the last L positions of each context. Returns the query dtype.
     """
-    remembered = attend_if_validated(query, key_pages, value_pages, block_table, context_lens, page_size, scale, mask)
-    if remembered is not None:
-        return remembered
-    check_paged_inputs_once(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
-    return ext.paged_attention(
-        query,
-        key_pages,
-        value_pages,
-        as_int32(block_table),
-        as_int32(context_lens),
-        int(page_size),
-        scale,
-        mask == "causal",
-    )
+    return attend_validated_once(
+        query, key_pages, value_pages, block_table, context_lens, page_size, scale, mask,
+        lambda: ext.paged_attention(
+            query, key_pages, value_pages, as_int32(block_table), as_int32(context_lens), int(page_size), scale,
+            mask == "causal",
+        ),
+    )  # fmt: skip

@@ -13,7 +13,7 @@ names the field and the value.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import mlx.core as mx
 
@@ -39,31 +39,26 @@ def _memo_arguments(
     return (*arrays, page_size, mask == "causal")
 
 
-def attend_if_validated(
+def attend_validated_once(
     query: Any, key_pages: Any, value_pages: Any, block_table: Any, context_lens: Any, page_size: Any,
-    scale: float | None, mask: str | None,
-) -> mx.array | None:
-    """The extension's paged attention when these metadata arrays were already found valid with inputs
-    like these (int32 MLX arrays only), in one call; None otherwise (the caller checks, then calls)."""
-    memo = _memo_arguments(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
-    if memo is None:
-        return None
-    return ext.validated_paged_attention(*memo[:6], scale, memo[6])
+    scale: float | None, mask: str | None, attend: Callable[[], mx.array],
+) -> mx.array:
+    """Paged attention with the inputs checked at most once per metadata pair.
 
-
-def check_paged_inputs_once(
-    query: Any,
-    key_pages: Any,
-    value_pages: Any,
-    block_table: Any,
-    context_lens: Any,
-    page_size: Any,
-    mask: str | None = None,
-) -> None:
-    """check_paged_inputs, skipped for metadata arrays already found valid with inputs like these."""
+    Remembered int32 metadata goes to the extension in one call; other remembered metadata skips the
+    check; anything else is checked in full (check_paged_inputs raises ValueError), remembered when it
+    can be, and computed by `attend`. The memo is asked once per call.
+    """
     memo = _memo_arguments(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
-    if memo is not None and ext.paged_inputs_validated(*memo):
-        return
+    if memo is not None:
+        remembered = ext.validated_paged_attention(*memo[:6], scale, memo[6])
+        if remembered is not None:
+            return remembered
+        # validated_paged_attention took only int32 metadata; other dtypes are looked up by themselves.
+        int32 = block_table.dtype == mx.int32 and context_lens.dtype == mx.int32
+        if not int32 and ext.paged_inputs_validated(*memo):
+            return attend()
     check_paged_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
     if memo is not None:
         ext.remember_valid_paged_inputs(*memo)
+    return attend()
