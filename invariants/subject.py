@@ -70,6 +70,8 @@ API_METHODS = {
 EMPTY_ALLOWED = frozenset({"TinyKvPagedCache.materialize"})
 
 TINY_LLM_PREFIX = "tiny-llm:"
+# Specs that name this project's own subjects, never a module of that name (load_subject).
+BUILT_IN_SUBJECTS = ("impl", "reference")
 SANDBOX_PREFIX = "sandbox:"
 # A checkout's C++ extension package, built in place under src/extensions (`from extensions import tiny_llm_ext`).
 TINY_LLM_EXTENSIONS = "extensions"
@@ -168,14 +170,14 @@ def absolute_spec(spec: str) -> str:
         return SANDBOX_PREFIX + absolute_spec(spec[len(SANDBOX_PREFIX) :])
     if spec.startswith(TINY_LLM_PREFIX):
         return TINY_LLM_PREFIX + str(Path(spec[len(TINY_LLM_PREFIX) :]).expanduser().resolve())
-    if spec not in ("impl", "reference") and (spec.endswith(".py") or "/" in spec or "\\" in spec):
+    if spec not in BUILT_IN_SUBJECTS and (spec.endswith(".py") or "/" in spec or "\\" in spec):
         return str(Path(spec).expanduser().resolve())
     return spec
 
 
 def is_module_spec(spec: str) -> bool:
     """A dotted module name other than the built-in subjects: it resolves through sys.path."""
-    return spec not in ("impl", "reference") and all(part.isidentifier() for part in spec.split("."))
+    return spec not in BUILT_IN_SUBJECTS and all(part.isidentifier() for part in spec.split("."))
 
 
 def _import(spec: str, module_name: str) -> ModuleType:

@@ -120,16 +120,17 @@ def _worker_findings(passes: list[PassOutcome], student_dirs: list[str], secret:
     return sorted(findings)
 
 
-def worker_spec(submission: Submission, staged: Path) -> tuple[str, tuple[str, ...]]:
-    """The subject spec inside the worker, and its import paths: the staged folder is SCRATCH/submission."""
+def worker_spec(submission: Submission, staged: Path) -> str:
+    """The subject spec inside the worker, where the staged folder is SCRATCH/submission. Every kind is a
+    path, and the loader puts what it imports from on sys.path itself."""
     inside = f"{SCRATCH_PLACEHOLDER}/{SUBMISSION_DIR}"
     root = submission.staged_root(staged)
     if submission.kind == "tiny-llm":
-        return f"tiny-llm:{inside}/{root.name}", ()
+        return f"tiny-llm:{inside}/{root.name}"
     if submission.kind == "file":
-        return f"{inside}/{root.name}", ()
+        return f"{inside}/{root.name}"
     # A package by its __init__.py, so that its name never means a built-in subject (a package named impl).
-    return f"{inside}/{root.name}/__init__.py", (inside,)
+    return f"{inside}/{root.name}/__init__.py"
 
 
 def _incidents(passes: list[PassOutcome], student_dirs: list[str], secret: str) -> list[dict[str, str]]:
@@ -166,11 +167,11 @@ def grade_submission(
         build = build_extension(staged, root, command, limits=build_limits, worker_limits=plan.worker_limits,
                                 log_path=logs / "build.log", hide_paths=hide, live=live)  # fmt: skip
 
-    spec, import_paths = worker_spec(submission, staged)
+    spec = worker_spec(submission, staged)
 
     def run_pass(seed: SuitePassSeed) -> PassOutcome:
         worker = WorkerSettings(
-            spec=spec, copy_in=str(staged), import_paths=import_paths, strict=True, device=plan.device,
+            spec=spec, copy_in=str(staged), strict=True, device=plan.device,
             limits=plan.worker_limits, call_timeout_s=plan.call_timeout_s,
             log_path=str(logs / f"{seed.kind}-worker.log"), hide_paths=tuple(hide),
         )  # fmt: skip

@@ -47,6 +47,7 @@ from pagecheck.grading.worker_process import (
 )
 from pagecheck.invariants.subject import (
     API_NAMES,
+    BUILT_IN_SUBJECTS,
     SANDBOX_PREFIX,
     TINY_LLM_PREFIX,
     Subject,
@@ -54,7 +55,6 @@ from pagecheck.invariants.subject import (
     register_prefix_loader,
 )
 
-OWN_SUBJECTS = ("reference", "impl")
 LOAD_STEP = "(import)"
 MEMORY_ERROR = "MemoryError"
 # Requests that change nothing in the worker, as far as the protocol goes: attribute reads are remembered
@@ -487,7 +487,7 @@ def _own_subject_settings(inner: str) -> WorkerSettings:
 
 
 def _standalone_settings(inner: str) -> tuple[WorkerSettings, str | None]:
-    if inner in OWN_SUBJECTS:
+    if inner in BUILT_IN_SUBJECTS:
         return _own_subject_settings(inner), None
     staging = tempfile.mkdtemp(prefix="pagecheck-stage-")
     if inner.startswith(TINY_LLM_PREFIX):
@@ -506,10 +506,11 @@ def _standalone_settings(inner: str) -> tuple[WorkerSettings, str | None]:
         source = Path(inner).expanduser().resolve()
         shutil.copytree(source, Path(staging) / source.name, symlinks=False,
                         ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
-        return WorkerSettings(spec=source.name, copy_in=staging, import_paths=(f"{SCRATCH_PLACEHOLDER}/{SUBMISSION_DIR}",)), staging
+        # By its __init__.py, so that a package named like a built-in subject is the package (load_subject).
+        spec = f"{SCRATCH_PLACEHOLDER}/{SUBMISSION_DIR}/{source.name}/__init__.py"
     else:
         raise SubjectError(f"subject spec={SANDBOX_PREFIX + inner!r}: inside the sandbox give a .py file, a "
-                           f"package folder, tiny-llm:PATH, or one of {OWN_SUBJECTS}")  # fmt: skip
+                           f"package folder, tiny-llm:PATH, or one of {BUILT_IN_SUBJECTS}")  # fmt: skip
     return WorkerSettings(spec=spec, copy_in=staging), staging
 
 

@@ -50,25 +50,12 @@ class Submission:
         """The directory whose top-level modules the subject's imports resolve to first."""
         return self.staged_root(staged) / "src" if self.kind == "tiny-llm" else staged
 
-    def subject_spec(self, staged: Path) -> str:
-        """The --pagecheck-subject spec for the staged copy."""
-        root = self.staged_root(staged)
-        if self.kind == "tiny-llm":
-            return f"tiny-llm:{root}"
-        if self.kind == "file":
-            return str(root)
-        return root.name
-
     def student_spec(self) -> str:
         """The --pagecheck-subject spec of the submission as given, valid from any directory (a package by
         its __init__.py, so its name never means a built-in subject)."""
         if self.kind == "tiny-llm":
             return f"tiny-llm:{self.path}"
         return str(self.path) if self.kind == "file" else str(self.path / "__init__.py")
-
-    def import_paths(self, staged: Path) -> list[Path]:
-        """Directories the child needs on PYTHONPATH for the subject spec to import."""
-        return [staged] if self.kind == "package" else []
 
 
 def submission_name(path: Path) -> str:
