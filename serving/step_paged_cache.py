@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from pagecheck.impl.page_pool import TinyKvPagedPool, is_int
+from pagecheck.impl.page_pool import TinyKvPagedPool
 from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
 from pagecheck.impl.paged_metadata import PagedKvMetadata
 from pagecheck.serving.step_page_table import StepPageTable
@@ -20,20 +20,10 @@ class StepPagedKvCache(TinyKvPagedCache):
         super().__init__(pool)
         self._table = table
 
-    def append(self, key: mx.array, value: mx.array, mask_length: int | None = None) -> None:
-        self._pool.check_chunk(key, value)
-        length = key.shape[2]
-        if mask_length is not None and (not is_int(mask_length) or mask_length != length):
-            raise ValueError(f"mask_length={mask_length!r} must be None or the chunk length S={length}")
-        pool_before = self._pool.checkpoint()
-        cache_before = self.checkpoint()
-        try:
-            page_ids, slots = self.claim_token_slots(length)
-            self._pool.write_token_rows(page_ids, slots, key[0].transpose(1, 0, 2), value[0].transpose(1, 0, 2))
-        except BaseException:
-            self._pool.rollback(pool_before)
-            self.rollback(cache_before)
-            raise
+    def _write_chunk(self, key: mx.array, value: mx.array) -> None:
+        # Inside TinyKvPagedCache.append's checks and all-or-nothing rollback: one update per tensor.
+        page_ids, slots = self.claim_token_slots(key.shape[2])
+        self._pool.write_token_rows(page_ids, slots, key[0].transpose(1, 0, 2), value[0].transpose(1, 0, 2))
 
     def paged_metadata(
         self, max_pages: int | None = None, mask: mx.array | str | None = None
