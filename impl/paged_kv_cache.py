@@ -18,6 +18,7 @@ keyed on it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -109,22 +110,28 @@ class TinyKvPagedCache:
             raise
 
     def _write_chunk(self, key: mx.array, value: mx.array) -> None:
-        page_size = self._pool.page_size
-        length = key.shape[2]
         written = 0
-        while written < length:
+        for page_id, start, taken in self._claim_runs(key.shape[2]):
+            stop = written + taken
+            self._pool.write_page_slice(page_id, start, key[:, :, written:stop, :], value[:, :, written:stop, :])
+            written = stop
+
+    def _claim_runs(self, count: int) -> Iterator[tuple[int, int, int]]:
+        """Take `count` token positions, tail page first (a new page only when the tail is full), yielding
+        (page id, first slot, tokens) per page as each is claimed; the counts include them at once."""
+        page_size = self._pool.page_size
+        claimed = 0
+        while claimed < count:
             if not self._page_ids or self._page_lens[-1] == page_size:
                 self._page_ids.append(self._pool.allocate_page())
                 self._page_lens.append(0)
                 self._block_tables = {}
             start = self._page_lens[-1]
-            stop = written + min(page_size - start, length - written)
-            self._pool.write_page_slice(
-                self._page_ids[-1], start, key[:, :, written:stop, :], value[:, :, written:stop, :]
-            )
-            self._page_lens[-1] += stop - written
-            self._offset += stop - written
-            written = stop
+            taken = min(page_size - start, count - claimed)
+            self._page_lens[-1] += taken
+            self._offset += taken
+            claimed += taken
+            yield self._page_ids[-1], start, taken
 
     def claim_token_slot(self) -> tuple[int, int]:
         """Take the next token position, tail page first (a new page only when the tail is full), and
@@ -135,20 +142,11 @@ class TinyKvPagedCache:
 
     def claim_token_slots(self, count: int) -> tuple[list[int], list[int]]:
         """claim_token_slot for `count` consecutive tokens: (page id of each, slot of each)."""
-        page_size = self._pool.page_size
         page_ids: list[int] = []
         slots: list[int] = []
-        while len(slots) < count:
-            if not self._page_ids or self._page_lens[-1] == page_size:
-                self._page_ids.append(self._pool.allocate_page())
-                self._page_lens.append(0)
-                self._block_tables = {}
-            start = self._page_lens[-1]
-            taken = min(page_size - start, count - len(slots))
-            page_ids += [self._page_ids[-1]] * taken
+        for page_id, start, taken in self._claim_runs(count):
+            page_ids += [page_id] * taken
             slots += range(start, start + taken)
-            self._page_lens[-1] += taken
-            self._offset += taken
         return page_ids, slots
 
     # -- metadata -------------------------------------------------------------
