@@ -28,11 +28,6 @@ DECLINE_ERRORS = (ValueError, TypeError, NotImplementedError)
 INPUT_ARRAYS = ("query", "key_pages", "value_pages", "block_table", "context_lens")
 
 
-def is_unsupported_dtype(check: dict[str, Any]) -> bool:
-    """Whether a results entry is a check skipped because the subject declines its dtype (neither passed nor failed)."""
-    return check["outcome"] == "skip" and check["message"].startswith(UNSUPPORTED_DTYPE)
-
-
 def names_dtype(message: str, dtype: str) -> bool:
     """Whether `message` names `dtype` as a word: "float16" is not named by "bfloat16"."""
     return re.search(rf"(?<![A-Za-z0-9_]){re.escape(dtype)}(?![A-Za-z0-9_])", message) is not None
