@@ -151,7 +151,7 @@ __device__ void decode_walk_mma(
   // The tile's K and V fragments, read out of its stage so that the stage
   // can be refilled before the math: the ring then keeps STAGES tiles in
   // flight instead of STAGES - 1 while the warp computes (the walk is bound
-  // by bytes in flight; pagecheck/gpu_stream_probe.py measures that bound).
+  // by bytes in flight; pagecheck/gpu/stream_probe.py measures that bound).
   struct TileFragments {
     unsigned key[2][L::QK_PAIRS][4]; // n-tile, pair of k-chunks: ldmatrix x4
     unsigned key_tail[2][2]; // the odd last k-chunk (QK_CHUNKS odd): ldmatrix x2

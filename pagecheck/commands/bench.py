@@ -67,7 +67,7 @@ def add_bench_options(parser: argparse.ArgumentParser) -> None:
         metavar="PREVIOUS/bench.json",
         help="benchmark: compare with an earlier run's bench.json: print and plot the ratio of medians per "
         "variant and context, and flag changes beyond the noise (the two runs' interquartile ranges do not "
-        "overlap; see pagecheck/bench_compare.py)",
+        "overlap; see pagecheck/bench/compare.py)",
     )
 
 
@@ -87,7 +87,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "(bench_gpu.md, bench_gpu.json): decode at B 1, 16, 64 x contexts 128..16384 and one\n"
         "prefill (--quick: the goal shapes), kernel-only and per call, against gather + MLX SDPA,\n"
         "MLX SDPA and, when PyTorch is installed, cuDNN SDPA on dense K/V, with the speed goals\n"
-        "judged from the numbers (pagecheck/gpu_goals.py).",
+        "judged from the numbers (pagecheck/gpu/goals.py).",
     )
     options.add_subject_option(parser)
     options.add_device_option(parser)

@@ -49,7 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "machine, also the GPU kernel benchmark with its speed goals (bench_gpu.md). The exit status\n"
         "names the most serious finding: a broken invariant exits 1, a crashed suite 8.\n\n"
         "index.md and conformance.md start with where to look first: the broken invariant most likely\n"
-        "to be the cause (pagecheck/start_here.py ranks them), its first failing check, its\n"
+        "to be the cause (reports/start_here.py ranks them), its first failing check, its\n"
         "counterexample and a command that reruns that check from any directory; or, when the suite\n"
         "crashed, the cause from its log.",
     )

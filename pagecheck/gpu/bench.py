@@ -35,7 +35,7 @@ the MLX calls are chained (each query is the set's query plus 0 x the
 previous output) and the cost of that chain alone is subtracted; the torch
 calls are captured in one CUDA graph and replayed. With torch present,
 `kernel` is read from the GPU's own clock (CUPTI kernel timestamps through
-torch's profiler, pagecheck/gpu_clock.py: the time during which at least
+torch's profiler, pagecheck/gpu/clock.py: the time during which at least
 one of the call's kernels ran, fills included, each moment once where MLX
 runs two kernels at the same time) and `chained` keeps the wall-clock
 figure; without torch, `kernel` is the wall-clock figure. Where the GPU is
@@ -450,7 +450,7 @@ def print_rows(rows: list[Row]) -> None:
               f"{r.note}")
 
 
-# Every shape a decode goal names (pagecheck/gpu_goals.py).
+# Every shape a decode goal names (pagecheck/gpu/goals.py).
 QUICK_DECODE_SHAPES = ((1, 16384), (16, 1024), (16, 4096), (16, 16384), (64, 1024), (64, 4096), (64, 16384))
 
 

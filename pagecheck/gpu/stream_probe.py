@@ -7,7 +7,7 @@ mechanism: the tensor-core walk's per-warp cp.async ring and its bulk-copy
 block's warps (64-token tiles, by cp.async or bulk copies) in the same
 shared memory. Pages are read
 through the benchmark's shuffled block tables and through tables in pool
-order. Kernel times come from the GPU's clock (pagecheck/gpu_clock.py); the
+order. Kernel times come from the GPU's clock (pagecheck/gpu/clock.py); the
 bandwidth is K/V bytes over kernel time. The gap between a mechanism's
 figure here and the decode kernel's (gpu_profile) is what the math and its
 scheduling cost; the gap between it and cuDNN is the mechanism's.

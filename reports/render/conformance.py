@@ -42,7 +42,7 @@ def start_here_lines(document: dict[str, Any], heading: str) -> list[str]:
         f"{heading} Start here: {inline_code(cause['invariant'])}",
         "",
         f"Likely cause: {inline_code(cause['invariant'])} is broken, and {cause['why']}.{explains} "
-        "(The order is `CAUSE_PRECEDENCE` in `pagecheck/start_here.py`.)",
+        "(The order is `CAUSE_PRECEDENCE` in `reports/start_here.py`.)",
         "",
         f"First failing check: {inline_code(cause['nodeid'])} ({cause['outcome']})",
         "",
