@@ -11,6 +11,15 @@ Every scheduler step:
    samples the next one; a request with max_new_tokens outputs leaves, its
    pages go back to the pools and its slot is free for the next step.
 
+Decode steps are pipelined (`overlap=True`, the default): a step's sampled
+tokens stay on the device and feed the next step's graph directly, and the
+host reads them back only after it has built and submitted that next step,
+so building step N+1 overlaps the device running step N. Nothing the
+scheduler decides needs a token's value (requests stop at max_new_tokens), so
+the outputs are the same as with `overlap=False`, which reads every step's
+tokens before the next begins. A step's decode time includes waiting for the
+tokens it reads back.
+
 The paged block table is built once per phase of a step and shared by every
 layer (impl/step_page_table.py). Whatever happens, including an error part
 way through, every admitted request's storage is released exactly once when
@@ -77,9 +86,14 @@ def batch_generate(
     page_size: int = DEFAULT_PAGE_SIZE,
     kv_budget_bytes: int | None = None,
     on_step: Callable[[SchedulerState], None] | None = None,
+    overlap: bool = True,
 ) -> GenerationResult:
-    """Greedy-decode every request; outputs by request id. Requests are updated in place."""
-    _check_arguments(requests, batch_size, prefill_step, kv_budget_bytes)
+    """Greedy-decode every request; outputs by request id. Requests are updated in place.
+
+    `on_step` sees each request's `output` as read back so far; with `overlap` the newest token of a
+    request that decoded in that step is still `unread`.
+    """
+    _check_arguments(requests, batch_size, prefill_step, kv_budget_bytes, overlap)
     config = model.config
     kv = serving_kv_for(
         model.attention_path, config.num_layers, batch_size,
@@ -89,7 +103,7 @@ def batch_generate(
         too_big = [r.request_id for r in requests if kv.projected_bytes([r.max_context]) > kv_budget_bytes]
         if too_big:
             raise ValueError(f"kv_budget_bytes={kv_budget_bytes} is below what requests {too_big} need alone")
-    scheduler = _Scheduler(model, kv, batch_size, prefill_step, kv_budget_bytes)
+    scheduler = _Scheduler(model, kv, batch_size, prefill_step, kv_budget_bytes, overlap)
     result = GenerationResult(outputs={})
     waiting = deque(requests)
     started = time.perf_counter()
@@ -98,6 +112,7 @@ def batch_generate(
             result.steps.append(scheduler.step(waiting))
             if on_step is not None:
                 on_step(SchedulerState(len(result.steps) - 1, list(scheduler.admitted.values()), kv))
+        scheduler.read_back()
     finally:
         kv.close_all()
         for request in requests:
@@ -108,8 +123,10 @@ def batch_generate(
 
 
 def _check_arguments(
-    requests: Sequence[Request], batch_size: int, prefill_step: int, kv_budget_bytes: int | None
+    requests: Sequence[Request], batch_size: int, prefill_step: int, kv_budget_bytes: int | None, overlap: bool
 ) -> None:
+    if not isinstance(overlap, bool):
+        raise ValueError(f"overlap must be a bool, got {overlap!r}")
     for name, value in (("batch_size", batch_size), ("prefill_step", prefill_step)):
         if not is_int(value) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -118,16 +135,23 @@ def _check_arguments(
     ids = [request.request_id for request in requests]
     if len(set(ids)) != len(ids):
         raise ValueError(f"request ids must be unique, got {ids}")
-    started = [request.request_id for request in requests if request.prefilled or request.output]
+    started = [request.request_id for request in requests if request.prefilled or request.num_outputs]
     if started:
         raise ValueError(f"requests {started} were already run; pass fresh Request objects")
 
 
 class _Scheduler:
     def __init__(
-        self, model: Any, kv: ServingKv, batch_size: int, prefill_step: int, kv_budget_bytes: int | None
+        self,
+        model: Any,
+        kv: ServingKv,
+        batch_size: int,
+        prefill_step: int,
+        kv_budget_bytes: int | None,
+        overlap: bool,
     ) -> None:
         self.model = model
+        self.overlap = overlap
         self.kv = kv
         self.batch_size = batch_size
         self.prefill_step = prefill_step
@@ -137,13 +161,24 @@ class _Scheduler:
         self.prefilling: deque[Request] = deque()
         self.decoding: dict[int, Request] = {}  # by slot
         self.free_slots = list(range(batch_size))
+        # The newest decode step's sampled tokens (int32 [batch_size], maybe still computing) and the
+        # request in each slot that has one of them unread.
+        self.in_flight: mx.array | None = None
+        self.in_flight_rows: dict[int, Request] = {}
+        self.read_back_seconds = 0.0  # waiting for tokens, charged to the decode time of the step
 
     def step(self, waiting: deque[Request]) -> StepRecord:
         if self.kv.table is not None:
             self.kv.table.start_step()
         self._admit(waiting)
+        self.read_back_seconds = 0.0
+        if self.prefilling:
+            # A prefill chunk waits for the decode work queued before it: read those tokens now, so that
+            # the wait counts as decode time.
+            self.read_back()
         prefill_tokens, prefill_seconds = self._prefill()
         decode_batch, decode_seconds = self._decode()
+        decode_seconds += self.read_back_seconds
         return StepRecord(
             prefill_tokens=prefill_tokens,
             prefill_seconds=prefill_seconds,
@@ -185,20 +220,58 @@ class _Scheduler:
         return tokens, seconds
 
     def _decode(self) -> tuple[int, float]:
+        """One decode step; returns (requests decoded, seconds spent here other than reading tokens back)."""
         if not self.decoding:
             return 0, 0.0
         started = time.perf_counter()
         rows = [self.decoding.get(slot) for slot in range(self.batch_size)]
-        tokens = mx.array([[0 if r is None else r.output[-1]] for r in rows], dtype=mx.int32)
-        offsets = mx.array([0 if r is None else r.context_len for r in rows], dtype=mx.int32)
-        hidden = self.model(tokens, offsets, self.kv.decode_caches, self.traffic)
-        sampled = mx.argmax(self.model.logits(hidden[:, -1]), axis=-1).tolist()
+        hidden = self.model(self._input_tokens(rows), self._offsets(rows), self.kv.decode_caches, self.traffic)
+        sampled = mx.argmax(self.model.logits(hidden[:, -1]), axis=-1).astype(mx.int32)
+        if self.overlap:
+            mx.async_eval(sampled)
+        built = time.perf_counter()
+        self.read_back()
+        waited = time.perf_counter()
+        self.in_flight = sampled
+        self.in_flight_rows = {slot: request for slot, request in self.decoding.items()}
         for slot, request in list(self.decoding.items()):
-            request.output.append(sampled[slot])
+            request.unread += 1
             if request.is_done:
                 del self.decoding[slot]
                 self._finish(request)
-        return sum(r is not None for r in rows), time.perf_counter() - started
+        if not self.overlap:
+            self.read_back()
+        # read_back's wait on the previous step is added by step() through read_back_seconds.
+        return sum(r is not None for r in rows), (built - started) + (time.perf_counter() - waited)
+
+    def _input_tokens(self, rows: list[Request | None]) -> mx.array:
+        """int32 [batch, 1]: each row's newest token, taken on the device from the step in flight if unread."""
+        known = mx.array([[r.output[-1] if r is not None and not r.unread else 0] for r in rows], dtype=mx.int32)
+        from_device = [r is not None and r.unread > 0 for r in rows]
+        if not any(from_device):
+            return known
+        if self.in_flight is None or any(
+            unread and self.in_flight_rows.get(slot) is not rows[slot] for slot, unread in enumerate(from_device)
+        ):
+            raise RuntimeError("a decoding request's unread token is not in the step in flight")
+        if all(from_device):
+            return self.in_flight[:, None]
+        return mx.where(mx.array(from_device)[:, None], self.in_flight[:, None], known)
+
+    def _offsets(self, rows: list[Request | None]) -> mx.array:
+        return mx.array([0 if r is None else r.context_len for r in rows], dtype=mx.int32)
+
+    def read_back(self) -> None:
+        """Read the in-flight step's tokens into its requests' outputs (waits for the device)."""
+        if self.in_flight is None:
+            return
+        started = time.perf_counter()
+        values = self.in_flight.tolist()
+        for slot, request in self.in_flight_rows.items():
+            request.output.append(values[slot])
+            request.unread -= 1
+        self.in_flight, self.in_flight_rows = None, {}
+        self.read_back_seconds += time.perf_counter() - started
 
     def _finish(self, request: Request) -> None:
         self.kv.close_request(request.request_id)

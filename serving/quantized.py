@@ -35,6 +35,13 @@ class QuantizedMatrix:
     def nbytes(self) -> int:
         return self.weight.nbytes + self.scales.nbytes + self.biases.nbytes
 
+    def row_range(self, start: int, stop: int) -> QuantizedMatrix:
+        """Rows [start, stop) as a view of this matrix (each row's groups are its own)."""
+        return QuantizedMatrix(
+            weight=self.weight[start:stop], scales=self.scales[start:stop], biases=self.biases[start:stop],
+            group_size=self.group_size, bits=self.bits,
+        )
+
     def dequantize(self) -> mx.array:
         return mx.dequantize(self.weight, self.scales, self.biases, group_size=self.group_size, bits=self.bits)
 
@@ -47,6 +54,19 @@ def quantize_matrix(
         raise ValueError(f"w shape={tuple(w.shape)} must be 2-D with cols a multiple of group_size={group_size}")
     weight, scales, biases = mx.quantize(w, group_size=group_size, bits=bits)
     return QuantizedMatrix(weight=weight, scales=scales, biases=biases, group_size=group_size, bits=bits)
+
+
+def stack_rows(matrices: list[QuantizedMatrix]) -> QuantizedMatrix:
+    """One matrix holding the rows of each in turn, so that one matmul computes all their outputs."""
+    first = matrices[0]
+    if any((m.group_size, m.bits, m.shape[1]) != (first.group_size, first.bits, first.shape[1]) for m in matrices):
+        raise ValueError("stack_rows needs matrices of one column count, group size and bit width")
+    return QuantizedMatrix(
+        weight=mx.concatenate([m.weight for m in matrices]),
+        scales=mx.concatenate([m.scales for m in matrices]),
+        biases=mx.concatenate([m.biases for m in matrices]),
+        group_size=first.group_size, bits=first.bits,
+    )
 
 
 def quantized_linear(x: mx.array, matrix: QuantizedMatrix) -> mx.array:

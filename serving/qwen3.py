@@ -67,6 +67,12 @@ class Qwen3Model:
 
 
 def _swiglu_mlp(x: mx.array, layer: Qwen3LayerWeights) -> mx.array:
-    gate = quantized_linear(x, layer.gate_proj)
-    up = quantized_linear(x, layer.up_proj)
-    return quantized_linear(mx.sigmoid(gate) * gate * up, layer.down_proj)
+    gate_up = quantized_linear(x, layer.gate_up_proj)
+    return quantized_linear(_silu_product(gate_up, layer.intermediate), layer.down_proj)
+
+
+@mx.compile
+def _silu_product(gate_up: mx.array, intermediate: int) -> mx.array:
+    """silu(gate) * up from the gate and up halves of gate_up, one fused kernel."""
+    gate, up = gate_up[..., :intermediate], gate_up[..., intermediate:]
+    return mx.sigmoid(gate) * gate * up

@@ -1,7 +1,10 @@
 """Seeded random Qwen3 weights, every matrix quantized with mx.quantize (nothing is downloaded).
 
 Linear layers and the token embedding are quantized (default 4 bits, groups of
-128); the embedding doubles as the output head (tied). Norm weights stay in
+128); the embedding doubles as the output head (tied). A layer stores the q, k
+and v projections as one matrix of stacked rows, and the gate and up
+projections likewise, so a forward pass reads each group with one matmul; the
+single projections are views of those rows. Norm weights stay in
 the activation dtype. Each matrix is drawn from its own key split off the
 seed, then quantized and evaluated before the next is drawn, so generating a
 large model never holds more than one float matrix at a time.
@@ -14,7 +17,13 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from pagecheck.serving.model_config import Qwen3Config
-from pagecheck.serving.quantized import DEFAULT_BITS, DEFAULT_GROUP_SIZE, QuantizedMatrix, quantize_matrix
+from pagecheck.serving.quantized import (
+    DEFAULT_BITS,
+    DEFAULT_GROUP_SIZE,
+    QuantizedMatrix,
+    quantize_matrix,
+    stack_rows,
+)
 
 # Small enough that the residual stream stays in range through random layers.
 INIT_STD = 0.02
@@ -24,16 +33,46 @@ NORM_JITTER = 0.05
 @dataclass(frozen=True)
 class Qwen3LayerWeights:
     input_norm: mx.array  # [hidden]
-    q_proj: QuantizedMatrix  # [H_q * D, hidden]
-    k_proj: QuantizedMatrix  # [H_kv * D, hidden]
-    v_proj: QuantizedMatrix  # [H_kv * D, hidden]
+    qkv_proj: QuantizedMatrix  # [(H_q + 2 H_kv) * D, hidden]: q rows, then k rows, then v rows
     o_proj: QuantizedMatrix  # [hidden, H_q * D]
     q_norm: mx.array  # [D]
     k_norm: mx.array  # [D]
     post_attention_norm: mx.array  # [hidden]
-    gate_proj: QuantizedMatrix  # [intermediate, hidden]
-    up_proj: QuantizedMatrix  # [intermediate, hidden]
+    gate_up_proj: QuantizedMatrix  # [2 * intermediate, hidden]: gate rows, then up rows
     down_proj: QuantizedMatrix  # [hidden, intermediate]
+
+    @property
+    def q_width(self) -> int:
+        """H_q * D: the q rows of qkv_proj (k and v share the rest equally)."""
+        return self.o_proj.shape[1]
+
+    @property
+    def kv_width(self) -> int:
+        return (self.qkv_proj.shape[0] - self.q_width) // 2
+
+    @property
+    def intermediate(self) -> int:
+        return self.down_proj.shape[1]
+
+    @property
+    def q_proj(self) -> QuantizedMatrix:
+        return self.qkv_proj.row_range(0, self.q_width)
+
+    @property
+    def k_proj(self) -> QuantizedMatrix:
+        return self.qkv_proj.row_range(self.q_width, self.q_width + self.kv_width)
+
+    @property
+    def v_proj(self) -> QuantizedMatrix:
+        return self.qkv_proj.row_range(self.q_width + self.kv_width, self.qkv_proj.shape[0])
+
+    @property
+    def gate_proj(self) -> QuantizedMatrix:
+        return self.gate_up_proj.row_range(0, self.intermediate)
+
+    @property
+    def up_proj(self) -> QuantizedMatrix:
+        return self.gate_up_proj.row_range(self.intermediate, 2 * self.intermediate)
 
 
 @dataclass(frozen=True)
@@ -72,6 +111,12 @@ class _Draws:
         mx.eval(quantized.weight, quantized.scales, quantized.biases)
         return quantized
 
+    def stacked(self, shapes: list[tuple[int, int]]) -> QuantizedMatrix:
+        """Matrices drawn one after another (as `matrix` would), stored as one of stacked rows."""
+        stacked = stack_rows([self.matrix(rows, cols) for rows, cols in shapes])
+        mx.eval(stacked.weight, stacked.scales, stacked.biases)
+        return stacked
+
     def norm(self, size: int) -> mx.array:
         weight = (1.0 + NORM_JITTER * mx.random.normal((size,), key=self._next_key())).astype(self.dtype)
         mx.eval(weight)
@@ -94,15 +139,12 @@ def random_qwen3_weights(
     layers = tuple(
         Qwen3LayerWeights(
             input_norm=draws.norm(hidden),
-            q_proj=draws.matrix(q_width, hidden),
-            k_proj=draws.matrix(kv_width, hidden),
-            v_proj=draws.matrix(kv_width, hidden),
+            qkv_proj=draws.stacked([(q_width, hidden), (kv_width, hidden), (kv_width, hidden)]),
             o_proj=draws.matrix(hidden, q_width),
             q_norm=draws.norm(head_dim),
             k_norm=draws.norm(head_dim),
             post_attention_norm=draws.norm(hidden),
-            gate_proj=draws.matrix(config.intermediate_size, hidden),
-            up_proj=draws.matrix(config.intermediate_size, hidden),
+            gate_up_proj=draws.stacked([(config.intermediate_size, hidden)] * 2),
             down_proj=draws.matrix(hidden, config.intermediate_size),
         )
         for _ in range(config.num_layers)

@@ -17,7 +17,10 @@ class Request:
     max_new_tokens: int
     request_id: int = 0
     prefilled: int = 0  # prompt tokens whose K/V is cached
-    output: list[int] = field(default_factory=list)
+    output: list[int] = field(default_factory=list)  # tokens read back to the host
+    # Tokens sampled on the device whose value is not read back yet (0 or 1): a pipelined decode step
+    # reads the previous step's tokens only after it has submitted its own work.
+    unread: int = 0
     caches: list[Any] | None = None  # one per layer while admitted
     slot: int | None = None
 
@@ -33,9 +36,14 @@ class Request:
         return len(self.prompt) + self.max_new_tokens - 1
 
     @property
+    def num_outputs(self) -> int:
+        """Tokens sampled so far, read back or not."""
+        return len(self.output) + self.unread
+
+    @property
     def context_len(self) -> int:
         """Tokens whose K/V the caches hold now (the newest output is not fed back yet)."""
-        return self.prefilled + max(len(self.output) - 1, 0)
+        return self.prefilled + max(self.num_outputs - 1, 0)
 
     @property
     def is_prefilled(self) -> bool:
@@ -43,7 +51,7 @@ class Request:
 
     @property
     def is_done(self) -> bool:
-        return len(self.output) >= self.max_new_tokens
+        return self.num_outputs >= self.max_new_tokens
 
     def prefill_step(self, model: Any, prefill_step: int, traffic: KvTraffic) -> int:
         """Run the next chunk of at most `prefill_step` prompt tokens; after the last, sample the first output.

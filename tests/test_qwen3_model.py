@@ -121,3 +121,18 @@ def test_batched_rows_at_different_offsets_match_their_own_runs() -> None:
 def test_cache_count_must_match_the_layers() -> None:
     with pytest.raises(ValueError, match="caches has 1 entries; the model has 2 layers"):
         serving_model("paged")(mx.array([[1]], dtype=mx.int32), 0, new_caches("paged")[:1])
+
+
+def test_stacked_projections_are_views_of_the_rows_drawn_one_by_one() -> None:
+    from pagecheck.serving.quantized import stack_rows
+
+    config = SERVING_CONFIG
+    layer = serving_weights().layers[0]
+    assert layer.q_proj.shape == (config.num_q_heads * config.head_dim, config.hidden_size)
+    assert layer.k_proj.shape == layer.v_proj.shape == (config.num_kv_heads * config.head_dim, config.hidden_size)
+    assert layer.gate_proj.shape == layer.up_proj.shape == (config.intermediate_size, config.hidden_size)
+    restacked = stack_rows([layer.q_proj, layer.k_proj, layer.v_proj])
+    for name in ("weight", "scales", "biases"):
+        assert mx.array_equal(getattr(restacked, name), getattr(layer.qkv_proj, name)).item()
+    with pytest.raises(ValueError, match="one column count"):
+        stack_rows([layer.q_proj, layer.down_proj])

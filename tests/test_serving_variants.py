@@ -68,3 +68,43 @@ def test_dense_path_rejects_a_paged_cache() -> None:
     caches = [TinyKvPagedCache(TinyKvPagedPool(PAGE_SIZE)) for _ in range(SERVING_CONFIG.num_layers)]
     with pytest.raises(TypeError, match="needs a DenseKvCache or DenseKvBatch, got TinyKvPagedCache"):
         model(tokens, 0, caches)
+
+
+@pytest.mark.parametrize("path", ATTENTION_PATHS)
+def test_pipelined_decode_gives_the_same_tokens_and_steps_as_reading_each_step_back(path: str) -> None:
+    def generate(overlap: bool):
+        return batch_generate(
+            serving_model(path), short_trace(), batch_size=BATCH_SIZE, prefill_step=PREFILL_STEP,
+            page_size=PAGE_SIZE, overlap=overlap,
+        )
+
+    with mx.stream(mx.cpu):
+        pipelined, stepwise = generate(True), generate(False)
+    assert pipelined.outputs == stepwise.outputs
+    shape = [(step.prefill_tokens, step.decode_batch, step.admitted) for step in stepwise.steps]
+    assert [(step.prefill_tokens, step.decode_batch, step.admitted) for step in pipelined.steps] == shape
+
+
+def test_pipelined_decode_leaves_at_most_the_newest_token_unread_and_reads_everything_by_the_end() -> None:
+    unread_seen: list[int] = []
+    requests = short_trace()
+
+    def on_step(state) -> None:
+        for request in state.requests:
+            unread_seen.append(request.unread)
+            assert request.num_outputs == len(request.output) + request.unread
+
+    result = batch_generate(
+        serving_model("paged"), requests, batch_size=BATCH_SIZE, prefill_step=PREFILL_STEP, page_size=PAGE_SIZE,
+        on_step=on_step,
+    )
+    assert set(unread_seen) == {0, 1}  # tokens were left on the device between steps, never two
+    assert all(request.unread == 0 for request in requests)
+    assert {rid: len(tokens) for rid, tokens in result.outputs.items()} == {
+        request.request_id: request.max_new_tokens for request in requests
+    }
+
+
+def test_overlap_must_be_a_bool() -> None:
+    with pytest.raises(ValueError, match="overlap must be a bool, got 1"):
+        batch_generate(serving_model("paged"), short_trace(), overlap=1)

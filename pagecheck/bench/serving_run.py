@@ -28,13 +28,14 @@ class ServeSettings:
     prefill_step: int
     page_size: int
     kv_budget_bytes: int | None = None
+    overlap: bool = True  # pipelined decode steps (serving/batch.py)
 
 
 def _warm_up(model: Qwen3Model, settings: ServeSettings) -> None:
     requests = [Request([token] * WARMUP_PROMPT_LEN, WARMUP_OUTPUT_LEN, token) for token in (1, 2)]
     batch_generate(
         model, requests, batch_size=settings.batch_size, prefill_step=settings.prefill_step,
-        page_size=settings.page_size,
+        page_size=settings.page_size, overlap=settings.overlap,
     )
 
 
@@ -45,7 +46,7 @@ def run_variant(weights: Qwen3Weights, variant: str, trace: ServeTrace, settings
         _warm_up(model, settings)
         result = batch_generate(
             model, trace.fresh_requests(), batch_size=settings.batch_size, prefill_step=settings.prefill_step,
-            page_size=settings.page_size, kv_budget_bytes=settings.kv_budget_bytes,
+            page_size=settings.page_size, kv_budget_bytes=settings.kv_budget_bytes, overlap=settings.overlap,
         )
     except Exception as exc:  # one failing variant must not hide the others' numbers
         return {"error": f"{type(exc).__name__}: {exc}"}
@@ -115,7 +116,7 @@ def run_budget_sweep(
     for budget in budgets:
         for variant in variants:
             run = run_variant(weights, variant, trace, ServeSettings(
-                settings.batch_size, settings.prefill_step, settings.page_size, budget
+                settings.batch_size, settings.prefill_step, settings.page_size, budget, settings.overlap
             ))
             row: dict[str, Any] = {"kv_budget_bytes": budget, "variant": variant}
             if "error" in run:

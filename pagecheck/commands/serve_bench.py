@@ -99,6 +99,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="also run the admission sweep: each variant under each KV byte budget")
     parser.add_argument("--budget-slots", type=_positive_int, default=None, metavar="N",
                         help="decode slots in the budget sweep (default: --requests, so only the budget limits)")
+    parser.add_argument("--no-overlap", dest="overlap", action="store_false",
+                        help="read every decode step's tokens back before building the next step "
+                        "(default: pipelined, the next step is built while the device runs this one)")
     options.add_device_option(parser)
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="directory for serve_bench.json and serve_bench.md, created if missing "
@@ -142,7 +145,7 @@ def serve_document(
         "settings": {
             "batch_size": settings.batch_size, "prefill_step": settings.prefill_step,
             "page_size": settings.page_size, "dtype": str(dtype).rsplit(".", 1)[-1],
-            "bits": DEFAULT_BITS, "group_size": DEFAULT_GROUP_SIZE,
+            "bits": DEFAULT_BITS, "group_size": DEFAULT_GROUP_SIZE, "overlap": settings.overlap,
         },
         "trace": trace.describe(),
         "variants": {variant: {k: v for k, v in entry.items() if k != "outputs"} for variant, entry in runs.items()},
@@ -169,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
 
     _progress(f"building {config.name} ({config.num_layers} layers) with seeded random weights")
     weights = random_qwen3_weights(config, seed=args.seed, dtype=dtype)
-    settings = ServeSettings(args.batch, args.prefill_step, args.page_size)
+    settings = ServeSettings(args.batch, args.prefill_step, args.page_size, overlap=args.overlap)
     _progress(f"trace {trace.sha256[:16]}: {len(trace.requests)} requests, {trace.prompt_tokens} prompt tokens")
 
     def report_variant(variant: str, entry: dict[str, Any]) -> None:
@@ -183,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
                               dtype=dtype, trace=trace, runs=runs)
     if args.kv_budget_bytes:
         document["budget_slots"] = args.budget_slots or args.requests
-        sweep_settings = ServeSettings(document["budget_slots"], args.prefill_step, args.page_size)
+        sweep_settings = ServeSettings(document["budget_slots"], args.prefill_step, args.page_size,
+                                       overlap=args.overlap)
         document["budget_sweep"] = run_budget_sweep(
             weights, args.variants, trace, args.kv_budget_bytes, sweep_settings,
             lambda row: _progress(f"budget {row['kv_budget_bytes']} {row['variant']}: "

@@ -105,7 +105,8 @@ def render_serve_bench(document: dict[str, Any]) -> str:
         f"tokens ({trace['prompt_tokens']} in all), outputs {min(trace['output_lens'])}..{max(trace['output_lens'])} "
         f"({trace['output_tokens']} in all), seed {trace['seed']}, sha256 `{trace['sha256'][:16]}`",
         f"- **Scheduler:** batch {settings['batch_size']}, prefill step {settings['prefill_step']}, "
-        f"page size {settings['page_size']}",
+        f"page size {settings['page_size']}, decode steps "
+        f"{'pipelined' if settings.get('overlap', True) else 'read back one by one (--no-overlap)'}",
         f"- **Created:** {document['created']}",
         "",
         variants_table(document),
