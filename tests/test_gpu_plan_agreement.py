@@ -93,7 +93,7 @@ PINNED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         dict(schedule="paged_prefill", blocks=32, shared_bytes=74368)),
     "tensor-core prefill on pages of 16": (
         dict(batch=1, pages=8, query_len=64, page_size=16, schedule="paged_prefill_mma"),
-        dict(schedule="paged_prefill_mma", key_tile=16, shared_bytes=4 * 16 * 136 * 2)),
+        dict(schedule="paged_prefill_mma", key_tile=64, shared_bytes=4 * 64 * 136 * 2)),
     # A prefill schedule for one query: B 2 x H_kv 2, one row tile each.
     "prefill for one query": (
         dict(batch=2, pages=8, num_q_heads=8, num_kv_heads=2, page_size=8, dtype="float16", schedule="paged_prefill"),

@@ -356,6 +356,17 @@ __device__ __forceinline__ PageTile page_tile(
   return t;
 }
 
+// Key tile `tile_idx` by position alone: positions [tile_idx * tile_tokens, +tile_tokens) cut at
+// pos_end, whatever pages they fall in (page_idx and slot_begin say where the first one sits).
+__device__ __forceinline__ PageTile position_tile(int tile_idx, int tile_tokens, int page_size, int pos_end) {
+  PageTile t;
+  t.pos_begin = tile_idx * tile_tokens;
+  t.page_idx = t.pos_begin / page_size;
+  t.slot_begin = t.pos_begin - t.page_idx * page_size;
+  t.count = min(tile_tokens, pos_end - t.pos_begin);
+  return t;
+}
+
 // Tiles needed to cover positions [0, pos_end).
 __device__ __forceinline__ int count_tiles(
     int pos_end,
@@ -374,13 +385,21 @@ __device__ __forceinline__ int count_tiles(
 // row), or the request index in the dense view; -1 when it names no page of
 // the pool (the op validates tables; this keeps a bad one from reading out of
 // bounds).
+__device__ __forceinline__ int page_id_at(
+    const PagedGeometry& g,
+    const int32_t* table_row,
+    int request_idx,
+    int page_idx) {
+  const int page_id = g.table == TABLE_PAGED ? table_row[page_idx] : request_idx;
+  return page_id >= 0 && page_id < g.num_pages ? page_id : -1;
+}
+
 __device__ __forceinline__ int tile_page_id(
     const PagedGeometry& g,
     const int32_t* table_row,
     int request_idx,
     const PageTile& tile) {
-  const int page_id = g.table == TABLE_PAGED ? table_row[tile.page_idx] : request_idx;
-  return page_id >= 0 && page_id < g.num_pages ? page_id : -1;
+  return page_id_at(g, table_row, request_idx, tile.page_idx);
 }
 
 // Element offset of (page, kv head, slot 0) in a [P, H_kv, page_size, D] pool:

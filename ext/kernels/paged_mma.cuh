@@ -138,6 +138,51 @@ __device__ __forceinline__ void copy_tile_rows(
   }
 }
 
+// As copy_tile_rows for a tile of positions [pos_begin, pos_begin + count) that may span pages: each
+// row finds its own page (page_id_at) and slot, so the tile length does not depend on the page size.
+// Rows at or past `count`, or in a page the table does not map, are zero-filled.
+template <typename T, int HEAD_DIM, int TILE, typename ROWS>
+__device__ __forceinline__ void copy_position_rows(
+    T* stage_k,
+    T* stage_v,
+    const T* key_pages,
+    const T* value_pages,
+    const PagedGeometry& geo,
+    const int32_t* table_row,
+    int request_idx,
+    int kv_head_idx,
+    int pos_begin,
+    int count,
+    bool vector_copy,
+    int first,
+    int stride) {
+  constexpr int VECS_PER_ROW = HEAD_DIM / 8;
+  for (int idx = first; idx < TILE * VECS_PER_ROW; idx += stride) {
+    const int token = idx / VECS_PER_ROW;
+    const int chunk = idx % VECS_PER_ROW;
+    const int pos = pos_begin + token;
+    const int page_idx = pos / geo.page_size;
+    const int page_id = token < count ? page_id_at(geo, table_row, request_idx, page_idx) : -1;
+    const bool live = page_id >= 0;
+    const long long src = live
+        ? page_offset(geo, page_id, kv_head_idx) +
+            static_cast<long long>(pos - page_idx * geo.page_size) * HEAD_DIM + chunk * 8
+        : 0;
+    T* dst_k = stage_k + ROWS::at(token, chunk);
+    T* dst_v = stage_v + ROWS::at(token, chunk);
+    if (vector_copy) {
+      copy_async16(dst_k, key_pages + src, live);
+      copy_async16(dst_v, value_pages + src, live);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        dst_k[e] = live ? key_pages[src + e] : from_float<T>(0.0f);
+        dst_v[e] = live ? value_pages[src + e] : from_float<T>(0.0f);
+      }
+    }
+  }
+}
+
 // One online-softmax step on the score fragments of a 16-row warp tile: mask
 // the keys past the tile or past the row's causal limit, scale to base 2,
 // update the running max (shared by the 4 lanes of a group) and the per-lane

@@ -3,7 +3,7 @@
 // Body of an MLX fast::cuda_kernel (headers: paged_common.cuh,
 // paged_mma.cuh). Template arguments: T (bfloat16 or
 // float16), HEAD_DIM (a multiple of 16, at most 128), KEY_TILE (16, 32 or
-// 64), CAUSAL, TABLE, SCALE_BITS (paged_common.cuh). Inputs and output as
+// 64; the launch plan takes 64), CAUSAL, TABLE, SCALE_BITS (paged_common.cuh). Inputs and output as
 // paged_decode.
 //
 // Ownership: block x owns (request_idx, kv_head_idx, row_tile_idx): the
@@ -14,9 +14,10 @@
 // the query fragments for all of HEAD_DIM, the running output (float32, all
 // HEAD_DIM columns), and a per-lane partial of each row's running sum; the
 // running max is shared by the 4 lanes of a group.
-// The block walks the request's pages in key tiles of KEY_TILE slots that
-// never cross a page, so each key tile has one page id. All threads copy the
-// tile's K and V rows with cp.async into a two-stage ring (rows padded by 8
+// The block walks the request's positions in key tiles of KEY_TILE positions
+// (position_tile), which may span pages: each row of a tile is copied from its
+// own page (copy_position_rows), so pages smaller than the tile cost no
+// shorter tiles. All threads copy the tile's K and V rows with cp.async into a two-stage ring (rows padded by 8
 // elements so that ldmatrix is free of bank conflicts: SharedRows in
 // paged_mma.cuh; swizzled rows, which the decode walk takes where
 // multiprocessors hold two blocks or more, are untimed here: one H200 run
@@ -77,27 +78,21 @@ const float score_scale = scale_of(SCALE_BITS) * LOG2_E;
 
 // ---- Key range: the causal limit of the tile's last row bounds the walk ------------
 const int pos_end = row_tile_key_end(geo, request_idx, kv_head_idx, row_first, ROW_TILE, context_len, CAUSAL);
-const int tiles_per_page = ceil_div(geo.page_size, KEY_TILE);
-const int num_tiles = count_tiles(pos_end, geo.page_size, KEY_TILE, tiles_per_page);
+const int num_tiles = pos_end > 0 ? ceil_div(pos_end, KEY_TILE) : 0;
 const int32_t* table_row =
     block_table + static_cast<long long>(request_idx) * geo.max_pages;
 const bool vector_copy = is_aligned16(key_pages) && is_aligned16(value_pages);
 
 auto tile_of = [&](int tile_idx) {
-  return page_tile(tile_idx, KEY_TILE, tiles_per_page, geo.page_size, pos_end);
+  return position_tile(tile_idx, KEY_TILE, geo.page_size, pos_end);
 };
 
 // All threads copy one tile's K and V rows into ring stage `stage`.
 auto issue = [&](int tile_idx, int stage) {
   const PageTile tile = tile_of(tile_idx);
-  const int page_id = tile_page_id(geo, table_row, request_idx, tile);
-  const long long base = page_offset(geo, page_id, kv_head_idx) +
-      static_cast<long long>(tile.slot_begin) * HEAD_DIM;
-  T* stage_k = k_ring + stage * STAGE_ELEMS;
-  T* stage_v = v_ring + stage * STAGE_ELEMS;
-  copy_tile_rows<T, HEAD_DIM, KEY_TILE, Rows>(
-      stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy, threadIdx.x,
-      THREADS);
+  copy_position_rows<T, HEAD_DIM, KEY_TILE, Rows>(
+      k_ring + stage * STAGE_ELEMS, v_ring + stage * STAGE_ELEMS, key_pages, value_pages, geo, table_row,
+      request_idx, kv_head_idx, tile.pos_begin, tile.count, vector_copy, threadIdx.x, THREADS);
 };
 
 float out_acc[O_TILES][4];

@@ -337,7 +337,8 @@ GpuPlan plan_gpu_call(
     const int row_tile = mma ? kPrefillMmaRowTile : kPrefillRowTile;
     plan.blocks = static_cast<int64_t>(shape.batch) * shape.num_kv_heads * ceil_div(group_rows, row_tile);
     if (mma) {
-      plan.key_tile = shape.page_size >= 64 ? 64 : shape.page_size >= 32 ? 32 : 16;
+      // Key tiles are positions, not pages (copy_position_rows), so every page size takes 64.
+      plan.key_tile = 64;
       plan.shared_bytes = 4 * plan.key_tile * mma_row_stride(shape.head_dim, false) * itemsize;
     } else {
       const int stride = shape.head_dim % 2 == 0 ? shape.head_dim + 1 : shape.head_dim;
