@@ -9,6 +9,7 @@ import mlx.core  # noqa: F401  (must precede the extension module)
 
 from pagecheck.ext._ext import (
     build_info,
+    compact_kernel_source,
     dense_attention,
     forget_validated_metadata,
     gpu_decode_shared_bytes,
@@ -25,7 +26,7 @@ from pagecheck.ext._ext import (
 )
 
 __all__ = [
-    "build_info", "dense_attention", "forget_validated_metadata", "gpu_decode_shared_bytes", "gpu_launch_plan",
+    "build_info", "compact_kernel_source", "dense_attention", "forget_validated_metadata", "gpu_decode_shared_bytes", "gpu_launch_plan",
     "gpu_plan_constants", "gpu_takes_tensor_cores", "gpu_walk_registers", "paged_attention",
     "paged_inputs_validated", "quantized_embedding", "remember_valid_paged_inputs", "validated_metadata_entries",
     "validated_paged_attention",

@@ -117,3 +117,46 @@ def test_the_decode_ring_starts_on_a_128_byte_line(tmp_path, stem):
     assert result.returncode == 0, result.stderr[-3000:]
     declarations = re.findall(r"\.extern \.shared \.align (\d+)", (tmp_path / "kernel.ptx").read_text())
     assert declarations == ["128"], declarations
+
+
+def test_compacting_drops_comments_and_blanks_and_keeps_literals_and_lines():
+    source = (
+        "#define PAIR(x) \\\n"
+        "    (x + 1)  // trailing note\n"
+        "\n"
+        "/* a block\n"
+        "   comment */ int a = 1; // note\n"
+        'const char* s = "no // comment /* here */"; char q = \'"\'; char e = \'\\\'\';\n'
+        "#define EMPTY \\\n"
+        "\n"
+        "int b;\n"
+    )
+    assert ext.compact_kernel_source(source) == (
+        "#define PAIR(x) \\\n"
+        "(x + 1)\n"
+        "int a = 1;\n"
+        'const char* s = "no // comment /* here */"; char q = \'"\'; char e = \'\\\'\';\n'
+        "#define EMPTY \\\n"
+        "\n"  # the blank line that ends the macro stays
+        "int b;\n"
+    )
+
+
+def test_the_op_hands_mlx_compacted_kernels():
+    source = gpu_nvcc_check.SOURCES["paged_decode_split"]
+    (raw_header, raw_body), (header, body) = source.read(compact=False), source.read()
+    assert "//" in raw_body and "//" not in body
+    assert len(header) + len(body) < 0.75 * (len(raw_header) + len(raw_body))
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH: the CUDA toolkit's compiler checks the kernels "
+                    "without a GPU")
+@pytest.mark.parametrize("name", ["tensor-core decode", "tensor-core prefill", "CUDA-core split"])
+def test_compacted_kernels_compile_to_the_same_machine_code(tmp_path, name):
+    digests = []
+    for compact in (False, True):
+        _, ok, summary = gpu_nvcc_check.compile_one(
+            NVCC, op_variant(*OP_VARIANTS[name]), tmp_path, with_digest=True, compact=compact)
+        assert ok, summary[-3000:]
+        digests.append(re.search(r"code=(\w+)", summary).group(1))
+    assert digests[0] == digests[1]

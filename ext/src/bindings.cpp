@@ -14,6 +14,7 @@
 
 #include "build_info.h"
 #include "common/gpu_plan.h"
+#include "common/kernel_sources.h"
 #include "dense_attention/dense_attention.h"
 #include "paged_attention/paged_attention.h"
 #include "paged_attention/validated_metadata.h"
@@ -211,6 +212,13 @@ NB_MODULE(_ext, module) {
       "scratch_words, out_begin_words), computed on any machine. With no pins it is the op's plan; schedule, "
       "splits, tensor_cores and mma_stages fix those choices, bulk asks for bulk copies where the tensor-core "
       "decode walk runs. A pin out of range or at odds with the shape raises ValueError.");
+
+  module.def(
+      "compact_kernel_source",
+      [](const std::string& text) { return pagecheck::compact_kernel_source(text); },
+      "text"_a,
+      "A kernel source as the GPU op hands it to MLX: comments, indentation and blank lines removed, "
+      "literals and line structure kept.");
 
   module.def(
       "gpu_plan_constants",

@@ -58,10 +58,16 @@ class KernelSource:
     headers: tuple[str, ...]
     directory: Path = KERNEL_DIR  # where the body lives (headers are always ext/kernels')
 
-    def read(self) -> tuple[str, str]:
-        """(header, body) exactly as fast::cuda_kernel receives them."""
-        header = "\n".join((KERNEL_DIR / name).read_text() for name in self.headers)
-        return header, (self.directory / f"{self.stem}.cu").read_text()
+    def read(self, compact: bool = True) -> tuple[str, str]:
+        """(header, body) exactly as fast::cuda_kernel receives them from the op: compacted by the extension
+        (`compact=False`: the files as written)."""
+        from pagecheck import ext
+
+        header = "".join((KERNEL_DIR / name).read_text() + "\n" for name in self.headers)
+        body = (self.directory / f"{self.stem}.cu").read_text()
+        if not compact:
+            return header, body
+        return ext.compact_kernel_source(header), ext.compact_kernel_source(body)
 
 
 KERNELS: dict[str, KernelSource] = {

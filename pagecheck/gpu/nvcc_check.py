@@ -76,10 +76,10 @@ def output_type(name: str, dtype: str) -> str:
     return "float" if name in FLOAT_OUTPUTS else CUDA_TYPES[dtype]
 
 
-def wrap(variant: Variant) -> str:
-    """The translation unit MLX would build for this variant."""
+def wrap(variant: Variant, compact: bool = True) -> str:
+    """The translation unit MLX would build for this variant (`compact=False`: from the files as written)."""
     source = SOURCES[variant.stem]
-    header, body = source.read()
+    header, body = source.read(compact)
     params = []
     for name in source.inputs:
         params.append(f"    const {input_type(source, name, variant.dtype)}* {name}")
@@ -163,9 +163,11 @@ def code_digest(cubin: Path) -> str:
     return digest.hexdigest()[:12]
 
 
-def compile_one(nvcc: str, variant: Variant, workdir: Path, with_digest: bool = False) -> tuple[Variant, bool, str]:
-    path = workdir / f"{hashlib.sha1(variant.label.encode()).hexdigest()[:16]}.cu"
-    path.write_text(wrap(variant))
+def compile_one(
+    nvcc: str, variant: Variant, workdir: Path, with_digest: bool = False, compact: bool = True
+) -> tuple[Variant, bool, str]:
+    path = workdir / f"{hashlib.sha1(f'{variant.label} {compact}'.encode()).hexdigest()[:16]}.cu"
+    path.write_text(wrap(variant, compact))
     # Relative names, run in the work folder: the cubin then holds no temporary path.
     result = subprocess.run(
         [nvcc, "-arch=sm_90", "-std=c++17", "-cubin", "-Xptxas", "-v", "-o", path.with_suffix(".cubin").name, path.name],

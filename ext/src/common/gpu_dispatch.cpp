@@ -69,7 +69,8 @@ mx::fast::CustomKernelFunction& kernel_for(const KernelSpec& spec, int shared_by
   for (const char* name : spec.headers) {
     header += kernel_file(name) + "\n";
   }
-  const std::string& body = kernel_file(std::string(spec.stem) + kBodyExtension);
+  header = compact_kernel_source(header);
+  const std::string body = compact_kernel_source(kernel_file(std::string(spec.stem) + kBodyExtension));
   const std::string name = std::string("pagecheck_") + spec.stem + "_" + kernel_sources_digest();
   try {
 #ifdef __APPLE__

@@ -23,6 +23,13 @@ const std::string& kernel_file(const std::string& name);
 // The concatenated text of several files, in order (a kernel's header).
 std::string kernel_files(std::initializer_list<const char*> names);
 
+// `text` without comments, indentation or blank lines: what NVRTC needs of a
+// kernel source. MLX rebuilds a custom kernel's whole source into every
+// call's graph node, so each call costs in proportion to its length. String
+// and character literals are kept as they are, a line that ends in a
+// backslash keeps the line after it, and every line stays a line.
+std::string compact_kernel_source(const std::string& text);
+
 // A digest of every embedded file. Part of each kernel's name: MLX caches
 // compiled kernels on disk by name, and an older build's kernel must never be
 // taken for this one's.
