@@ -63,11 +63,9 @@ def qwen3_attention(
     check_cache_for_path(cache, path)
     batch, length, _ = x.shape
     head_dim = config.head_dim
-    qkv = quantized_linear(x, layer.qkv_proj)
-    q_end, k_end = layer.q_width, layer.q_width + layer.kv_width
-    query = qkv[..., :q_end].reshape(batch, length, config.num_q_heads, head_dim)
-    key = qkv[..., q_end:k_end].reshape(batch, length, config.num_kv_heads, head_dim)
-    value = qkv[..., k_end:].reshape(batch, length, config.num_kv_heads, head_dim)
+    query = quantized_linear(x, layer.q_proj).reshape(batch, length, config.num_q_heads, head_dim)
+    key = quantized_linear(x, layer.k_proj).reshape(batch, length, config.num_kv_heads, head_dim)
+    value = quantized_linear(x, layer.v_proj).reshape(batch, length, config.num_kv_heads, head_dim)
     query = mx.fast.rms_norm(query, layer.q_norm, config.rms_norm_eps).transpose(0, 2, 1, 3)
     key = mx.fast.rms_norm(key, layer.k_norm, config.rms_norm_eps).transpose(0, 2, 1, 3)
     value = value.transpose(0, 2, 1, 3)
