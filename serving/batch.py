@@ -239,10 +239,12 @@ class _Scheduler:
             if request.is_done:
                 del self.decoding[slot]
                 self._finish(request)
+        finished = time.perf_counter()
         if not self.overlap:
             self.read_back()
-        # read_back's wait on the previous step is added by step() through read_back_seconds.
-        return sum(r is not None for r in rows), (built - started) + (time.perf_counter() - waited)
+        # Every read_back's wait (on the previous step, or on this one without overlap) reaches the step's
+        # decode time through read_back_seconds, in step().
+        return sum(r is not None for r in rows), (built - started) + (finished - waited)
 
     def _input_tokens(self, rows: list[Request | None]) -> mx.array:
         """int32 [batch, 1]: each row's newest token, taken on the device from the step in flight if unread."""

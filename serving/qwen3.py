@@ -12,6 +12,7 @@ of every position.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import mlx.core as mx
@@ -68,11 +69,13 @@ class Qwen3Model:
 
 def _swiglu_mlp(x: mx.array, layer: Qwen3LayerWeights) -> mx.array:
     gate_up = quantized_linear(x, layer.gate_up_proj)
-    return quantized_linear(_silu_product(gate_up, layer.intermediate), layer.down_proj)
+    split = layer.intermediate
+    return quantized_linear(_silu_product(gate_up[..., :split], gate_up[..., split:]), layer.down_proj)
 
 
-@mx.compile
-def _silu_product(gate_up: mx.array, intermediate: int) -> mx.array:
-    """silu(gate) * up from the gate and up halves of gate_up, one fused kernel."""
-    gate, up = gate_up[..., :intermediate], gate_up[..., intermediate:]
+# One fused kernel for the three elementwise ops. Shapeless: prefill chunks come in many lengths, and a
+# compile per shape would JIT a new kernel for each.
+@partial(mx.compile, shapeless=True)
+def _silu_product(gate: mx.array, up: mx.array) -> mx.array:
+    """silu(gate) * up."""
     return mx.sigmoid(gate) * gate * up

@@ -108,3 +108,15 @@ def test_pipelined_decode_leaves_at_most_the_newest_token_unread_and_reads_every
 def test_overlap_must_be_a_bool() -> None:
     with pytest.raises(ValueError, match="overlap must be a bool, got 1"):
         batch_generate(serving_model("paged"), short_trace(), overlap=1)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_step_times_are_counted_once(overlap: bool) -> None:
+    # Each wait for tokens lands in one step's decode time: the steps' prefill and decode seconds add up to
+    # no more than the run's wall time.
+    result = batch_generate(
+        serving_model("paged"), short_trace(), batch_size=BATCH_SIZE, prefill_step=PREFILL_STEP,
+        page_size=PAGE_SIZE, overlap=overlap,
+    )
+    counted = sum(step.prefill_seconds + step.decode_seconds for step in result.steps)
+    assert 0 < counted <= result.wall_seconds
