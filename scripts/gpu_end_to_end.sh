@@ -40,7 +40,7 @@ step percall "${PERCALL_LIMIT:-120}" python3 -m pagecheck.gpu.percall --json "$o
 cat "$out/percall.md"
 step kernels "${KERNEL_LIMIT:-300}" python3 -m pagecheck.gpu.bench --quick --json "$out/bench_gpu.json"
 sed -n '/^summary/,$p' "$out/kernels.log"
-step serve "${SERVE_LIMIT:-240}" python3 -m pagecheck.commands.serve_bench --device gpu --model qwen3-0.6b --requests 16 \
+step serve "${SERVE_LIMIT:-420}" python3 -m pagecheck.commands.serve_bench --device gpu --model qwen3-0.6b --requests 16 \
   --batch 8 --prompt-lens 1024,4096 --out "$out/serve"
 grep -A6 '^| variant' "$out/serve.log"
 python3 -m pagecheck.gpu.end_to_end_goals "$out"

@@ -96,3 +96,24 @@ def test_serve_bench_json_matches_its_schema(runs) -> None:
     assert schema_errors("serve_bench", json.loads(json.dumps(document, allow_nan=False))) == []
     broken = dict(document, variants={"paged": {"metrics": {"steps": -1}}})
     assert schema_errors("serve_bench", broken)
+
+
+def test_a_trace_warm_up_serves_the_whole_trace_before_the_timed_run(monkeypatch) -> None:
+    from pagecheck.bench import serving_run
+
+    served: list[int] = []
+    real = serving_run.batch_generate
+
+    def counting(model, requests, **kwargs):
+        served.append(len(requests))
+        return real(model, requests, **kwargs)
+
+    monkeypatch.setattr(serving_run, "batch_generate", counting)
+    trace = small_trace(num_requests=3)
+    for warm_up, first in (("trace", 3), ("short", 2)):
+        served.clear()
+        run = serving_run.run_variant(serving_weights(), "paged", trace, ServeSettings(
+            BATCH_SIZE, PREFILL_STEP, PAGE_SIZE, warm_up=warm_up))
+        assert "metrics" in run and served == [first, 3]
+    with pytest.raises(ValueError, match="warm_up='long' is not one of"):
+        serving_run._warm_up(None, ServeSettings(BATCH_SIZE, PREFILL_STEP, PAGE_SIZE, warm_up="long"), trace)

@@ -1,8 +1,11 @@
 """Run serving variants on one trace and collect their metrics (the measuring half of serve-bench).
 
 Every variant replays the same trace with the same weights; before its timed
-run it serves a two-request warm-up so one-time costs (allocator growth,
-first kernel calls) stay out of the numbers.
+run it serves a warm-up so one-time costs (allocator growth, first kernel
+calls) stay out of the numbers: two short requests, or (`warm_up="trace"`) the
+whole trace once, which on a GPU also compiles every kernel variant the trace's
+shapes need (the attention launch plan changes with batch and context, and
+each new variant is a JIT compile of a second or more).
 """
 
 from __future__ import annotations
@@ -29,10 +32,19 @@ class ServeSettings:
     page_size: int
     kv_budget_bytes: int | None = None
     overlap: bool = True  # pipelined decode steps (serving/batch.py)
+    warm_up: str = "short"  # "short": two short requests; "trace": the whole trace once, untimed
 
 
-def _warm_up(model: Qwen3Model, settings: ServeSettings) -> None:
-    requests = [Request([token] * WARMUP_PROMPT_LEN, WARMUP_OUTPUT_LEN, token) for token in (1, 2)]
+WARM_UPS = ("short", "trace")
+
+
+def _warm_up(model: Qwen3Model, settings: ServeSettings, trace: ServeTrace) -> None:
+    if settings.warm_up not in WARM_UPS:
+        raise ValueError(f"warm_up={settings.warm_up!r} is not one of {WARM_UPS}")
+    if settings.warm_up == "trace":
+        requests = trace.fresh_requests()
+    else:
+        requests = [Request([token] * WARMUP_PROMPT_LEN, WARMUP_OUTPUT_LEN, token) for token in (1, 2)]
     batch_generate(
         model, requests, batch_size=settings.batch_size, prefill_step=settings.prefill_step,
         page_size=settings.page_size, overlap=settings.overlap,
@@ -43,7 +55,7 @@ def run_variant(weights: Qwen3Weights, variant: str, trace: ServeTrace, settings
     """Metrics of one variant on the trace, plus its greedy tokens; an exception becomes an 'error' entry."""
     model = Qwen3Model(weights, variant)
     try:
-        _warm_up(model, settings)
+        _warm_up(model, settings, trace)
         result = batch_generate(
             model, trace.fresh_requests(), batch_size=settings.batch_size, prefill_step=settings.prefill_step,
             page_size=settings.page_size, kv_budget_bytes=settings.kv_budget_bytes, overlap=settings.overlap,
@@ -116,7 +128,8 @@ def run_budget_sweep(
     for budget in budgets:
         for variant in variants:
             run = run_variant(weights, variant, trace, ServeSettings(
-                settings.batch_size, settings.prefill_step, settings.page_size, budget, settings.overlap
+                settings.batch_size, settings.prefill_step, settings.page_size, budget, settings.overlap,
+                settings.warm_up,
             ))
             row: dict[str, Any] = {"kv_budget_bytes": budget, "variant": variant}
             if "error" in run:

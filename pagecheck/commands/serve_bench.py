@@ -35,7 +35,14 @@ from pagecheck.environment import collect_environment
 from pagecheck.exit_codes import ExitCode
 from pagecheck.reports.render.serve_bench import render_serve_bench
 from pagecheck.reports.document import SCHEMA_VERSION, default_report_dir, write_json
-from pagecheck.bench.serving_run import ServeSettings, copy_ratios, run_budget_sweep, run_variants, token_agreement
+from pagecheck.bench.serving_run import (
+    WARM_UPS,
+    ServeSettings,
+    copy_ratios,
+    run_budget_sweep,
+    run_variants,
+    token_agreement,
+)
 from pagecheck.bench.serving_trace import COURSE_NUM_REQUESTS, COURSE_OUTPUT_LENS, COURSE_PROMPT_LENS, course_trace
 
 NAME = "serve-bench"
@@ -102,6 +109,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-overlap", dest="overlap", action="store_false",
                         help="read every decode step's tokens back before building the next step "
                         "(default: pipelined, the next step is built while the device runs this one)")
+    parser.add_argument("--warm-up", choices=WARM_UPS, default=None,
+                        help="untimed run before each variant's timed one: two short requests, or the whole "
+                        "trace, which compiles every GPU kernel variant the trace needs (default: short on "
+                        "cpu, trace on gpu)")
     options.add_device_option(parser)
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="directory for serve_bench.json and serve_bench.md, created if missing "
@@ -146,6 +157,7 @@ def serve_document(
             "batch_size": settings.batch_size, "prefill_step": settings.prefill_step,
             "page_size": settings.page_size, "dtype": str(dtype).rsplit(".", 1)[-1],
             "bits": DEFAULT_BITS, "group_size": DEFAULT_GROUP_SIZE, "overlap": settings.overlap,
+            "warm_up": settings.warm_up,
         },
         "trace": trace.describe(),
         "variants": {variant: {k: v for k, v in entry.items() if k != "outputs"} for variant, entry in runs.items()},
@@ -172,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
 
     _progress(f"building {config.name} ({config.num_layers} layers) with seeded random weights")
     weights = random_qwen3_weights(config, seed=args.seed, dtype=dtype)
-    settings = ServeSettings(args.batch, args.prefill_step, args.page_size, overlap=args.overlap)
+    warm_up = args.warm_up or ("trace" if args.device == "gpu" else "short")
+    settings = ServeSettings(args.batch, args.prefill_step, args.page_size, overlap=args.overlap, warm_up=warm_up)
     _progress(f"trace {trace.sha256[:16]}: {len(trace.requests)} requests, {trace.prompt_tokens} prompt tokens")
 
     def report_variant(variant: str, entry: dict[str, Any]) -> None:
@@ -187,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     if args.kv_budget_bytes:
         document["budget_slots"] = args.budget_slots or args.requests
         sweep_settings = ServeSettings(document["budget_slots"], args.prefill_step, args.page_size,
-                                       overlap=args.overlap)
+                                       overlap=args.overlap, warm_up=warm_up)
         document["budget_sweep"] = run_budget_sweep(
             weights, args.variants, trace, args.kv_budget_bytes, sweep_settings,
             lambda row: _progress(f"budget {row['kv_budget_bytes']} {row['variant']}: "

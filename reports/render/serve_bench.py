@@ -106,7 +106,8 @@ def render_serve_bench(document: dict[str, Any]) -> str:
         f"({trace['output_tokens']} in all), seed {trace['seed']}, sha256 `{trace['sha256'][:16]}`",
         f"- **Scheduler:** batch {settings['batch_size']}, prefill step {settings['prefill_step']}, "
         f"page size {settings['page_size']}, decode steps "
-        f"{'pipelined' if settings.get('overlap', True) else 'read back one by one (--no-overlap)'}",
+        f"{'pipelined' if settings.get('overlap', True) else 'read back one by one (--no-overlap)'}, "
+        f"warm-up {'the whole trace, untimed' if settings.get('warm_up') == 'trace' else 'two short requests'}",
         f"- **Created:** {document['created']}",
         "",
         variants_table(document),
