@@ -117,3 +117,25 @@ def test_a_trace_warm_up_serves_the_whole_trace_before_the_timed_run(monkeypatch
         assert "metrics" in run and served == [first, 3]
     with pytest.raises(ValueError, match="warm_up='long' is not one of"):
         serving_run._warm_up(None, ServeSettings(BATCH_SIZE, PREFILL_STEP, PAGE_SIZE, warm_up="long"), trace)
+
+
+def test_the_command_reports_its_warm_up_and_records_its_loop(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    common = ["--layers", "1", "--requests", "2", "--prompt-lens", "3,5", "--output-lens", "2,3", "--variants", "paged"]
+    outputs = {}
+    for extra in ([], ["--no-overlap", "--warm-up", "trace"]):
+        out = tmp_path / ("stepwise" if extra else "pipelined")
+        done = subprocess.run([sys.executable, "-m", "pagecheck.cli", "serve-bench", *common, *extra, "--out", str(out)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        warm = "the whole trace untimed" if extra else "two short requests"
+        assert f"paged: warming up on {warm}, then the timed run" in done.stderr
+        document = json.loads((out / "serve_bench.json").read_text())
+        assert document["settings"]["overlap"] is not bool(extra)
+        assert document["settings"]["warm_up"] == ("trace" if extra else "short")
+        loop = "read back one by one (--no-overlap)" if extra else "decode steps pipelined"
+        assert loop in (out / "serve_bench.md").read_text()
+        outputs[bool(extra)] = document["variants"]["paged"]["metrics"]["output_tokens"]
+    assert outputs[True] == outputs[False]

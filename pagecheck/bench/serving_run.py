@@ -71,9 +71,13 @@ def run_variants(
     trace: ServeTrace,
     settings: ServeSettings,
     report: Callable[[str, dict[str, Any]], None] | None = None,
+    starting: Callable[[str], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
+    """Each variant's run_variant entry; `starting(variant)` before each, `report(variant, entry)` after."""
     runs = {}
     for variant in variants:
+        if starting is not None:
+            starting(variant)
         runs[variant] = run_variant(weights, variant, trace, settings)
         if report is not None:
             report(variant, runs[variant])

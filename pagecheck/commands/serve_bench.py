@@ -194,7 +194,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             _progress(f"{variant}: {entry['metrics']['wall_seconds']:.1f} s")
 
-    runs = run_variants(weights, args.variants, trace, settings, report_variant)
+    def start_variant(variant: str) -> None:
+        warm = "the whole trace untimed" if warm_up == "trace" else "two short requests"
+        _progress(f"{variant}: warming up on {warm}, then the timed run")
+
+    runs = run_variants(weights, args.variants, trace, settings, report_variant, start_variant)
     document = serve_document(device=args.device, seed=args.seed, config=config, settings=settings,
                               dtype=dtype, trace=trace, runs=runs)
     if args.kv_budget_bytes:
