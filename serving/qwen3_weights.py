@@ -4,8 +4,8 @@ Linear layers and the token embedding are quantized (default 4 bits, groups of
 128); the embedding doubles as the output head (tied). A layer stores the gate
 and up projections as one matrix of stacked rows, read with one matmul; the
 single projections are views of those rows. (The q, k and v projections stay
-apart: slicing a stacked output leaves q and k strided, and their norms then
-copy them, which cost the host more than the two matmuls it saved.) Norm weights stay in
+apart: slices of one stacked output would leave q and k strided, and their
+norms would copy them, a node each for the matmul each saves.) Norm weights stay in
 the activation dtype. Each matrix is drawn from its own key split off the
 seed, then quantized and evaluated before the next is drawn, so generating a
 large model never holds more than one float matrix at a time.
