@@ -11,26 +11,25 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-TableKey = tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]
-
-
 class StepPageTable:
     def __init__(self) -> None:
-        self._tables: dict[TableKey, tuple[mx.array, mx.array]] = {}
+        # (rows, context_lens, (block_table, context_lens arrays)) of each distinct table built this step.
+        self._tables: list[tuple[list[list[int]], list[int], tuple[mx.array, mx.array]]] = []
         self.builds = 0
 
     def start_step(self) -> None:
         """Forget the previous step's tables."""
-        self._tables = {}
+        self._tables = []
 
     def arrays(self, rows: list[list[int]], context_lens: list[int]) -> tuple[mx.array, mx.array]:
         """(block_table int32 [B, widest row] padded with -1, context_lens int32 [B])."""
-        key = (tuple(tuple(row) for row in rows), tuple(context_lens))
-        tables = self._tables.get(key)
-        if tables is None:
-            width = max((len(row) for row in rows), default=0)
-            block_table = mx.array([row + [-1] * (width - len(row)) for row in rows], dtype=mx.int32)
-            tables = (block_table, mx.array(context_lens, dtype=mx.int32))
-            self._tables[key] = tables
-            self.builds += 1
+        # Whole-list comparison runs in C; a step holds one table per phase, so the scan is short.
+        for seen_rows, seen_lens, tables in self._tables:
+            if seen_lens == context_lens and seen_rows == rows:
+                return tables
+        width = max((len(row) for row in rows), default=0)
+        block_table = mx.array([row + [-1] * (width - len(row)) for row in rows], dtype=mx.int32)
+        tables = (block_table, mx.array(context_lens, dtype=mx.int32))
+        self._tables.append(([list(row) for row in rows], list(context_lens), tables))
+        self.builds += 1
         return tables
