@@ -21,7 +21,7 @@ tokens before the next begins. A step's decode time includes waiting for the
 tokens it reads back.
 
 The paged block table is built once per phase of a step and shared by every
-layer (impl/step_page_table.py). Whatever happens, including an error part
+layer (serving/step_page_table.py). Whatever happens, including an error part
 way through, every admitted request's storage is released exactly once when
 batch_generate returns or raises.
 """
