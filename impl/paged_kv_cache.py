@@ -31,8 +31,11 @@ __all__ = ["CacheCheckpoint", "PagedKvMetadata", "TinyKvPagedCache", "TinyKvPage
 
 @dataclass(frozen=True)
 class CacheCheckpoint:
-    page_ids: tuple[int, ...]
-    page_lens: tuple[int, ...]
+    """A cache's state before an append, in O(1): appends only push pages and fill the tail page, so the
+    page count, the tail page's length and the offset say what to undo."""
+
+    num_pages: int
+    tail_len: int  # the last page's length then (0 with no pages)
     offset: int
     block_tables: tuple[tuple[int, mx.array], ...]
 
@@ -231,17 +234,27 @@ class TinyKvPagedCache:
 
     # -- undo -------------------------------------------------------------------
     def checkpoint(self) -> CacheCheckpoint:
+        """The state to return to if the appends that follow fail (only appends may come in between)."""
         return CacheCheckpoint(
-            page_ids=tuple(self._page_ids),
-            page_lens=tuple(self._page_lens),
+            num_pages=len(self._page_ids),
+            tail_len=self._page_lens[-1] if self._page_lens else 0,
             offset=self._offset,
             block_tables=tuple(self._block_tables.items()),
         )
 
     def rollback(self, checkpoint: CacheCheckpoint) -> None:
-        """Put this cache's page list back; the pool is rolled back separately."""
-        self._page_ids = list(checkpoint.page_ids)
-        self._page_lens = list(checkpoint.page_lens)
+        """Undo the appends since `checkpoint`: drop the pages they added and refill the old tail's length.
+        The pool is rolled back separately."""
+        count = checkpoint.num_pages
+        if len(self._page_ids) < count or self._offset < checkpoint.offset:
+            raise ValueError(
+                f"checkpoint of {count} pages and offset {checkpoint.offset} is not before this cache's state "
+                f"({len(self._page_ids)} pages, offset {self._offset}): only appends may follow a checkpoint"
+            )
+        del self._page_ids[count:]
+        del self._page_lens[count:]
+        if count:
+            self._page_lens[-1] = checkpoint.tail_len
         self._offset = checkpoint.offset
         self._block_tables = dict(checkpoint.block_tables)
 

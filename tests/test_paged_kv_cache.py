@@ -324,3 +324,15 @@ def test_materialize_evaluates_page_storage_without_gathering(
 def test_the_cache_needs_a_page_pool() -> None:
     with pytest.raises(ValueError, match="pool"):
         TinyKvPagedCache(object())  # type: ignore[arg-type]
+
+
+def test_a_checkpoint_undoes_appends_only(rng: np.random.Generator, cache: TinyKvPagedCache) -> None:
+    _fill(cache, rng, [PAGE_SIZE + 1])
+    before = cache_state(cache)
+    checkpoint = cache.checkpoint()
+    cache.claim_token_slots(2 * PAGE_SIZE)  # fills the tail page, then two more
+    cache.rollback(checkpoint)
+    assert cache_state(cache) == before
+    cache.rewind(PAGE_SIZE)  # not an append: the checkpoint cannot say what to restore
+    with pytest.raises(ValueError, match="only appends may follow a checkpoint"):
+        cache.rollback(checkpoint)
