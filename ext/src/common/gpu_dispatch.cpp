@@ -56,6 +56,8 @@ const KernelSpec kPrefillMma{"paged_prefill_mma", kPagedInputs, {"out"}, kMmaHea
 
 // The kernel object of one file and shared-memory size, created on first use.
 // MLX caches compiled kernels by name, so the name carries the sources' digest.
+// Header and body are compacted (compact_kernel_source): MLX copies the whole
+// source into every call's node, so its length is paid on every call.
 mx::fast::CustomKernelFunction& kernel_for(const KernelSpec& spec, int shared_bytes) {
   static std::mutex mutex;
   static std::map<std::string, mx::fast::CustomKernelFunction> kernels;
