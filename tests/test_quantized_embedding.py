@@ -102,6 +102,25 @@ def has_gpu() -> bool:
     return mx.is_available(mx.gpu)
 
 
+# Unit roundoff of each dtype: half the distance from 1 to the next value.
+UNIT_ROUNDOFF = {mx.float32: 2.0**-24, mx.bfloat16: 2.0**-8, mx.float16: 2.0**-11}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_gpu(), reason="needs an MLX GPU device")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("group_size", GROUP_SIZES)
+@pytest.mark.parametrize("bits", BITS)
+def test_gpu_rows_equal_dequantize_then_take_on_the_gpu(dtype: mx.Dtype, group_size: int, bits: int) -> None:
+    matrix = table(dtype, group_size, bits)
+    ids = mx.array([[0, VOCAB - 1, 5, 5], [17, 2, 9, 30]], dtype=mx.int32)
+    with mx.stream(mx.gpu):
+        got = embedding_lookup(ids, matrix)
+        expected = expected_rows(matrix, ids)
+    mismatches = int(mx.sum(got != expected).item())
+    assert mismatches == 0, f"{mismatches} of {got.size} values differ from MLX's GPU dequantize"
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not has_gpu(), reason="needs an MLX GPU device")
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -113,8 +132,38 @@ def test_gpu_kernel_matches_cpu(dtype: mx.Dtype, group_size: int, bits: int) -> 
     args = (ids, matrix.weight, matrix.scales, matrix.biases, group_size, bits)
     on_gpu = ext.quantized_embedding(*args, stream=mx.gpu)
     on_cpu = ext.quantized_embedding(*args, stream=mx.cpu)
-    # One rounding step of the dtype: the GPU's float->half conversions may round differently.
-    tolerance = {mx.float32: 1e-6, mx.bfloat16: 1e-2, mx.float16: 1e-3}[dtype]
-    diff = mx.abs(on_gpu.astype(mx.float32) - on_cpu.astype(mx.float32))
-    scale = mx.maximum(mx.abs(on_cpu.astype(mx.float32)), 1.0)
-    assert (mx.max(diff / scale).item()) <= tolerance
+    within_rounding(on_gpu, on_cpu, matrix, ids, dtype, bits)
+
+
+def within_rounding(a: mx.array, b: mx.array, matrix, ids: mx.array, dtype: mx.Dtype, bits: int) -> None:
+    """a and b are two roundings of level * scale + bias: the CPU rounds the product to the dtype, then the
+    sum; the GPU rounds the exact sum once. Where the product nearly cancels the bias, the first rounding's
+    error is relative to the product, not to the result, so the bound is one unit roundoff of the
+    largest product of the group plus two of the result."""
+    groups = mx.take(matrix.scales, ids, axis=0).astype(mx.float32)  # [..., groups per row]
+    largest_product = mx.repeat(mx.abs(groups) * (2**bits - 1), matrix.group_size, axis=-1)
+    result = mx.maximum(mx.abs(a.astype(mx.float32)), mx.abs(b.astype(mx.float32)))
+    bound = UNIT_ROUNDOFF[dtype] * (largest_product + 2 * result)
+    diff = mx.abs(a.astype(mx.float32) - b.astype(mx.float32))
+    over = int(mx.sum(diff > bound).item())
+    assert over == 0, f"{over} values differ by more than the rounding bound (largest {mx.max(diff).item()})"
+
+
+def test_the_cross_device_bound_takes_a_cancelling_product_and_refuses_a_wrong_level() -> None:
+    # The CPU op's order (product rounded first) against the exact sum rounded once, both computed here.
+    dtype, group_size, bits = mx.float16, 64, 4
+    matrix = table(dtype, group_size, bits)
+    ids = mx.array([[0, VOCAB - 1, 5, 5], [17, 2, 9, 30]], dtype=mx.int32)
+    two_roundings = ext.quantized_embedding(ids, matrix.weight, matrix.scales, matrix.biases, group_size, bits)
+    levels = np.asarray(mx.take(mx.dequantize(matrix.weight, mx.ones_like(matrix.scales).astype(mx.float32),
+                                              mx.zeros_like(matrix.biases).astype(mx.float32),
+                                              group_size=group_size, bits=bits), ids, axis=0))
+    scales = np.repeat(np.asarray(mx.take(matrix.scales, ids, axis=0).astype(mx.float32)), group_size, axis=-1)
+    biases = np.repeat(np.asarray(mx.take(matrix.biases, ids, axis=0).astype(mx.float32)), group_size, axis=-1)
+    exact = levels.astype(np.float64) * scales + biases
+    one_rounding = mx.array(exact.astype(np.float16))
+    assert int(mx.sum(one_rounding != two_roundings).item()) > 0  # the two orders do differ somewhere
+    within_rounding(one_rounding, two_roundings, matrix, ids, dtype, bits)
+    wrong = mx.array((exact + scales).astype(np.float16))  # one quantization level off
+    with pytest.raises(AssertionError, match="differ by more than the rounding bound"):
+        within_rounding(wrong, two_roundings, matrix, ids, dtype, bits)
