@@ -35,12 +35,13 @@ class ServeSettings:
     warm_up: str = "short"  # "short": two short requests; "trace": the whole trace once, untimed
 
 
-WARM_UPS = ("short", "trace")
+# The warm-ups by name, each with the words the progress lines and the report use for it.
+WARM_UPS = {"short": "two short requests", "trace": "the whole trace untimed"}
 
 
 def _warm_up(model: Qwen3Model, settings: ServeSettings, trace: ServeTrace) -> None:
     if settings.warm_up not in WARM_UPS:
-        raise ValueError(f"warm_up={settings.warm_up!r} is not one of {WARM_UPS}")
+        raise ValueError(f"warm_up={settings.warm_up!r} is not one of {tuple(WARM_UPS)}")
     if settings.warm_up == "trace":
         requests = trace.fresh_requests()
     else:

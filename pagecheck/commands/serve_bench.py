@@ -109,7 +109,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-overlap", dest="overlap", action="store_false",
                         help="read every decode step's tokens back before building the next step "
                         "(default: pipelined, the next step is built while the device runs this one)")
-    parser.add_argument("--warm-up", choices=WARM_UPS, default=None,
+    parser.add_argument("--warm-up", choices=tuple(WARM_UPS), default=None,
                         help="untimed run before each variant's timed one: two short requests, or the whole "
                         "trace, which compiles every GPU kernel variant the trace needs (default: short on "
                         "cpu, trace on gpu)")
@@ -195,8 +195,7 @@ def run(args: argparse.Namespace) -> int:
             _progress(f"{variant}: {entry['metrics']['wall_seconds']:.1f} s")
 
     def start_variant(variant: str) -> None:
-        warm = "the whole trace untimed" if warm_up == "trace" else "two short requests"
-        _progress(f"{variant}: warming up on {warm}, then the timed run")
+        _progress(f"{variant}: warming up on {WARM_UPS[warm_up]}, then the timed run")
 
     runs = run_variants(weights, args.variants, trace, settings, report_variant, start_variant)
     document = serve_document(device=args.device, seed=args.seed, config=config, settings=settings,

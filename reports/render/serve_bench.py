@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pagecheck.bench.serving_run import WARM_UPS
 from pagecheck.reports.render.markdown import table
 
 VARIANT_LABELS = {
@@ -107,7 +108,7 @@ def render_serve_bench(document: dict[str, Any]) -> str:
         f"- **Scheduler:** batch {settings['batch_size']}, prefill step {settings['prefill_step']}, "
         f"page size {settings['page_size']}, decode steps "
         f"{'pipelined' if settings.get('overlap', True) else 'read back one by one (--no-overlap)'}, "
-        f"warm-up {'the whole trace, untimed' if settings.get('warm_up') == 'trace' else 'two short requests'}",
+        f"warm-up {WARM_UPS[settings.get('warm_up', 'short')]}",
         f"- **Created:** {document['created']}",
         "",
         variants_table(document),
