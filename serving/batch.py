@@ -248,16 +248,16 @@ class _Scheduler:
 
     def _input_tokens(self, rows: list[Request | None]) -> mx.array:
         """int32 [batch, 1]: each row's newest token, taken on the device from the step in flight if unread."""
-        known = mx.array([[r.output[-1] if r is not None and not r.unread else 0] for r in rows], dtype=mx.int32)
         from_device = [r is not None and r.unread > 0 for r in rows]
-        if not any(from_device):
-            return known
-        if self.in_flight is None or any(
+        if any(from_device) and (self.in_flight is None or any(
             unread and self.in_flight_rows.get(slot) is not rows[slot] for slot, unread in enumerate(from_device)
-        ):
+        )):
             raise RuntimeError("a decoding request's unread token is not in the step in flight")
         if all(from_device):
             return self.in_flight[:, None]
+        known = mx.array([[r.output[-1] if r is not None and not r.unread else 0] for r in rows], dtype=mx.int32)
+        if not any(from_device):
+            return known
         return mx.where(mx.array(from_device)[:, None], self.in_flight[:, None], known)
 
     def _offsets(self, rows: list[Request | None]) -> mx.array:
