@@ -3,8 +3,8 @@
 // Body of an MLX fast::cuda_kernel (headers: paged_common.cuh,
 // paged_mma.cuh). Template arguments: T (bfloat16 or
 // float16), HEAD_DIM (a multiple of 16, at most 128), KEY_TILE (16, 32 or
-// 64; the launch plan takes 64), CAUSAL, TABLE, SCALE_BITS (paged_common.cuh). Inputs and output as
-// paged_decode.
+// 64; the launch plan takes 64), CAUSAL, TABLE, SCALE_BITS
+// (paged_common.cuh). Inputs and output as paged_decode.
 //
 // Ownership: block x owns (request_idx, kv_head_idx, row_tile_idx): the
 // PREFILL_ROW_TILE query rows [row_tile_idx * 64, +64) of that kv head's G * L
@@ -15,9 +15,10 @@
 // HEAD_DIM columns), and a per-lane partial of each row's running sum; the
 // running max is shared by the 4 lanes of a group.
 // The block walks the request's positions in key tiles of KEY_TILE positions
-// (position_tile), which may span pages: where the page size is not a
-// multiple of KEY_TILE each row of a tile is copied from its own page
-// (copy_position_rows), so pages smaller than the tile cost no shorter tiles. All threads copy the tile's K and V rows with cp.async into a two-stage ring (rows padded by 8
+// (position_tile): a tile inside one page is copied from that page, a tile
+// across pages row by row from each row's own page (copy_position_rows), so
+// pages smaller than the tile cost no shorter tiles. All threads copy the
+// tile's K and V rows with cp.async into a two-stage ring (rows padded by 8
 // elements so that ldmatrix is free of bank conflicts: SharedRows in
 // paged_mma.cuh; swizzled rows, which the decode walk takes where
 // multiprocessors hold two blocks or more, are untimed here: one H200 run

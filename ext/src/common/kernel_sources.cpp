@@ -36,7 +36,7 @@ namespace {
 // and the line before does not continue into it.
 void append_line(std::string& out, const std::string& line) {
   const size_t first = line.find_first_not_of(" \t\r");
-  const bool continues = !out.empty() && out.size() >= 2 && out[out.size() - 2] == '\\';
+  const bool continues = out.size() >= 2 && out[out.size() - 2] == '\\';
   if (first == std::string::npos) {
     if (continues) {
       out += '\n';
