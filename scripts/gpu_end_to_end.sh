@@ -26,15 +26,7 @@ step() {
   echo "== $name: exit $rc after $((SECONDS - begun)) s (at $((SECONDS - start)) s)"
 }
 
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-# The layers are pagecheck.<folder> only once installed (pyproject's package-dir), so the checkout is
-# installed into $PROJ (fresh each run) and the commands run from outside it, with the tests copied beside.
-PROJ=${PROJ:-/tmp/pagecheck-proj}
-rm -rf "$PROJ" && mkdir -p "$PROJ"
-step build 300 python3 -m pip install --no-build-isolation --no-deps --target "$PROJ/site" .
-cp -r tests "$PROJ/tests"
-export PYTHONPATH="$PROJ/site${PYTHONPATH:+:$PYTHONPATH}"
-cd "$PROJ"
+. scripts/gpu_checkout.sh  # the GPU's name; the checkout installed into $PROJ, which is now the directory
 step percall "${PERCALL_LIMIT:-120}" python3 -m pagecheck.gpu.percall --json "$out/percall.json" \
   --markdown "$out/percall.md"
 cat "$out/percall.md"

@@ -38,15 +38,7 @@ step() {
   tail -n "${TAIL:-12}" "$out/$name.log"
 }
 
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-# The layers are pagecheck.<folder> only once installed (pyproject's package-dir), so the checkout is
-# installed into $PROJ (fresh each run) and the commands run from outside it, with the tests copied beside.
-PROJ=${PROJ:-/tmp/pagecheck-proj}
-rm -rf "$PROJ" && mkdir -p "$PROJ"
-step build 300 python3 -m pip install --no-build-isolation --no-deps --target "$PROJ/site" .
-cp -r tests "$PROJ/tests"
-export PYTHONPATH="$PROJ/site${PYTHONPATH:+:$PYTHONPATH}"
-cd "$PROJ"
+. scripts/gpu_checkout.sh  # the GPU's name; the checkout installed into $PROJ, which is now the directory
 for name in "$@"; do
   case $name in
     tests) step tests ${TESTS_LIMIT:-300} bash -c 'for f in ${TESTS:-tests/test_*.py}; do

@@ -1,0 +1,11 @@
+# Sourced by scripts/gpu_verify.sh and scripts/gpu_end_to_end.sh, from the checkout root, once they have
+# defined `step`: prints the GPU, installs the checkout into $PROJ and continues from there.
+# The layers are pagecheck.<folder> only once installed (pyproject's package-dir), so the checkout is
+# installed into $PROJ (fresh each run) and the commands run from outside it, with the tests copied beside.
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+PROJ=${PROJ:-/tmp/pagecheck-proj}
+rm -rf "$PROJ" && mkdir -p "$PROJ"
+step build 300 python3 -m pip install --no-build-isolation --no-deps --target "$PROJ/site" .
+cp -r tests "$PROJ/tests"
+export PYTHONPATH="$PROJ/site${PYTHONPATH:+:$PYTHONPATH}"
+cd "$PROJ"
