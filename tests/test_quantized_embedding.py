@@ -25,17 +25,33 @@ def expected_rows(matrix, ids: mx.array) -> mx.array:
     return mx.take(matrix.dequantize(), ids, axis=0)
 
 
+def has_gpu() -> bool:
+    return mx.is_available(mx.gpu)
+
+
+# Each device's op against MLX's own dequantize on that device.
+DEVICES = (
+    pytest.param(mx.cpu, id="cpu"),
+    pytest.param(mx.gpu, id="gpu", marks=(
+        pytest.mark.gpu, pytest.mark.skipif(not has_gpu(), reason="needs an MLX GPU device"))),
+)
+# Rows of two requests for the cross-device checks, a repeated one among them.
+CROSS_DEVICE_IDS = [[0, VOCAB - 1, 5, 5], [17, 2, 9, 30]]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("group_size", GROUP_SIZES)
 @pytest.mark.parametrize("bits", BITS)
-def test_rows_equal_dequantize_then_take(dtype: mx.Dtype, group_size: int, bits: int) -> None:
+def test_rows_equal_dequantize_then_take(device: mx.Device, dtype: mx.Dtype, group_size: int, bits: int) -> None:
     matrix = table(dtype, group_size, bits)
     ids = mx.array([[0, VOCAB - 1, 5], [5, 17, 2]], dtype=mx.int32)
-    got = embedding_lookup(ids, matrix)
+    with mx.stream(device):
+        got = embedding_lookup(ids, matrix)
+        expected = expected_rows(matrix, ids)
     assert got.shape == (2, 3, DIMS) and got.dtype == dtype
-    expected = expected_rows(matrix, ids)
     mismatches = int(mx.sum(got != expected).item())
-    assert mismatches == 0, f"{mismatches} of {got.size} values differ"
+    assert mismatches == 0, f"{mismatches} of {got.size} values differ from MLX's dequantize on {device}"
 
 
 def test_lazy_ids_and_repeated_rows() -> None:
@@ -98,10 +114,6 @@ def test_bad_arguments_raise_value_error_naming_the_field(case: str) -> None:
         )
 
 
-def has_gpu() -> bool:
-    return mx.is_available(mx.gpu)
-
-
 # Unit roundoff of each dtype: half the distance from 1 to the next value.
 UNIT_ROUNDOFF = {mx.float32: 2.0**-24, mx.bfloat16: 2.0**-8, mx.float16: 2.0**-11}
 
@@ -111,24 +123,9 @@ UNIT_ROUNDOFF = {mx.float32: 2.0**-24, mx.bfloat16: 2.0**-8, mx.float16: 2.0**-1
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("group_size", GROUP_SIZES)
 @pytest.mark.parametrize("bits", BITS)
-def test_gpu_rows_equal_dequantize_then_take_on_the_gpu(dtype: mx.Dtype, group_size: int, bits: int) -> None:
-    matrix = table(dtype, group_size, bits)
-    ids = mx.array([[0, VOCAB - 1, 5, 5], [17, 2, 9, 30]], dtype=mx.int32)
-    with mx.stream(mx.gpu):
-        got = embedding_lookup(ids, matrix)
-        expected = expected_rows(matrix, ids)
-    mismatches = int(mx.sum(got != expected).item())
-    assert mismatches == 0, f"{mismatches} of {got.size} values differ from MLX's GPU dequantize"
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not has_gpu(), reason="needs an MLX GPU device")
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("group_size", GROUP_SIZES)
-@pytest.mark.parametrize("bits", BITS)
 def test_gpu_kernel_matches_cpu(dtype: mx.Dtype, group_size: int, bits: int) -> None:
     matrix = table(dtype, group_size, bits)
-    ids = mx.array([[0, VOCAB - 1, 5, 5], [17, 2, 9, 30]], dtype=mx.int32)
+    ids = mx.array(CROSS_DEVICE_IDS, dtype=mx.int32)
     args = (ids, matrix.weight, matrix.scales, matrix.biases, group_size, bits)
     on_gpu = ext.quantized_embedding(*args, stream=mx.gpu)
     on_cpu = ext.quantized_embedding(*args, stream=mx.cpu)
@@ -153,7 +150,7 @@ def test_the_cross_device_bound_takes_a_cancelling_product_and_refuses_a_wrong_l
     # The CPU op's order (product rounded first) against the exact sum rounded once, both computed here.
     dtype, group_size, bits = mx.float16, 64, 4
     matrix = table(dtype, group_size, bits)
-    ids = mx.array([[0, VOCAB - 1, 5, 5], [17, 2, 9, 30]], dtype=mx.int32)
+    ids = mx.array(CROSS_DEVICE_IDS, dtype=mx.int32)
     two_roundings = ext.quantized_embedding(ids, matrix.weight, matrix.scales, matrix.biases, group_size, bits)
     levels = np.asarray(mx.take(mx.dequantize(matrix.weight, mx.ones_like(matrix.scales).astype(mx.float32),
                                               mx.zeros_like(matrix.biases).astype(mx.float32),
