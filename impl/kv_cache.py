@@ -46,6 +46,10 @@ class BatchingKvCache:
     def active_request_ids(self) -> list[int]:
         return [slot for slot, cache in enumerate(self._requests) if cache is not None]
 
+    def slot_caches(self) -> list[TinyKvPagedCache | None]:
+        """The cache in each slot, None where the slot is empty (a copy of the slot list)."""
+        return list(self._requests)
+
     def request(self, id: int) -> TinyKvPagedCache:
         """The cache held in slot `id`."""
         self._check_slot(id)
@@ -138,9 +142,8 @@ class BatchingKvCache:
                 raise ValueError(
                     f"slot {slot} would hold {cache.offset + length} tokens, over max_seq_len={self.max_seq_len}"
                 )
-        slot = active[0][0]
-        # Rows share shape and dtype, so one row checks them all against the pool.
-        pool.check_chunk(keys[slot : slot + 1], values[slot : slot + 1])
+        # Rows share shape and dtype, so one row's geometry checks them all against the pool.
+        pool.check_chunk_shape((1, *keys.shape[1:]), keys.dtype, values.dtype)
         return active
 
     def _metadata(self, pool: TinyKvPagedPool, mask: mx.array | str | None) -> PagedKvMetadata:

@@ -19,7 +19,7 @@ keyed on it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import mlx.core as mx
 
@@ -29,10 +29,10 @@ from pagecheck.impl.paged_metadata import PagedKvMetadata
 __all__ = ["CacheCheckpoint", "PagedKvMetadata", "TinyKvPagedCache", "TinyKvPagedPool"]
 
 
-@dataclass(frozen=True)
-class CacheCheckpoint:
+class CacheCheckpoint(NamedTuple):
     """A cache's state before an append, in O(1): appends only push pages and fill the tail page, so the
-    page count, the tail page's length and the offset say what to undo."""
+    page count, the tail page's length and the offset say what to undo. A NamedTuple, like
+    PoolCheckpoint, for its cost."""
 
     num_pages: int
     tail_len: int  # the last page's length then (0 with no pages)
@@ -125,10 +125,7 @@ class TinyKvPagedCache:
         page_size = self._pool.page_size
         claimed = 0
         while claimed < count:
-            if not self._page_ids or self._page_lens[-1] == page_size:
-                self._page_ids.append(self._pool.allocate_page())
-                self._page_lens.append(0)
-                self._block_tables = {}
+            self._open_page_if_full()
             start = self._page_lens[-1]
             taken = min(page_size - start, count - claimed)
             self._page_lens[-1] += taken
@@ -136,12 +133,24 @@ class TinyKvPagedCache:
             claimed += taken
             yield self._page_ids[-1], start, taken
 
+    def _open_page_if_full(self) -> None:
+        """Allocate a new tail page when there is none or the tail is full (the only place pages are added)."""
+        if not self._page_ids or self._page_lens[-1] == self._pool.page_size:
+            self._page_ids.append(self._pool.allocate_page())
+            self._page_lens.append(0)
+            self._block_tables = {}
+
     def claim_token_slot(self) -> tuple[int, int]:
         """Take the next token position, tail page first (a new page only when the tail is full), and
         return (page id, slot) for the caller to write its K/V into. The counts include the token at once;
-        a caller that fails before writing rolls the cache and the pool back (checkpoint / rollback)."""
-        page_ids, slots = self.claim_token_slots(1)
-        return page_ids[0], slots[0]
+        a caller that fails before writing rolls the cache and the pool back (checkpoint / rollback).
+        The one-token case of claim_token_slots, without its generator (a decode step claims one per
+        request and layer)."""
+        self._open_page_if_full()
+        slot = self._page_lens[-1]
+        self._page_lens[-1] = slot + 1
+        self._offset += 1
+        return self._page_ids[-1], slot
 
     def claim_token_slots(self, count: int) -> tuple[list[int], list[int]]:
         """claim_token_slot for `count` consecutive tokens: (page id of each, slot of each)."""

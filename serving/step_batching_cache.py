@@ -23,8 +23,7 @@ class StepBatchingKvCache(BatchingKvCache):
         self._table = table
 
     def _metadata(self, pool: TinyKvPagedPool, mask: mx.array | str | None) -> PagedKvMetadata:
-        active = set(self.active_request_ids)
-        slots = [self.request(slot) if slot in active else None for slot in range(self.max_active_requests)]
+        slots = self.slot_caches()
         rows = [[] if cache is None else cache.page_ids for cache in slots]
         lens = [0 if cache is None else cache.offset for cache in slots]
         key_pages, value_pages = pool.key_pages, pool.value_pages
