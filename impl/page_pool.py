@@ -112,6 +112,15 @@ class TinyKvPagedPool:
     def value_pages(self) -> mx.array | None:
         return None if self._values is None else self._values[: self._num_pages]
 
+    @property
+    def storage(self) -> tuple[mx.array, mx.array] | None:
+        """(keys, values): the whole backing arrays, [capacity, H_kv, page_size, D] each (rows past
+        num_pages are NaN), or None before the first write. Every issued page id indexes them as it
+        indexes key_pages / value_pages, without the slice those make."""
+        if self._keys is None or self._values is None:
+            return None
+        return self._keys, self._values
+
     # -- allocation ---------------------------------------------------------
     def allocate_page(self) -> int:
         if self._free:
@@ -221,7 +230,7 @@ class TinyKvPagedPool:
         try:
             if self._keys is None or self._values is None:
                 self._create_storage(keys[None].transpose(0, 2, 1, 3))
-            index = page_write.token_row_index(tuple(page_ids), tuple(slots), keys.shape[1], self.page_size)
+            index = page_write.token_row_index(tuple(page_ids), tuple(slots), keys.shape[1])
             new_keys = page_write.write_token_rows(self._keys, index, keys)
             new_values = page_write.write_token_rows(self._values, index, values)
         except BaseException:

@@ -17,6 +17,8 @@ import numpy as np
 # Token-row index arrays kept for reuse: every layer of a decode step writes the same positions.
 TOKEN_INDEX_CACHE_SIZE = 16
 
+TokenRowIndex = tuple[mx.array, mx.array, mx.array]
+
 
 def write_page_rows(storage: mx.array, page_id: int, start: int, rows: mx.array) -> mx.array:
     """Return `storage` with rows [H_kv, S, D] placed at page `page_id`, slots start..start+S."""
@@ -24,20 +26,22 @@ def write_page_rows(storage: mx.array, page_id: int, start: int, rows: mx.array)
 
 
 @lru_cache(maxsize=TOKEN_INDEX_CACHE_SIZE)
-def token_row_index(page_ids: tuple[int, ...], slots: tuple[int, ...], num_heads: int, page_size: int) -> mx.array:
-    """int32 [N * H_kv]: the row of a [P * H_kv * page_size, D] view of storage that holds token i, head h.
+def token_row_index(page_ids: tuple[int, ...], slots: tuple[int, ...], num_heads: int) -> TokenRowIndex:
+    """(pages, heads, slots), each int32 [N, H_kv]: storage[pages[i, h], heads[i, h], slots[i, h]] is the row
+    of token i, head h. Built whole (not broadcast by the write), so a write adds no broadcast nodes."""
+    shape = (len(page_ids), num_heads)
+    pages = np.broadcast_to(np.asarray(page_ids, dtype=np.int32)[:, None], shape)
+    heads = np.broadcast_to(np.arange(num_heads, dtype=np.int32)[None, :], shape)
+    token_slots = np.broadcast_to(np.asarray(slots, dtype=np.int32)[:, None], shape)
+    return mx.array(pages), mx.array(heads), mx.array(token_slots)
 
-    Row (i, h) is ((page_ids[i] * H_kv + h) * page_size + slots[i]), in the order of a [N, H_kv, D] array.
+
+def write_token_rows(storage: mx.array, row_index: TokenRowIndex, rows: mx.array) -> mx.array:
+    """Return `storage` with rows [N, H_kv, D] placed at `row_index` (token_row_index) in one scatter.
+
+    The scatter updates a reshape of `storage` to its own shape: a new array object, so `storage` itself
+    (which a checkpoint may hold) keeps its value; the reshape costs no copy.
     """
-    pages = np.asarray(page_ids, dtype=np.int64)[:, None]
-    heads = np.arange(num_heads, dtype=np.int64)[None, :]
-    rows = (pages * num_heads + heads) * page_size + np.asarray(slots, dtype=np.int64)[:, None]
-    return mx.array(rows.reshape(-1).astype(np.int32))
-
-
-def write_token_rows(storage: mx.array, row_index: mx.array, rows: mx.array) -> mx.array:
-    """Return `storage` with rows [N, H_kv, D] placed at `row_index` (token_row_index) in one scatter."""
-    head_dim = storage.shape[-1]
-    flat = storage.reshape(-1, head_dim)
-    flat[row_index] = rows.reshape(-1, head_dim)
-    return flat.reshape(storage.shape)
+    updated = storage.reshape(storage.shape)
+    updated[row_index] = rows
+    return updated

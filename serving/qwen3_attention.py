@@ -61,19 +61,33 @@ def qwen3_attention(
 ) -> mx.array:
     """x [B, L, hidden]; offsets: tokens already cached per row (int or int32 [B]). Returns [B, L, hidden]."""
     check_cache_for_path(cache, path)
-    batch, length, _ = x.shape
     head_dim = config.head_dim
-    query = quantized_linear(x, layer.q_proj).reshape(batch, length, config.num_q_heads, head_dim)
-    key = quantized_linear(x, layer.k_proj).reshape(batch, length, config.num_kv_heads, head_dim)
-    value = quantized_linear(x, layer.v_proj).reshape(batch, length, config.num_kv_heads, head_dim)
-    query = mx.fast.rms_norm(query, layer.q_norm, config.rms_norm_eps).transpose(0, 2, 1, 3)
-    key = mx.fast.rms_norm(key, layer.k_norm, config.rms_norm_eps).transpose(0, 2, 1, 3)
-    value = value.transpose(0, 2, 1, 3)
-    query = _rope(query, offsets, config)
-    key = _rope(key, offsets, config)
+    query = _split_heads(quantized_linear(x, layer.q_proj), config.num_q_heads, head_dim)
+    key = _split_heads(quantized_linear(x, layer.k_proj), config.num_kv_heads, head_dim)
+    value = _split_heads(quantized_linear(x, layer.v_proj), config.num_kv_heads, head_dim)
+    # The norms run over head_dim, the last axis in either layout.
+    query = _rope(mx.fast.rms_norm(query, layer.q_norm, config.rms_norm_eps), offsets, config)
+    key = _rope(mx.fast.rms_norm(key, layer.k_norm, config.rms_norm_eps), offsets, config)
     out = _attend(query, key, value, cache, path, traffic)
-    out = out.transpose(0, 2, 1, 3).reshape(batch, length, config.num_q_heads * head_dim)
-    return quantized_linear(out, layer.o_proj)
+    return quantized_linear(_merge_heads(out), layer.o_proj)
+
+
+def _split_heads(x: mx.array, heads: int, head_dim: int) -> mx.array:
+    """[B, L, heads * D] -> [B, heads, L, D]. At L == 1 (a decode step) both orders are the same memory, so
+    a reshape alone gives it: no transpose node, and a row-contiguous result that later reshapes (the
+    cache's row writes) need not copy."""
+    batch, length, _ = x.shape
+    if length == 1:
+        return x.reshape(batch, heads, 1, head_dim)
+    return x.reshape(batch, length, heads, head_dim).transpose(0, 2, 1, 3)
+
+
+def _merge_heads(x: mx.array) -> mx.array:
+    """[B, heads, L, D] -> [B, L, heads * D], the inverse of _split_heads (a reshape alone at L == 1)."""
+    batch, heads, length, head_dim = x.shape
+    if length == 1:
+        return x.reshape(batch, 1, heads * head_dim)
+    return x.transpose(0, 2, 1, 3).reshape(batch, length, heads * head_dim)
 
 
 def _rope(x: mx.array, offsets: int | mx.array, config: Qwen3Config) -> mx.array:

@@ -1,7 +1,8 @@
 """BatchingKvCache whose batch metadata comes from the scheduler step's shared table.
 
-Only the metadata changes: appends, slot checks and all-or-nothing rollback
-are BatchingKvCache's own. The override is of BatchingKvCache._metadata, the
+Only the metadata changes (the shared table, and the pool's whole storage in
+place of the issued-row slices): appends, slot checks and all-or-nothing
+rollback are BatchingKvCache's own. The override is of BatchingKvCache._metadata, the
 one method that builds the batch's block table; tests/test_serving_variants.py
 counts builds per step, so a renamed hook shows up as a failing test rather
 than as silently rebuilt tables.
@@ -26,9 +27,12 @@ class StepBatchingKvCache(BatchingKvCache):
         slots = self.slot_caches()
         rows = [[] if cache is None else cache.page_ids for cache in slots]
         lens = [0 if cache is None else cache.offset for cache in slots]
-        key_pages, value_pages = pool.key_pages, pool.value_pages
-        if key_pages is None or value_pages is None:
+        storage = pool.storage
+        if storage is None:
             raise ValueError("the batch's pool has no page storage after the append")
+        # The whole storage, not key_pages' slice of the issued rows: the table names issued pages only,
+        # and a slice would be one more graph node per tensor and layer.
+        key_pages, value_pages = storage
         block_table, context_lens = self._table.arrays(rows, lens)
         return PagedKvMetadata(
             key_pages=key_pages,

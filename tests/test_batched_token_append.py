@@ -82,8 +82,19 @@ def test_pool_token_writes_reject_bad_positions(page_ids: list[int], slots: list
 
 
 def test_token_row_index_names_each_token_and_head() -> None:
-    index = page_write.token_row_index((2, 0), (1, 3), 2, PAGE_SIZE).tolist()
-    assert index == [(2 * 2 + 0) * 4 + 1, (2 * 2 + 1) * 4 + 1, 0 * 4 + 3, (0 * 2 + 1) * 4 + 3]
+    pages, heads, slots = (part.tolist() for part in page_write.token_row_index((2, 0), (1, 3), 2))
+    assert pages == [[2, 2], [0, 0]] and heads == [[0, 1], [0, 1]] and slots == [[1, 1], [3, 3]]
+
+
+def test_a_token_row_write_is_one_scatter_and_leaves_its_input_alone() -> None:
+    storage = mx.zeros((3, 2, PAGE_SIZE, 4), dtype=mx.float32)
+    rows = mx.arange(2 * 2 * 4, dtype=mx.float32).reshape(2, 2, 4) + 1
+    written = page_write.write_token_rows(storage, page_write.token_row_index((2, 0), (1, 3), 2), rows)
+    expected = np.zeros((3, 2, PAGE_SIZE, 4), dtype=np.float32)
+    expected[2, :, 1] = np.array(rows[0])
+    expected[0, :, 3] = np.array(rows[1])
+    assert np.array_equal(np.array(written), expected)
+    assert not np.array(storage).any()
 
 
 def test_a_serving_chunk_append_matches_the_page_by_page_append(monkeypatch: pytest.MonkeyPatch) -> None:
