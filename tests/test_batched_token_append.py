@@ -10,6 +10,7 @@ from pagecheck.impl import page_write
 from pagecheck.impl.kv_cache import BatchingKvCache
 from pagecheck.impl.page_pool import TinyKvPagedPool
 from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
+from tests.graph_nodes import graph_primitives
 from tests.kv_chunks import cache_state, fail_on_call, pool_state, random_chunk
 
 PAGE_SIZE = 4
@@ -95,6 +96,15 @@ def test_a_token_row_write_is_one_scatter_and_leaves_its_input_alone() -> None:
     expected[0, :, 3] = np.array(rows[1])
     assert np.array_equal(np.array(written), expected)
     assert not np.array(storage).any()
+
+
+def test_a_token_row_write_adds_two_graph_nodes() -> None:
+    storage = mx.zeros((3, 2, PAGE_SIZE, 4), dtype=mx.float32)
+    mx.eval(storage)
+    rows = mx.ones((2, 2, 4), dtype=mx.float32)
+    mx.eval(rows)  # computed, like the index: the graph counted is the write's alone
+    written = page_write.write_token_rows(storage, page_write.token_row_index((2, 0), (1, 3), 2), rows)
+    assert graph_primitives(written) == {"Reshape": 1, "Scatter": 1}
 
 
 def test_a_serving_chunk_append_matches_the_page_by_page_append(monkeypatch: pytest.MonkeyPatch) -> None:

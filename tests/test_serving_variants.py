@@ -120,3 +120,20 @@ def test_step_times_are_counted_once(overlap: bool) -> None:
     )
     counted = sum(step.prefill_seconds + step.decode_seconds for step in result.steps)
     assert 0 < counted <= result.wall_seconds
+
+
+def test_a_decode_batch_attends_over_the_whole_storage_without_slicing_it() -> None:
+    from pagecheck.serving.serving_kv import PagedServingKv
+
+    kv = PagedServingKv(num_layers=1, max_batch=2, kv_bytes_per_token_layer=2 * 2 * 4 * 4, page_size=PAGE_SIZE)
+    caches = kv.open_request(7, 4 * PAGE_SIZE)
+    caches[0].append(mx.ones((1, 2, PAGE_SIZE + 1, 4)), mx.ones((1, 2, PAGE_SIZE + 1, 4)))
+    kv.admit_to_decode(7, 1)
+    kv.table.start_step()
+    token = mx.zeros((2, 2, 1, 4))
+    metadata = kv.decode_caches[0].update_and_fetch_paged(token, token)
+    keys, values = kv.pools[0].storage
+    assert metadata.key_pages is keys and metadata.value_pages is values
+    assert keys.shape[0] >= kv.pools[0].num_pages  # rows past the issued pages are NaN and never named
+    assert metadata.block_table.tolist() == [[-1, -1], caches[0].page_ids]
+    assert metadata.context_lens.tolist() == [0, PAGE_SIZE + 2]
