@@ -100,6 +100,36 @@ struct SharedRows {
   static constexpr int CHUNK_GROUP_STEP = 64;
 };
 
+// One 16-byte chunk of a K row and of a V row into the shared rows ROWS at
+// (token, chunk), from element `src` of the pools, or zeros where `live` is
+// false: by cp.async with `vector_copy` (the caller commits and waits), else
+// by plain loads and stores. The chunk step of copy_tile_rows and
+// copy_position_rows.
+template <typename T, typename ROWS>
+__device__ __forceinline__ void copy_row_chunk(
+    T* stage_k,
+    T* stage_v,
+    const T* key_pages,
+    const T* value_pages,
+    int token,
+    int chunk,
+    long long src,
+    bool live,
+    bool vector_copy) {
+  T* dst_k = stage_k + ROWS::at(token, chunk);
+  T* dst_v = stage_v + ROWS::at(token, chunk);
+  if (vector_copy) {
+    copy_async16(dst_k, key_pages + src, live);
+    copy_async16(dst_v, value_pages + src, live);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      dst_k[e] = live ? key_pages[src + e] : from_float<T>(0.0f);
+      dst_v[e] = live ? value_pages[src + e] : from_float<T>(0.0f);
+    }
+  }
+}
+
 // Copy the K and V rows of one tile into the shared rows ROWS (chunk idx goes
 // to thread `first + k * stride`). Rows at or past `count`, or of an unmapped
 // page, are zero-filled instead of read. With `vector_copy` the chunks travel
@@ -123,18 +153,7 @@ __device__ __forceinline__ void copy_tile_rows(
     const int chunk = idx % VECS_PER_ROW;
     const bool live = mapped && token < count;
     const long long src = live ? base + static_cast<long long>(token) * HEAD_DIM + chunk * 8 : 0;
-    T* dst_k = stage_k + ROWS::at(token, chunk);
-    T* dst_v = stage_v + ROWS::at(token, chunk);
-    if (vector_copy) {
-      copy_async16(dst_k, key_pages + src, live);
-      copy_async16(dst_v, value_pages + src, live);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        dst_k[e] = live ? key_pages[src + e] : from_float<T>(0.0f);
-        dst_v[e] = live ? value_pages[src + e] : from_float<T>(0.0f);
-      }
-    }
+    copy_row_chunk<T, ROWS>(stage_k, stage_v, key_pages, value_pages, token, chunk, src, live, vector_copy);
   }
 }
 
@@ -168,18 +187,7 @@ __device__ __forceinline__ void copy_position_rows(
         ? page_offset(geo, page_id, kv_head_idx) +
             static_cast<long long>(pos - page_idx * geo.page_size) * HEAD_DIM + chunk * 8
         : 0;
-    T* dst_k = stage_k + ROWS::at(token, chunk);
-    T* dst_v = stage_v + ROWS::at(token, chunk);
-    if (vector_copy) {
-      copy_async16(dst_k, key_pages + src, live);
-      copy_async16(dst_v, value_pages + src, live);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        dst_k[e] = live ? key_pages[src + e] : from_float<T>(0.0f);
-        dst_v[e] = live ? value_pages[src + e] : from_float<T>(0.0f);
-      }
-    }
+    copy_row_chunk<T, ROWS>(stage_k, stage_v, key_pages, value_pages, token, chunk, src, live, vector_copy);
   }
 }
 
