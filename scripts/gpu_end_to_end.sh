@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Issue 21's GPU run in one call: build, then the per-call wall table, the
-# kernel table and the serving table, and the goals judged from all three.
+# kernel table and the serving table, and the goals judged from all three;
+# between them, where a decode step's host time goes (serving_profile: build,
+# submit, wait, and the step graph's nodes by kind).
 # Run on a CUDA machine with MLX's CUDA back-end importable (the staged
 # wheels installed; /work/shared/device/README.md):
 #
 #   bash scripts/gpu_end_to_end.sh OUTDIR
 #
 # Writes OUTDIR/percall.{json,md}, bench_gpu.json (+ .log), serve/serve_bench.{json,md},
-# end_to_end.{json,md}. Each step runs under a time limit (PERCALL_LIMIT,
-# KERNEL_LIMIT, SERVE_LIMIT seconds) and prints its exit status.
+# profile.log, end_to_end.{json,md}. Each step runs under a time limit
+# (PERCALL_LIMIT, KERNEL_LIMIT, SERVE_LIMIT, PROFILE_LIMIT seconds) and prints
+# its exit status.
 set -uo pipefail
 out=${1:?usage: gpu_end_to_end.sh OUTDIR}
 mkdir -p "$out"
@@ -35,4 +38,6 @@ sed -n '/^summary/,$p' "$out/kernels.log"
 step serve "${SERVE_LIMIT:-420}" python3 -m pagecheck.commands.serve_bench --device gpu --model qwen3-0.6b --requests 16 \
   --batch 8 --prompt-lens 1024,4096 --out "$out/serve"
 grep -A6 '^| variant' "$out/serve.log"
+step profile "${PROFILE_LIMIT:-150}" python3 -m pagecheck.bench.serving_profile --batch 8 --context 2048 --steps 20
+grep -E '^(decode step|graph of)' "$out/profile.log"
 python3 -m pagecheck.gpu.end_to_end_goals "$out"

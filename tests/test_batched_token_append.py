@@ -10,7 +10,7 @@ from pagecheck.impl import page_write
 from pagecheck.impl.kv_cache import BatchingKvCache
 from pagecheck.impl.page_pool import TinyKvPagedPool
 from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
-from tests.graph_nodes import graph_primitives
+from pagecheck.bench.graph import graph_primitives
 from tests.kv_chunks import cache_state, fail_on_call, pool_state, random_chunk
 
 PAGE_SIZE = 4

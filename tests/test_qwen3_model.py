@@ -139,7 +139,7 @@ def test_stacked_projections_are_views_of_the_rows_drawn_one_by_one() -> None:
 @pytest.mark.parametrize("length", [1, 3])
 def test_heads_split_and_merge_like_the_transposed_layout(length: int) -> None:
     from pagecheck.serving.qwen3_attention import _merge_heads, _split_heads
-    from tests.graph_nodes import graph_primitives
+    from pagecheck.bench.graph import graph_primitives
 
     x = mx.random.normal((2, length, 3 * 4), key=mx.random.key(length))
     mx.eval(x)

@@ -23,6 +23,7 @@ import time
 
 import mlx.core as mx
 
+from pagecheck.bench.graph import graph_primitives
 from pagecheck.serving.kv_traffic import KvTraffic
 from pagecheck.serving.model_config import QWEN3_CONFIGS, model_config
 from pagecheck.serving.qwen3 import Qwen3Model
@@ -97,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
           f"wait {statistics.median(waits) * 1e3:.2f} ms, total {statistics.median(map(sum, spans)) * 1e3:.2f} ms "
           f"(medians of {args.steps})")
     print("per step, build + submit + wait ms: " + ", ".join("+".join(f"{t * 1e3:.1f}" for t in s) for s in spans))
+    sampled = build()
+    counts = graph_primitives(sampled)
+    sampled.tolist()
+    total = sum(counts.values())
+    print(f"graph of one decode step: {total} nodes, {total / config.num_layers:.1f} per layer: "
+          + ", ".join(f"{name} {count}" for name, count in counts.most_common()))
     profiler = cProfile.Profile()
     profiler.enable()
     sampled = build()

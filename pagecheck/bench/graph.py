@@ -1,5 +1,9 @@
-"""The primitives of an MLX array's graph, counted by name (from mx.export_to_dot): what a structural test
-of a graph-building path reads, since a serving step costs per node."""
+"""The primitives of an MLX array's graph, counted by name (from mx.export_to_dot).
+
+A serving step costs per graph node (pagecheck.gpu.node_cost), so the count
+of each kind is what serving_profile --graph prints and what the structural
+tests of the decode path hold.
+"""
 
 from __future__ import annotations
 
