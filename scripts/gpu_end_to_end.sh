@@ -11,7 +11,8 @@
 # Writes OUTDIR/percall.{json,md}, bench_gpu.json (+ .log), serve/serve_bench.{json,md},
 # profile.log, end_to_end.{json,md}. Each step runs under a time limit
 # (PERCALL_LIMIT, KERNEL_LIMIT, SERVE_LIMIT, PROFILE_LIMIT seconds) and prints
-# its exit status.
+# its exit status. VERIFY=LOGDIR (a gpu_verify.sh run of the same build, an
+# earlier device call: both do not fit one) adds its verdicts to the goals.
 set -uo pipefail
 out=${1:?usage: gpu_end_to_end.sh OUTDIR}
 mkdir -p "$out"
@@ -40,4 +41,4 @@ step serve "${SERVE_LIMIT:-420}" python3 -m pagecheck.commands.serve_bench --dev
 grep -A6 '^| variant' "$out/serve.log"
 step profile "${PROFILE_LIMIT:-150}" python3 -m pagecheck.bench.serving_profile --batch 8 --context 2048 --steps 20
 grep -E '^(decode step|graph of)' "$out/profile.log"
-python3 -m pagecheck.gpu.end_to_end_goals "$out"
+python3 -m pagecheck.gpu.end_to_end_goals "$out" ${VERIFY:+--verify "$VERIFY"}

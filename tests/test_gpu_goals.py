@@ -149,3 +149,28 @@ def test_the_page_names_each_rows_clock_and_keeps_the_wall_clock_figure() -> Non
     # Rows measured before the GPU clock existed render as wall-clock rows.
     old = render_bench_gpu({**document, "rows": MEASURED["rows"], "goals": evaluate_goals(MEASURED["rows"])})
     assert "| wall " in old
+
+
+def test_verification_goals_read_gpu_verify_logs(tmp_path: Path) -> None:
+    from pagecheck.gpu.end_to_end_goals import invariants_counts, verification_goals
+
+    assert invariants_counts("....\n= 1 failed, 203 passed, 2 skipped in 50.1s =\n") == (203, 204)
+    assert invariants_counts("....\n204 passed in 48.77s\n") == (204, 204)
+    assert invariants_counts("....\n[ 70%]\n") is None  # cut off before pytest's summary
+    nothing = verification_goals(None)
+    assert [g["met"] for g in nothing] == [None, None, None]
+
+    (tmp_path / "invariants.log").write_text("....\n204 passed in 48.77s\n")
+    (tmp_path / "tolerance").mkdir()
+    tolerance = {"device": "gpu", "totals": {"rows": 120, "passed": 120, "failed": 0, "errors": 0}}
+    (tmp_path / "tolerance" / "tolerance.json").write_text(json.dumps(tolerance))
+    (tmp_path / "harness.json").write_text(json.dumps([{"passed": True}, {"passed": False}]))
+    invariants, sweep, harness = verification_goals(tmp_path)
+    assert invariants["met"] is True and sweep["met"] is True
+    assert harness["met"] is False and (harness["ours"], harness["baseline"]) == (1, 2)
+
+    (tmp_path / "tolerance" / "tolerance.json").write_text(json.dumps({**tolerance, "device": "cpu"}))
+    (tmp_path / "harness.json").write_text("[]")
+    _, sweep, harness = verification_goals(tmp_path)
+    assert sweep["met"] is None  # a CPU sweep says nothing of the GPU
+    assert harness["met"] is None  # no cases run is no pass

@@ -12,14 +12,21 @@ numbers are missing is "not measured", never met:
 - prefill: the op's prefill kernel at most 1.2x cuDNN's at (1, 512, 4096) and
   (4, 2048, 8192);
 - serving: direct paged the fastest variant in decode and output tok/s, at
-  least 1.3x paged + gather in both, decode step median at most 8 ms.
+  least 1.3x paged + gather in both, decode step median at most 8 ms;
+- verification, from a scripts/gpu_verify.sh LOGDIR given with --verify (a
+  run of its own: with the build above it does not fit one device call):
+  every check of the invariants suite on the GPU passes (invariants.log),
+  every cell of the GPU tolerance sweep (tolerance/tolerance.json) and every
+  kernel harness case (harness.json, written only by a run that finished).
 
-    python -m pagecheck.gpu.end_to_end_goals DIR
+    python -m pagecheck.gpu.end_to_end_goals DIR [--verify LOGDIR]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -108,6 +115,38 @@ def serving_goals(document: dict[str, Any] | None) -> list[dict[str, Any]]:
     return goals
 
 
+def _passed_of(passed: int | None, total: int | None, goal: str, unit: str) -> dict[str, Any]:
+    """All of `total` passed: passed / total >= 1 (not measured without both)."""
+    return verdict(goal, "gpu_verify", passed, total, 1.0, unit, lower_is_better=False)
+
+
+def invariants_counts(log: str) -> tuple[int, int] | None:
+    """(passed, passed + failed + errors) from pytest's closing summary line, or None without one."""
+    summaries = [line for line in log.splitlines()
+                 if re.search(r" in [\d.]+s\b", line) and re.search(r"\d+ (passed|failed|errors?)\b", line)]
+    if not summaries:
+        return None
+    counts = {word: int(number) for number, word in re.findall(r"(\d+) (passed|failed|errors?)", summaries[-1])}
+    passed = counts.get("passed", 0)
+    return passed, passed + counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0)
+
+
+def verification_goals(folder: Path | None) -> list[dict[str, Any]]:
+    log = folder / "invariants.log" if folder else None
+    invariants = invariants_counts(log.read_text()) if log and log.is_file() else None
+    tolerance = load(folder / "tolerance" / "tolerance.json") if folder else None
+    if tolerance is not None and tolerance.get("device") != "gpu":
+        tolerance = None
+    harness = load(folder / "harness.json") if folder else None
+    return [
+        _passed_of(*(invariants or (None, None)), "invariants suite passes on the GPU", "checks"),
+        _passed_of(tolerance and tolerance["totals"]["passed"], tolerance and tolerance["totals"]["rows"],
+                   "tolerance sweep passes on the GPU", "cells"),
+        _passed_of(harness and sum(bool(o["passed"]) for o in harness), harness and len(harness),
+                   "kernel harness passes on the GPU", "cases"),
+    ]
+
+
 def render(goals: list[dict[str, Any]]) -> str:
     def number(value: float | None) -> str:
         return "-" if value is None else f"{value:,.1f}"
@@ -129,13 +168,17 @@ def load(path: Path) -> dict[str, Any] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m pagecheck.gpu.end_to_end_goals DIR")
-        return 2
-    folder = Path(args[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="gpu_end_to_end.sh's OUTDIR")
+    parser.add_argument("--verify", type=Path, default=None, help="gpu_verify.sh's LOGDIR for the same build")
+    args = parser.parse_args(argv)
+    folder = args.folder
+    if not folder.is_dir():
+        parser.error(f"{folder} is not a directory")
+    if args.verify is not None and not args.verify.is_dir():
+        parser.error(f"--verify {args.verify} is not a directory")
     goals = (percall_goals(load(folder / "percall.json")) + kernel_goals(load(folder / "bench_gpu.json"))
-             + serving_goals(load(folder / "serve" / "serve_bench.json")))
+             + serving_goals(load(folder / "serve" / "serve_bench.json")) + verification_goals(args.verify))
     (folder / "end_to_end.json").write_text(json.dumps({"goals": goals}, indent=1))
     markdown = render(goals)
     (folder / "end_to_end.md").write_text(markdown)
