@@ -17,6 +17,7 @@ set -uo pipefail
 out=${1:?usage: gpu_end_to_end.sh OUTDIR}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)  # absolute: the steps run from elsewhere
+if [ -n "${VERIFY:-}" ]; then VERIFY=$(cd "$VERIFY" && pwd) || exit 2; fi
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 start=$SECONDS
