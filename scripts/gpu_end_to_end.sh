@@ -12,7 +12,8 @@
 # profile.log, end_to_end.{json,md}. Each step runs under a time limit
 # (PERCALL_LIMIT, KERNEL_LIMIT, SERVE_LIMIT, PROFILE_LIMIT seconds) and prints
 # its exit status. VERIFY=LOGDIR (a gpu_verify.sh run of the same build, an
-# earlier device call: both do not fit one) adds its verdicts to the goals.
+# earlier device call: both do not fit one) adds its verdicts to the goals;
+# for steps run in calls of their own, end_to_end_goals takes --verify again.
 set -uo pipefail
 out=${1:?usage: gpu_end_to_end.sh OUTDIR}
 mkdir -p "$out"

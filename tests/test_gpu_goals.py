@@ -157,7 +157,7 @@ def test_verification_goals_read_gpu_verify_logs(tmp_path: Path) -> None:
     assert invariants_counts("....\n= 1 failed, 203 passed, 2 skipped in 50.1s =\n") == (203, 204)
     assert invariants_counts("....\n204 passed in 48.77s\n") == (204, 204)
     assert invariants_counts("....\n[ 70%]\n") is None  # cut off before pytest's summary
-    nothing = verification_goals(None)
+    nothing = verification_goals([])
     assert [g["met"] for g in nothing] == [None, None, None]
 
     (tmp_path / "invariants.log").write_text("....\n204 passed in 48.77s\n")
@@ -165,12 +165,19 @@ def test_verification_goals_read_gpu_verify_logs(tmp_path: Path) -> None:
     tolerance = {"device": "gpu", "totals": {"rows": 120, "passed": 120, "failed": 0, "errors": 0}}
     (tmp_path / "tolerance" / "tolerance.json").write_text(json.dumps(tolerance))
     (tmp_path / "harness.json").write_text(json.dumps([{"passed": True}, {"passed": False}]))
-    invariants, sweep, harness = verification_goals(tmp_path)
+    invariants, sweep, harness = verification_goals([tmp_path])
     assert invariants["met"] is True and sweep["met"] is True
     assert harness["met"] is False and (harness["ours"], harness["baseline"]) == (1, 2)
 
     (tmp_path / "tolerance" / "tolerance.json").write_text(json.dumps({**tolerance, "device": "cpu"}))
     (tmp_path / "harness.json").write_text("[]")
-    _, sweep, harness = verification_goals(tmp_path)
+    _, sweep, harness = verification_goals([tmp_path])
     assert sweep["met"] is None  # a CPU sweep says nothing of the GPU
     assert harness["met"] is None  # no cases run is no pass
+
+    # A harness run in a call of its own: the last LOGDIR holding each file is read.
+    alone = tmp_path / "harness_call"
+    alone.mkdir()
+    (alone / "harness.json").write_text(json.dumps([{"passed": True}] * 3))
+    invariants, _, harness = verification_goals([tmp_path, alone])
+    assert invariants["met"] is True and harness["met"] is True and harness["ours"] == 3

@@ -13,13 +13,15 @@ numbers are missing is "not measured", never met:
   (4, 2048, 8192);
 - serving: direct paged the fastest variant in decode and output tok/s, at
   least 1.3x paged + gather in both, decode step median at most 8 ms;
-- verification, from a scripts/gpu_verify.sh LOGDIR given with --verify (a
-  run of its own: with the build above it does not fit one device call):
-  every check of the invariants suite on the GPU passes (invariants.log),
-  every cell of the GPU tolerance sweep (tolerance/tolerance.json) and every
-  kernel harness case (harness.json, written only by a run that finished).
+- verification, from scripts/gpu_verify.sh LOGDIRs given with --verify (runs
+  of their own: with the build above they do not fit one device call; give
+  --verify again for steps run in separate calls, the last LOGDIR holding a
+  file is read): every check of the invariants suite on the GPU passes
+  (invariants.log), every cell of the GPU tolerance sweep
+  (tolerance/tolerance.json) and every kernel harness case (harness.json,
+  written only by a run that finished).
 
-    python -m pagecheck.gpu.end_to_end_goals DIR [--verify LOGDIR]
+    python -m pagecheck.gpu.end_to_end_goals DIR [--verify LOGDIR ...]
 """
 
 from __future__ import annotations
@@ -131,13 +133,21 @@ def invariants_counts(log: str) -> tuple[int, int] | None:
     return passed, passed + counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0)
 
 
-def verification_goals(folder: Path | None) -> list[dict[str, Any]]:
-    log = folder / "invariants.log" if folder else None
-    invariants = invariants_counts(log.read_text()) if log and log.is_file() else None
-    tolerance = load(folder / "tolerance" / "tolerance.json") if folder else None
+def _last_holding(folders: list[Path], name: str) -> Path | None:
+    """The path `name` in the last of `folders` that has it."""
+    found = [folder / name for folder in folders if (folder / name).is_file()]
+    return found[-1] if found else None
+
+
+def verification_goals(folders: list[Path]) -> list[dict[str, Any]]:
+    log = _last_holding(folders, "invariants.log")
+    invariants = invariants_counts(log.read_text()) if log else None
+    tolerance_path = _last_holding(folders, "tolerance/tolerance.json")
+    tolerance = load(tolerance_path) if tolerance_path else None
     if tolerance is not None and tolerance.get("device") != "gpu":
         tolerance = None
-    harness = load(folder / "harness.json") if folder else None
+    harness_path = _last_holding(folders, "harness.json")
+    harness = load(harness_path) if harness_path else None
     return [
         _passed_of(*(invariants or (None, None)), "invariants suite passes on the GPU", "checks"),
         _passed_of(tolerance and tolerance["totals"]["passed"], tolerance and tolerance["totals"]["rows"],
@@ -170,13 +180,15 @@ def load(path: Path) -> dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="gpu_end_to_end.sh's OUTDIR")
-    parser.add_argument("--verify", type=Path, default=None, help="gpu_verify.sh's LOGDIR for the same build")
+    parser.add_argument("--verify", type=Path, action="append", default=[],
+                        help="gpu_verify.sh's LOGDIR for the same build (repeatable)")
     args = parser.parse_args(argv)
     folder = args.folder
     if not folder.is_dir():
         parser.error(f"{folder} is not a directory")
-    if args.verify is not None and not args.verify.is_dir():
-        parser.error(f"--verify {args.verify} is not a directory")
+    for logdir in args.verify:
+        if not logdir.is_dir():
+            parser.error(f"--verify {logdir} is not a directory")
     goals = (percall_goals(load(folder / "percall.json")) + kernel_goals(load(folder / "bench_gpu.json"))
              + serving_goals(load(folder / "serve" / "serve_bench.json")) + verification_goals(args.verify))
     (folder / "end_to_end.json").write_text(json.dumps({"goals": goals}, indent=1))
