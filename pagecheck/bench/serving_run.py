@@ -11,7 +11,7 @@ each new variant is a JIT compile of a second or more).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pagecheck.serving.batch import batch_generate
@@ -132,10 +132,7 @@ def run_budget_sweep(
     rows = []
     for budget in budgets:
         for variant in variants:
-            run = run_variant(weights, variant, trace, ServeSettings(
-                settings.batch_size, settings.prefill_step, settings.page_size, budget, settings.overlap,
-                settings.warm_up,
-            ))
+            run = run_variant(weights, variant, trace, replace(settings, kv_budget_bytes=budget))
             row: dict[str, Any] = {"kv_budget_bytes": budget, "variant": variant}
             if "error" in run:
                 row["error"] = run["error"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -202,8 +202,7 @@ def run(args: argparse.Namespace) -> int:
                               dtype=dtype, trace=trace, runs=runs)
     if args.kv_budget_bytes:
         document["budget_slots"] = args.budget_slots or args.requests
-        sweep_settings = ServeSettings(document["budget_slots"], args.prefill_step, args.page_size,
-                                       overlap=args.overlap, warm_up=warm_up)
+        sweep_settings = replace(settings, batch_size=document["budget_slots"])
         document["budget_sweep"] = run_budget_sweep(
             weights, args.variants, trace, args.kv_budget_bytes, sweep_settings,
             lambda row: _progress(f"budget {row['kv_budget_bytes']} {row['variant']}: "
