@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 21's GPU run in one call: build, then the per-call wall table, the
-# kernel table and the serving table, and the goals judged from all three;
-# between them, where a decode step's host time goes (serving_profile: build,
-# submit, wait, and the step graph's nodes by kind).
+# kernel table and the serving table; then where a decode step's host time
+# goes (serving_profile: build, submit, wait, and the step graph's nodes by
+# kind); last the goals, judged from the three tables.
 # Run on a CUDA machine with MLX's CUDA back-end importable (the staged
 # wheels installed; /work/shared/device/README.md):
 #
