@@ -55,10 +55,17 @@ inline std::optional<mlx::core::array> host_int32_values(const mlx::core::array&
   return host;
 }
 
-// The array itself when it is already computed and row contiguous, else
-// mx::contiguous of it. Skipping the extra graph node matters for short
-// decode calls, where per-node scheduling is a visible part of the time.
+// An input for a primitive that needs it row contiguous. On the CPU stream:
+// the array itself when it is already computed and row contiguous, else
+// mx::contiguous of it. On the GPU stream: the array itself, always; the
+// kernel launch (MLX's CustomKernel, made with ensure_row_contiguous) copies
+// an input that is not row contiguous when it runs, so a graph node here
+// would only repeat that check. Skipping extra graph nodes matters for short
+// decode calls, where per-node submission is a visible part of the time.
 inline mlx::core::array row_contiguous_input(const mlx::core::array& array, mlx::core::StreamOrDevice stream) {
+  if (mlx::core::to_stream(stream).device == mlx::core::Device::gpu) {
+    return array;
+  }
   if (array.status() != mlx::core::array::Status::unscheduled && array.flags().row_contiguous) {
     return array;
   }
