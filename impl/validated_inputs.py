@@ -45,18 +45,20 @@ def attend_validated_once(
 ) -> mx.array:
     """Paged attention with the inputs checked at most once per metadata pair.
 
-    Remembered int32 metadata goes to the extension in one call; other remembered metadata skips the
-    check; anything else is checked in full (check_paged_inputs raises ValueError), remembered when it
-    can be, and computed by `attend`. The memo is asked once per call.
+    The extension is asked first, with the arguments as given: for remembered int32 metadata it runs
+    the op in that one call (it declines arguments of other types itself). Other remembered metadata
+    skips the check; anything else is checked in full (check_paged_inputs raises ValueError),
+    remembered when it can be, and computed by `attend`. The memo is asked once per call.
     """
+    remembered = ext.validated_paged_attention(
+        query, key_pages, value_pages, block_table, context_lens, page_size, scale, mask
+    )
+    if remembered is not None:
+        return remembered
     memo = _memo_arguments(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
-    if memo is not None:
-        remembered = ext.validated_paged_attention(*memo[:6], scale, memo[6])
-        if remembered is not None:
-            return remembered
-        # validated_paged_attention took only int32 metadata; other dtypes are looked up by themselves.
-        int32 = block_table.dtype == mx.int32 and context_lens.dtype == mx.int32
-        if not int32 and ext.paged_inputs_validated(*memo):
+    # validated_paged_attention answers for int32 metadata only; other dtypes are looked up by themselves.
+    if memo is not None and not (block_table.dtype == mx.int32 and context_lens.dtype == mx.int32):
+        if ext.paged_inputs_validated(*memo):
             return attend()
     check_paged_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
     if memo is not None:

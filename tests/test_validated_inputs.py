@@ -161,3 +161,52 @@ def test_metadata_of_another_integer_type_is_checked_once_and_converted(full_che
     assert len(full_checks) == 2  # the int32 table once, the int64 table once
     np.testing.assert_array_equal(np.array(first), expected)
     np.testing.assert_array_equal(np.array(second), expected)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param({"page_size": True}, id="page_size a bool"),
+        pytest.param({"page_size": 4.0}, id="page_size a float"),
+        pytest.param({"page_size": 2**31 + 4}, id="page_size past int32"),
+        pytest.param({"mask": "Causal"}, id="mask another spelling"),
+        pytest.param({"scale": "0.5"}, id="scale a string"),
+        pytest.param({"scale": np.float32(0.5)}, id="scale a numpy float"),
+    ],
+)
+def test_the_one_call_lookup_declines_what_it_cannot_answer_for(change: dict[str, Any]) -> None:
+    """Arguments the memo cannot stand for go to the full check, remembered metadata or not."""
+    inputs = valid_inputs()
+    paged_attention(**inputs)
+    paged_attention(**{**inputs, "mask": "causal"})
+    assert ext.validated_paged_attention(**inputs) is not None
+    assert ext.validated_paged_attention(**{**inputs, "mask": "causal"}) is not None
+    assert ext.validated_paged_attention(**{**inputs, **change}) is None
+
+
+def test_the_one_call_lookup_answers_with_the_ops_result() -> None:
+    inputs = valid_inputs()
+    assert ext.validated_paged_attention(**inputs) is None  # not remembered yet
+    expected = np.array(paged_attention(**inputs, scale=0.5))
+    for scale in (0.5, None, 1):
+        remembered = ext.validated_paged_attention(**inputs, scale=scale)
+        assert remembered is not None
+        direct = ext.paged_attention(inputs["query"], inputs["key_pages"], inputs["value_pages"],
+                                     inputs["block_table"], inputs["context_lens"], inputs["page_size"], scale)
+        np.testing.assert_array_equal(np.array(remembered), np.array(direct))
+    np.testing.assert_array_equal(np.array(ext.validated_paged_attention(**inputs, scale=0.5)), expected)
+    assert ext.validated_paged_attention(**{**inputs, "key_pages": np.array(inputs["key_pages"])}) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ({"page_size": True}, ValueError, r"page_size"),
+        ({"mask": "Causal"}, NotImplementedError, r"Causal"),
+    ],
+)
+def test_declined_arguments_still_get_the_full_checks_error(change: dict[str, Any], error: type, message: str) -> None:
+    inputs = valid_inputs()
+    paged_attention(**inputs)
+    with pytest.raises(error, match=message):
+        paged_attention(**{**inputs, **change})

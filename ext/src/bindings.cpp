@@ -47,6 +47,58 @@ nb::dict dict_of(std::initializer_list<std::pair<const char*, nb::object>> items
   return result;
 }
 
+// The arguments of one impl.paged_attention call, when the validation memo can
+// answer for them: five MLX arrays, page_size an int (not a bool) in
+// (0, 2^31), scale None or a float or int, mask None or "causal".
+struct RememberableCall {
+  mlx::core::array query, key_pages, value_pages, block_table, context_lens;
+  int page_size;
+  std::optional<float> scale;
+  bool causal;
+};
+
+std::optional<RememberableCall> rememberable_call(
+    nb::handle query, nb::handle key_pages, nb::handle value_pages, nb::handle block_table,
+    nb::handle context_lens, nb::handle page_size, nb::handle scale, nb::handle mask) {
+  for (nb::handle array : {query, key_pages, value_pages, block_table, context_lens}) {
+    if (!nb::isinstance<mlx::core::array>(array)) {
+      return std::nullopt;
+    }
+  }
+  if (!PyLong_CheckExact(page_size.ptr())) {
+    return std::nullopt;
+  }
+  int overflow = 0;
+  const long long pages = PyLong_AsLongLongAndOverflow(page_size.ptr(), &overflow);
+  if (overflow != 0 || pages <= 0 || pages >= (1LL << 31)) {
+    return std::nullopt;
+  }
+  std::optional<float> scale_value;
+  if (PyFloat_CheckExact(scale.ptr())) {
+    scale_value = static_cast<float>(PyFloat_AS_DOUBLE(scale.ptr()));
+  } else if (PyLong_CheckExact(scale.ptr())) {
+    const double value = PyLong_AsDouble(scale.ptr());
+    if (value == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return std::nullopt;
+    }
+    scale_value = static_cast<float>(value);
+  } else if (!scale.is_none()) {
+    return std::nullopt;
+  }
+  bool causal = false;
+  if (!mask.is_none()) {
+    if (!PyUnicode_CheckExact(mask.ptr()) || PyUnicode_CompareWithASCIIString(mask.ptr(), "causal") != 0) {
+      return std::nullopt;
+    }
+    causal = true;
+  }
+  return RememberableCall{nb::cast<mlx::core::array>(query), nb::cast<mlx::core::array>(key_pages),
+                          nb::cast<mlx::core::array>(value_pages), nb::cast<mlx::core::array>(block_table),
+                          nb::cast<mlx::core::array>(context_lens), static_cast<int>(pages), scale_value,
+                          causal};
+}
+
 } // namespace
 
 NB_MODULE(_ext, module) {
@@ -83,23 +135,28 @@ NB_MODULE(_ext, module) {
 
   module.def(
       "validated_paged_attention",
-      [](const mlx::core::array& query, const mlx::core::array& key_pages, const mlx::core::array& value_pages,
-         const mlx::core::array& block_table, const mlx::core::array& context_lens, int page_size,
-         std::optional<float> scale, bool causal) -> std::optional<mlx::core::array> {
-        if (block_table.dtype() != mlx::core::int32 || context_lens.dtype() != mlx::core::int32 ||
+      [](nb::handle query, nb::handle key_pages, nb::handle value_pages, nb::handle block_table,
+         nb::handle context_lens, nb::handle page_size, nb::handle scale,
+         nb::handle mask) -> std::optional<mlx::core::array> {
+        const std::optional<RememberableCall> call =
+            rememberable_call(query, key_pages, value_pages, block_table, context_lens, page_size, scale, mask);
+        if (!call || call->block_table.dtype() != mlx::core::int32 ||
+            call->context_lens.dtype() != mlx::core::int32 ||
             !pagecheck::metadata_validated(
-                block_table, context_lens,
-                pagecheck::paged_validation_key(query, key_pages, value_pages, page_size, causal))) {
+                call->block_table, call->context_lens,
+                pagecheck::paged_validation_key(call->query, call->key_pages, call->value_pages, call->page_size,
+                                                call->causal))) {
           return std::nullopt;
         }
-        return pagecheck::paged_attention(query, key_pages, value_pages, block_table, context_lens, page_size,
-                                          scale, causal);
+        return pagecheck::paged_attention(call->query, call->key_pages, call->value_pages, call->block_table,
+                                          call->context_lens, call->page_size, call->scale, call->causal);
       },
       "query"_a, "key_pages"_a, "value_pages"_a, "block_table"_a, "context_lens"_a, "page_size"_a,
-      "scale"_a = nb::none(), "causal"_a = false,
-      "paged_attention for int32 metadata remembered as valid with inputs of these shapes and dtypes "
-      "(paged_inputs_validated); None for any other call, which the caller validates first. One call "
-      "for the common case of a block table used again.");
+      "scale"_a = nb::none(), "mask"_a = nb::none(),
+      "paged_attention with impl.paged_attention's arguments, for int32 metadata remembered as valid with "
+      "inputs of these shapes and dtypes (paged_inputs_validated); None for any other call (an argument "
+      "of another type, a mask other than None or \"causal\"), which the caller validates first. One "
+      "call, with no Python in between, for the common case of a block table used again.");
 
   module.def(
       "remember_valid_paged_inputs",
