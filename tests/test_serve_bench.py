@@ -49,6 +49,18 @@ def test_metrics_account_for_every_token(runs) -> None:
         assert metrics["max_concurrent_requests"] == BATCH_SIZE
 
 
+def test_decode_steps_split_by_company_cover_every_decode_token(runs) -> None:
+    for variant, entry in runs.items():
+        metrics = entry["metrics"]
+        split = metrics["decode_steps_by_company"]
+        assert split["alone"]["steps"] > 0 and split["beside_prefill"]["steps"] > 0, variant
+        assert split["alone"]["steps"] + split["beside_prefill"]["steps"] <= metrics["steps"], variant
+        tokens = sum(part["steps"] * part["mean_batch"] for part in split.values())
+        assert tokens == pytest.approx(metrics["decode_tokens"]), variant
+        for part in split.values():
+            assert 0 < part["median_ms"] <= metrics["decode_step_ms"]["max"], variant
+
+
 def test_copy_bytes_by_variant(runs) -> None:
     copies = {variant: entry["metrics"]["copy_bytes"] for variant, entry in runs.items()}
     assert copies["paged"]["repack"] == copies["paged"]["gather"] == 0
@@ -86,6 +98,7 @@ def test_report_renders_and_json_is_strict(runs) -> None:
     markdown = render_serve_bench(document)
     for label in ("dense (batch K/V repacked every step)", "paged + dense gather", "paged (direct paged attention)"):
         assert label in markdown
+        assert f"- {label}: decode steps " in markdown
 
 
 def test_serve_bench_json_matches_its_schema(runs) -> None:

@@ -9,6 +9,10 @@ while that layer attends; a step's prefill and decode copies are added
 together, so this is an upper bound). Copy bytes count every K/V byte copied to build
 attention inputs (repack, gather) or to grow storage (growth). Tail waste is
 the share of held token slots that held no token, over all steps.
+`decode_steps_by_company` splits the decode steps into those that ran alone
+and those that shared their scheduler step with a prefill chunk (whose wait
+for the device work queued before the chunk counts as decode time), each with
+its count, median milliseconds and mean batch.
 """
 
 from __future__ import annotations
@@ -26,6 +30,15 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 def _rate(count: int, seconds: float) -> float | None:
     return count / seconds if seconds > 0 else None
+
+
+def _decode_steps(steps: list[Any]) -> dict[str, Any]:
+    decoding = [step for step in steps if step.decode_batch]
+    return {
+        "steps": len(decoding),
+        "median_ms": _percentile([1000 * step.decode_seconds for step in decoding], 50),
+        "mean_batch": sum(step.decode_batch for step in decoding) / len(decoding) if decoding else None,
+    }
 
 
 def serving_metrics(result: GenerationResult, num_layers: int) -> dict[str, Any]:
@@ -68,6 +81,10 @@ def serving_metrics(result: GenerationResult, num_layers: int) -> dict[str, Any]
             "median": _percentile(decode_ms, 50),
             "p95": _percentile(decode_ms, 95),
             "max": max(decode_ms) if decode_ms else None,
+        },
+        "decode_steps_by_company": {
+            "alone": _decode_steps([step for step in steps if not step.prefill_tokens]),
+            "beside_prefill": _decode_steps([step for step in steps if step.prefill_tokens]),
         },
         "peak_kv_storage_bytes": max(step.usage.storage_bytes for step in steps),
         "peak_kv_bytes": max(

@@ -90,6 +90,22 @@ def copy_ratio_lines(document: dict[str, Any]) -> list[str]:
     return lines
 
 
+def decode_company_lines(document: dict[str, Any]) -> list[str]:
+    """Per variant: its decode steps alone and beside a prefill chunk (older records have no split)."""
+    lines = []
+    for variant, entry in document["variants"].items():
+        split = entry.get("metrics", {}).get("decode_steps_by_company")
+        if split is None:
+            continue
+        parts = [
+            f"{split[key]['steps']} {label} (median {_num(split[key]['median_ms'])} ms, "
+            f"mean batch {_num(split[key]['mean_batch'], 2)})"
+            for key, label in (("alone", "alone"), ("beside_prefill", "beside a prefill chunk"))
+        ]
+        lines.append(f"- {VARIANT_LABELS.get(variant, variant)}: decode steps {parts[0]}; {parts[1]}")
+    return lines
+
+
 def render_serve_bench(document: dict[str, Any]) -> str:
     model = document["model"]
     trace = document["trace"]
@@ -114,6 +130,7 @@ def render_serve_bench(document: dict[str, Any]) -> str:
         variants_table(document),
         "",
         *copy_ratio_lines(document),
+        *decode_company_lines(document),
         "",
         "Copy bytes: K/V copied to build attention inputs (repack, gather) or to grow storage (growth). "
         "Peak KV: storage plus one layer's transient dense K/V. Tail waste: held token slots without a token.",
