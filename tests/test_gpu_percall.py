@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -12,8 +14,11 @@ from pagecheck.reference.tolerance import compare
 
 
 @pytest.fixture(autouse=True)
-def on_the_cpu() -> None:
+def on_the_cpu() -> Iterator[None]:
+    previous = mx.default_device()
     mx.set_default_device(mx.cpu)
+    yield
+    mx.set_default_device(previous)
 
 
 @pytest.mark.parametrize("chained", [False, True])
