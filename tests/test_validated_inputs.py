@@ -171,7 +171,6 @@ def test_metadata_of_another_integer_type_is_checked_once_and_converted(full_che
         pytest.param({"page_size": 2**31 + 4}, id="page_size past int32"),
         pytest.param({"mask": "Causal"}, id="mask another spelling"),
         pytest.param({"scale": "0.5"}, id="scale a string"),
-        pytest.param({"scale": np.float32(0.5)}, id="scale a numpy float"),
     ],
 )
 def test_the_one_call_lookup_declines_what_it_cannot_answer_for(change: dict[str, Any]) -> None:
@@ -188,7 +187,7 @@ def test_the_one_call_lookup_answers_with_the_ops_result() -> None:
     inputs = valid_inputs()
     assert ext.validated_paged_attention(**inputs) is None  # not remembered yet
     expected = np.array(paged_attention(**inputs, scale=0.5))
-    for scale in (0.5, None, 1):
+    for scale in (0.5, None, 1, np.float32(0.5), np.float64(0.5)):
         remembered = ext.validated_paged_attention(**inputs, scale=scale)
         assert remembered is not None
         direct = ext.paged_attention(inputs["query"], inputs["key_pages"], inputs["value_pages"],
@@ -210,3 +209,11 @@ def test_declined_arguments_still_get_the_full_checks_error(change: dict[str, An
     paged_attention(**inputs)
     with pytest.raises(error, match=message):
         paged_attention(**{**inputs, **change})
+
+
+def test_a_numpy_scale_does_not_bring_the_full_check_back(full_checks: list[int]) -> None:
+    inputs = valid_inputs()
+    for _ in range(3):
+        paged_attention(**inputs, scale=np.float32(0.5))
+        paged_attention(**inputs, scale=1 / np.sqrt(8))
+    assert len(full_checks) == 1

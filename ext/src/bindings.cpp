@@ -49,7 +49,8 @@ nb::dict dict_of(std::initializer_list<std::pair<const char*, nb::object>> items
 
 // The arguments of one impl.paged_attention call, when the validation memo can
 // answer for them: five MLX arrays, page_size an int (not a bool) in
-// (0, 2^31), scale None or a float or int, mask None or "causal".
+// (0, 2^31), scale None or what the op's float argument accepts, mask None
+// or "causal".
 struct RememberableCall {
   mlx::core::array query, key_pages, value_pages, block_table, context_lens;
   int page_size;
@@ -74,21 +75,16 @@ std::optional<RememberableCall> rememberable_call(
     return std::nullopt;
   }
   std::optional<float> scale_value;
-  if (PyFloat_CheckExact(scale.ptr())) {
-    scale_value = static_cast<float>(PyFloat_AS_DOUBLE(scale.ptr()));
-  } else if (PyLong_CheckExact(scale.ptr())) {
-    const double value = PyLong_AsDouble(scale.ptr());
-    if (value == -1.0 && PyErr_Occurred()) {
-      PyErr_Clear();
+  if (!scale.is_none()) {
+    float value = 0.0f;
+    if (!nb::try_cast<float>(scale, value)) {  // the conversion the op's scale argument makes
       return std::nullopt;
     }
-    scale_value = static_cast<float>(value);
-  } else if (!scale.is_none()) {
-    return std::nullopt;
+    scale_value = value;
   }
   bool causal = false;
   if (!mask.is_none()) {
-    if (!PyUnicode_CheckExact(mask.ptr()) || PyUnicode_CompareWithASCIIString(mask.ptr(), "causal") != 0) {
+    if (!PyUnicode_Check(mask.ptr()) || PyUnicode_CompareWithASCIIString(mask.ptr(), "causal") != 0) {
       return std::nullopt;
     }
     causal = true;
