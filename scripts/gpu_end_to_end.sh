@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Issue 21's GPU run in one call: build, then the per-call wall table, the
-# kernel table and the serving table; then where a decode step's host time
-# goes (serving_profile: build, submit, wait, and the step graph's nodes by
-# kind); last the goals, judged from the three tables.
+# kernel table and the serving table; then where a decode step's and a
+# 128-token prefill chunk's host time goes (serving_profile: build, submit,
+# wait, and the graph's nodes by kind); last the goals, judged from the three
+# tables.
 # Run on a CUDA machine with MLX's CUDA back-end importable (the staged
 # wheels installed; /work/shared/device/README.md):
 #
 #   bash scripts/gpu_end_to_end.sh OUTDIR
 #
 # Writes OUTDIR/percall.{json,md}, bench_gpu.json (+ .log), serve/serve_bench.{json,md},
-# profile.log, end_to_end.{json,md}. Each step runs under a time limit
+# profile.log, prefill_profile.log, end_to_end.{json,md}. Each step runs under a time limit
 # (PERCALL_LIMIT, KERNEL_LIMIT, SERVE_LIMIT, PROFILE_LIMIT seconds) and prints
 # its exit status. VERIFY=LOGDIR (a gpu_verify.sh run of the same build, an
 # earlier device call: both do not fit one) adds its verdicts to the goals;
@@ -43,4 +44,6 @@ step serve "${SERVE_LIMIT:-420}" python3 -m pagecheck.commands.serve_bench --dev
 grep -A6 '^| variant' "$out/serve.log"
 step profile "${PROFILE_LIMIT:-150}" python3 -m pagecheck.bench.serving_profile --batch 8 --context 2048 --steps 20
 grep -E '^(decode step|graph of)' "$out/profile.log"
+step prefill_profile "${PROFILE_LIMIT:-150}" python3 -m pagecheck.bench.serving_profile --phase prefill --context 2048 --steps 20
+grep -E '^(prefill chunk|graph of)' "$out/prefill_profile.log"
 python3 -m pagecheck.gpu.end_to_end_goals "$out" ${VERIFY:+--verify "$VERIFY"}

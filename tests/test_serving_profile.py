@@ -2,6 +2,8 @@
 
 import re
 
+import pytest
+
 from pagecheck.bench import serving_profile
 
 
@@ -20,3 +22,25 @@ def test_a_small_profile_reports_spans_and_the_step_graph(capsys) -> None:
     assert int(graph.group(1)) == sum(map(int, counts.values()))
     # Both layers write their K and V rows (one scatter per tensor) and attend once over the pages.
     assert counts["PagedAttention"] == "2" and counts["Scatter"] == "4"
+
+
+def test_a_prefill_profile_times_chunks_over_a_cached_context(capsys) -> None:
+    argv = ["--model", "qwen3-tiny", "--layers", "2", "--context", "20", "--steps", "2", "--prefill-chunk", "20",
+            "--phase", "prefill", "--chunk", "8", "--cpu"]
+    assert serving_profile.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "chunks of 8 after a context of 20" in out
+    spans = re.search(r"prefill chunk: build ([\d.]+) ms, submit ([\d.]+) ms, wait ([\d.]+) ms", out)
+    assert spans is not None, out
+    graph = re.search(r"graph of one prefill chunk: (\d+) nodes, ([\d.]+) per layer: (.*)", out)
+    assert graph is not None, out
+    counts = dict(re.findall(r"(\w+) (\d+)", graph.group(3)))
+    # One attention over the pages per layer, no sampling: a chunk's hidden states are the result.
+    assert counts["PagedAttention"] == "2" and "ArgReduce" not in counts
+
+
+def test_sizes_must_be_positive(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        serving_profile.main(["--model", "qwen3-tiny", "--chunk", "0", "--cpu"])
+    assert exit_.value.code == 2
+    assert "--chunk must be positive, got 0" in capsys.readouterr().err

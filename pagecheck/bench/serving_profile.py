@@ -1,14 +1,20 @@
-"""Where a serving decode step's time goes: building its graph on the host, then evaluating it.
+"""Where a serving step's time goes: building its graph on the host, then evaluating it.
 
-Fills `--batch` decode slots with requests of `--context` tokens (one prefill
-chunk each), then times `--steps` decode steps of the Qwen3 model the way the
-scheduler runs them (tokens and offsets in, greedy token out, read back to
-the host). Per step it reports the host's graph-building time and the time
-from there to the sampled tokens on the host (submit and GPU work), medians
-over the steps, and a cProfile of one step's graph building. A program for
-finding what to fix, not a benchmark of record (serve-bench is that):
+`--phase decode` (the default) fills `--batch` decode slots with requests of
+`--context` tokens (prefilled in chunks of `--prefill-chunk`), then times
+`--steps` decode steps of the Qwen3 model the way the scheduler runs them
+(tokens and offsets in, greedy token out, read back to the host).
+`--phase prefill` times `--steps` prompt chunks of `--chunk` tokens of one
+request whose first `--context` tokens are cached, the way serve-bench's
+scheduler runs a chunk (the chunk's hidden states evaluated). Per step or
+chunk it reports three host-clock spans, medians over the steps: building the
+graph, MLX's submit (until `mx.async_eval` returns), and the wait for the
+result; then the graph's primitives by kind and a cProfile of one graph
+build. A program for finding what to fix, not a benchmark of record
+(serve-bench is that):
 
     python -m pagecheck.bench.serving_profile [--model qwen3-0.6b] [--batch 8] [--context 2048] [--variant paged]
+    python -m pagecheck.bench.serving_profile --phase prefill [--chunk 128] [--context 2048]
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ import pstats
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import mlx.core as mx
 
 from pagecheck.bench.graph import graph_primitives
+from pagecheck.serving.batch import DEFAULT_PREFILL_STEP
 from pagecheck.serving.kv_traffic import KvTraffic
 from pagecheck.serving.model_config import QWEN3_CONFIGS, model_config
 from pagecheck.serving.qwen3 import Qwen3Model
@@ -33,6 +41,45 @@ from pagecheck.serving.serving_kv import DEFAULT_PAGE_SIZE, serving_kv_for
 
 WARMUP_STEPS = 3
 PROFILE_ROWS = 25
+PHASES = ("decode", "prefill")
+
+
+def time_steps(build: Callable[[], mx.array], steps: int) -> list[tuple[float, float, float]]:
+    """(build, submit, wait) seconds of each of `steps` calls of `build`, evaluated one by one."""
+    spans = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        result = build()
+        built = time.perf_counter()
+        mx.async_eval(result)
+        submitted = time.perf_counter()
+        mx.eval(result)
+        spans.append((built - start, submitted - built, time.perf_counter() - submitted))
+    return spans
+
+
+def report(label: str, what: str, build: Callable[[], mx.array], steps: int, num_layers: int) -> None:
+    """Times `steps` builds, then prints the spans, one build's graph by kind and a profile of another."""
+    spans = time_steps(build, steps)
+    builds, submits, waits = zip(*spans)
+    print(f"{label}: build {statistics.median(builds) * 1e3:.2f} ms, submit {statistics.median(submits) * 1e3:.2f} ms, "
+          f"wait {statistics.median(waits) * 1e3:.2f} ms, total {statistics.median(map(sum, spans)) * 1e3:.2f} ms "
+          f"(medians of {steps})")
+    print(f"per {what}, build + submit + wait ms: " + ", ".join("+".join(f"{t * 1e3:.1f}" for t in s) for s in spans))
+    result = build()
+    counts = graph_primitives(result)
+    mx.eval(result)
+    total = sum(counts.values())
+    print(f"graph of one {label}: {total} nodes, {total / num_layers:.1f} per layer: "
+          + ", ".join(f"{name} {count}" for name, count in counts.most_common()))
+    profiler = cProfile.Profile()
+    profiler.enable()
+    result = build()
+    profiler.disable()
+    mx.eval(result)
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(PROFILE_ROWS)
+    print(text.getvalue())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,8 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefill-chunk", type=int, default=512)
     parser.add_argument("--variant", choices=ATTENTION_PATHS, default="paged")
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--phase", choices=PHASES, default="decode",
+                        help="decode: batched decode steps; prefill: prompt chunks of one request")
+    parser.add_argument("--chunk", type=int, default=DEFAULT_PREFILL_STEP,
+                        help="tokens per timed prompt chunk with --phase prefill (default: serve-bench's prefill step)")
     parser.add_argument("--cpu", action="store_true")
     args = parser.parse_args(argv)
+    for name in ("batch", "context", "steps", "page_size", "prefill_chunk", "chunk"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if args.cpu:
         mx.set_default_device(mx.cpu)
     config = model_config(args.model, args.layers)
@@ -57,61 +111,53 @@ def main(argv: list[str] | None = None) -> int:
                         2 * config.num_kv_heads * config.head_dim * dtype.size, args.page_size)
     traffic = KvTraffic()
     began = time.perf_counter()
-    for slot in range(args.batch):
-        caches = kv.open_request(slot, args.context + WARMUP_STEPS + args.steps + 2)
+
+    def prefill(slot: int, max_context: int) -> list:
+        caches = kv.open_request(slot, max_context)
         for first in range(0, args.context, args.prefill_chunk):
             length = min(args.prefill_chunk, args.context - first)
             mx.eval(model(mx.full((1, length), 1 + slot, dtype=mx.int32), first, caches, traffic))
-        kv.admit_to_decode(slot, slot)
         print(f"prefilled slot {slot} at {time.perf_counter() - began:.1f} s", flush=True)
+        return caches
 
     position = args.context
+    setting = f"{config.name} ({config.num_layers} layers), {args.variant}, page {args.page_size}, {args.dtype}"
+    if args.phase == "prefill":
+        # The warm-up chunks, the timed ones, and one each for the graph and the profile.
+        chunks = WARMUP_STEPS + args.steps + 2
+        caches = prefill(0, args.context + chunks * args.chunk)
 
-    def build() -> mx.array:
-        nonlocal position
-        if kv.table is not None:
-            kv.table.start_step()
-        tokens = mx.array([[1 + slot] for slot in range(args.batch)], dtype=mx.int32)
-        offsets = mx.array([position] * args.batch, dtype=mx.int32)
-        position += 1
-        hidden = model(tokens, offsets, kv.decode_caches, traffic)
-        return mx.argmax(model.logits(hidden[:, -1]), axis=-1)
+        def build() -> mx.array:
+            nonlocal position
+            tokens = mx.full((1, args.chunk), 7, dtype=mx.int32)
+            hidden = model(tokens, position, caches, traffic)
+            position += args.chunk
+            return hidden
 
-    for warmup in range(WARMUP_STEPS):
-        build().tolist()
-        print(f"warm-up step {warmup} at {time.perf_counter() - began:.1f} s", flush=True)
-    builds, submits, waits = [], [], []
-    for _ in range(args.steps):
-        start = time.perf_counter()
-        sampled = build()
-        built = time.perf_counter()
-        mx.async_eval(sampled)
-        submitted = time.perf_counter()
-        sampled.tolist()
-        builds.append(built - start)
-        submits.append(submitted - built)
-        waits.append(time.perf_counter() - submitted)
-    print(f"{config.name} ({config.num_layers} layers), {args.variant}, batch {args.batch}, context {args.context}, "
-          f"page {args.page_size}, {args.dtype}, device {mx.default_device()}")
-    spans = list(zip(builds, submits, waits))
-    print(f"decode step: build {statistics.median(builds) * 1e3:.2f} ms, submit {statistics.median(submits) * 1e3:.2f} ms, "
-          f"wait {statistics.median(waits) * 1e3:.2f} ms, total {statistics.median(map(sum, spans)) * 1e3:.2f} ms "
-          f"(medians of {args.steps})")
-    print("per step, build + submit + wait ms: " + ", ".join("+".join(f"{t * 1e3:.1f}" for t in s) for s in spans))
-    sampled = build()
-    counts = graph_primitives(sampled)
-    sampled.tolist()
-    total = sum(counts.values())
-    print(f"graph of one decode step: {total} nodes, {total / config.num_layers:.1f} per layer: "
-          + ", ".join(f"{name} {count}" for name, count in counts.most_common()))
-    profiler = cProfile.Profile()
-    profiler.enable()
-    sampled = build()
-    profiler.disable()
-    sampled.tolist()
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(PROFILE_ROWS)
-    print(text.getvalue())
+        for _ in range(WARMUP_STEPS):
+            mx.eval(build())
+        print(f"{setting}, chunks of {args.chunk} after a context of {args.context}, device {mx.default_device()}")
+        report("prefill chunk", "chunk", build, args.steps, config.num_layers)
+    else:
+        for slot in range(args.batch):
+            prefill(slot, args.context + WARMUP_STEPS + args.steps + 2)
+            kv.admit_to_decode(slot, slot)
+
+        def build() -> mx.array:
+            nonlocal position
+            if kv.table is not None:
+                kv.table.start_step()
+            tokens = mx.array([[1 + slot] for slot in range(args.batch)], dtype=mx.int32)
+            offsets = mx.array([position] * args.batch, dtype=mx.int32)
+            position += 1
+            hidden = model(tokens, offsets, kv.decode_caches, traffic)
+            return mx.argmax(model.logits(hidden[:, -1]), axis=-1)
+
+        for warmup in range(WARMUP_STEPS):
+            build().tolist()
+            print(f"warm-up step {warmup} at {time.perf_counter() - began:.1f} s", flush=True)
+        print(f"{setting}, batch {args.batch}, context {args.context}, device {mx.default_device()}")
+        report("decode step", "step", build, args.steps, config.num_layers)
     kv.close_all()
     return 0
 
