@@ -107,22 +107,31 @@ INTERRUPTED = ("correct", "segfault", "starter")
 
 def build_gallery(where: Path) -> list[Path]:
     """Every submission of the gallery, the overlays and odd names made up in `where`."""
-    paths = [CORRECT, FIXTURES / "starter", FIXTURES / "needs_extension"]
     for overlay in sorted(OVERLAYS.iterdir()):
         target = where / overlay.name
         shutil.copytree(CORRECT, target)
         shutil.copy(CORRECT / "src" / "tiny_llm" / "attention.py", target / "src" / "tiny_llm" / "honest_attention.py")
         shutil.copytree(overlay, target, dirs_exist_ok=True)
-        paths.append(target)
-    paths += sorted(p for p in HOSTILE.iterdir() if p.name != "odd_names.py" and p.name != "__pycache__")
     source = (HOSTILE / "odd_names.py").read_bytes()
     (where / f"{LONG_NAME}.py").write_bytes(source)
-    package = Path(os.fsdecode(os.path.join(os.fsencode(where), ODD_PACKAGE)))
+    package = _odd_package(where)
     package.mkdir()
     (package / "__init__.py").write_bytes(source)
     (package / os.fsdecode(b"data_\xfe.py")).write_bytes(b"VALUE = 1\n")
     (package / ("x" * 243 + ".py")).write_bytes(b"VALUE = 2\n")
-    return [*paths, where / f"{LONG_NAME}.py", package]
+    return gallery_paths(where)
+
+
+def _odd_package(where: Path) -> Path:
+    return Path(os.fsdecode(os.path.join(os.fsencode(where), ODD_PACKAGE)))
+
+
+def gallery_paths(where: Path) -> list[Path]:
+    """The submissions of a gallery that build_gallery made up in `where`, in grading order."""
+    paths = [CORRECT, FIXTURES / "starter", FIXTURES / "needs_extension"]
+    paths += [where / overlay.name for overlay in sorted(OVERLAYS.iterdir())]
+    paths += sorted(p for p in HOSTILE.iterdir() if p.name != "odd_names.py" and p.name != "__pycache__")
+    return [*paths, where / f"{LONG_NAME}.py", _odd_package(where)]
 
 
 def grade(paths: list[Path], out: Path, *extra: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -137,7 +146,20 @@ def grade(paths: list[Path], out: Path, *extra: str, cwd: Path = ROOT) -> subpro
 
 @pytest.fixture(scope="session")
 def gallery(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return build_gallery(tmp_path_factory.mktemp("gallery"))
+    """The gallery, made up once per run: under xdist every worker shares one copy, as it shares `graded`,
+    whose feedback names the submissions' paths (a worker's own copy would differ from it in every path)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return build_gallery(tmp_path_factory.mktemp("gallery"))
+    shared = tmp_path_factory.getbasetemp().parent  # one directory for all workers of this run
+    where = shared / "gallery"
+    with open(shared / "gallery.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (where / "complete").exists():
+            shutil.rmtree(where, ignore_errors=True)
+            where.mkdir()
+            build_gallery(where)
+            (where / "complete").touch()
+    return gallery_paths(where)
 
 
 @pytest.fixture(scope="session")
