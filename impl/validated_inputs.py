@@ -18,7 +18,7 @@ from typing import Any, Callable
 import mlx.core as mx
 
 from pagecheck import ext
-from pagecheck.reference.validation import check_paged_inputs
+from pagecheck.reference.validation import check_paged_inputs, is_supported_mask
 
 # Page sizes the extension's int argument takes; others go through the full check.
 _INT32_LIMIT = 2**31
@@ -29,7 +29,7 @@ def _memo_arguments(
     mask: Any,
 ) -> tuple[Any, ...] | None:
     """The extension's memo arguments, or None when this call cannot be remembered."""
-    if mask is not None and mask != "causal":
+    if not is_supported_mask(mask):
         return None
     if type(page_size) is not int or not 0 < page_size < _INT32_LIMIT:
         return None

@@ -217,3 +217,11 @@ def test_a_numpy_scale_does_not_bring_the_full_check_back(full_checks: list[int]
         paged_attention(**inputs, scale=np.float32(0.5))
         paged_attention(**inputs, scale=1 / np.sqrt(8))
     assert len(full_checks) == 1
+
+
+def test_an_array_mask_is_refused_by_name_not_by_the_arrays_comparison() -> None:
+    inputs = valid_inputs()
+    for _ in range(2):  # before and after the metadata is remembered
+        with pytest.raises(NotImplementedError, match=r"mask=an array of shape \(1, 1, 2, 6\) is not supported"):
+            paged_attention(**{**inputs, "mask": mx.zeros((1, 1, 2, 6))})
+        paged_attention(**inputs)
