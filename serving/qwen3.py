@@ -7,6 +7,15 @@ different positions), appending their K/V to one cache per layer. It returns
 the final hidden states; `logits` turns the ones that are sampled into
 float32 vocabulary scores, so a prefill chunk never pays for the output head
 of every position.
+
+A decode step (L == 1, offsets an int32 array) computes each layer's dense
+work in two compiled calls, one before the cache append and attention and one
+after, traced once per layer shape: the same operations as the eager path
+(bit-for-bit the same outputs, tests/test_qwen3_model.py), with one Python call
+for each half instead of one per operation, which is most of a step's host
+time to build its graph. Prefill chunks stay eager: their int offsets would be
+traced as constants, a new trace per chunk. `compile_decode=False` keeps
+every step eager, for comparison.
 """
 
 from __future__ import annotations
@@ -20,15 +29,18 @@ import mlx.core as mx
 from pagecheck.serving.kv_traffic import KvTraffic
 from pagecheck.serving.model_config import Qwen3Config
 from pagecheck.serving.quantized import embedding_lookup, quantized_linear
-from pagecheck.serving.qwen3_attention import check_attention_path, qwen3_attention
+from pagecheck.serving.qwen3_attention import attend, check_attention_path, output_projection, project_qkv
 from pagecheck.serving.qwen3_weights import Qwen3LayerWeights, Qwen3Weights
 
 
 class Qwen3Model:
-    def __init__(self, weights: Qwen3Weights, attention_path: str = "paged") -> None:
+    def __init__(self, weights: Qwen3Weights, attention_path: str = "paged", compile_decode: bool = True) -> None:
         check_attention_path(attention_path)
+        if not isinstance(compile_decode, bool):
+            raise ValueError(f"compile_decode must be a bool, got {compile_decode!r}")
         self.weights = weights
         self.attention_path = attention_path
+        self._compiled = _CompiledLayerHalves(weights) if compile_decode else None
 
     @property
     def config(self) -> Qwen3Config:
@@ -52,19 +64,68 @@ class Qwen3Model:
             raise ValueError(f"caches has {len(caches)} entries; the model has {self.config.num_layers} layers")
         traffic = KvTraffic() if traffic is None else traffic
         config = self.config
+        compiled = self._compiled if tokens.shape[1] == 1 and isinstance(offsets, mx.array) else None
         hidden = embedding_lookup(tokens, self.weights.embed_tokens)
-        for layer, cache in zip(self.weights.layers, caches):
-            attention_in = mx.fast.rms_norm(hidden, layer.input_norm, config.rms_norm_eps)
-            hidden = hidden + qwen3_attention(
-                attention_in, offsets, cache, layer, config, self.attention_path, traffic
-            )
-            mlp_in = mx.fast.rms_norm(hidden, layer.post_attention_norm, config.rms_norm_eps)
-            hidden = hidden + _swiglu_mlp(mlp_in, layer)
+        for index, (layer, cache) in enumerate(zip(self.weights.layers, caches)):
+            if compiled is None:
+                query, key, value = attention_inputs(hidden, offsets, layer, config)
+            else:
+                query, key, value = compiled.attention_inputs(index, hidden, offsets)
+            attended = attend(query, key, value, cache, self.attention_path, traffic)
+            if compiled is None:
+                hidden = layer_output(hidden, attended, layer, config)
+            else:
+                hidden = compiled.layer_output(index, hidden, attended)
         return mx.fast.rms_norm(hidden, self.weights.final_norm, config.rms_norm_eps)
 
     def logits(self, hidden: mx.array) -> mx.array:
         """hidden [..., hidden] -> float32 [..., vocab] through the tied embedding."""
         return quantized_linear(hidden, self.weights.embed_tokens).astype(mx.float32)
+
+
+def attention_inputs(
+    hidden: mx.array, offsets: int | mx.array, layer: Qwen3LayerWeights, config: Qwen3Config
+) -> tuple[mx.array, mx.array, mx.array]:
+    """The layer's work before its cache: input norm, then query, key, value (project_qkv)."""
+    return project_qkv(mx.fast.rms_norm(hidden, layer.input_norm, config.rms_norm_eps), offsets, layer, config)
+
+
+def layer_output(hidden: mx.array, attended: mx.array, layer: Qwen3LayerWeights, config: Qwen3Config) -> mx.array:
+    """The layer's work after attention: o_proj into the residual, then the MLP into the residual."""
+    hidden = hidden + output_projection(attended, layer)
+    mlp_in = mx.fast.rms_norm(hidden, layer.post_attention_norm, config.rms_norm_eps)
+    return hidden + _swiglu_mlp(mlp_in, layer)
+
+
+class _CompiledLayerHalves:
+    """attention_inputs and layer_output under mx.compile, with a layer's weights as inputs (not
+    constants), so one trace serves every layer of the same shape and quantization."""
+
+    def __init__(self, weights: Qwen3Weights) -> None:
+        config = weights.config
+        self._layers = weights.layers
+        self._arrays = [layer.arrays() for layer in weights.layers]
+        # One compiled pair per distinct quantization: group sizes and bit widths are traced as constants.
+        self._halves: dict[tuple[tuple[int, int], ...], tuple[Any, Any]] = {}
+        self._by_layer = []
+        for layer in weights.layers:
+            key = layer.quantization()
+            if key not in self._halves:
+                self._halves[key] = (
+                    mx.compile(lambda hidden, offsets, arrays, like=layer: attention_inputs(
+                        hidden, offsets, like.from_arrays(arrays), config
+                    )),
+                    mx.compile(lambda hidden, attended, arrays, like=layer: layer_output(
+                        hidden, attended, like.from_arrays(arrays), config
+                    )),
+                )
+            self._by_layer.append(self._halves[key])
+
+    def attention_inputs(self, index: int, hidden: mx.array, offsets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        return self._by_layer[index][0](hidden, offsets, self._arrays[index])
+
+    def layer_output(self, index: int, hidden: mx.array, attended: mx.array) -> mx.array:
+        return self._by_layer[index][1](hidden, attended, self._arrays[index])
 
 
 def _swiglu_mlp(x: mx.array, layer: Qwen3LayerWeights) -> mx.array:

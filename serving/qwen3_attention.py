@@ -50,17 +50,12 @@ def check_cache_for_path(cache: Any, path: str) -> None:
         raise TypeError(f"attention path {path!r} needs a {names}, got {type(cache).__name__}")
 
 
-def qwen3_attention(
-    x: mx.array,
-    offsets: int | mx.array,
-    cache: Any,
-    layer: Qwen3LayerWeights,
-    config: Qwen3Config,
-    path: str,
-    traffic: KvTraffic,
-) -> mx.array:
-    """x [B, L, hidden]; offsets: tokens already cached per row (int or int32 [B]). Returns [B, L, hidden]."""
-    check_cache_for_path(cache, path)
+def project_qkv(
+    x: mx.array, offsets: int | mx.array, layer: Qwen3LayerWeights, config: Qwen3Config
+) -> tuple[mx.array, mx.array, mx.array]:
+    """x [B, L, hidden] (already normed); offsets: tokens already cached per row (int or int32 [B]).
+
+    Returns query [B, H_q, L, D] and key, value [B, H_kv, L, D], with q/k norms and rotary applied."""
     head_dim = config.head_dim
     query = _split_heads(quantized_linear(x, layer.q_proj), config.num_q_heads, head_dim)
     key = _split_heads(quantized_linear(x, layer.k_proj), config.num_kv_heads, head_dim)
@@ -68,8 +63,12 @@ def qwen3_attention(
     # The norms run over head_dim, the last axis in either layout.
     query = _rope(mx.fast.rms_norm(query, layer.q_norm, config.rms_norm_eps), offsets, config)
     key = _rope(mx.fast.rms_norm(key, layer.k_norm, config.rms_norm_eps), offsets, config)
-    out = _attend(query, key, value, cache, path, traffic)
-    return quantized_linear(_merge_heads(out), layer.o_proj)
+    return query, key, value
+
+
+def output_projection(attended: mx.array, layer: Qwen3LayerWeights) -> mx.array:
+    """attended [B, H_q, L, D] -> [B, L, hidden] through o_proj."""
+    return quantized_linear(_merge_heads(attended), layer.o_proj)
 
 
 def _split_heads(x: mx.array, heads: int, head_dim: int) -> mx.array:
@@ -96,9 +95,11 @@ def _rope(x: mx.array, offsets: int | mx.array, config: Qwen3Config) -> mx.array
     )
 
 
-def _attend(
+def attend(
     query: mx.array, key: mx.array, value: mx.array, cache: Any, path: str, traffic: KvTraffic
 ) -> mx.array:
+    """Append key/value [B, H_kv, L, D] to `cache` and attend query [B, H_q, L, D] causally on `path`."""
+    check_cache_for_path(cache, path)
     if path == "dense":
         dense = cache.update_and_fetch_dense(key, value)
         traffic.repack_bytes += dense.keys.nbytes + dense.values.nbytes

@@ -13,7 +13,8 @@ large model never holds more than one float matrix at a time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import mlx.core as mx
 
@@ -43,6 +44,36 @@ class Qwen3LayerWeights:
     post_attention_norm: mx.array  # [hidden]
     gate_up_proj: QuantizedMatrix  # [2 * intermediate, hidden]: gate rows, then up rows
     down_proj: QuantizedMatrix  # [hidden, intermediate]
+
+    def arrays(self) -> dict[str, Any]:
+        """Every array of the layer as a tree mx.compile takes: a norm as itself, a matrix as
+        (weight, scales, biases). `from_arrays` inverts it."""
+        return {
+            field.name: value if isinstance(value, mx.array) else (value.weight, value.scales, value.biases)
+            for field in fields(self)
+            for value in (getattr(self, field.name),)
+        }
+
+    def from_arrays(self, arrays: dict[str, Any]) -> Qwen3LayerWeights:
+        """A layer of this one's shape made of `arrays` (a tree from `arrays()`, or its traced stand-in
+        inside mx.compile); group sizes and bit widths are this layer's."""
+        parts = {}
+        for field in fields(self):
+            mine = getattr(self, field.name)
+            given = arrays[field.name]
+            parts[field.name] = given if isinstance(mine, mx.array) else QuantizedMatrix(
+                weight=given[0], scales=given[1], biases=given[2], group_size=mine.group_size, bits=mine.bits
+            )
+        return Qwen3LayerWeights(**parts)
+
+    def quantization(self) -> tuple[tuple[int, int], ...]:
+        """(group_size, bits) of each matrix, in field order: layers that agree can share one trace."""
+        return tuple(
+            (value.group_size, value.bits)
+            for field in fields(self)
+            for value in (getattr(self, field.name),)
+            if isinstance(value, QuantizedMatrix)
+        )
 
     @property
     def intermediate(self) -> int:

@@ -149,3 +149,69 @@ def test_heads_split_and_merge_like_the_transposed_layout(length: int) -> None:
         assert graph_primitives(merged) == {"Reshape": 2}
     assert mx.array_equal(heads, x.reshape(2, length, 3, 4).transpose(0, 2, 1, 3)).item()
     assert mx.array_equal(merged, x).item()
+
+
+def batched_decode_logits(path: str, compile_decode: bool, steps: int = 3) -> list[mx.array]:
+    """Two requests prefilled eagerly, then `steps` batched decode steps; the logits of each step."""
+    from pagecheck.impl.kv_cache import BatchingKvCache
+    from pagecheck.serving.qwen3 import Qwen3Model
+
+    model = Qwen3Model(serving_weights(), path, compile_decode=compile_decode)
+    prompts = [[3, 1, 4, 1, 5, 9, 2], [9, 2, 6]]
+    layers = SERVING_CONFIG.num_layers
+    if path == "dense":
+        batches = [DenseKvBatch(2) for _ in range(layers)]
+        new_cache = lambda layer: DenseKvCache(16)  # noqa: E731
+    else:
+        batches = [BatchingKvCache(2) for _ in range(layers)]
+        pools = [TinyKvPagedPool(PAGE_SIZE) for _ in range(layers)]
+        new_cache = lambda layer: TinyKvPagedCache(pools[layer])  # noqa: E731
+    for slot, prompt in enumerate(prompts):
+        caches = [new_cache(layer) for layer in range(layers)]
+        model(mx.array([prompt], dtype=mx.int32), 0, caches)
+        for batch, cache in zip(batches, caches):
+            batch.add_request(cache, slot)
+    tokens = mx.array([[7], [8]], dtype=mx.int32)
+    lengths = [len(prompt) for prompt in prompts]
+    out = []
+    for step in range(steps):
+        logits = model.logits(model(tokens, mx.array(lengths, dtype=mx.int32), batches))
+        mx.eval(logits)
+        out.append(logits)
+        tokens = mx.argmax(logits[:, -1], axis=-1).astype(mx.int32)[:, None]
+        lengths = [length + 1 for length in lengths]
+    return out
+
+
+@pytest.mark.parametrize("path", ATTENTION_PATHS)
+def test_compiled_decode_steps_equal_eager_ones_bit_for_bit(path: str) -> None:
+    # Crosses a page boundary (PAGE_SIZE 4) in both rows; the compiled halves run the same operations.
+    compiled, eager = batched_decode_logits(path, True), batched_decode_logits(path, False)
+    for step, (ours, theirs) in enumerate(zip(compiled, eager)):
+        assert mx.array_equal(ours, theirs).item(), f"decode step {step} differs compiled vs eager"
+
+
+def test_compiled_decode_is_one_trace_per_half_for_every_layer(monkeypatch) -> None:
+    # Every layer shares one quantization, so the model keeps one compiled pair; counting the traces
+    # (calls of the traced function) holds the pair to one trace each over several steps and layers.
+    import pagecheck.serving.qwen3 as qwen3
+
+    calls = {"attention_inputs": 0, "layer_output": 0}
+    for name in calls:
+        original = getattr(qwen3, name)
+
+        def counted(*args, _original=original, _name=name):
+            calls[_name] += 1
+            return _original(*args)
+
+        monkeypatch.setattr(qwen3, name, counted)
+    batched_decode_logits("paged", True, steps=4)
+    # The two eager prefills call each half once per layer; the compiled decode steps trace each half once.
+    assert calls == {"attention_inputs": 2 * SERVING_CONFIG.num_layers + 1, "layer_output": 2 * SERVING_CONFIG.num_layers + 1}
+
+
+def test_compile_decode_must_be_a_bool() -> None:
+    from pagecheck.serving.qwen3 import Qwen3Model
+
+    with pytest.raises(ValueError, match="compile_decode must be a bool, got 1"):
+        Qwen3Model(serving_weights(), "paged", compile_decode=1)

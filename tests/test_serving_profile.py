@@ -7,11 +7,13 @@ import pytest
 from pagecheck.bench import serving_profile
 
 
-def test_a_small_profile_reports_spans_and_the_step_graph(capsys) -> None:
+@pytest.mark.parametrize("mode", ["compiled", "eager"])
+def test_a_small_profile_reports_spans_and_the_step_graph(capsys, mode: str) -> None:
     argv = ["--model", "qwen3-tiny", "--layers", "2", "--batch", "2", "--context", "20", "--steps", "2",
-            "--prefill-chunk", "20", "--cpu"]
+            "--prefill-chunk", "20", "--cpu"] + (["--eager"] if mode == "eager" else [])
     assert serving_profile.main(argv) == 0
     out = capsys.readouterr().out
+    assert f"{mode} decode, batch 2" in out
     spans = re.search(r"decode step: build ([\d.]+) ms, submit ([\d.]+) ms, wait ([\d.]+) ms, total ([\d.]+) ms", out)
     assert spans is not None, out
     build, submit, wait, total = map(float, spans.groups())
