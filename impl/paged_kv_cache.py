@@ -48,8 +48,9 @@ class TinyKvPagedCache:
         self._page_ids: list[int] = []
         self._page_lens: list[int] = []
         self._offset = 0
-        # block_table(width) results, valid until the page list changes.
+        # block_table(width) results and page_id_tuple, valid until the page list changes.
         self._block_tables: dict[int, mx.array] = {}
+        self._page_tuple: tuple[int, ...] | None = None
 
     # -- state ----------------------------------------------------------------
     @property
@@ -59,6 +60,15 @@ class TinyKvPagedCache:
     @property
     def page_ids(self) -> list[int]:
         return list(self._page_ids)
+
+    @property
+    def page_id_tuple(self) -> tuple[int, ...]:
+        """The page ids as a tuple: one object, kept until the page list changes, so a caller that reads
+        them every step (a batch's block table) copies nothing."""
+        pages = self._page_tuple
+        if pages is None:
+            pages = self._page_tuple = tuple(self._page_ids)
+        return pages
 
     @property
     def page_lens(self) -> list[int]:
@@ -138,7 +148,7 @@ class TinyKvPagedCache:
         if not self._page_ids or self._page_lens[-1] == self._pool.page_size:
             self._page_ids.append(self._pool.allocate_page())
             self._page_lens.append(0)
-            self._block_tables = {}
+            self._pages_changed()
 
     def claim_token_slot(self) -> tuple[int, int]:
         """Take the next token position, tail page first (a new page only when the tail is full), and
@@ -215,7 +225,7 @@ class TinyKvPagedCache:
         """Free every page exactly once; the cache is then empty and can be appended to again."""
         self._free_pages(self._page_ids)
         self._page_ids, self._page_lens, self._offset = [], [], 0
-        self._block_tables = {}
+        self._pages_changed()
 
     def rewind(self, n: int) -> None:
         """Drop the newest n tokens, freeing pages that no longer hold any."""
@@ -229,7 +239,7 @@ class TinyKvPagedCache:
         self._free_pages(self._page_ids[keep:])
         if keep < self.num_pages:
             del self._page_ids[keep:], self._page_lens[keep:]
-            self._block_tables = {}
+            self._pages_changed()
         if keep:
             self._page_lens[-1] = offset - (keep - 1) * page_size
         self._offset = offset
@@ -240,6 +250,10 @@ class TinyKvPagedCache:
             raise ValueError(f"page_ids={not_live} of this cache are no longer live in its pool")
         for page_id in reversed(page_ids):
             self._pool.free_page(page_id)
+
+    def _pages_changed(self) -> None:
+        self._block_tables = {}
+        self._page_tuple = None
 
     # -- undo -------------------------------------------------------------------
     def checkpoint(self) -> CacheCheckpoint:
@@ -266,4 +280,5 @@ class TinyKvPagedCache:
             self._page_lens[-1] = checkpoint.tail_len
         self._offset = checkpoint.offset
         self._block_tables = dict(checkpoint.block_tables)
+        self._page_tuple = None
 

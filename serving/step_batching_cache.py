@@ -25,7 +25,7 @@ class StepBatchingKvCache(BatchingKvCache):
 
     def _metadata(self, pool: TinyKvPagedPool, mask: mx.array | str | None) -> PagedKvMetadata:
         slots = self.slot_caches()
-        rows = [[] if cache is None else cache.page_ids for cache in slots]
+        rows = [() if cache is None else cache.page_id_tuple for cache in slots]
         lens = [0 if cache is None else cache.offset for cache in slots]
         storage = pool.storage
         if storage is None:

@@ -9,27 +9,32 @@ test can hold the scheduler to one build per phase of a step.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import mlx.core as mx
 
 class StepPageTable:
     def __init__(self) -> None:
         # (rows, context_lens, (block_table, context_lens arrays)) of each distinct table built this step.
-        self._tables: list[tuple[list[list[int]], list[int], tuple[mx.array, mx.array]]] = []
+        self._tables: list[tuple[list[tuple[int, ...]], list[int], tuple[mx.array, mx.array]]] = []
         self.builds = 0
 
     def start_step(self) -> None:
         """Forget the previous step's tables."""
         self._tables = []
 
-    def arrays(self, rows: list[list[int]], context_lens: list[int]) -> tuple[mx.array, mx.array]:
-        """(block_table int32 [B, widest row] padded with -1, context_lens int32 [B])."""
+    def arrays(self, rows: Sequence[Sequence[int]], context_lens: list[int]) -> tuple[mx.array, mx.array]:
+        """(block_table int32 [B, widest row] padded with -1, context_lens int32 [B]).
+
+        Rows given as tuples (TinyKvPagedCache.page_id_tuple) are compared and kept without a copy."""
+        rows = [row if isinstance(row, tuple) else tuple(row) for row in rows]
         # Whole-list comparison runs in C; a step holds one table per phase, so the scan is short.
         for seen_rows, seen_lens, tables in self._tables:
             if seen_lens == context_lens and seen_rows == rows:
                 return tables
         width = max((len(row) for row in rows), default=0)
-        block_table = mx.array([row + [-1] * (width - len(row)) for row in rows], dtype=mx.int32)
+        block_table = mx.array([list(row) + [-1] * (width - len(row)) for row in rows], dtype=mx.int32)
         tables = (block_table, mx.array(context_lens, dtype=mx.int32))
-        self._tables.append(([list(row) for row in rows], list(context_lens), tables))
+        self._tables.append((rows, list(context_lens), tables))
         self.builds += 1
         return tables

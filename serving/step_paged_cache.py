@@ -33,7 +33,7 @@ class StepPagedKvCache(TinyKvPagedCache):
         key_pages, value_pages = self.pool.key_pages, self.pool.value_pages
         if key_pages is None or value_pages is None:
             raise ValueError("paged_metadata: the pool has no page storage yet (nothing was written to it)")
-        block_table, context_lens = self._table.arrays([self.page_ids], [self.offset])
+        block_table, context_lens = self._table.arrays([self.page_id_tuple], [self.offset])
         return PagedKvMetadata(
             key_pages=key_pages,
             value_pages=value_pages,

@@ -121,6 +121,28 @@ def test_block_table_is_one_object_until_the_page_list_changes(
     assert cache.block_table().shape == (1, 0)
 
 
+def test_page_id_tuple_is_one_object_until_the_page_list_changes(
+    rng: np.random.Generator, cache: TinyKvPagedCache
+) -> None:
+    _fill(cache, rng, [3])
+    first = cache.page_id_tuple
+    assert first == (0,) and cache.page_id_tuple is first
+    _fill(cache, rng, [1])  # fills the tail page
+    assert cache.page_id_tuple is first
+    checkpoint, pool_checkpoint = cache.checkpoint(), cache.pool.checkpoint()
+    _fill(cache, rng, [1])  # allocates a page
+    assert cache.page_id_tuple == (0, 1)
+    cache.pool.rollback(pool_checkpoint)
+    cache.rollback(checkpoint)  # the appended page is dropped again
+    assert cache.page_id_tuple == (0,)
+    _fill(cache, rng, [2])
+    assert cache.page_id_tuple == tuple(cache.page_ids) == (0, 1)
+    cache.rewind(2)  # frees the new page
+    assert cache.page_id_tuple == (0,)
+    cache.release()
+    assert cache.page_id_tuple == ()
+
+
 def test_block_table_pads_with_minus_one_and_rejects_narrow_widths(
     rng: np.random.Generator, cache: TinyKvPagedCache
 ) -> None:
