@@ -8,15 +8,14 @@ the final hidden states; `logits` turns the ones that are sampled into
 float32 vocabulary scores, so a prefill chunk never pays for the output head
 of every position.
 
-Each layer's dense work runs in two compiled calls, one before the cache
-append and attention and one after, with the layer's weights as inputs: the
-same operations as the eager path (bit-for-bit the same outputs,
-tests/test_qwen3_model.py), one Python call for each half instead of one per
-operation, which is most of a step's host time to build its graph. Offsets
-enter as an int32 array, so a new position is a new input, not a new trace;
-a trace is made per input shape (the decode batch, each prefill chunk
-length). `compile_layers=False` builds every operation eagerly, for
-comparison.
+A decode step (L == 1, offsets an int32 array) computes each layer's dense
+work in two compiled calls, one before the cache append and attention and one
+after, traced once per layer shape: the same operations as the eager path
+(bit-for-bit the same outputs, tests/test_qwen3_model.py), with one Python call
+for each half instead of one per operation, which is most of a step's host
+time to build its graph. Prefill chunks stay eager: their int offsets would be
+traced as constants, a new trace per chunk. `compile_decode=False` keeps
+every step eager, for comparison.
 """
 
 from __future__ import annotations
@@ -35,13 +34,13 @@ from pagecheck.serving.qwen3_weights import Qwen3LayerWeights, Qwen3Weights
 
 
 class Qwen3Model:
-    def __init__(self, weights: Qwen3Weights, attention_path: str = "paged", compile_layers: bool = True) -> None:
+    def __init__(self, weights: Qwen3Weights, attention_path: str = "paged", compile_decode: bool = True) -> None:
         check_attention_path(attention_path)
-        if not isinstance(compile_layers, bool):
-            raise ValueError(f"compile_layers must be a bool, got {compile_layers!r}")
+        if not isinstance(compile_decode, bool):
+            raise ValueError(f"compile_decode must be a bool, got {compile_decode!r}")
         self.weights = weights
         self.attention_path = attention_path
-        self._compiled = _CompiledLayerHalves(weights) if compile_layers else None
+        self._compiled = _CompiledLayerHalves(weights) if compile_decode else None
 
     @property
     def config(self) -> Qwen3Config:
@@ -65,9 +64,7 @@ class Qwen3Model:
             raise ValueError(f"caches has {len(caches)} entries; the model has {self.config.num_layers} layers")
         traffic = KvTraffic() if traffic is None else traffic
         config = self.config
-        compiled = self._compiled
-        if compiled is not None and not isinstance(offsets, mx.array):
-            offsets = mx.array(offsets, dtype=mx.int32)
+        compiled = self._compiled if tokens.shape[1] == 1 and isinstance(offsets, mx.array) else None
         hidden = embedding_lookup(tokens, self.weights.embed_tokens)
         for index, (layer, cache) in enumerate(zip(self.weights.layers, caches)):
             if compiled is None:

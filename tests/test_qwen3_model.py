@@ -151,12 +151,12 @@ def test_heads_split_and_merge_like_the_transposed_layout(length: int) -> None:
     assert mx.array_equal(merged, x).item()
 
 
-def batched_decode_logits(path: str, compile_layers: bool, steps: int = 3) -> list[mx.array]:
-    """Two requests prefilled, then `steps` batched decode steps; the logits of the prefills and of each step."""
+def batched_decode_logits(path: str, compile_decode: bool, steps: int = 3) -> list[mx.array]:
+    """Two requests prefilled eagerly, then `steps` batched decode steps; the logits of each step."""
     from pagecheck.impl.kv_cache import BatchingKvCache
     from pagecheck.serving.qwen3 import Qwen3Model
 
-    model = Qwen3Model(serving_weights(), path, compile_layers=compile_layers)
+    model = Qwen3Model(serving_weights(), path, compile_decode=compile_decode)
     prompts = [[3, 1, 4, 1, 5, 9, 2], [9, 2, 6]]
     layers = SERVING_CONFIG.num_layers
     if path == "dense":
@@ -166,16 +166,14 @@ def batched_decode_logits(path: str, compile_layers: bool, steps: int = 3) -> li
         batches = [BatchingKvCache(2) for _ in range(layers)]
         pools = [TinyKvPagedPool(PAGE_SIZE) for _ in range(layers)]
         new_cache = lambda layer: TinyKvPagedCache(pools[layer])  # noqa: E731
-    out = []
     for slot, prompt in enumerate(prompts):
         caches = [new_cache(layer) for layer in range(layers)]
-        # Two chunks, the second at an int offset, as the scheduler's prefill passes it.
-        for start, stop in ((0, 2), (2, len(prompt))):
-            out.append(model.logits(model(mx.array([prompt[start:stop]], dtype=mx.int32), start, caches)))
+        model(mx.array([prompt], dtype=mx.int32), 0, caches)
         for batch, cache in zip(batches, caches):
             batch.add_request(cache, slot)
     tokens = mx.array([[7], [8]], dtype=mx.int32)
     lengths = [len(prompt) for prompt in prompts]
+    out = []
     for step in range(steps):
         logits = model.logits(model(tokens, mx.array(lengths, dtype=mx.int32), batches))
         mx.eval(logits)
@@ -186,19 +184,16 @@ def batched_decode_logits(path: str, compile_layers: bool, steps: int = 3) -> li
 
 
 @pytest.mark.parametrize("path", ATTENTION_PATHS)
-def test_compiled_layers_equal_eager_ones_bit_for_bit(path: str) -> None:
-    # Prefill chunks and decode steps crossing a page boundary (PAGE_SIZE 4) in both rows; the compiled
-    # halves run the same operations, with the offsets as an array where eager passes the int.
+def test_compiled_decode_steps_equal_eager_ones_bit_for_bit(path: str) -> None:
+    # Crosses a page boundary (PAGE_SIZE 4) in both rows; the compiled halves run the same operations.
     compiled, eager = batched_decode_logits(path, True), batched_decode_logits(path, False)
-    assert len(compiled) == len(eager) == 7
-    for call, (ours, theirs) in enumerate(zip(compiled, eager)):
-        assert mx.array_equal(ours, theirs).item(), f"model call {call} differs compiled vs eager"
+    for step, (ours, theirs) in enumerate(zip(compiled, eager)):
+        assert mx.array_equal(ours, theirs).item(), f"decode step {step} differs compiled vs eager"
 
 
-def test_compiled_layers_trace_once_per_input_shape(monkeypatch) -> None:
+def test_compiled_decode_is_one_trace_per_half_for_every_layer(monkeypatch) -> None:
     # Every layer shares one quantization, so the model keeps one compiled pair; counting the traces
-    # (calls of the traced function) holds the pair to one trace per input shape over every layer,
-    # every offset and every step.
+    # (calls of the traced function) holds the pair to one trace each over several steps and layers.
     import pagecheck.serving.qwen3 as qwen3
 
     calls = {"attention_inputs": 0, "layer_output": 0}
@@ -211,13 +206,12 @@ def test_compiled_layers_trace_once_per_input_shape(monkeypatch) -> None:
 
         monkeypatch.setattr(qwen3, name, counted)
     batched_decode_logits("paged", True, steps=4)
-    # Inputs of four shapes: prefill chunks of 2 tokens (both prompts), 5 and 1, and the 2-row decode batch.
-    shapes = {(1, 2), (1, 5), (1, 1), (2, 1)}
-    assert calls == {"attention_inputs": len(shapes), "layer_output": len(shapes)}
+    # The two eager prefills call each half once per layer; the compiled decode steps trace each half once.
+    assert calls == {"attention_inputs": 2 * SERVING_CONFIG.num_layers + 1, "layer_output": 2 * SERVING_CONFIG.num_layers + 1}
 
 
-def test_compile_layers_must_be_a_bool() -> None:
+def test_compile_decode_must_be_a_bool() -> None:
     from pagecheck.serving.qwen3 import Qwen3Model
 
-    with pytest.raises(ValueError, match="compile_layers must be a bool, got 1"):
-        Qwen3Model(serving_weights(), "paged", compile_layers=1)
+    with pytest.raises(ValueError, match="compile_decode must be a bool, got 1"):
+        Qwen3Model(serving_weights(), "paged", compile_decode=1)

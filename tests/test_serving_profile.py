@@ -13,7 +13,7 @@ def test_a_small_profile_reports_spans_and_the_step_graph(capsys, mode: str) -> 
             "--prefill-chunk", "20", "--cpu"] + (["--eager"] if mode == "eager" else [])
     assert serving_profile.main(argv) == 0
     out = capsys.readouterr().out
-    assert f"{mode} layers, batch 2" in out
+    assert f"{mode} decode, batch 2" in out
     spans = re.search(r"decode step: build ([\d.]+) ms, submit ([\d.]+) ms, wait ([\d.]+) ms, total ([\d.]+) ms", out)
     assert spans is not None, out
     build, submit, wait, total = map(float, spans.groups())

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk", type=int, default=DEFAULT_PREFILL_STEP,
                         help="tokens per timed prompt chunk with --phase prefill (default: serve-bench's prefill step)")
     parser.add_argument("--eager", action="store_true",
-                        help="build steps op by op, without the model's compiled layer halves")
+                        help="build decode steps op by op, without the model's compiled layer halves")
     parser.add_argument("--cpu", action="store_true")
     args = parser.parse_args(argv)
     for name in ("batch", "context", "steps", "page_size", "prefill_chunk", "chunk"):
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         mx.set_default_device(mx.cpu)
     config = model_config(args.model, args.layers)
     dtype = getattr(mx, args.dtype)
-    model = Qwen3Model(random_qwen3_weights(config, seed=0, dtype=dtype), args.variant, compile_layers=not args.eager)
+    model = Qwen3Model(random_qwen3_weights(config, seed=0, dtype=dtype), args.variant, compile_decode=not args.eager)
     kv = serving_kv_for(args.variant, config.num_layers, args.batch,
                         2 * config.num_kv_heads * config.head_dim * dtype.size, args.page_size)
     traffic = KvTraffic()
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
     position = args.context
     setting = (f"{config.name} ({config.num_layers} layers), {args.variant}, page {args.page_size}, {args.dtype}, "
-               f"{'eager' if args.eager else 'compiled'} layers")
+               f"{'eager' if args.eager else 'compiled'} decode")
     if args.phase == "prefill":
         # The warm-up chunks, the timed ones, and one each for the graph and the profile.
         chunks = WARMUP_STEPS + args.steps + 2
