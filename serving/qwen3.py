@@ -12,14 +12,16 @@ A decode step (L == 1, offsets an int32 array) computes each layer's dense
 work in two compiled calls, one before the cache append and attention and one
 after, traced once per layer shape: the same operations as the eager path
 (bit-for-bit the same outputs, tests/test_qwen3_model.py), with one Python call
-for each half instead of one per operation, which is most of a step's host
-time to build its graph. Prefill chunks stay eager. Compiled, they were far slower on the
-H200 (a prefill profile the eager model ran in about 11 s had not finished in
-55 s; ext/kernels/NOTES.md v15): a trace is shape-specialized, so the SwiGLU
+for each half instead of one per operation, which halves the host time those
+operations take to build. `compile_decode=False` keeps every step eager, for
+comparison.
+
+Prefill chunks stay eager. Compiled, they were far slower on the H200 (a
+prefill profile the eager model ran in about 11 s had not finished in 55 s;
+ext/kernels/NOTES.md v15): a trace is shape-specialized, so the SwiGLU
 product, compiled shapeless to serve every chunk length with one kernel, is
 fused anew inside each trace, and on the GPU a new fused kernel is a JIT
-compile. `compile_decode=False` keeps
-every step eager, for comparison.
+compile.
 """
 
 from __future__ import annotations
@@ -107,7 +109,6 @@ class _CompiledLayerHalves:
 
     def __init__(self, weights: Qwen3Weights) -> None:
         config = weights.config
-        self._layers = weights.layers
         self._arrays = [layer.arrays() for layer in weights.layers]
         # One compiled pair per distinct quantization: group sizes and bit widths are traced as constants.
         self._halves: dict[tuple[tuple[int, int], ...], tuple[Any, Any]] = {}
