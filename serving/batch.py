@@ -14,7 +14,9 @@ Every scheduler step:
 Decode steps are pipelined (`overlap=True`, the default): a step's sampled
 tokens stay on the device and feed the next step's graph directly, and the
 host reads them back only after it has built and submitted that next step,
-so building step N+1 overlaps the device running step N. Nothing the
+so building step N+1 overlaps the device running step N. A prefill chunk
+is built while the device runs the decode step before it, and reads that
+step's tokens back (decode time) once the chunk is submitted. Nothing the
 scheduler decides needs a token's value (requests stop at max_new_tokens), so
 the outputs are the same as with `overlap=False`, which reads every step's
 tokens before the next begins. A step's decode time includes waiting for the
@@ -172,10 +174,6 @@ class _Scheduler:
             self.kv.table.start_step()
         self._admit(waiting)
         self.read_back_seconds = 0.0
-        if self.prefilling:
-            # A prefill chunk waits for the decode work queued before it: read those tokens now, so that
-            # the wait counts as decode time.
-            self.read_back()
         prefill_tokens, prefill_seconds = self._prefill()
         decode_batch, decode_seconds = self._decode()
         decode_seconds += self.read_back_seconds
@@ -208,8 +206,12 @@ class _Scheduler:
             return 0, 0.0
         request = self.prefilling[0]
         started = time.perf_counter()
-        tokens = request.prefill_step(self.model, self.prefill_step, self.traffic)
-        seconds = time.perf_counter() - started
+        read_before = self.read_back_seconds
+        # The device runs the decode step queued before this chunk while the host builds the chunk; the
+        # chunk then waits for that step's tokens (read back once the chunk is submitted, counted as
+        # decode time) before it waits for its own work.
+        tokens = request.prefill_step(self.model, self.prefill_step, self.traffic, before_wait=self.read_back)
+        seconds = time.perf_counter() - started - (self.read_back_seconds - read_before)
         if request.is_prefilled:
             self.prefilling.popleft()
             if request.is_done:

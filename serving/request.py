@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,10 +54,14 @@ class Request:
     def is_done(self) -> bool:
         return self.num_outputs >= self.max_new_tokens
 
-    def prefill_step(self, model: Any, prefill_step: int, traffic: KvTraffic) -> int:
+    def prefill_step(
+        self, model: Any, prefill_step: int, traffic: KvTraffic, before_wait: Callable[[], None] | None = None
+    ) -> int:
         """Run the next chunk of at most `prefill_step` prompt tokens; after the last, sample the first output.
 
-        Returns the number of prompt tokens processed.
+        The chunk's work is submitted to the device, then `before_wait` runs (a scheduler reads back the
+        decode step queued before the chunk there, so that wait is not counted as prefill), then the
+        chunk is waited for. Returns the number of prompt tokens processed.
         """
         if self.caches is None:
             raise ValueError(f"request {self.request_id} has no caches; admit it first")
@@ -67,8 +72,12 @@ class Request:
         tokens = mx.array([self.prompt[start:stop]], dtype=mx.int32)
         hidden = model(tokens, start, self.caches, traffic)
         self.prefilled = stop
+        result = mx.argmax(model.logits(hidden[:, -1]), axis=-1) if self.is_prefilled else hidden
+        mx.async_eval(result)
+        if before_wait is not None:
+            before_wait()
         if self.is_prefilled:
-            self.output.append(int(mx.argmax(model.logits(hidden[:, -1]), axis=-1).item()))
+            self.output.append(int(result.item()))
         else:
-            mx.eval(hidden)
+            mx.eval(result)
         return stop - start

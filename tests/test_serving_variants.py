@@ -137,3 +137,45 @@ def test_a_decode_batch_attends_over_the_whole_storage_without_slicing_it() -> N
     assert keys.shape[0] >= kv.pools[0].num_pages  # rows past the issued pages are NaN and never named
     assert metadata.block_table.tolist() == [[-1, -1], caches[0].page_ids]
     assert metadata.context_lens.tolist() == [0, PAGE_SIZE + 2]
+
+
+def test_waiting_for_the_queued_decode_step_is_decode_time_even_inside_a_prefill_chunk(monkeypatch) -> None:
+    # A prefill chunk reads the previous decode step's tokens back once it has submitted its own work, inside
+    # its timed span. On a clock that moves only while tokens are read back (one unit per read), every
+    # step's prefill time must be exactly zero and the decode times must add up to the reads (all but the
+    # last, which batch_generate makes after its last step).
+    from pagecheck.serving import batch
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            return self.now
+
+    clock = Clock()
+
+    class ReadTakesOneUnit:
+        def __init__(self, tokens) -> None:
+            self.tokens = tokens
+
+        def tolist(self):
+            clock.now += 1.0
+            return self.tokens.tolist()
+
+    original = batch._Scheduler.read_back
+    reads_inside_prefill = []
+
+    def read_back(self) -> None:
+        if self.in_flight is not None:
+            self.in_flight = ReadTakesOneUnit(self.in_flight)
+            reads_inside_prefill.append(bool(self.prefilling))
+        original(self)
+
+    monkeypatch.setattr(batch, "time", clock)
+    monkeypatch.setattr(batch._Scheduler, "read_back", read_back)
+    result = batch_generate(
+        serving_model("paged"), short_trace(), batch_size=BATCH_SIZE, prefill_step=PREFILL_STEP, page_size=PAGE_SIZE,
+    )
+    assert any(reads_inside_prefill), "the trace never read a decode step back during a prefill chunk"
+    assert [step.prefill_seconds for step in result.steps] == [0.0] * len(result.steps)
+    assert sum(step.decode_seconds for step in result.steps) == len(reads_inside_prefill) - 1
