@@ -111,12 +111,12 @@ class _CompiledLayerHalves:
         config = weights.config
         self._arrays = [layer.arrays() for layer in weights.layers]
         # One compiled pair per distinct quantization: group sizes and bit widths are traced as constants.
-        self._halves: dict[tuple[tuple[int, int], ...], tuple[Any, Any]] = {}
-        self._by_layer = []
+        halves: dict[tuple[tuple[int, int], ...], tuple[Any, Any]] = {}
+        self._by_layer: list[tuple[Any, Any]] = []
         for layer in weights.layers:
             key = layer.quantization()
-            if key not in self._halves:
-                self._halves[key] = (
+            if key not in halves:
+                halves[key] = (
                     mx.compile(lambda hidden, offsets, arrays, like=layer: attention_inputs(
                         hidden, offsets, like.from_arrays(arrays), config
                     )),
@@ -124,7 +124,7 @@ class _CompiledLayerHalves:
                         hidden, attended, like.from_arrays(arrays), config
                     )),
                 )
-            self._by_layer.append(self._halves[key])
+            self._by_layer.append(halves[key])
 
     def attention_inputs(self, index: int, hidden: mx.array, offsets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         return self._by_layer[index][0](hidden, offsets, self._arrays[index])
