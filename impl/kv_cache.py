@@ -87,34 +87,47 @@ class BatchingKvCache:
         """Append row b of keys/values [B, H_kv, L, D] to slot b's request; metadata for the batch."""
         active = self._check_batch(keys, values, mask_length)
         pool = active[0][1].pool
-        pool_before = pool.checkpoint()
-        caches_before = [cache.checkpoint() for _, cache in active]
-        try:
-            if keys.shape[2] == 1:
-                self._append_tokens(pool, active, keys, values)
-            else:
+        if keys.shape[2] == 1:
+            self._append_tokens(pool, active, keys, values)
+        else:
+            pool_before = pool.checkpoint()
+            caches_before = [cache.checkpoint() for _, cache in active]
+            try:
                 for slot, cache in active:
                     cache.append(keys[slot : slot + 1], values[slot : slot + 1])
-        except BaseException:
-            pool.rollback(pool_before)
-            for (_, cache), before in zip(active, caches_before):
-                cache.rollback(before)
-            raise
+            except BaseException:
+                pool.rollback(pool_before)
+                for (_, cache), before in zip(active, caches_before):
+                    cache.rollback(before)
+                raise
         self.HD = (keys.shape[1], keys.shape[3])
         return self._metadata(pool, mask)
 
     def _append_tokens(
         self, pool: TinyKvPagedPool, active: list[tuple[int, TinyKvPagedCache]], keys: mx.array, values: mx.array
     ) -> None:
-        """One token per active request: positions claimed in slot order, then one write for all of them."""
-        positions = [cache.claim_token_slot() for _, cache in active]
-        slots = tuple(slot for slot, _ in active)
-        batch, num_heads, _, head_dim = keys.shape
-        key_rows, value_rows = keys.reshape(batch, num_heads, head_dim), values.reshape(batch, num_heads, head_dim)
-        if len(slots) != batch:
-            rows = _slot_rows(slots)
-            key_rows, value_rows = mx.take(key_rows, rows, axis=0), mx.take(value_rows, rows, axis=0)
-        pool.write_token_rows([page for page, _ in positions], [slot for _, slot in positions], key_rows, value_rows)
+        """One token per active request: positions claimed in slot order, then one write for all of them.
+        All or nothing: on a failure every claimed position is given back (rewind(1) undoes exactly one
+        claim, page included) and the pool is rolled back, which is cheaper than a checkpoint per request
+        for the one-token case that every decode step and layer takes."""
+        pool_before = pool.checkpoint()
+        positions: list[tuple[int, int]] = []
+        try:
+            for _, cache in active:
+                positions.append(cache.claim_token_slot())
+            slots = tuple(slot for slot, _ in active)
+            batch, num_heads, _, head_dim = keys.shape
+            key_rows = keys.reshape(batch, num_heads, head_dim)
+            value_rows = values.reshape(batch, num_heads, head_dim)
+            if len(slots) != batch:
+                rows = _slot_rows(slots)
+                key_rows, value_rows = mx.take(key_rows, rows, axis=0), mx.take(value_rows, rows, axis=0)
+            pool.write_token_rows([page for page, _ in positions], [slot for _, slot in positions], key_rows, value_rows)
+        except BaseException:
+            for _, cache in reversed(active[: len(positions)]):
+                cache.rewind(1)
+            pool.rollback(pool_before)
+            raise
 
     def _check_batch(
         self, keys: mx.array, values: mx.array, mask_length: int | None

@@ -219,24 +219,40 @@ class TinyKvPagedPool:
             )
         # The checks of a one-token chunk [1, H_kv, 1, D] (the rows' geometry), without slicing them out.
         self.check_chunk_shape((1, keys.shape[1], 1, keys.shape[2]), keys.dtype, values.dtype)
-        for page_id in dict.fromkeys(page_ids):
-            self._check_live(page_id)
-        for start in slots:
-            if not is_int(start) or not 0 <= start < self.page_size:
-                raise ValueError(f"start={start!r} is outside a page of size {self.page_size}")
-        if len(set(zip(page_ids, slots))) != len(page_ids):
-            raise ValueError(f"page_ids={page_ids} and slots={slots} name one position twice")
-        before = self.checkpoint()
-        try:
-            if self._keys is None or self._values is None:
+        self._check_token_positions(page_ids, slots)
+        index = page_write.token_row_index(tuple(page_ids), tuple(slots), keys.shape[1])
+        if self._keys is None or self._values is None:
+            before = self.checkpoint()
+            try:
                 self._create_storage(keys[None].transpose(0, 2, 1, 3))
-            index = page_write.token_row_index(tuple(page_ids), tuple(slots), keys.shape[1])
+                new_keys = page_write.write_token_rows(self._keys, index, keys)
+                new_values = page_write.write_token_rows(self._values, index, values)
+            except BaseException:
+                self.rollback(before)
+                raise
+        else:
+            # Nothing changes until both updates are built, so a failure leaves the pool as it was.
             new_keys = page_write.write_token_rows(self._keys, index, keys)
             new_values = page_write.write_token_rows(self._values, index, values)
-        except BaseException:
-            self.rollback(before)
-            raise
         self._keys, self._values = new_keys, new_values
+
+    def _check_token_positions(self, page_ids: list[int], slots: list[int]) -> None:
+        """Every page id live, every slot inside a page, no position named twice. A decode step writes one
+        token per request in every layer, so the common case (plain ints, all valid) is checked with
+        built-ins over the whole lists; anything else takes the loops that name the bad value."""
+        plain = all(type(page_id) is int for page_id in page_ids) and all(type(slot) is int for slot in slots)
+        if not (
+            plain
+            and 0 <= min(page_ids) and max(page_ids) < self._num_pages and self._free_set.isdisjoint(page_ids)
+            and 0 <= min(slots) and max(slots) < self.page_size
+        ):
+            for page_id in dict.fromkeys(page_ids):
+                self._check_live(page_id)
+            for start in slots:
+                if not is_int(start) or not 0 <= start < self.page_size:
+                    raise ValueError(f"start={start!r} is outside a page of size {self.page_size}")
+        if len(set(zip(page_ids, slots))) != len(page_ids):
+            raise ValueError(f"page_ids={page_ids} and slots={slots} name one position twice")
 
     def read_page(self, page_id: int) -> tuple[mx.array, mx.array]:
         """(key, value) of one live page, each [1, H_kv, page_size, D], unwritten slots NaN."""

@@ -67,8 +67,12 @@ class TinyKvPagedCache:
         them every step (a batch's block table) copies nothing."""
         pages = self._page_tuple
         if pages is None:
-            pages = self._page_tuple = tuple(self._page_ids)
+            pages = self._page_tuple = self._make_page_tuple()
         return pages
+
+    def _make_page_tuple(self) -> tuple[int, ...]:
+        """The tuple page_id_tuple keeps; a subclass may hand out a shared equal one instead."""
+        return tuple(self._page_ids)
 
     @property
     def page_lens(self) -> list[int]:

@@ -18,15 +18,24 @@ class StepPageTable:
         # (rows, context_lens, (block_table, context_lens arrays)) of each distinct table built this step.
         self._tables: list[tuple[list[tuple[int, ...]], list[int], tuple[mx.array, mx.array]]] = []
         self.builds = 0
+        # One tuple object per distinct page-id row made this step (shared_row).
+        self._rows: dict[tuple[int, ...], tuple[int, ...]] = {}
 
     def start_step(self) -> None:
-        """Forget the previous step's tables."""
+        """Forget the previous step's tables and shared rows."""
         self._tables = []
+        self._rows = {}
+
+    def shared_row(self, row: tuple[int, ...]) -> tuple[int, ...]:
+        """The step's one tuple equal to `row`: the layers of a request make equal page-id tuples, and
+        rows that are one object compare in O(1) in `arrays`."""
+        return self._rows.setdefault(row, row)
 
     def arrays(self, rows: Sequence[Sequence[int]], context_lens: list[int]) -> tuple[mx.array, mx.array]:
         """(block_table int32 [B, widest row] padded with -1, context_lens int32 [B]).
 
-        Rows given as tuples (TinyKvPagedCache.page_id_tuple) are compared and kept without a copy."""
+        Rows given as tuples (TinyKvPagedCache.page_id_tuple) are compared and kept without a copy; rows
+        from shared_row compare by identity."""
         rows = [row if isinstance(row, tuple) else tuple(row) for row in rows]
         # Whole-list comparison runs in C; a step holds one table per phase, so the scan is short.
         for seen_rows, seen_lens, tables in self._tables:

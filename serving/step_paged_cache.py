@@ -20,6 +20,11 @@ class StepPagedKvCache(TinyKvPagedCache):
         super().__init__(pool)
         self._table = table
 
+    def _make_page_tuple(self) -> tuple[int, ...]:
+        # Every layer's cache of a request holds the same page ids; one shared tuple lets the step's table
+        # compare rows by identity instead of id by id.
+        return self._table.shared_row(tuple(self._page_ids))
+
     def _write_chunk(self, key: mx.array, value: mx.array) -> None:
         # Inside TinyKvPagedCache.append's checks and all-or-nothing rollback: one update per tensor.
         page_ids, slots = self.claim_token_slots(key.shape[2])

@@ -68,13 +68,19 @@ def test_a_failed_write_leaves_every_request_and_the_pool_unchanged(monkeypatch:
         ([0, 0], [1, 1], 2, "name one position twice"),
         ([0], [PAGE_SIZE], 1, f"outside a page of size {PAGE_SIZE}"),
         ([9], [0], 1, "never issued"),
+        ([-1], [0], 1, "never issued"),
+        ([True], [0], 1, "never issued"),
+        ([2], [0], 1, "is free"),
+        ([0, 1], [0, -1], 2, "start=-1 is outside"),
+        ([0], [1.0], 1, "start=1.0 is outside"),
     ],
 )
 def test_pool_token_writes_reject_bad_positions(page_ids: list[int], slots: list[int], rows: int,
                                                  message: str) -> None:
     pool = TinyKvPagedPool(page_size=PAGE_SIZE)
-    for _ in range(2):
+    for _ in range(3):
         pool.allocate_page()
+    pool.free_page(2)
     keys = mx.zeros((rows, 2, 4))
     before = pool_state(pool)
     with pytest.raises(ValueError, match=message):

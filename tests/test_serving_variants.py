@@ -50,6 +50,21 @@ def test_block_table_is_built_once_per_phase_whatever_the_layer_count(num_layers
     assert per_step == phases
 
 
+def test_every_layer_of_a_request_shares_one_page_row_object() -> None:
+    """The step's table compares rows by identity when the layers' caches hand out the same tuple."""
+    rows_by_layer = []
+
+    def record(state) -> None:
+        rows_by_layer.append([tuple(id(cache.page_id_tuple) for cache in request.caches) for request in state.requests])
+
+    batch_generate(
+        serving_model("paged", 3), short_trace(), batch_size=BATCH_SIZE, prefill_step=PREFILL_STEP,
+        page_size=PAGE_SIZE, on_step=record,
+    )
+    shared = [len(set(ids)) == 1 for step in rows_by_layer for ids in step]
+    assert shared and all(shared)
+
+
 def one_token_chunk(path: str):
     model = serving_model(path)
     return model, mx.array([[1, 2, 3]], dtype=mx.int32)
