@@ -39,9 +39,11 @@ step percall "${PERCALL_LIMIT:-120}" python3 -m pagecheck.gpu.percall --json "$o
 cat "$out/percall.md"
 step kernels "${KERNEL_LIMIT:-300}" python3 -m pagecheck.gpu.bench --quick --json "$out/bench_gpu.json"
 sed -n '/^summary/,$p' "$out/kernels.log"
-step serve "${SERVE_LIMIT:-420}" python3 -m pagecheck.commands.serve_bench --device gpu --model qwen3-0.6b --requests 16 \
-  --batch 8 --prompt-lens 1024,4096 --out "$out/serve"
+# Two rounds (the second in reversed variant order): each variant's row is its slower round, and both are listed.
+step serve "${SERVE_LIMIT:-480}" python3 -m pagecheck.commands.serve_bench --device gpu --model qwen3-0.6b --requests 16 \
+  --batch 8 --prompt-lens 1024,4096 --rounds 2 --out "$out/serve"
 grep -A6 '^| variant' "$out/serve.log"
+grep 'each round' "$out/serve.log"
 step profile "${PROFILE_LIMIT:-150}" python3 -m pagecheck.bench.serving_profile --batch 8 --context 2048 --steps 20
 grep -E '^(decode step|graph of)' "$out/profile.log"
 step prefill_profile "${PROFILE_LIMIT:-150}" python3 -m pagecheck.bench.serving_profile --phase prefill --context 2048 --steps 20

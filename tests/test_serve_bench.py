@@ -152,3 +152,76 @@ def test_the_command_reports_its_warm_up_and_records_its_loop(tmp_path) -> None:
         assert loop in (out / "serve_bench.md").read_text()
         outputs[bool(extra)] = document["variants"]["paged"]["metrics"]["output_tokens"]
     assert outputs[True] == outputs[False]
+
+
+def test_rounds_alternate_the_order_warm_each_variant_once_and_keep_the_median_round(monkeypatch) -> None:
+    from pagecheck.bench import serving_run
+
+    calls: list[tuple[str, str]] = []
+    decode_rates = iter([30.0, 10.0, 20.0, 11.0, 33.0, 22.0])  # run order: a, b, b, a, a, b
+
+    def fake_warm_up(model, settings, trace) -> None:
+        calls.append(("warm", model.attention_path))
+
+    def fake_timed_run(model, trace, settings):
+        calls.append(("timed", model.attention_path))
+        rate = next(decode_rates)
+        metrics = {field: rate for field in serving_run.ROUND_FIELDS} | {"decode_step_ms": {"median": 1000 / rate}}
+        return {"metrics": metrics, "outputs": {}}
+
+    monkeypatch.setattr(serving_run, "_warm_up", fake_warm_up)
+    monkeypatch.setattr(serving_run, "_timed_run", fake_timed_run)
+    runs = serving_run.run_variants(serving_weights(), ("paged", "dense"), small_trace(), SETTINGS, rounds=3)
+    assert calls == [
+        ("warm", "paged"), ("timed", "paged"), ("warm", "dense"), ("timed", "dense"),
+        ("timed", "dense"), ("timed", "paged"),
+        ("timed", "paged"), ("timed", "dense"),
+    ]
+    assert runs["paged"]["metrics"]["decode_tokens_per_s"] == 30.0  # of 30, 11, 33
+    assert runs["dense"]["metrics"]["decode_tokens_per_s"] == 20.0  # of 10, 20, 22
+    assert [r["decode_tokens_per_s"] for r in runs["paged"]["rounds"]] == [30.0, 11.0, 33.0]
+    assert serving_run.median_round([{"metrics": {"decode_tokens_per_s": rate}} for rate in (5.0, 9.0)]) == {
+        "metrics": {"decode_tokens_per_s": 5.0}}  # the lower middle one of an even count
+    with pytest.raises(ValueError, match="rounds must be a positive int"):
+        serving_run.run_variants(serving_weights(), ("paged",), small_trace(), SETTINGS, rounds=0)
+
+
+def test_a_variant_that_fails_in_a_later_round_is_an_error_and_is_not_run_again(monkeypatch) -> None:
+    from pagecheck.bench import serving_run
+
+    runs_made = []
+
+    def flaky(model, trace, settings):
+        runs_made.append(model.attention_path)
+        if len(runs_made) == 2:
+            raise RuntimeError("device lost")
+        return {"metrics": {"decode_tokens_per_s": 1.0}, "outputs": {}}
+
+    monkeypatch.setattr(serving_run, "_warm_up", lambda *args: None)
+    monkeypatch.setattr(serving_run, "_timed_run", flaky)
+    runs = serving_run.run_variants(serving_weights(), ("paged",), small_trace(), SETTINGS, rounds=3)
+    assert runs == {"paged": {"error": "RuntimeError: device lost"}} and len(runs_made) == 2
+
+
+def test_the_command_records_every_round_and_the_schema_holds_them(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "rounds"
+    done = subprocess.run(
+        [sys.executable, "-m", "pagecheck.cli", "serve-bench", "--layers", "1", "--requests", "2", "--prompt-lens",
+         "3,5", "--output-lens", "2,3", "--variants", "dense,paged", "--rounds", "2", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "paged: timed run 2 of 2" in done.stderr and "dense: warming up on two short requests, then timed run 1 of 2" in done.stderr
+    document = json.loads((out / "serve_bench.json").read_text())
+    assert document["settings"]["rounds"] == 2
+    assert schema_errors("serve_bench", document) == []
+    for variant in ("dense", "paged"):
+        rounds = document["variants"][variant]["rounds"]
+        assert len(rounds) == 2
+        assert document["variants"][variant]["metrics"]["decode_tokens_per_s"] == min(r["decode_tokens_per_s"] for r in rounds)
+    markdown = (out / "serve_bench.md").read_text()
+    assert "2 timed runs per variant in rounds of alternating order" in markdown
+    assert "- paged (direct paged attention), each round (decode / output): " in markdown

@@ -57,13 +57,33 @@ def run_variant(weights: Qwen3Weights, variant: str, trace: ServeTrace, settings
     model = Qwen3Model(weights, variant)
     try:
         _warm_up(model, settings, trace)
-        result = batch_generate(
-            model, trace.fresh_requests(), batch_size=settings.batch_size, prefill_step=settings.prefill_step,
-            page_size=settings.page_size, kv_budget_bytes=settings.kv_budget_bytes, overlap=settings.overlap,
-        )
+        return _timed_run(model, trace, settings)
     except Exception as exc:  # one failing variant must not hide the others' numbers
         return {"error": f"{type(exc).__name__}: {exc}"}
-    return {"metrics": serving_metrics(result, weights.config.num_layers), "outputs": result.outputs}
+
+
+def _timed_run(model: Qwen3Model, trace: ServeTrace, settings: ServeSettings) -> dict[str, Any]:
+    result = batch_generate(
+        model, trace.fresh_requests(), batch_size=settings.batch_size, prefill_step=settings.prefill_step,
+        page_size=settings.page_size, kv_budget_bytes=settings.kv_budget_bytes, overlap=settings.overlap,
+    )
+    return {"metrics": serving_metrics(result, model.config.num_layers), "outputs": result.outputs}
+
+
+# What each round of a variant keeps besides the headline run's full metrics: enough to see the spread.
+ROUND_FIELDS = ("prefill_tokens_per_s", "decode_tokens_per_s", "output_tokens_per_s", "wall_seconds")
+
+
+def round_orders(variants: tuple[str, ...], rounds: int) -> list[tuple[str, ...]]:
+    """The variant order of each round: as given, then reversed, alternating, so that over two rounds no
+    variant always runs after the same others."""
+    return [variants if index % 2 == 0 else tuple(reversed(variants)) for index in range(rounds)]
+
+
+def median_round(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round whose decode tok/s is the median (the lower middle one for an even count)."""
+    ranked = sorted(entries, key=lambda entry: entry["metrics"]["decode_tokens_per_s"] or 0.0)
+    return ranked[(len(ranked) - 1) // 2]
 
 
 def run_variants(
@@ -73,15 +93,49 @@ def run_variants(
     settings: ServeSettings,
     report: Callable[[str, dict[str, Any]], None] | None = None,
     starting: Callable[[str], None] | None = None,
+    rounds: int = 1,
 ) -> dict[str, dict[str, Any]]:
-    """Each variant's run_variant entry; `starting(variant)` before each, `report(variant, entry)` after."""
+    """Each variant's entry: its metrics and greedy tokens, or an 'error'.
+
+    `rounds` timed runs per variant, in rounds that alternate the order (round_orders); a variant warms up
+    once, before its first run. The entry is the median round's (median_round), and with more than one
+    round it lists every round's ROUND_FIELDS under "rounds", in run order. `starting(variant)` comes before
+    each run, `report(variant, entry)` after it. A variant that fails is not run again.
+    """
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds <= 0:
+        raise ValueError(f"rounds must be a positive int, got {rounds!r}")
+    models: dict[str, Qwen3Model] = {}
+    done: dict[str, list[dict[str, Any]]] = {variant: [] for variant in variants}
+    failed: dict[str, dict[str, Any]] = {}
+    for order in round_orders(variants, rounds):
+        for variant in order:
+            if variant in failed:
+                continue
+            if starting is not None:
+                starting(variant)
+            try:
+                if variant not in models:
+                    models[variant] = Qwen3Model(weights, variant)
+                    _warm_up(models[variant], settings, trace)
+                entry = _timed_run(models[variant], trace, settings)
+            except Exception as exc:  # one failing variant must not hide the others' numbers
+                entry = failed[variant] = {"error": f"{type(exc).__name__}: {exc}"}
+            else:
+                done[variant].append(entry)
+            if report is not None:
+                report(variant, entry)
     runs = {}
     for variant in variants:
-        if starting is not None:
-            starting(variant)
-        runs[variant] = run_variant(weights, variant, trace, settings)
-        if report is not None:
-            report(variant, runs[variant])
+        if variant in failed:
+            runs[variant] = failed[variant]
+            continue
+        runs[variant] = dict(median_round(done[variant]))
+        if rounds > 1:
+            runs[variant]["rounds"] = [
+                {field: entry["metrics"][field] for field in ROUND_FIELDS}
+                | {"decode_step_ms_median": entry["metrics"]["decode_step_ms"]["median"]}
+                for entry in done[variant]
+            ]
     return runs
 
 

@@ -113,6 +113,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="untimed run before each variant's timed one: two short requests, or the whole "
                         "trace, which compiles every GPU kernel variant the trace needs (default: short on "
                         "cpu, trace on gpu)")
+    parser.add_argument("--rounds", type=_positive_int, default=1, metavar="N",
+                        help="timed runs per variant, in rounds whose variant order alternates (as given, then "
+                        "reversed); each variant's numbers are its median round's by decode tok/s, the lower "
+                        "middle one for an even N, and every round's throughput is listed (default: %(default)s)")
     options.add_device_option(parser)
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="directory for serve_bench.json and serve_bench.md, created if missing "
@@ -143,7 +147,7 @@ def _minimum_budget(args: argparse.Namespace, config: Any, dtype: mx.Dtype, trac
 
 def serve_document(
     *, device: str, seed: int, config: Any, settings: ServeSettings, dtype: mx.Dtype, trace: Any,
-    runs: dict[str, dict[str, Any]],
+    runs: dict[str, dict[str, Any]], rounds: int = 1,
 ) -> dict[str, Any]:
     """The serve_bench.json record (reports/schema/serve_bench.schema.json) of finished variant runs."""
     return {
@@ -157,7 +161,7 @@ def serve_document(
             "batch_size": settings.batch_size, "prefill_step": settings.prefill_step,
             "page_size": settings.page_size, "dtype": str(dtype).rsplit(".", 1)[-1],
             "bits": DEFAULT_BITS, "group_size": DEFAULT_GROUP_SIZE, "overlap": settings.overlap,
-            "warm_up": settings.warm_up,
+            "warm_up": settings.warm_up, "rounds": rounds,
         },
         "trace": trace.describe(),
         "variants": {variant: {k: v for k, v in entry.items() if k != "outputs"} for variant, entry in runs.items()},
@@ -194,12 +198,19 @@ def run(args: argparse.Namespace) -> int:
         else:
             _progress(f"{variant}: {entry['metrics']['wall_seconds']:.1f} s")
 
-    def start_variant(variant: str) -> None:
-        _progress(f"{variant}: warming up on {WARM_UPS[warm_up]}, then the timed run")
+    started: dict[str, int] = {}
 
-    runs = run_variants(weights, args.variants, trace, settings, report_variant, start_variant)
+    def start_variant(variant: str) -> None:
+        started[variant] = started.get(variant, 0) + 1
+        timed = "the timed run" if args.rounds == 1 else f"timed run {started[variant]} of {args.rounds}"
+        if started[variant] == 1:
+            _progress(f"{variant}: warming up on {WARM_UPS[warm_up]}, then {timed}")
+        else:
+            _progress(f"{variant}: {timed}")
+
+    runs = run_variants(weights, args.variants, trace, settings, report_variant, start_variant, rounds=args.rounds)
     document = serve_document(device=args.device, seed=args.seed, config=config, settings=settings,
-                              dtype=dtype, trace=trace, runs=runs)
+                              dtype=dtype, trace=trace, runs=runs, rounds=args.rounds)
     if args.kv_budget_bytes:
         document["budget_slots"] = args.budget_slots or args.requests
         sweep_settings = replace(settings, batch_size=document["budget_slots"])

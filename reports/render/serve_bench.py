@@ -106,6 +106,28 @@ def decode_company_lines(document: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _rounds_phrase(rounds: int) -> str:
+    if rounds == 1:
+        return ""
+    return (f", {rounds} timed runs per variant in rounds of alternating order, each variant's row its median "
+            "round by decode tok/s")
+
+
+def round_lines(document: dict[str, Any]) -> list[str]:
+    """Per variant run more than once: every round's throughput and step median, in run order."""
+    lines = []
+    for variant, entry in document["variants"].items():
+        rounds = entry.get("rounds")
+        if not rounds:
+            continue
+        parts = [
+            f"{_num(r['decode_tokens_per_s'])} / {_num(r['output_tokens_per_s'])} tok/s, step {_num(r['decode_step_ms_median'])} ms"
+            for r in rounds
+        ]
+        lines.append(f"- {VARIANT_LABELS.get(variant, variant)}, each round (decode / output): {'; '.join(parts)}")
+    return lines
+
+
 def render_serve_bench(document: dict[str, Any]) -> str:
     model = document["model"]
     trace = document["trace"]
@@ -124,13 +146,15 @@ def render_serve_bench(document: dict[str, Any]) -> str:
         f"- **Scheduler:** batch {settings['batch_size']}, prefill step {settings['prefill_step']}, "
         f"page size {settings['page_size']}, decode steps "
         f"{'pipelined' if settings.get('overlap', True) else 'read back one by one (--no-overlap)'}, "
-        f"warm-up {WARM_UPS[settings.get('warm_up', 'short')]}",
+        f"warm-up {WARM_UPS[settings.get('warm_up', 'short')]}"
+        + _rounds_phrase(settings.get("rounds", 1)),
         f"- **Created:** {document['created']}",
         "",
         variants_table(document),
         "",
         *copy_ratio_lines(document),
         *decode_company_lines(document),
+        *round_lines(document),
         "",
         "Copy bytes: K/V copied to build attention inputs (repack, gather) or to grow storage (growth). "
         "Peak KV: storage plus one layer's transient dense K/V. Tail waste: held token slots without a token.",
