@@ -225,3 +225,39 @@ def test_the_command_records_every_round_and_the_schema_holds_them(tmp_path) -> 
     markdown = (out / "serve_bench.md").read_text()
     assert "2 timed runs per variant in rounds of alternating order" in markdown
     assert "- paged (direct paged attention), each round (decode / output): " in markdown
+
+
+def test_every_run_starts_from_an_empty_buffer_cache(monkeypatch) -> None:
+    import mlx.core as mx
+
+    from pagecheck.bench import serving_run
+
+    cached_at_start: list[tuple[str, int]] = []
+
+    def leave_buffers_cached() -> None:
+        scratch = mx.zeros((1 << 20,))
+        mx.eval(scratch)
+        del scratch  # its buffer goes to MLX's cache
+
+    def fake_warm_up(model, settings, trace) -> None:
+        cached_at_start.append(("warm", mx.get_cache_memory()))
+        leave_buffers_cached()
+
+    def fake_timed_run(model, trace, settings):
+        cached_at_start.append(("timed", mx.get_cache_memory()))
+        leave_buffers_cached()
+        return {"metrics": {field: 1.0 for field in serving_run.ROUND_FIELDS} | {"decode_step_ms": {"median": 1.0}},
+                "outputs": {}}
+
+    monkeypatch.setattr(serving_run, "_warm_up", fake_warm_up)
+    monkeypatch.setattr(serving_run, "_timed_run", fake_timed_run)
+    leave_buffers_cached()
+    serving_run.run_variants(serving_weights(), ("dense", "paged"), small_trace(), SETTINGS, rounds=2)
+    # A first run's warm-up starts empty; its timed run keeps what its own warm-up cached.
+    assert [kind for kind, _ in cached_at_start] == ["warm", "timed", "warm", "timed", "timed", "timed"]
+    assert [cached for kind, cached in cached_at_start if kind == "warm"] == [0, 0]
+    assert [cached for _, cached in cached_at_start[4:]] == [0, 0]
+    assert cached_at_start[1][1] > 0
+    leave_buffers_cached()
+    run = serving_run.run_variant(serving_weights(), "paged", small_trace(), SETTINGS)
+    assert "metrics" in run and cached_at_start[-2] == ("warm", 0)

@@ -10,9 +10,12 @@ each new variant is a JIT compile of a second or more).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
+
+import mlx.core as mx
 
 from pagecheck.serving.batch import batch_generate
 from pagecheck.serving.qwen3 import Qwen3Model
@@ -52,8 +55,23 @@ def _warm_up(model: Qwen3Model, settings: ServeSettings, trace: ServeTrace) -> N
     )
 
 
+def empty_buffer_cache() -> None:
+    """Give MLX's cached buffers back before a run, so that each run starts with the same allocator state.
+
+    MLX keeps freed buffers for reuse up to its cache limit (by default its memory limit); once the cache
+    is full, an allocation first frees cached buffers, which on CUDA waits for the device. On the H200 the
+    dense and paged + gather variants left over 100 GB cached, and the variant after them ran its decode
+    steps at about 15 ms against 8-10 ms alone (ext/kernels/NOTES.md v16; the allocator cause is inferred
+    from the cache sizes, not traced). Python's collector runs first, so arrays held only by reference
+    cycles are freed too."""
+    gc.collect()
+    mx.clear_cache()
+
+
 def run_variant(weights: Qwen3Weights, variant: str, trace: ServeTrace, settings: ServeSettings) -> dict[str, Any]:
-    """Metrics of one variant on the trace, plus its greedy tokens; an exception becomes an 'error' entry."""
+    """Metrics of one variant on the trace, plus its greedy tokens; an exception becomes an 'error' entry.
+    The run starts from an empty buffer cache (empty_buffer_cache)."""
+    empty_buffer_cache()
     model = Qwen3Model(weights, variant)
     try:
         _warm_up(model, settings, trace)
@@ -99,7 +117,8 @@ def run_variants(
 
     `rounds` timed runs per variant, in rounds that alternate the order (round_orders); a variant warms up
     once, before its first run. The entry is the median round's (median_round), and with more than one
-    round it lists every round's ROUND_FIELDS under "rounds", in run order. `starting(variant)` comes before
+    round it lists every round's ROUND_FIELDS under "rounds", in run order. Every run (a first run's warm-up
+    included) starts from an empty buffer cache (empty_buffer_cache). `starting(variant)` comes before
     each run, `report(variant, entry)` after it. A variant that fails is not run again.
     """
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds <= 0:
@@ -113,6 +132,7 @@ def run_variants(
                 continue
             if starting is not None:
                 starting(variant)
+            empty_buffer_cache()
             try:
                 if variant not in models:
                     models[variant] = Qwen3Model(weights, variant)
