@@ -79,6 +79,7 @@ EXPECTED: dict[str, Expected] = {
     "fancy_gather": Expected("ok", EVERYTHING, "0", "gather_trap"),
     "getattr_concat": Expected("ok", EVERYTHING, "0", "gather_trap"),
     "clamps_block_table": Expected("ok", CACHES_ONLY, "20"),
+    "cast_pool": Expected("ok", EVERYTHING, "30"),  # reads the pools whole in float32: no gather, no flag
     "kill_parent": Expected("ok", EVERYTHING, "30"),
     "fill_disk": Expected("ok", EVERYTHING, "30"),
     "flood": Expected("ok", EVERYTHING, "30"),
@@ -101,7 +102,7 @@ EXPECTED: dict[str, Expected] = {
     "odd___pkg": Expected("load-failed", NOTHING, "0"),  # Python cannot import a package of that name
     f"{LONG_NAME[:87]}-{'x' * 12}": Expected("ok", NOTHING, "0"),  # the hash is checked separately
 }
-HONEST = ("correct", "kill_parent", "fill_disk", "flood")
+HONEST = ("correct", "cast_pool", "kill_parent", "fill_disk", "flood")
 INTERRUPTED = ("correct", "segfault", "starter")
 
 

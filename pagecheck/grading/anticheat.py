@@ -19,8 +19,10 @@ Anywhere in the submission, a third:
 
 The scan is a heuristic for a reviewer, not a proof: it sees only the
 submission's own files and direct calls. The sandboxed worker's tripwires
-(tripwires.py) back it up at run time, by any spelling: sdpa_trap and
-gather_trap, and its audit hook refuses (and reports) pagecheck's own code.
+(tripwires.py) back it up at run time, whatever the names in the source:
+sdpa_trap (any route to SDPA) and gather_trap (gathers through MLX's and
+NumPy's gathering and indexing functions), and its audit hook refuses (and
+reports) pagecheck's own code.
 """
 
 from __future__ import annotations

@@ -14,8 +14,15 @@ pagecheck), so it imports only the standard library at module level.
   whole request's K or V: H_kv x D x T elements with D among its last two
   dimensions, where T is the shortest context longer than one page. Reading
   one page at a time never gets there; gathering a request's pages into one
-  array does, by whatever spelling (getattr names, fancy indexing, a detour
-  through NumPy). A call whose contexts all fit in one page is not judged.
+  array with the wrapped functions does, however they are named (getattr
+  names, fancy indexing, a detour through NumPy). A call whose contexts all
+  fit in one page is not judged. A whole pool cast, copied, converted or
+  reshaped (WHOLE_ARRAY_OPS, as many elements as the pool) is not a request's
+  K/V: it stands for the pool, and what is gathered from it is judged.
+  The watch follows only what the wrapped functions make: arrays computed by
+  arithmetic, matmuls or slicing functions it does not wrap are not followed,
+  so a gather from such a copy goes unseen. It catches the usual ways of
+  gathering, not every one.
 
 Both report through a callback that writes an event frame to the pipe the
 moment it happens, so code that runs later in the same call cannot take a
@@ -40,6 +47,18 @@ ARRAY_METHODS = ("__getitem__", "reshape", "transpose", "swapaxes", "moveaxis", 
 NUMPY_FUNCTIONS = ("array", "asarray", "asanyarray", "ascontiguousarray", "copy", "concatenate", "stack", "vstack",
                    "hstack", "dstack", "take", "take_along_axis", "reshape", "transpose", "swapaxes", "moveaxis",
                    "squeeze", "expand_dims", "repeat", "tile", "broadcast_to", "pad", "frombuffer")  # fmt: skip
+# Ops that neither select nor reorder positions: cast, copy, convert, view or reshape an array whole. Their
+# result, when it has as many elements as a whole pool it came from, stands for that pool (is not judged,
+# and what is gathered from it is). A whole pool read in float32 or as NumPy is no request's dense K/V.
+WHOLE_ARRAY_OPS = frozenset(
+    [f"mlx.core.{name}" for name in ("reshape", "transpose", "swapaxes", "moveaxis", "flatten", "unflatten",
+                                     "squeeze", "expand_dims", "contiguous", "view", "copy", "stop_gradient",
+                                     "where")]
+    + [f"mlx.core.array.{name}" for name in ("reshape", "transpose", "swapaxes", "moveaxis", "flatten", "squeeze",
+                                             "astype", "view", "__array__")]
+    + [f"numpy.{name}" for name in ("array", "asarray", "asanyarray", "ascontiguousarray", "copy", "reshape",
+                                    "transpose", "swapaxes", "moveaxis", "squeeze", "expand_dims")]
+)  # fmt: skip
 MAX_REPORTS_PER_CALL = 8
 
 Report = Callable[[dict[str, Any]], None]
@@ -68,8 +87,12 @@ class GatherWatch:
         self.reported: set[tuple[str, str]] = set()
         self.threshold = 0  # elements; 0: the call is not judged
         self.head_dim = -1
+        # ids of arrays that are a whole pool: the pages themselves, and their casts, copies and views
+        self.whole_pools: set[int] = set()
         for pages in (key_pages, value_pages):
             self.mark(pages)
+            if pages is not None and hasattr(pages, "shape"):
+                self.whole_pools.add(id(pages))
         shape = tuple(getattr(key_pages, "shape", ()))
         if len(shape) != 4:
             return
@@ -100,25 +123,44 @@ class GatherWatch:
     def observe(self, op: str, inputs: tuple[Any, ...], output: Any) -> None:
         if not any(self.is_derived(value) for value in inputs):
             return
+        pool_sizes = {_size(value) for value in inputs if id(value) in self.whole_pools} if op in WHOLE_ARRAY_OPS \
+            else set()
         outputs = output if isinstance(output, (list, tuple)) else (output,)
         for item in outputs:
             self.mark(item)
+            if pool_sizes and _size(item) in pool_sizes:
+                self.whole_pools.add(id(item))
+                continue
             self._judge(op, item)
+
+    def same_array(self, original: Any, view: Any) -> None:
+        """`view` shows `original`'s data under another type: it is derived, and a whole pool, as it is."""
+        self.mark(view)
+        if id(original) in self.whole_pools:
+            self.whole_pools.add(id(view))
 
     def _judge(self, op: str, array: Any) -> None:
         if not self.threshold:
             return
         shape = tuple(getattr(array, "shape", ()))
-        size = 1
-        for n in shape:
-            size *= int(n)
-        if size < self.threshold or self.head_dim not in shape[-2:]:
+        if _size(array) < self.threshold or self.head_dim not in shape[-2:]:
             return
         where = caller_location(3)
         if (op, where) in self.reported or len(self.reported) >= MAX_REPORTS_PER_CALL:
             return
         self.reported.add((op, where))
         self.report({"kind": "gather_trap", "op": op, "shape": list(shape), "where": where})
+
+
+def _size(value: Any) -> int:
+    """Elements of an array-like (its shape's product); -1 for anything without a shape."""
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        return -1
+    size = 1
+    for n in tuple(shape):
+        size *= int(n)
+    return size
 
 
 class Tripwires:
@@ -164,7 +206,7 @@ class Tripwires:
         if watched_type is None or type(result) is not watched_type.__base__ or id(result) not in watch.derived:
             return result
         view = result.view(watched_type)
-        watch.mark(view)
+        watch.same_array(result, view)
         return view
 
     def install_gather_watch(self, mx: Any, np: Any) -> None:

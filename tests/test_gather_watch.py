@@ -1,0 +1,83 @@
+"""The gather tripwire's judgement on real arrays: a request's pages gathered into one array is reported, a whole
+pool cast, converted or reshaped is not (it stands for the pool, and what is gathered from it is judged)."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from pagecheck.grading.tripwires import GatherWatch
+
+NUM_PAGES, KV_HEADS, PAGE, DIM = 6, 2, 4, 8
+CONTEXT = 9  # three pages: the threshold is KV_HEADS * DIM * CONTEXT elements
+
+
+@pytest.fixture
+def watch():
+    reports: list[dict] = []
+    key_pages = mx.arange(NUM_PAGES * KV_HEADS * PAGE * DIM, dtype=mx.float32).reshape(NUM_PAGES, KV_HEADS, PAGE, DIM)
+    value_pages = key_pages + 1
+    made = GatherWatch(key_pages, value_pages, mx.array([CONTEXT, 0]), reports.append)
+    return made, key_pages, reports
+
+
+def run(watch: GatherWatch, op: str, fn, *inputs):
+    output = fn(*inputs)
+    watch.observe(op, inputs, output)
+    return output
+
+
+def test_a_request_gathered_with_take_is_reported(watch) -> None:
+    made, key_pages, reports = watch
+    run(made, "mlx.core.take", lambda pages, ids: mx.take(pages, ids, axis=0), key_pages, mx.array([4, 0, 2]))
+    assert [report["kind"] for report in reports] == ["gather_trap"]
+
+
+def test_one_page_at_a_time_is_not_reported(watch) -> None:
+    made, key_pages, reports = watch
+    for page in (4, 0, 2):
+        run(made, "mlx.core.array.__getitem__", lambda pages, p=page: pages[p], key_pages)
+    assert reports == []
+
+
+REQUEST = [4, 0, 2]  # the request's pages
+ROWS = [page * KV_HEADS * PAGE + row for page in REQUEST for row in range(KV_HEADS * PAGE)]
+
+
+@pytest.mark.parametrize(
+    ("op", "whole", "gather_op", "gather"),
+    [
+        ("mlx.core.array.astype", lambda pages: pages.astype(mx.float16),
+         "mlx.core.take", lambda pool: mx.take(pool, mx.array(REQUEST), axis=0)),
+        ("mlx.core.reshape", lambda pages: mx.reshape(pages, (-1, DIM)),
+         "mlx.core.take", lambda pool: mx.take(pool, mx.array(ROWS), axis=0)),
+        ("mlx.core.array.transpose", lambda pages: pages.transpose(1, 0, 2, 3),
+         "mlx.core.take", lambda pool: mx.take(pool, mx.array(REQUEST), axis=1)),
+        ("numpy.asarray", lambda pages: np.asarray(pages),
+         "numpy.take", lambda pool: np.take(pool, np.array(REQUEST), axis=0)),
+    ],
+    ids=["astype", "reshape", "transpose", "to numpy"],
+)
+def test_a_whole_pool_cast_or_converted_is_not_a_gather_but_a_gather_from_it_is(
+    watch, op, whole, gather_op, gather
+) -> None:
+    made, key_pages, reports = watch
+    pool = run(made, op, whole, key_pages)
+    assert reports == []
+    run(made, gather_op, gather, pool)
+    assert [report["kind"] for report in reports] == ["gather_trap"]
+
+
+def test_a_reshape_that_is_not_the_whole_pool_is_judged(watch) -> None:
+    made, key_pages, reports = watch
+    gathered = key_pages[mx.array([4, 0, 2])]  # not observed: stands for an unwatched route
+    made.mark(gathered)
+    run(made, "mlx.core.reshape", lambda g: g.swapaxes(0, 1).reshape(KV_HEADS, -1, DIM), gathered)
+    assert [report["kind"] for report in reports] == ["gather_trap"]
+
+
+def test_joining_both_pools_is_a_gather(watch) -> None:
+    made, key_pages, reports = watch
+    run(made, "mlx.core.concatenate", lambda k: mx.concatenate([k, k]), key_pages)
+    assert [report["kind"] for report in reports] == ["gather_trap"]
