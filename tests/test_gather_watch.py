@@ -81,3 +81,38 @@ def test_joining_both_pools_is_a_gather(watch) -> None:
     made, key_pages, reports = watch
     run(made, "mlx.core.concatenate", lambda k: mx.concatenate([k, k]), key_pages)
     assert [report["kind"] for report in reports] == ["gather_trap"]
+
+
+@pytest.mark.parametrize(
+    ("op", "copy"),
+    [("mlx.core.array.__add__", lambda pages: pages + 0), ("mlx.core.multiply", lambda pages: mx.multiply(pages, 1))],
+    ids=["+ 0", "multiply by 1"],
+)
+def test_an_arithmetic_copy_of_the_pool_is_followed_into_a_gather(watch, op, copy) -> None:
+    made, key_pages, reports = watch
+    pool = run(made, op, copy, key_pages)
+    assert reports == []
+    run(made, "mlx.core.take", lambda p: mx.take(p, mx.array(REQUEST), axis=0), pool)
+    assert [report["kind"] for report in reports] == ["gather_trap"]
+
+
+def test_a_one_hot_product_with_the_pool_is_a_gather(watch) -> None:
+    made, key_pages, reports = watch
+    flat = run(made, "mlx.core.reshape", lambda p: p.reshape(NUM_PAGES, -1), key_pages)
+    one_hot = mx.zeros((len(REQUEST), NUM_PAGES)).at[mx.arange(len(REQUEST)), mx.array(REQUEST)].add(1.0)
+    picked = run(made, "mlx.core.matmul", mx.matmul, one_hot, flat)
+    run(made, "mlx.core.reshape", lambda p: p.reshape(-1, KV_HEADS, PAGE, DIM), picked)
+    assert reports and {report["kind"] for report in reports} == {"gather_trap"}
+
+
+def test_a_page_walk_with_arithmetic_and_products_is_not_reported(watch) -> None:
+    """The honest loop, op by op: one page's slice, scaled, multiplied by the queries; nothing is judged big."""
+    made, key_pages, reports = watch
+    queries = mx.ones((KV_HEADS, 8, DIM))  # as many query rows as D: the scores' last two dims can include D
+    for page in REQUEST:
+        keys = run(made, "mlx.core.array.__getitem__", lambda p, i=page: p[i], key_pages)
+        keys = run(made, "mlx.core.array.astype", lambda k: k.astype(mx.float32), keys)
+        scaled = run(made, "mlx.core.array.__mul__", lambda k: k * 0.5, keys)
+        scores = run(made, "mlx.core.array.__matmul__", lambda q, k: q @ k.swapaxes(-1, -2), queries, scaled)
+        run(made, "mlx.core.array.__matmul__", lambda s, k: s @ k, scores, scaled)
+    assert reports == []

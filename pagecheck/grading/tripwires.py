@@ -19,10 +19,13 @@ pagecheck), so it imports only the standard library at module level.
   fit in one page is not judged. A whole pool cast, copied, converted or
   reshaped (WHOLE_ARRAY_OPS, as many elements as the pool) is not a request's
   K/V: it stands for the pool, and what is gathered from it is judged.
-  The watch follows only what the wrapped functions make: arrays computed by
-  arithmetic, matmuls or slicing functions it does not wrap are not followed,
-  so a gather from such a copy goes unseen. It catches the usual ways of
-  gathering, not every one.
+  Elementwise arithmetic keeps a whole pool a whole pool (`key_pages + 0` is
+  a copy of it), and a contraction fed a whole pool is judged (a one-hot
+  matrix times the pool gathers); on one page's slice neither is judged,
+  since that is the page walk itself. The watch follows only what the
+  wrapped functions make: MLX ops it does not wrap (mx.array(...) copies,
+  for one), and NumPy arithmetic, are not followed, so a gather from such a
+  copy goes unseen. It catches the usual ways of gathering, not every one.
 
 Both report through a callback that writes an event frame to the pipe the
 moment it happens, so code that runs later in the same call cannot take a
@@ -39,7 +42,19 @@ SDPA_MESSAGE = (
     "mx.fast.scaled_dot_product_attention is not allowed in graded code: "
     "paged attention must read K/V through the block table itself"
 )
-MLX_GATHERS = ("take", "take_along_axis", "concatenate", "stack", "split", "repeat", "tile", "pad", "broadcast_to")
+MLX_GATHERS = ("take", "take_along_axis", "concatenate", "stack", "split", "repeat", "tile", "pad", "broadcast_to",
+               "slice")  # fmt: skip
+# Elementwise arithmetic: a whole pool through it is still a whole pool (`key_pages + 0` is a copy); on a part
+# of the pages its result stays derived but is not judged (it is compute on what was already read).
+MLX_ELEMENTWISE = ("add", "subtract", "multiply", "divide", "negative", "abs", "maximum", "minimum", "clip",
+                   "power", "square")  # fmt: skip
+ARRAY_ELEMENTWISE = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+                     "__rtruediv__", "__neg__", "__abs__", "__pow__")  # fmt: skip
+# Contractions: judged when a whole pool goes in (a one-hot matrix times the pool is a gather), ignored on a
+# page's slice (q @ k of one page is the page walk itself).
+MLX_CONTRACTIONS = ("matmul", "einsum", "tensordot", "inner", "outer", "addmm", "gather_mm", "kron",
+                    "block_masked_mm", "segmented_mm")  # fmt: skip
+ARRAY_CONTRACTIONS = ("__matmul__",)
 MLX_RESHAPES = ("reshape", "transpose", "swapaxes", "moveaxis", "flatten", "unflatten", "squeeze", "expand_dims",
                 "contiguous", "view", "as_strided", "copy", "stop_gradient", "where")  # fmt: skip
 ARRAY_METHODS = ("__getitem__", "reshape", "transpose", "swapaxes", "moveaxis", "flatten", "squeeze", "astype",
@@ -59,6 +74,12 @@ WHOLE_ARRAY_OPS = frozenset(
     + [f"numpy.{name}" for name in ("array", "asarray", "asanyarray", "ascontiguousarray", "copy", "reshape",
                                     "transpose", "swapaxes", "moveaxis", "squeeze", "expand_dims")]
 )  # fmt: skip
+ELEMENTWISE_OPS = frozenset(
+    [f"mlx.core.{name}" for name in MLX_ELEMENTWISE] + [f"mlx.core.array.{name}" for name in ARRAY_ELEMENTWISE]
+)
+CONTRACTION_OPS = frozenset(
+    [f"mlx.core.{name}" for name in MLX_CONTRACTIONS] + [f"mlx.core.array.{name}" for name in ARRAY_CONTRACTIONS]
+)
 MAX_REPORTS_PER_CALL = 8
 
 Report = Callable[[dict[str, Any]], None]
@@ -123,15 +144,18 @@ class GatherWatch:
     def observe(self, op: str, inputs: tuple[Any, ...], output: Any) -> None:
         if not any(self.is_derived(value) for value in inputs):
             return
-        pool_sizes = {_size(value) for value in inputs if id(value) in self.whole_pools} if op in WHOLE_ARRAY_OPS \
-            else set()
+        whole_in = [value for value in inputs if id(value) in self.whole_pools]
+        if op in CONTRACTION_OPS and not whole_in:
+            return
+        keeps_whole = op in WHOLE_ARRAY_OPS or op in ELEMENTWISE_OPS
+        pool_sizes = {_size(value) for value in whole_in} if keeps_whole else set()
         outputs = output if isinstance(output, (list, tuple)) else (output,)
         for item in outputs:
             self.mark(item)
             if pool_sizes and _size(item) in pool_sizes:
                 self.whole_pools.add(id(item))
-                continue
-            self._judge(op, item)
+            elif op not in ELEMENTWISE_OPS:
+                self._judge(op, item)
 
     def same_array(self, original: Any, view: Any) -> None:
         """`view` shows `original`'s data under another type: it is derived, and a whole pool, as it is."""
@@ -210,10 +234,10 @@ class Tripwires:
         return view
 
     def install_gather_watch(self, mx: Any, np: Any) -> None:
-        for name in (*MLX_GATHERS, *MLX_RESHAPES):
+        for name in (*MLX_GATHERS, *MLX_RESHAPES, *MLX_ELEMENTWISE, *MLX_CONTRACTIONS):
             if hasattr(mx, name):
                 setattr(mx, name, self._wrap(getattr(mx, name), f"mlx.core.{name}"))
-        for name in ARRAY_METHODS:
+        for name in (*ARRAY_METHODS, *ARRAY_ELEMENTWISE, *ARRAY_CONTRACTIONS):
             if hasattr(mx.array, name):
                 setattr(mx.array, name, self._wrap(getattr(mx.array, name), f"mlx.core.array.{name}"))
         for name in NUMPY_FUNCTIONS:
