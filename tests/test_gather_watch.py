@@ -116,3 +116,65 @@ def test_a_page_walk_with_arithmetic_and_products_is_not_reported(watch) -> None
         scores = run(made, "mlx.core.array.__matmul__", lambda q, k: q @ k.swapaxes(-1, -2), queries, scaled)
         run(made, "mlx.core.array.__matmul__", lambda s, k: s @ k, scores, scaled)
     assert reports == []
+
+
+INSTALLED_SCRIPT = r"""
+import json, sys
+import mlx.core as mx
+import numpy as np
+from pagecheck.grading.tripwires import Tripwires
+
+reports = []
+tripwires = Tripwires(reports.append)
+tripwires.install_gather_watch(mx, np)
+pages, heads, page, dim, context = 6, 2, 4, 8, 9
+key_pages = mx.array(np.random.default_rng(0).normal(size=(pages, heads, page, dim)).astype(np.float32))
+value_pages = key_pages * 2
+request = [4, 0, 2]
+query = np.ones((heads, 3, dim), dtype=np.float32)
+
+
+def numpy_page_walk(key_pages, value_pages):
+    # the honest NumPy route: the pools converted whole, then one page at a time, in-place updates included
+    keys_np, values_np = np.asarray(key_pages), np.asarray(value_pages)
+    total = np.zeros((heads, 3, dim), dtype=np.float32)
+    for position, page_id in enumerate(request):
+        used = min(page, context - position * page)
+        keys = keys_np[page_id][:, :used]
+        keys *= 1.0
+        scores = np.exp(query @ np.swapaxes(keys, -1, -2) * 0.5)
+        total += scores @ values_np[page_id][:, :used]
+    return total
+
+
+results = {}
+tripwires.begin_call(key_pages, value_pages, mx.array([context, 0]))
+walked = numpy_page_walk(key_pages, value_pages)
+tripwires.end_call()
+results["walk"] = [r["kind"] for r in reports]
+plain = np.asarray(key_pages).copy().view(np.ndarray)
+reference = np.zeros_like(walked)
+for position, page_id in enumerate(request):
+    used = min(page, context - position * page)
+    keys = plain[page_id][:, :used]
+    reference += np.exp(query @ np.swapaxes(keys, -1, -2) * 0.5) @ (plain[page_id][:, :used] * 2)
+results["walk_matches"] = bool(np.allclose(walked, reference))
+reports.clear()
+tripwires.begin_call(key_pages, value_pages, mx.array([context, 0]))
+copy = np.asarray(key_pages) + 0.0
+gathered = copy[np.array(request)]
+tripwires.end_call()
+results["copy_then_gather"] = [r["kind"] for r in reports]
+print(json.dumps(results))
+"""
+
+
+def test_installed_watch_follows_numpy_arithmetic_and_lets_a_numpy_page_walk_be() -> None:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", INSTALLED_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results == {"walk": [], "walk_matches": True, "copy_then_gather": ["gather_trap"]}

@@ -23,9 +23,11 @@ pagecheck), so it imports only the standard library at module level.
   a copy of it), and a contraction fed a whole pool is judged (a one-hot
   matrix times the pool gathers); on one page's slice neither is judged,
   since that is the page walk itself. The watch follows only what the
-  wrapped functions make: MLX ops it does not wrap (mx.array(...) copies,
-  for one), and NumPy arithmetic, are not followed, so a gather from such a
-  copy goes unseen. It catches the usual ways of gathering, not every one.
+  wrapped functions make (NumPy arithmetic and matmul are followed on arrays
+  it already follows, through their ufuncs): MLX ops it does not wrap
+  (mx.array(...) copies, for one) and NumPy functions that are not ufuncs
+  (np.dot, np.einsum) are not, so a gather from such a copy goes unseen. It
+  catches the usual ways of gathering, not every one.
 
 Both report through a callback that writes an event frame to the pipe the
 moment it happens, so code that runs later in the same call cannot take a
@@ -76,9 +78,11 @@ WHOLE_ARRAY_OPS = frozenset(
 )  # fmt: skip
 ELEMENTWISE_OPS = frozenset(
     [f"mlx.core.{name}" for name in MLX_ELEMENTWISE] + [f"mlx.core.array.{name}" for name in ARRAY_ELEMENTWISE]
+    + ["numpy.ufunc"]  # every NumPy ufunc but matmul is elementwise
 )
 CONTRACTION_OPS = frozenset(
     [f"mlx.core.{name}" for name in MLX_CONTRACTIONS] + [f"mlx.core.array.{name}" for name in ARRAY_CONTRACTIONS]
+    + ["numpy.matmul"]
 )
 MAX_REPORTS_PER_CALL = 8
 
@@ -252,6 +256,22 @@ class Tripwires:
                 if watch is not None and id(self) in watch.derived:
                     watch.observe("numpy.ndarray.__getitem__", (self,), result)
                 return result
+
+            def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+                # Arithmetic and matmul on a page-derived NumPy array: computed on plain views (same memory,
+                # `out=` included), then observed as MLX's are (elementwise, or a contraction for matmul).
+                def plain(value: Any) -> Any:
+                    return value.view(np.ndarray) if isinstance(value, WatchedArray) else value
+
+                if "out" in kwargs:
+                    kwargs["out"] = tuple(plain(value) for value in kwargs["out"])
+                result = getattr(ufunc, method)(*(plain(value) for value in inputs), **kwargs)
+                watch = tripwires.watch
+                if watch is None or method != "__call__":
+                    return result
+                name = getattr(ufunc, "__name__", "ufunc")
+                watch.observe("numpy.matmul" if name == "matmul" else "numpy.ufunc", inputs, result)
+                return tripwires._numpy_view(watch, result)
 
         self._watched_ndarray = WatchedArray
 
