@@ -221,19 +221,18 @@ class TinyKvPagedPool:
         self.check_chunk_shape((1, keys.shape[1], 1, keys.shape[2]), keys.dtype, values.dtype)
         self._check_token_positions(page_ids, slots)
         index = page_write.token_row_index(tuple(page_ids), tuple(slots), keys.shape[1])
-        if self._keys is None or self._values is None:
-            before = self.checkpoint()
-            try:
+        # Only creating the storage changes the pool before both updates are built, so only then is there
+        # anything to roll back.
+        before = self.checkpoint() if self._keys is None or self._values is None else None
+        try:
+            if before is not None:
                 self._create_storage(keys[None].transpose(0, 2, 1, 3))
-                new_keys = page_write.write_token_rows(self._keys, index, keys)
-                new_values = page_write.write_token_rows(self._values, index, values)
-            except BaseException:
-                self.rollback(before)
-                raise
-        else:
-            # Nothing changes until both updates are built, so a failure leaves the pool as it was.
             new_keys = page_write.write_token_rows(self._keys, index, keys)
             new_values = page_write.write_token_rows(self._values, index, values)
+        except BaseException:
+            if before is not None:
+                self.rollback(before)
+            raise
         self._keys, self._values = new_keys, new_values
 
     def _check_token_positions(self, page_ids: list[int], slots: list[int]) -> None:
