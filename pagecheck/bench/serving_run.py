@@ -71,11 +71,20 @@ def empty_buffer_cache() -> None:
 def run_variant(weights: Qwen3Weights, variant: str, trace: ServeTrace, settings: ServeSettings) -> dict[str, Any]:
     """Metrics of one variant on the trace, plus its greedy tokens; an exception becomes an 'error' entry.
     The run starts from an empty buffer cache (empty_buffer_cache)."""
+    return _serve(weights, variant, trace, settings, {})
+
+
+def _serve(
+    weights: Qwen3Weights, variant: str, trace: ServeTrace, settings: ServeSettings, models: dict[str, Qwen3Model]
+) -> dict[str, Any]:
+    """One timed run of `variant` from an empty buffer cache, as an entry (metrics and tokens, or 'error').
+    The variant's model comes from `models`; one not there yet is made, warmed up and kept there."""
     empty_buffer_cache()
-    model = Qwen3Model(weights, variant)
     try:
-        _warm_up(model, settings, trace)
-        return _timed_run(model, trace, settings)
+        if variant not in models:
+            models[variant] = Qwen3Model(weights, variant)
+            _warm_up(models[variant], settings, trace)
+        return _timed_run(models[variant], trace, settings)
     except Exception as exc:  # one failing variant must not hide the others' numbers
         return {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -132,14 +141,9 @@ def run_variants(
                 continue
             if starting is not None:
                 starting(variant)
-            empty_buffer_cache()
-            try:
-                if variant not in models:
-                    models[variant] = Qwen3Model(weights, variant)
-                    _warm_up(models[variant], settings, trace)
-                entry = _timed_run(models[variant], trace, settings)
-            except Exception as exc:  # one failing variant must not hide the others' numbers
-                entry = failed[variant] = {"error": f"{type(exc).__name__}: {exc}"}
+            entry = _serve(weights, variant, trace, settings, models)
+            if "error" in entry:
+                failed[variant] = entry
             else:
                 done[variant].append(entry)
             if report is not None:
