@@ -57,32 +57,35 @@ ARRAY_ELEMENTWISE = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "_
 MLX_CONTRACTIONS = ("matmul", "einsum", "tensordot", "inner", "outer", "addmm", "gather_mm", "kron",
                     "block_masked_mm", "segmented_mm")  # fmt: skip
 ARRAY_CONTRACTIONS = ("__matmul__",)
-MLX_RESHAPES = ("reshape", "transpose", "swapaxes", "moveaxis", "flatten", "unflatten", "squeeze", "expand_dims",
-                "contiguous", "view", "as_strided", "copy", "stop_gradient", "where")  # fmt: skip
-ARRAY_METHODS = ("__getitem__", "reshape", "transpose", "swapaxes", "moveaxis", "flatten", "squeeze", "astype",
-                 "split", "view", "__array__")  # fmt: skip
-NUMPY_FUNCTIONS = ("array", "asarray", "asanyarray", "ascontiguousarray", "copy", "concatenate", "stack", "vstack",
-                   "hstack", "dstack", "take", "take_along_axis", "reshape", "transpose", "swapaxes", "moveaxis",
-                   "squeeze", "expand_dims", "repeat", "tile", "broadcast_to", "pad", "frombuffer")  # fmt: skip
-# Ops that neither select nor reorder positions: cast, copy, convert, view or reshape an array whole. Their
-# result, when it has as many elements as a whole pool it came from, stands for that pool (is not judged,
-# and what is gathered from it is). A whole pool read in float32 or as NumPy is no request's dense K/V.
+# The wrapped ops that neither select nor reorder positions: cast, copy, convert, view or reshape an array
+# whole. Their result, when it has as many elements as a whole pool it came from, stands for that pool (is
+# not judged, and what is gathered from it is). A whole pool read in float32 or as NumPy is no request's
+# dense K/V.
+MLX_WHOLE = ("reshape", "transpose", "swapaxes", "moveaxis", "flatten", "unflatten", "squeeze", "expand_dims",
+             "contiguous", "view", "copy", "stop_gradient", "where")  # fmt: skip
+ARRAY_WHOLE = ("reshape", "transpose", "swapaxes", "moveaxis", "flatten", "squeeze", "astype", "view", "__array__")
+NUMPY_WHOLE = ("array", "asarray", "asanyarray", "ascontiguousarray", "copy", "reshape", "transpose", "swapaxes",
+               "moveaxis", "squeeze", "expand_dims")  # fmt: skip
+MLX_RESHAPES = (*MLX_WHOLE, "as_strided")
+ARRAY_METHODS = ("__getitem__", "split", *ARRAY_WHOLE)
+NUMPY_FUNCTIONS = (*NUMPY_WHOLE, "concatenate", "stack", "vstack", "hstack", "dstack", "take", "take_along_axis",
+                   "repeat", "tile", "broadcast_to", "pad", "frombuffer")  # fmt: skip
+
+
+def _ops(prefix: str, names: tuple[str, ...]) -> list[str]:
+    """The op names the wrappers report: `prefix` + each name."""
+    return [f"{prefix}.{name}" for name in names]
+
+
 WHOLE_ARRAY_OPS = frozenset(
-    [f"mlx.core.{name}" for name in ("reshape", "transpose", "swapaxes", "moveaxis", "flatten", "unflatten",
-                                     "squeeze", "expand_dims", "contiguous", "view", "copy", "stop_gradient",
-                                     "where")]
-    + [f"mlx.core.array.{name}" for name in ("reshape", "transpose", "swapaxes", "moveaxis", "flatten", "squeeze",
-                                             "astype", "view", "__array__")]
-    + [f"numpy.{name}" for name in ("array", "asarray", "asanyarray", "ascontiguousarray", "copy", "reshape",
-                                    "transpose", "swapaxes", "moveaxis", "squeeze", "expand_dims")]
-)  # fmt: skip
+    _ops("mlx.core", MLX_WHOLE) + _ops("mlx.core.array", ARRAY_WHOLE) + _ops("numpy", NUMPY_WHOLE)
+)
 ELEMENTWISE_OPS = frozenset(
-    [f"mlx.core.{name}" for name in MLX_ELEMENTWISE] + [f"mlx.core.array.{name}" for name in ARRAY_ELEMENTWISE]
+    _ops("mlx.core", MLX_ELEMENTWISE) + _ops("mlx.core.array", ARRAY_ELEMENTWISE)
     + ["numpy.ufunc"]  # every NumPy ufunc but matmul is elementwise
 )
 CONTRACTION_OPS = frozenset(
-    [f"mlx.core.{name}" for name in MLX_CONTRACTIONS] + [f"mlx.core.array.{name}" for name in ARRAY_CONTRACTIONS]
-    + ["numpy.matmul"]
+    _ops("mlx.core", MLX_CONTRACTIONS) + _ops("mlx.core.array", ARRAY_CONTRACTIONS) + ["numpy.matmul"]
 )
 MAX_REPORTS_PER_CALL = 8
 
@@ -112,12 +115,10 @@ class GatherWatch:
         self.reported: set[tuple[str, str]] = set()
         self.threshold = 0  # elements; 0: the call is not judged
         self.head_dim = -1
-        # ids of arrays that are a whole pool: the pages themselves, and their casts, copies and views
-        self.whole_pools: set[int] = set()
         for pages in (key_pages, value_pages):
             self.mark(pages)
-            if pages is not None and hasattr(pages, "shape"):
-                self.whole_pools.add(id(pages))
+        # ids of arrays that are a whole pool: the pages themselves, and their casts, copies and views
+        self.whole_pools: set[int] = set(self.derived)
         shape = tuple(getattr(key_pages, "shape", ()))
         if len(shape) != 4:
             return
