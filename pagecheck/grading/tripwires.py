@@ -26,8 +26,11 @@ pagecheck), so it imports only the standard library at module level.
   wrapped functions make (NumPy arithmetic and matmul are followed on arrays
   it already follows, through their ufuncs): MLX ops it does not wrap
   (mx.array(...) copies, for one) and NumPy functions that are not ufuncs
-  (np.dot, np.einsum) are not, so a gather from such a copy goes unseen. It
-  catches the usual ways of gathering, not every one.
+  (np.dot, np.einsum) are not, so a gather from such a copy goes unseen. The
+  wrappers' closures hold the original functions, and Python code can read
+  a closure without any audit event: a submission that calls the originals
+  is not watched at all. It catches the usual ways of gathering, not every
+  one.
 
 Both report through a callback that writes an event frame to the pipe the
 moment it happens, so code that runs later in the same call cannot take a
