@@ -89,6 +89,30 @@ OUTSIDE_THE_API: dict[str, str] = {
 }
 
 
+COURSE_ONLY, BOTH, BEYOND_ONLY = (COURSE_MARK,), (COURSE_MARK, BEYOND_COURSE_MARK), (BEYOND_COURSE_MARK,)
+# Invariant -> the scopes its checks carry: a grade scores an invariant's course checks and its checks beyond
+# the course as two clauses (pagecheck.grading.rubric). tests/test_course_map.py holds this to the marks.
+CLAUSE_SCOPES: dict[str, tuple[str, ...]] = {
+    "context_len": BOTH,
+    "block_table_order": BOTH,
+    "alias_free": BOTH,
+    "release_once": COURSE_ONLY,
+    "lazy_tail": BOTH,
+    "rejection": BOTH,
+    "gqa_mapping": BOTH,
+    "head_dims": BEYOND_ONLY,
+    "dtypes": BOTH,
+    "page_sizes": BEYOND_ONLY,
+    "page_boundaries": BEYOND_ONLY,
+    "dispatch_paths": BEYOND_ONLY,
+    "softmax_stability": BEYOND_ONLY,
+    "empty_rows": BEYOND_ONLY,
+    "inputs_unchanged": BEYOND_ONLY,
+    "batch_consistency": BOTH,
+    "batching_cache": BOTH,
+    "page_storage": COURSE_ONLY,
+}
+
 def course_scope(item: Any) -> list[tuple[str, str]]:
     """A collected check's relation to the course, as user_properties; ValueError unless it has exactly one."""
     course = list(item.iter_markers(COURSE_MARK))

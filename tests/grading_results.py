@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from pagecheck.grading.results_store import FORMAT, VERSION
+from pagecheck.invariants.course import BEYOND_COURSE_MARK, CLAUSE_SCOPES
 
 
-def check(invariant: str, outcome: str, index: int = 0, message: str = "") -> dict[str, Any]:
+def check(invariant: str, outcome: str, index: int = 0, message: str = "", scope: str | None = None) -> dict[str, Any]:
+    """One check; its scope is the invariant's course clause where it has one, else beyond the course."""
     passes = [] if outcome == "pass" else ["public", "hidden"]
-    return {"nodeid": f"invariants/test_{invariant}.py::test_{index}", "invariant": invariant,
-            "outcome": outcome, "message": message, "passes": passes}  # fmt: skip
+    return {"nodeid": f"invariants/test_{invariant}.py::test_{scope or ''}{index}", "invariant": invariant,
+            "scope": scope or CLAUSE_SCOPES[invariant][0], "outcome": outcome, "message": message,
+            "passes": passes}  # fmt: skip
 
 
 def result_document(
@@ -20,9 +23,14 @@ def result_document(
     verdict: str = "ok",
     findings: tuple[str, ...] = (),
     settings: dict[str, Any] | None = None,
+    beyond: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
-    """A results document with the given check outcomes per invariant (graded: exactly those invariants)."""
+    """A results document with the given check outcomes per invariant (graded: exactly those invariants, and
+    those of `beyond`, whose checks are marked beyond the course)."""
     checks = [check(inv, outcome, i) for inv, listed in outcomes.items() for i, outcome in enumerate(listed)]
+    checks += [check(inv, outcome, i, scope=BEYOND_COURSE_MARK)
+               for inv, listed in (beyond or {}).items() for i, outcome in enumerate(listed)]  # fmt: skip
+    graded = list(dict.fromkeys([*outcomes, *(beyond or {})]))
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -30,7 +38,7 @@ def result_document(
         "kind": "file",
         "student_spec": f"/submissions/{name}.py",
         "digest": "0" * 64,
-        "settings": settings or {"invariants": list(outcomes), "secret_fingerprint": "f" * 16},
+        "settings": settings or {"invariants": graded, "secret_fingerprint": "f" * 16},
         "verdict": verdict,
         "detail": "SIGSEGV" if verdict == "crashed" else "",
         "running_check": None,

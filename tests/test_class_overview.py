@@ -46,6 +46,14 @@ def test_shares_count_finished_submissions_that_ran_a_check_most_broken_first() 
         ("inputs_unchanged", 0, 3),  # all skipped: not counted as checked
     ]
     assert shares[0].share == 0.75
+    # head_dims has no course check; heads_tail broke lazy_tail's course checks.
+    assert [(s.invariant, s.beyond_only) for s in shares[:2]] == [("head_dims", 3), ("lazy_tail", 0)]
+
+
+def test_a_submission_that_broke_only_checks_beyond_the_course_is_counted_apart() -> None:
+    document = result_document("strict", outcomes(), beyond={"lazy_tail": ["fail"]})
+    [share] = [s for s in broken_shares([document], list(GRADED)) if s.invariant == "lazy_tail"]
+    assert (share.broken, share.beyond_only, share.checked) == (1, 1, 1)
 
 
 def test_the_histogram_counts_every_submission_once_with_full_points_in_the_last_bin() -> None:
@@ -70,7 +78,7 @@ def test_grades_md_opens_with_the_overview_and_both_plots_parse(tmp_path: Path) 
     page = (tmp_path / "grades.md").read_text()
     assert page.index("## Class overview") < page.index("## Submissions") < page.index("| submission |")
     assert f"![points per submission]({POINTS_PLOT_FILE})" in page and BROKEN_PLOT_FILE in page
-    assert "| head_dims | 3 | 4 | 75% |" in page
+    assert "| head_dims | 3 | 3 | 4 | 75% |" in page
     assert "crashed (crashed (SIGSEGV))" in page
     points = ElementTree.parse(tmp_path / POINTS_PLOT_FILE).getroot()
     bars = [e for e in points.iter() if e.get("class") == "bar"]

@@ -22,7 +22,7 @@ import pytest
 
 from pagecheck.invariants.catalog import INVARIANTS
 from pagecheck.invariants.course import (
-    BEYOND_COURSE_MARK, COURSE_FILES, COURSE_MARK, COURSE_TESTS, INVALID_METADATA, INVALID_METADATA_CASES,
+    BEYOND_COURSE_MARK, CLAUSE_SCOPES, COURSE_FILES, COURSE_MARK, COURSE_TESTS, INVALID_METADATA, INVALID_METADATA_CASES,
     OUTSIDE_THE_API, course_scope,
 )
 from pagecheck.invariants.dtype_support import UNSUPPORTED_DTYPE
@@ -75,6 +75,14 @@ def test_every_course_test_about_the_api_has_a_check(course_run: dict[str, Any])
     mapped = {test for check in course_run["checks"] for test in check["course_tests"]}
     assert set(COURSE_TESTS) - mapped == set(), f"course tests no check maps: {sorted(set(COURSE_TESTS) - mapped)}"
 
+
+def test_the_clause_table_says_which_scopes_each_invariant_has(course_run: dict[str, Any]) -> None:
+    """Grades score an invariant's course checks and its checks beyond the course apart, from CLAUSE_SCOPES."""
+    found: dict[str, set[str]] = {}
+    for check in course_run["checks"]:
+        found.setdefault(check["invariant"], set()).add(check["scope"])
+    assert {i: set(s) for i, s in CLAUSE_SCOPES.items()} == found
+    assert list(CLAUSE_SCOPES) == list(INVARIANTS)
 
 def _course_map_tables() -> tuple[set[tuple[str, str, str]], set[tuple[str, str]]]:
     """(course test, check, invariant) rows and (check, invariant) beyond-course rows of COURSE_MAP.md."""

@@ -34,13 +34,25 @@ def test_fused_sdpa_in_paged_attention_is_found(source: str) -> None:
     "source",
     [
         f"from .paged_kv_cache import gather_dense\n{SIGNATURE}\n    k, v = gather_dense(key_pages, value_pages, block_table, context_lens, page_size)\n",
-        f"import mlx.core as mx\n{SIGNATURE}\n    k = mx.concatenate([key_pages[i] for i in range(3)], axis=1)\n",
         f"from .attention import scaled_dot_product_attention_grouped\n{SIGNATURE}\n    return scaled_dot_product_attention_grouped(query, key_pages, value_pages)\n",
     ],
-    ids=["gather_dense", "concatenate-pages", "dense-helper"],
+    ids=["gather_dense", "dense-helper"],
 )
-def test_dense_gather_in_paged_attention_is_found(source: str) -> None:
+def test_what_the_course_forbids_in_paged_attention_is_found(source: str) -> None:
     assert kinds(source) == ["dense_gather"]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        f"import mlx.core as mx\n{SIGNATURE}\n    k = mx.concatenate([key_pages[i] for i in range(3)], axis=1)\n",
+        f"import mlx.core as mx\n{SIGNATURE}\n    k = mx.stack([value_pages[p] for p in block_table[0]])\n",
+        f"from .reference import dense_attention\n{SIGNATURE}\n    return dense_attention(query, key_pages, value_pages)\n",
+    ],
+    ids=["concatenate-pages", "stack-pages", "dense_attention"],
+)
+def test_joins_of_pages_the_course_does_not_forbid_are_found_apart(source: str) -> None:
+    assert kinds(source) == ["page_join"]
 
 
 def test_fused_sdpa_elsewhere_is_allowed() -> None:

@@ -16,7 +16,8 @@ from pagecheck.grading.suite_pass import PassOutcome
 from pagecheck.grading.verdicts import Verdict
 from tests.grading_results import result_document
 
-RUBRIC = parse_rubric({"points": {"context_len": 10, "lazy_tail": 4}}, "t.toml")
+RUBRIC = parse_rubric({"points": {"context_len": 10, "lazy_tail": 4, "dtypes": 2},
+                       "beyond_course": {"context_len": 3, "lazy_tail": 1, "dtypes": 1}}, "t.toml")  # fmt: skip
 
 
 def test_failure_comes_with_a_public_reproduction() -> None:
@@ -28,7 +29,7 @@ def test_failure_comes_with_a_public_reproduction() -> None:
         f"{shlex.quote(sys.executable)} -m pytest -p no:cacheprovider --pyargs pagecheck.invariants.test_context_len::test_0 "
         f"--pagecheck-subject sandbox:/submissions/amy.py --pagecheck-seed {PUBLIC_SEED} -p {PLUGIN}"
     ) in text
-    assert "## Invariants met\n\nlazy_tail." in text
+    assert "## Course clauses: met\n\nlazy_tail." in text
 
 
 def test_hidden_only_failure_shows_only_the_fact() -> None:
@@ -90,8 +91,25 @@ def test_check_takes_its_worst_outcome_over_both_passes() -> None:
 def test_checks_that_do_not_apply_are_listed_apart_without_the_submissions_words() -> None:
     document = result_document("amy", {"dtypes": ["pass", "skip"], "lazy_tail": ["pass"]})
     document["checks"][1]["message"] = "unsupported dtype float16: the subject declines it (ValueError: my words)"
-    rubric = parse_rubric({"points": {"dtypes": 5, "lazy_tail": 4}}, "t.toml")
-    text = render_feedback(document, rubric)
+    text = render_feedback(document, RUBRIC)
     assert "## Not applicable" in text and "- unsupported dtype float16 (1 check)" in text
     assert "my words" not in text
-    assert "## Invariants met\n\ndtypes, lazy_tail." in text
+    assert "## Course clauses: met\n\ndtypes, lazy_tail." in text
+
+
+def test_a_failure_beyond_the_course_is_reported_apart_and_keeps_the_total() -> None:
+    document = result_document("amy", {"context_len": ["pass"]}, beyond={"context_len": ["fail"]})
+    document["checks"][1]["message"] = "AssertionError: large logits gave NaN"
+    text = render_feedback(document, RUBRIC)
+    assert "Total: **10** of 10 points. Beyond the course: **0** of 3." in text
+    assert "## Course clauses: met\n\ncontext_len." in text
+    assert "## Beyond the course: not met\n\n### context_len (beyond the course) (0 of 3 points)" in text
+    assert "large logits gave NaN" in text
+
+
+def test_a_gather_beyond_the_course_says_which_total_it_costs() -> None:
+    document = result_document("amy", {"context_len": ["pass"]}, beyond={"context_len": ["pass"]},
+                               findings=("gather_trap",))  # fmt: skip
+    text = render_feedback(document, RUBRIC)
+    assert "Total: **10** of 10 points. Beyond the course: **0** of 3." in text
+    assert "These set the total beyond the course to 0; the course clauses keep their points." in text

@@ -4,9 +4,10 @@ The whole gallery (honest, broken and hostile submissions together) is graded
 once per test run, by whichever test asks first (under xdist the workers
 share it through a lock file), with a reduced set of invariants, short limits
 and two jobs. Expected points are literal numbers, worked out by hand from
-the fixture rubric (release_once 10, lazy_tail 10, head_dims 5,
-inputs_unchanged 5 which requires head_dims; every finding zeroes the total
-except tamper, which only flags). These are the slowest tests of the
+the fixture rubric (course clauses: release_once 10, lazy_tail 10; beyond the
+course: lazy_tail 5, head_dims 5, inputs_unchanged 5 which requires head_dims;
+the course's rules zero both totals, gathers only the total beyond the course,
+tamper only flags). These are the slowest tests of the
 repository: marked `slow`.
 """
 
@@ -58,49 +59,55 @@ MARKERS = (b"pagecheck-hostile-daemon", b"pagecheck-hostile-fork-bomb", b"86400.
 @dataclass(frozen=True)
 class Expected:
     verdict: str
-    cells: tuple[str, str, str, str]  # release_once, lazy_tail, head_dims, inputs_unchanged, as in grades.csv
-    total: str
+    cells: tuple[str, str, str, str, str]  # COLUMNS, as in grades.csv
+    total: str  # the course clauses
+    beyond: str  # the clauses beyond the course
     flags: str = ""
 
 
-NOTHING = ("0", "0", "0", "0")  # an unfinished run; or every check skipped, or failed
-CACHES_ONLY = ("10", "10", "0", "0")  # the pool and cache are right, the attention is not
-EVERYTHING = ("10", "10", "5", "5")
+# The course clauses of release_once and lazy_tail, then the clauses beyond the course of lazy_tail, head_dims
+# and inputs_unchanged.
+COLUMNS = ("release_once", "lazy_tail", "lazy_tail (beyond the course)", "head_dims (beyond the course)",
+           "inputs_unchanged (beyond the course)")  # fmt: skip
+NOTHING = ("0", "0", "0", "0", "0")  # an unfinished run; or every check skipped, or failed
+CACHES_ONLY = ("10", "10", "5", "0", "0")  # the pool and cache are right, the attention is not
+EVERYTHING = ("10", "10", "5", "5", "5")
 EXPECTED: dict[str, Expected] = {
-    "correct": Expected("ok", EVERYTHING, "30"),
-    "starter": Expected("ok", ("0", "0", "0", "0"), "0"),
-    "needs_extension": Expected("build-failed", NOTHING, "0"),
+    "correct": Expected("ok", EVERYTHING, "20", "15"),
+    "starter": Expected("ok", NOTHING, "0", "0"),
+    "needs_extension": Expected("build-failed", NOTHING, "0", "0"),
     # overlays on correct/
-    "segfault": Expected("ok", CACHES_ONLY, "20"),
-    "hang": Expected("ok", CACHES_ONLY, "20"),
-    "hoard": Expected("ok", CACHES_ONLY, "20"),
-    "calls_sdpa": Expected("ok", CACHES_ONLY, "0", "dense_gather gather_trap sdpa_call sdpa_trap"),
-    "sdpa_original": Expected("ok", CACHES_ONLY, "0", "dense_gather gather_trap sdpa_trap"),
-    "fancy_gather": Expected("ok", EVERYTHING, "0", "gather_trap"),
-    "getattr_concat": Expected("ok", EVERYTHING, "0", "gather_trap"),
-    "clamps_block_table": Expected("ok", CACHES_ONLY, "20"),
-    "cast_pool": Expected("ok", EVERYTHING, "30"),  # reads the pools whole in float32: no gather, no flag
-    "kill_parent": Expected("ok", EVERYTHING, "30"),
-    "fill_disk": Expected("ok", EVERYTHING, "30"),
-    "flood": Expected("ok", EVERYTHING, "30"),
+    "segfault": Expected("ok", CACHES_ONLY, "20", "5"),
+    "hang": Expected("ok", CACHES_ONLY, "20", "5"),
+    "hoard": Expected("ok", CACHES_ONLY, "20", "5"),
+    "calls_sdpa": Expected("ok", CACHES_ONLY, "0", "0", "dense_gather gather_trap page_join sdpa_call sdpa_trap"),
+    "sdpa_original": Expected("ok", CACHES_ONLY, "0", "0", "gather_trap page_join sdpa_trap"),
+    # A gather the course does not forbid costs the total beyond the course, never a course point.
+    "fancy_gather": Expected("ok", EVERYTHING, "20", "0", "gather_trap"),
+    "getattr_concat": Expected("ok", EVERYTHING, "20", "0", "gather_trap"),
+    "clamps_block_table": Expected("ok", CACHES_ONLY, "20", "5"),
+    "cast_pool": Expected("ok", EVERYTHING, "20", "15"),  # reads the pools whole in float32: no gather, no flag
+    "kill_parent": Expected("ok", EVERYTHING, "20", "15"),
+    "fill_disk": Expected("ok", EVERYTHING, "20", "15"),
+    "flood": Expected("ok", EVERYTHING, "20", "15"),
     # hostile
-    "atexit_rewrite": Expected("ok", NOTHING, "0"),
-    "gc_pytest_hook": Expected("ok", NOTHING, "0", "tamper"),
-    "import_module_reference": Expected("load-failed", NOTHING, "0", "project_import"),
-    "dunder_import_impl": Expected("load-failed", NOTHING, "0", "project_import"),
-    "reference": Expected("load-failed", NOTHING, "0", "project_import"),
-    "impl": Expected("load-failed", NOTHING, "0"),  # its own empty package, named like a layer: nothing to check
-    "patch_helpers": Expected("ok", NOTHING, "0", "project_import"),
-    "fork_setsid_daemon": Expected("ok", NOTHING, "0"),
-    "rewrite_others": Expected("ok", NOTHING, "0"),
-    "exfiltrate_secret": Expected("ok", NOTHING, "0"),
-    "fork_bomb": Expected("ok", NOTHING, "0"),
-    "setsid_sleeps": Expected("ok", NOTHING, "0"),
+    "atexit_rewrite": Expected("ok", NOTHING, "0", "0"),
+    "gc_pytest_hook": Expected("ok", NOTHING, "0", "0", "tamper"),
+    "import_module_reference": Expected("load-failed", NOTHING, "0", "0", "project_import"),
+    "dunder_import_impl": Expected("load-failed", NOTHING, "0", "0", "project_import"),
+    "reference": Expected("load-failed", NOTHING, "0", "0", "project_import"),
+    "impl": Expected("load-failed", NOTHING, "0", "0"),  # its own empty package, named like a layer: nothing to check
+    "patch_helpers": Expected("ok", NOTHING, "0", "0", "project_import"),
+    "fork_setsid_daemon": Expected("ok", NOTHING, "0", "0"),
+    "rewrite_others": Expected("ok", NOTHING, "0", "0"),
+    "exfiltrate_secret": Expected("ok", NOTHING, "0", "0"),
+    "fork_bomb": Expected("ok", NOTHING, "0", "0"),
+    "setsid_sleeps": Expected("ok", NOTHING, "0", "0"),
     # Throwing MLX out of sys.modules breaks the worker's own arrays: every call fails before any SDPA.
-    "reimport_mlx": Expected("ok", NOTHING, "0", "sdpa_call tamper"),
-    "network": Expected("ok", NOTHING, "0"),
-    "odd___pkg": Expected("load-failed", NOTHING, "0"),  # Python cannot import a package of that name
-    f"{LONG_NAME[:87]}-{'x' * 12}": Expected("ok", NOTHING, "0"),  # the hash is checked separately
+    "reimport_mlx": Expected("ok", NOTHING, "0", "0", "sdpa_call tamper"),
+    "network": Expected("ok", NOTHING, "0", "0"),
+    "odd___pkg": Expected("load-failed", NOTHING, "0", "0"),  # Python cannot import a package of that name
+    f"{LONG_NAME[:87]}-{'x' * 12}": Expected("ok", NOTHING, "0", "0"),  # the hash is checked separately
 }
 HONEST = ("correct", "cast_pool", "kill_parent", "fill_disk", "flood")
 INTERRUPTED = ("correct", "segfault", "starter")
@@ -193,13 +200,13 @@ def test_every_submission_gets_its_verdict_points_and_flags(graded: Path) -> Non
     assert sorted(rows) == sorted(EXPECTED), "the run finished for every submission, and only those"
     for name, expected in EXPECTED.items():
         row = rows[name]
-        got = (row["verdict"], tuple(row[i] for i in INVARIANTS), row["total"], row["flags"])
-        assert got == (expected.verdict, expected.cells, expected.total, expected.flags), name
+        got = (row["verdict"], tuple(row[c] for c in COLUMNS), row["total"], row["beyond"], row["flags"])
+        assert got == (expected.verdict, expected.cells, expected.total, expected.beyond, expected.flags), name
 
 
 def test_honest_submissions_keep_their_exact_score(graded: Path) -> None:
     rows = scoreboard_rows(graded)
-    assert {name: rows[name]["total"] for name in HONEST} == {name: "30" for name in HONEST}
+    assert {name: (rows[name]["total"], rows[name]["beyond"]) for name in HONEST} == {name: ("20", "15") for name in HONEST}
     correct = {d["name"]: d for d in load_all_results(graded)}["correct"]
     assert correct["findings"] == [] and correct["incidents"] == []
     assert all(check["outcome"] == "pass" for check in correct["checks"])

@@ -1,4 +1,4 @@
-"""The rubric file and how results are scored with it."""
+"""The rubric file and how results are scored with it: course clauses and clauses beyond the course apart."""
 
 from __future__ import annotations
 
@@ -6,16 +6,26 @@ from pathlib import Path
 
 import pytest
 
-from pagecheck.invariants.catalog import INVARIANTS
-from pagecheck.grading.rubric import load_rubric, parse_rubric
+from pagecheck.invariants.course import BEYOND_COURSE_MARK, CLAUSE_SCOPES, COURSE_MARK
+from pagecheck.grading.rubric import Clause, load_rubric, parse_rubric
 from pagecheck.grading.scoreboard import protections_line, render_csv, render_markdown, score_result, scores_for
 from tests.grading_results import result_document
 
 
-def test_default_rubric_prices_every_invariant() -> None:
+def course(invariant: str) -> Clause:
+    return Clause(invariant, COURSE_MARK)
+
+
+def beyond(invariant: str) -> Clause:
+    return Clause(invariant, BEYOND_COURSE_MARK)
+
+
+def test_default_rubric_prices_every_clause_of_every_invariant() -> None:
     rubric = load_rubric()
-    assert set(rubric.points) == set(INVARIANTS)
-    assert all(points > 0 for points in rubric.points.values())
+    assert set(rubric.points) == {i for i, scopes in CLAUSE_SCOPES.items() if COURSE_MARK in scopes}
+    assert set(rubric.beyond) == {i for i, scopes in CLAUSE_SCOPES.items() if BEYOND_COURSE_MARK in scopes}
+    assert all(points > 0 for points in [*rubric.points.values(), *rubric.beyond.values()])
+    rubric.check_prices(list(CLAUSE_SCOPES))
 
 
 @pytest.mark.parametrize(
@@ -23,9 +33,13 @@ def test_default_rubric_prices_every_invariant() -> None:
     [
         ({"points": {"no_such_invariant": 3}}, "no_such_invariant"),
         ({"points": {"context_len": -1}}, "points.context_len"),
+        ({"beyond_course": {"context_len": "5"}}, "beyond_course.context_len"),
+        ({"points": {"head_dims": 5}}, "points.head_dims: no check of head_dims mirrors a course test"),
+        ({"beyond_course": {"release_once": 5}}, "beyond_course.release_once: no check of release_once goes beyond"),
         ({"scoring": "curved"}, "scoring"),
         ({"anticheat": {"sdpa_call": "ignore"}}, "anticheat.sdpa_call"),
         ({"requires": {"inputs_unchanged": ["nothing"]}}, "requires.inputs_unchanged"),
+        ({"requires": {"context_len": ["head_dims"]}}, "requires.context_len names .'head_dims'., whose checks all"),
         ({"bonus": 1}, "bonus"),
     ],
 )
@@ -41,21 +55,54 @@ def test_unreadable_rubric_is_a_value_error(tmp_path: Path) -> None:
         load_rubric(path)
 
 
+def test_a_graded_clause_without_points_is_refused_before_grading() -> None:
+    rubric = parse_rubric({"points": {"context_len": 10}}, "t.toml")
+    with pytest.raises(ValueError, match=r"invariant='context_len' under \[beyond_course\]"):
+        rubric.check_prices(["context_len"])
+    with pytest.raises(ValueError, match=r"invariant='lazy_tail' under \[points\]"):
+        rubric.check_prices(["lazy_tail"])
+
+
 def _rubric(**extra: object):
-    return parse_rubric({"points": {"context_len": 10, "lazy_tail": 4, "inputs_unchanged": 2}, **extra}, "t.toml")
+    """context_len 10 and lazy_tail 4 for their course clauses; beyond the course, inputs_unchanged 2 and the
+    other two 0 (their checks beyond the course are left out of these documents unless given)."""
+    beyond_points = {"context_len": 0, "lazy_tail": 0, "inputs_unchanged": 2, **extra.pop("beyond_course", {})}
+    document = {"points": {"context_len": 10, "lazy_tail": 4}, "beyond_course": beyond_points, **extra}
+    return parse_rubric(document, "t.toml")
+
+
+def course_points(score) -> dict[Clause, float | None]:
+    return {clause: earned for clause, earned in score.points.items() if clause.scope == COURSE_MARK}
 
 
 def test_all_or_nothing_needs_every_check() -> None:
     document = result_document("s", {"context_len": ["pass", "fail"], "lazy_tail": ["pass", "pass"]})
     score = score_result(document, _rubric())
-    assert score.points == {"context_len": 0.0, "lazy_tail": 4.0}
+    assert course_points(score) == {course("context_len"): 0.0, course("lazy_tail"): 4.0}
     assert (score.total, score.maximum) == (4.0, 14.0)
 
 
 def test_fraction_scores_each_check() -> None:
     document = result_document("s", {"context_len": ["pass", "fail"], "lazy_tail": ["pass", "skip"]})
     score = score_result(document, _rubric(scoring="fraction"))
-    assert score.points == {"context_len": 5.0, "lazy_tail": 2.0}
+    assert course_points(score) == {course("context_len"): 5.0, course("lazy_tail"): 2.0}
+
+
+def test_a_check_beyond_the_course_never_costs_a_course_point() -> None:
+    """An implementation the course accepts keeps every course point, whatever the stricter checks say."""
+    rubric = _rubric(beyond_course={"context_len": 5})
+    document = result_document("s", {"context_len": ["pass", "pass"]}, beyond={"context_len": ["fail"],
+                                                                               "inputs_unchanged": ["fail"]})
+    score = score_result(document, rubric)
+    assert score.points == {course("context_len"): 10.0, beyond("context_len"): 0.0, beyond("inputs_unchanged"): 0.0}
+    assert (score.total, score.maximum, score.beyond_total, score.beyond_maximum) == (10.0, 10.0, 0.0, 7.0)
+    fixed = result_document("t", {"context_len": ["pass", "pass"]}, beyond={"context_len": ["pass"],
+                                                                            "inputs_unchanged": ["pass"]})
+    assert (score_result(fixed, rubric).total, score_result(fixed, rubric).beyond_total) == (10.0, 7.0)
+    header, row = render_csv([score], ["context_len", "inputs_unchanged"]).splitlines()
+    assert header == ("submission,verdict,context_len,total,max,context_len (beyond the course),"
+                      "inputs_unchanged (beyond the course),beyond,beyond_max,flags")
+    assert row == "s,ok,10,10,10,0,0,0,7,"
 
 
 @pytest.mark.parametrize("scoring", ["all-or-nothing", "fraction"])
@@ -65,9 +112,9 @@ def test_a_declined_optional_dtype_costs_no_points(scoring: str) -> None:
     document["checks"][2]["message"] = declined
     document["checks"][4]["message"] = "subject s has no BatchingKvCache: not defined in s"
     score = score_result(document, _rubric(scoring=scoring))
-    assert score.points == {"context_len": 10.0, "lazy_tail": 2.0 if scoring == "fraction" else 0.0}
+    assert course_points(score) == {course("context_len"): 10.0, course("lazy_tail"): 2.0 if scoring == "fraction" else 0.0}
     document["checks"] = [c for c in document["checks"] if c["invariant"] == "context_len"][2:]
-    assert score_result(document, _rubric(scoring=scoring)).points["context_len"] is None  # only declined checks
+    assert score_result(document, _rubric(scoring=scoring)).points[course("context_len")] is None  # only declined
 
 
 @pytest.mark.parametrize("scoring", ["all-or-nothing", "fraction"])
@@ -78,25 +125,41 @@ def test_a_check_the_sandbox_cannot_carry_costs_no_points(scoring: str) -> None:
         "and this subject runs in a sandboxed worker"
     )
     document["checks"][3]["message"] = "needs the subject in process"  # not the fixed start: a plain skip
-    rubric = parse_rubric({"points": {"rejection": 6, "lazy_tail": 4}, "scoring": scoring}, "t.toml")
-    assert score_result(document, rubric).points == {"rejection": 6.0, "lazy_tail": 2.0 if scoring == "fraction" else 0.0}
+    rubric = parse_rubric({"points": {"rejection": 6, "lazy_tail": 4}, "beyond_course": {"rejection": 1, "lazy_tail": 1},
+                           "scoring": scoring}, "t.toml")  # fmt: skip
+    assert score_result(document, rubric).points == {
+        course("rejection"): 6.0, course("lazy_tail"): 2.0 if scoring == "fraction" else 0.0,
+        beyond("rejection"): None, beyond("lazy_tail"): None,
+    }  # fmt: skip
 
 
 def test_unfinished_run_scores_nothing() -> None:
     document = result_document("s", {"context_len": ["pass"], "lazy_tail": ["pass"]}, verdict="crashed")
-    score = score_result(document, _rubric())
-    assert score.total == 0.0
+    score = score_result(document, _rubric(beyond_course={"context_len": 3, "lazy_tail": 1}))
+    assert (score.total, score.beyond_total, score.maximum, score.beyond_maximum) == (0.0, 0.0, 14.0, 4.0)
     assert score.verdict == "crashed (SIGSEGV)"
 
 
 def test_requirement_withholds_points_until_it_is_met() -> None:
-    rubric = _rubric(requires={"inputs_unchanged": ["context_len"]})
-    broken = result_document("a", {"context_len": ["fail"], "inputs_unchanged": ["pass"]})
-    working = result_document("b", {"context_len": ["pass"], "inputs_unchanged": ["pass"]})
-    assert score_result(broken, rubric).points["inputs_unchanged"] == 0.0
-    assert score_result(working, rubric).points["inputs_unchanged"] == 2.0
-    alone = result_document("c", {"inputs_unchanged": ["pass"]})  # the requirement was not graded
-    assert score_result(alone, rubric).points["inputs_unchanged"] == 2.0
+    # release_once has no checks beyond the course: inputs_unchanged's clause beyond it waits for its course clause.
+    rubric = _rubric(requires={"inputs_unchanged": ["release_once"]}, points={"release_once": 10})
+    broken = result_document("a", {"release_once": ["fail"]}, beyond={"inputs_unchanged": ["pass"]})
+    working = result_document("b", {"release_once": ["pass"]}, beyond={"inputs_unchanged": ["pass"]})
+    assert score_result(broken, rubric).points[beyond("inputs_unchanged")] == 0.0
+    assert score_result(working, rubric).points[beyond("inputs_unchanged")] == 2.0
+    alone = result_document("c", {}, beyond={"inputs_unchanged": ["pass"]})  # the requirement was not graded
+    assert score_result(alone, rubric).points[beyond("inputs_unchanged")] == 2.0
+
+
+def test_a_requirement_waits_for_the_same_clause() -> None:
+    # lazy_tail's course clause waits for context_len's course clause only; its clause beyond the course
+    # waits for context_len's clause beyond the course.
+    rubric = _rubric(requires={"lazy_tail": ["context_len"]}, beyond_course={"context_len": 3, "lazy_tail": 1})
+    document = result_document("a", {"context_len": ["pass"], "lazy_tail": ["pass"]},
+                               beyond={"context_len": ["fail"], "lazy_tail": ["pass"]})  # fmt: skip
+    score = score_result(document, rubric)
+    assert score.points[course("lazy_tail")] == 4.0
+    assert score.points[beyond("lazy_tail")] == 0.0
 
 
 def test_anticheat_zero_and_flag() -> None:
@@ -106,50 +169,69 @@ def test_anticheat_zero_and_flag() -> None:
     assert (flagged.total, flagged.flags) == (4.0, ("dense_gather",))
 
 
+def test_a_finding_beyond_the_course_costs_only_the_total_beyond_it() -> None:
+    rubric = _rubric()
+    document = result_document("s", {"lazy_tail": ["pass"]}, beyond={"inputs_unchanged": ["pass"]},
+                               findings=("gather_trap",))  # fmt: skip
+    score = score_result(document, rubric)
+    assert (score.total, score.beyond_total, score.flags) == (4.0, 0.0, ("gather_trap",))
+    both = result_document("t", {"lazy_tail": ["pass"]}, beyond={"inputs_unchanged": ["pass"]},
+                           findings=("gather_trap", "sdpa_trap"))  # fmt: skip
+    assert (score_result(both, rubric).total, score_result(both, rubric).beyond_total) == (0.0, 0.0)
+
+
 def test_invariant_without_checks_is_marked_not_checked() -> None:
     document = result_document("s", {"lazy_tail": ["pass"]})
     document["settings"]["invariants"] = ["context_len", "lazy_tail"]
-    score = score_result(document, _rubric())
-    assert score.points["context_len"] is None
+    score = score_result(document, _rubric(beyond_course={"context_len": 1, "lazy_tail": 1}))
+    assert score.points[course("context_len")] is None
     assert render_csv([score], ["context_len", "lazy_tail"]).splitlines()[1].split(",")[2] == "-"
 
 
 def test_scoreboard_is_sorted_and_reproducible() -> None:
-    rubric = _rubric()
-    documents = [result_document(n, {"lazy_tail": [o]}) for n, o in [("zed", "pass"), ("amy", "fail")]]
+    rubric = _rubric(beyond_course={"lazy_tail": 1})
+    documents = [result_document(n, {"lazy_tail": [o]}, beyond={"lazy_tail": ["pass"]})
+                 for n, o in [("zed", "pass"), ("amy", "fail")]]  # fmt: skip
     scores = scores_for(documents, rubric)
     assert [s.name for s in scores] == ["amy", "zed"]
     assert render_markdown(scores, ["lazy_tail"], rubric) == render_markdown(scores_for(documents[::-1], rubric), ["lazy_tail"], rubric)
     assert render_csv(scores, ["lazy_tail"]).splitlines() == [
-        "submission,verdict,lazy_tail,total,max,flags", "amy,ok,0,0,4,", "zed,ok,4,4,4,"
+        "submission,verdict,lazy_tail,total,max,lazy_tail (beyond the course),beyond,beyond_max,flags",
+        "amy,ok,0,0,4,1,1,1,", "zed,ok,4,4,4,1,1,1,",
     ]
+    markdown = render_markdown(scores, ["lazy_tail"], rubric)
+    assert "| amy | ok | 0 | 0 | 4 |  |" in markdown and "Beyond the course:" in markdown
+    assert "| amy | ok | 1 | 1 | 1 |  |" in markdown
 
 
 def test_every_prerequisite_must_be_met() -> None:
-    # inputs_unchanged needs both; context_len is met and lazy_tail is not, so it earns nothing.
-    rubric = _rubric(requires={"inputs_unchanged": ["context_len", "lazy_tail"]})
-    one_missing = result_document("a", {"context_len": ["pass"], "lazy_tail": ["fail"], "inputs_unchanged": ["pass"]})
+    # lazy_tail's course clause needs both; release_once is met and page_storage is not, so it earns nothing.
+    rubric = _rubric(requires={"lazy_tail": ["release_once", "page_storage"]},
+                     points={"lazy_tail": 4, "release_once": 10, "page_storage": 5})  # fmt: skip
+    one_missing = result_document("a", {"release_once": ["pass"], "page_storage": ["fail"], "lazy_tail": ["pass"]})
     score = score_result(one_missing, rubric)
-    assert score.points == {"context_len": 10.0, "lazy_tail": 0.0, "inputs_unchanged": 0.0}
+    assert course_points(score) == {course("release_once"): 10.0, course("page_storage"): 0.0, course("lazy_tail"): 0.0}
     assert score.total == 10.0
-    both_met = result_document("b", {"context_len": ["pass"], "lazy_tail": ["pass"], "inputs_unchanged": ["pass"]})
-    assert score_result(both_met, rubric).total == 16.0
+    both_met = result_document("b", {"release_once": ["pass"], "page_storage": ["pass"], "lazy_tail": ["pass"]})
+    assert score_result(both_met, rubric).total == 19.0
 
 
 def test_flag_and_zeroing_finding_together() -> None:
-    rubric = _rubric(anticheat={"tamper": "flag"})
+    rubric = _rubric(anticheat={"tamper": "flag", "gather_trap": "zero"})
     document = result_document("s", {"context_len": ["pass"], "lazy_tail": ["pass"]}, findings=("tamper", "gather_trap"))
     score = score_result(document, rubric)
     assert (score.total, score.flags) == (0.0, ("gather_trap", "tamper"))
     flagged_only = result_document("t", {"context_len": ["pass"], "lazy_tail": ["pass"]}, findings=("tamper",))
     assert score_result(flagged_only, rubric).total == 14.0
-    assert render_csv([score], ["context_len", "lazy_tail"]).splitlines()[1] == "s,ok,10,4,0,14,gather_trap tamper"
+    assert render_csv([score], ["context_len", "lazy_tail"]).splitlines()[1] == "s,ok,10,4,0,14,-,-,0,0,gather_trap tamper"
 
 
-def test_default_rubric_zeroes_the_runtime_tripwires_and_flags_tampering() -> None:
+def test_default_rubric_zeroes_the_course_rules_and_only_the_beyond_total_for_the_rest() -> None:
     rubric = load_rubric()
-    assert [rubric.anticheat[kind] for kind in ("sdpa_trap", "gather_trap", "project_import", "tamper")] == \
-        ["zero", "zero", "zero", "flag"]
+    assert {kind: rubric.anticheat[kind] for kind in rubric.anticheat} == {
+        "sdpa_call": "zero", "dense_gather": "zero", "sdpa_trap": "zero", "project_import": "zero",
+        "page_join": "zero-beyond", "gather_trap": "zero-beyond", "tamper": "flag",
+    }  # fmt: skip
 
 
 def test_grades_list_the_protections_that_were_off() -> None:
@@ -160,5 +242,5 @@ def test_grades_list_the_protections_that_were_off() -> None:
     line = protections_line(documents)
     assert line == "Sandbox protections OFF: landlock (the kernel offers none); pid_namespace (unshare refused (EPERM))."
     assert protections_line(documents[:1]) == "Sandbox: every protection was on."
-    rubric = _rubric()
+    rubric = _rubric(beyond_course={"lazy_tail": 1})
     assert line in render_markdown(scores_for(documents, rubric), ["lazy_tail"], rubric, sandbox=line)

@@ -50,6 +50,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "Run the invariants suite on each submission in its own limited process (wall clock, memory,\n"
         "scrubbed environment), twice: on the public inputs and on hidden inputs derived from --seed.\n"
         "Write per-submission results, a scoreboard (grades.md, grades.csv) and feedback files.\n"
+        "The scoreboard has two totals: the course's clauses (checks that mirror the course's own tests)\n"
+        "and, apart, the clauses beyond the course; a stricter check never costs a course point.\n"
         "Rerunning into the same --out skips finished submissions.\n\n"
         f"`pagecheck grade {MERGE} DIR... --out OUT` joins the outputs of --shard runs into one scoreboard.",
     )
@@ -77,7 +79,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--shard", default=None, metavar="i/n", help="grade only shard i of n (1-based)")
     parser.add_argument("--force", action="store_true", help="grade again even where a finished result exists")
     parser.add_argument("--rubric", type=Path, default=None, metavar="PATH",
-                        help=f"points per invariant, TOML (default: {DEFAULT_RUBRIC.name} shipped with pagecheck)")  # fmt: skip
+                        help=f"points per clause ([points]: course, [beyond_course]) and anti-cheat actions, TOML "
+                        f"(default: {DEFAULT_RUBRIC.name} shipped with pagecheck)")  # fmt: skip
     parser.add_argument("--invariants", default="", metavar="ID,ID",
                         help="grade only these invariants (default: all): " + ", ".join(INVARIANTS))  # fmt: skip
     parser.add_argument("--profile", default=DEFAULT_PROFILE, choices=sorted(PROFILES), help="Hypothesis search depth")
@@ -136,8 +139,7 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     if len(plan.secret) < MIN_SECRET_LENGTH:
         print(f"pagecheck {NAME}: warning: a --seed of under {MIN_SECRET_LENGTH} characters can be guessed; "
               "hidden inputs are only as hidden as the secret")  # fmt: skip
-    for invariant in plan.invariants:
-        rubric.points_for(invariant)  # a rubric without points for a graded invariant fails now, not at the end
+    rubric.check_prices(list(plan.invariants))  # a rubric without points for a graded clause fails now, not at the end
     todo, reused = jobs_to_run(submissions, plan, args.out, force=args.force)
     progress = StageProgress(NAME, 1, 1)
     progress.begin(f"{len(todo)} to grade, {len(reused)} finished earlier, {args.jobs} at a time; output in {args.out}")

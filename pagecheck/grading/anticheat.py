@@ -1,13 +1,16 @@
 """The static half of anti-cheat: what the submission's paged attention calls, read from its source.
 
 Inside every function named `paged_attention`, and every function of the same
-file it calls by name (followed transitively), two things are findings:
+file it calls by name (followed transitively), three things are findings:
 
     sdpa_call     a call that resolves, through the file's imports, to
                   mlx.core.fast.scaled_dot_product_attention
-    dense_gather  a call to a dense gather or dense attention helper
-                  (DENSE_HELPERS), or concatenate/stack over an expression
-                  that names pages
+    dense_gather  a call to a helper the course's own source check forbids in
+                  paged_attention (COURSE_DENSE_HELPERS: gather_dense, the
+                  scaled_dot_product_attention helpers)
+    page_join     beyond the course: a call to another dense attention helper
+                  (OTHER_DENSE_HELPERS), or concatenate/stack over an
+                  expression that names pages
 
 Anywhere in the submission, a third:
 
@@ -35,9 +38,10 @@ from typing import Iterator
 
 ENTRY_POINT = "paged_attention"
 SDPA = "mlx.core.fast.scaled_dot_product_attention"
-DENSE_HELPERS = frozenset(
-    {"gather_dense", "dense_attention", "scaled_dot_product_attention_simple", "scaled_dot_product_attention_grouped"}
+COURSE_DENSE_HELPERS = frozenset(
+    {"gather_dense", "scaled_dot_product_attention_simple", "scaled_dot_product_attention_grouped"}
 )
+OTHER_DENSE_HELPERS = frozenset({"dense_attention"})
 JOINS = frozenset({"concatenate", "stack", "vstack", "hstack"})
 PROJECT_PACKAGES = frozenset({"pagecheck"})
 
@@ -112,10 +116,12 @@ def _call_findings(call: ast.Call, aliases: dict[str, str], where: str) -> Itera
     last = name.rsplit(".", 1)[-1]
     if name == SDPA or name.endswith(".fast.scaled_dot_product_attention"):
         yield Finding(where, call.lineno, "sdpa_call", f"calls {name}")
-    elif last in DENSE_HELPERS:
+    elif last in COURSE_DENSE_HELPERS:
         yield Finding(where, call.lineno, "dense_gather", f"calls {name}, which works on dense K/V")
+    elif last in OTHER_DENSE_HELPERS:
+        yield Finding(where, call.lineno, "page_join", f"calls {name}, which works on dense K/V")
     elif last in JOINS and any(_names_pages(arg) for arg in [*call.args, *(k.value for k in call.keywords)]):
-        yield Finding(where, call.lineno, "dense_gather", f"calls {name} over pages, building dense K/V")
+        yield Finding(where, call.lineno, "page_join", f"calls {name} over pages, building dense K/V")
 
 
 def _imported_modules(tree: ast.Module) -> Iterator[tuple[str, int]]:

@@ -9,8 +9,9 @@ scoreboard: the same results give the same bytes, plots included.
 - Broken invariants: per invariant, the share of the submissions whose run
   finished and ran a check of it (not all skipped) that failed at least one
   such check, on the public or the hidden inputs. Most-broken first; ties
-  keep catalog order. Runs that did not finish are counted apart: they broke
-  nothing in particular.
+  keep catalog order. The table tells the submissions that failed a course
+  check from those that failed only checks beyond the course. Runs that did
+  not finish are counted apart: they broke nothing in particular.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pagecheck.grading.scoreboard import Score, checks_by_invariant, format_points
+from pagecheck.invariants.course import BEYOND_COURSE_MARK
+from pagecheck.grading.scoreboard import Score, checks_by_invariant, clause_of, format_points
 from pagecheck.reports.render.svg_plot import Bar, bar_chart
 
 POINTS_PLOT_FILE = "grades-points.svg"
@@ -32,6 +34,7 @@ class BrokenShare:
     invariant: str
     broken: int  # finished submissions that failed a check of it
     checked: int  # finished submissions that ran a check of it
+    beyond_only: int = 0  # of `broken`, those whose failed checks all go beyond the course
 
     @property
     def share(self) -> float:
@@ -43,13 +46,15 @@ def broken_shares(documents: list[dict[str, Any]], invariants: list[str]) -> lis
     finished = [d for d in documents if d["verdict"] == "ok"]
     shares = []
     for invariant in invariants:
-        broken = checked = 0
+        broken = checked = beyond_only = 0
         for document in finished:
             checks = [c for c in checks_by_invariant(document).get(invariant, []) if c["outcome"] != "skip"]
             if checks:
                 checked += 1
-                broken += any(c["outcome"] in FAILED_OUTCOMES for c in checks)
-        shares.append(BrokenShare(invariant, broken, checked))
+                failed = [c for c in checks if c["outcome"] in FAILED_OUTCOMES]
+                broken += bool(failed)
+                beyond_only += bool(failed) and all(clause_of(c).scope == BEYOND_COURSE_MARK for c in failed)
+        shares.append(BrokenShare(invariant, broken, checked, beyond_only))
     order = {invariant: rank for rank, invariant in enumerate(invariants)}
     return sorted(shares, key=lambda s: (-s.share, -s.broken, order[s.invariant]))
 
@@ -117,9 +122,9 @@ def render_overview(scores: list[Score], documents: list[dict[str, Any]], invari
         "Invariants by the share of finished submissions that broke them (failed a check on the public or the "
         "hidden inputs), most-broken first:",
         "",
-        "| invariant | broke it | ran its checks | share |",
-        "|---|---:|---:|---:|",
-        *(f"| {s.invariant} | {s.broken} | {s.checked} | {100 * s.share:.0f}% |" for s in shares),
+        "| invariant | broke it | of them, only beyond the course | ran its checks | share |",
+        "|---|---:|---:|---:|---:|",
+        *(f"| {s.invariant} | {s.broken} | {s.beyond_only} | {s.checked} | {100 * s.share:.0f}% |" for s in shares),
         "",
     ]
     if shares:

@@ -1,6 +1,8 @@
 """feedback/<name>.md: what a student sees about their submission.
 
-For each invariant that did not earn its points: the checks that failed,
+Course clauses first, then the clauses beyond the course (an invariant's
+checks that no course test makes; they count apart from the total). For each
+clause that did not earn its points: the checks that failed,
 their counterexample, and a command that reruns the check on the public
 inputs, in the same sandbox. A failure that only the hidden inputs showed is
 reported as the check's name and the fact only: no message, no
@@ -17,11 +19,12 @@ from __future__ import annotations
 from typing import Any
 
 from pagecheck.invariants.catalog import INVARIANTS
+from pagecheck.invariants.course import BEYOND_COURSE_MARK, COURSE_MARK
 from pagecheck.invariants.neutral_skips import is_neutral_skip
 from pagecheck.invariants.runner import rerun_command
 from pagecheck.grading.child_plugin import PLUGIN
 from pagecheck.grading.rubric import Rubric
-from pagecheck.grading.scoreboard import Score, checks_by_invariant, format_points, score_result
+from pagecheck.grading.scoreboard import Score, checks_by_clause, format_points, score_result
 from pagecheck.grading.seeds import PUBLIC_SEED
 from pagecheck.invariants.subject import SANDBOX_PREFIX
 
@@ -35,9 +38,11 @@ RUN_PROBLEMS = {
 }
 FINDING_TEXT = {
     "sdpa_call": "Paged attention must read K/V through the block table itself.",
-    "dense_gather": "Paged attention must not gather the pages into dense K/V.",
+    "dense_gather": "The course's paged attention must not call gather_dense or a dense attention helper.",
+    "page_join": "Beyond the course: paged attention should not join the pages into dense K/V.",
     "sdpa_trap": "mx.fast.scaled_dot_product_attention raises during grading.",
-    "gather_trap": "Paged attention must read K/V page by page, not gather a request's pages into one array.",
+    "gather_trap": "Beyond the course: paged attention should read K/V page by page, not gather a request's "
+    "pages into one array.",
     "project_import": "A submission must not use the grader's own code.",
     "tamper": "A submission must not reach for the grader's objects.",
 }
@@ -106,12 +111,45 @@ def _neutral_reasons(document: dict[str, Any]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+SCOPE_HEADINGS = {COURSE_MARK: "Course clauses", BEYOND_COURSE_MARK: "Beyond the course"}
+
+
+def _clause_lines(document: dict[str, Any], score: Score, rubric: Rubric, scope: str) -> list[str]:
+    """The clauses of one scope that did not earn their points, each with its failed checks; then those met."""
+    grouped = checks_by_clause(document)
+    clauses = score.clauses(scope)
+    missed = [c for c in clauses if not score.held(c, rubric)]
+    held = [c.invariant for c in clauses if score.held(c, rubric)]
+    lines: list[str] = []
+    if missed:
+        lines += [f"## {SCOPE_HEADINGS[scope]}: not met", ""]
+        for clause in missed:
+            earned = score.points[clause]
+            worth = format_points(rubric.points_for(clause))
+            got = "no check ran" if earned is None else f"{format_points(earned)} of {worth} points"
+            lines += [f"### {clause.label} ({got})", "", INVARIANTS[clause.invariant] + ".", ""]
+            failed = [c for c in grouped.get(clause, []) if c["outcome"] != "pass" and not is_neutral_skip(c)]
+            for check in failed:
+                lines += _check_lines(check, document)
+            if grouped.get(clause) and not failed and clause.invariant in rubric.requires:
+                needed = ", ".join(rubric.requires[clause.invariant])
+                lines += [f"Its checks passed, but it earns points only when {needed} is met too.", ""]
+    if held:
+        lines += [f"## {SCOPE_HEADINGS[scope]}: met", "", ", ".join(held) + ".", ""]
+    return lines
+
+
 def render_feedback(document: dict[str, Any], rubric: Rubric) -> str:
     score: Score = score_result(document, rubric)
+    beyond = f" Beyond the course: **{format_points(score.beyond_total)}** of {format_points(score.beyond_maximum)}."
     lines = [
         f"# Feedback for {document['name']}",
         "",
-        f"Verdict: **{score.verdict}**. Total: **{format_points(score.total)}** of {format_points(score.maximum)} points.",
+        f"Verdict: **{score.verdict}**. Total: **{format_points(score.total)}** of {format_points(score.maximum)} "
+        f"points.{beyond if score.clauses(BEYOND_COURSE_MARK) else ''}",
+        "",
+        "The total counts the checks that mirror the course's own tests; checks that go beyond the course count "
+        "apart, and never cost a course point.",
         "",
         f"Every check ran twice: on the public inputs (seed {PUBLIC_SEED}, the suite's default) and on hidden "
         "inputs drawn for grading. The commands below run from any directory where pagecheck is installed.",
@@ -123,30 +161,18 @@ def render_feedback(document: dict[str, Any], rubric: Rubric) -> str:
         lines += [f"Note: the extension build failed ({document['build']['detail']}); the checks ran without it.", ""]
     if document["findings"]:
         lines += ["## Anti-cheat findings", ""]
-        if rubric.zeroes_total({f["kind"] for f in document["findings"]}):
+        kinds = {f["kind"] for f in document["findings"]}
+        if rubric.zeroes(kinds, COURSE_MARK):
             lines += ["These set the total to 0.", ""]
+        elif rubric.zeroes(kinds, BEYOND_COURSE_MARK):
+            lines += ["These set the total beyond the course to 0; the course clauses keep their points.", ""]
         for finding in document["findings"]:
             lines.append(f"- `{finding['file']}:{finding['line']}` ({finding['kind']}): "
                          f"{_masked(finding['detail'], document)}. {FINDING_TEXT[finding['kind']]}")  # fmt: skip
         lines.append("")
-    grouped = checks_by_invariant(document)
-    missed = [i for i in document["settings"]["invariants"] if not score.held(i, rubric)]
-    held = [i for i in document["settings"]["invariants"] if score.held(i, rubric)]
-    if document["verdict"] == "ok" and missed:
-        lines += ["## Invariants not met", ""]
-        for invariant in missed:
-            earned = score.points[invariant]
-            worth = format_points(rubric.points_for(invariant))
-            got = "no check ran" if earned is None else f"{format_points(earned)} of {worth} points"
-            lines += [f"### {invariant} ({got})", "", INVARIANTS[invariant] + ".", ""]
-            failed = [c for c in grouped.get(invariant, []) if c["outcome"] != "pass" and not is_neutral_skip(c)]
-            for check in failed:
-                lines += _check_lines(check, document)
-            if grouped.get(invariant) and not failed and invariant in rubric.requires:
-                needed = ", ".join(rubric.requires[invariant])
-                lines += [f"Its checks passed, but it earns points only when {needed} is met too.", ""]
-    if held and document["verdict"] == "ok":
-        lines += ["## Invariants met", "", ", ".join(held) + ".", ""]
+    if document["verdict"] == "ok":
+        lines += _clause_lines(document, score, rubric, COURSE_MARK)
+        lines += _clause_lines(document, score, rubric, BEYOND_COURSE_MARK)
     neutral = _neutral_reasons(document)
     if neutral and document["verdict"] == "ok":
         lines += ["## Not applicable", "", "Skipped checks that count neither as passed nor as failed:", ""]

@@ -43,8 +43,9 @@ def combine_checks(passes: list[PassOutcome]) -> list[dict[str, Any]]:
         for check in outcome.checks:
             entry = combined.setdefault(
                 check["nodeid"],
-                {"nodeid": check["nodeid"], "invariant": check["invariant"], "outcome": "pass", "message": "", "passes": []},
-            )
+                {"nodeid": check["nodeid"], "invariant": check["invariant"], "scope": check.get("scope"),
+                 "outcome": "pass", "message": "", "passes": []},
+            )  # fmt: skip
             rank, current = SEVERITY.index(check["outcome"]), SEVERITY.index(entry["outcome"])
             if rank < current:
                 entry["outcome"], entry["message"], entry["passes"] = check["outcome"], check["message"], []

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 FORMAT = "pagecheck-grade"
-VERSION = 1
+VERSION = 2  # 2: each check carries its scope (course or beyond_course)
 RESULTS_DIR = "results"
 
 

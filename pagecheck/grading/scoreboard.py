@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from pagecheck.invariants.catalog import INVARIANTS
+from pagecheck.invariants.course import BEYOND_COURSE_MARK, CLAUSE_SCOPES, COURSE_MARK
 from pagecheck.invariants.neutral_skips import is_neutral_skip
-from pagecheck.grading.rubric import Rubric
+from pagecheck.grading.rubric import SCOPES, Clause, Rubric, clauses_of
 
 NOT_CHECKED = "-"
 
@@ -25,14 +26,19 @@ NOT_CHECKED = "-"
 class Score:
     name: str
     verdict: str  # with the signal for crashes, e.g. "crashed (SIGSEGV)"
-    points: dict[str, float | None]  # invariant -> points earned; None: no check of it ran
-    total: float
+    points: dict[Clause, float | None]  # clause -> points earned; None: no check of it ran
+    total: float  # the course clauses
     maximum: float
+    beyond_total: float  # the clauses beyond the course, a total of their own
+    beyond_maximum: float
     flags: tuple[str, ...]  # anti-cheat finding kinds
 
-    def held(self, invariant: str, rubric: Rubric) -> bool:
-        earned = self.points.get(invariant)
-        return earned is not None and earned == rubric.points_for(invariant)
+    def held(self, clause: Clause, rubric: Rubric) -> bool:
+        earned = self.points.get(clause)
+        return earned is not None and earned == rubric.points_for(clause)
+
+    def clauses(self, scope: str) -> list[Clause]:
+        return [clause for clause in self.points if clause.scope == scope]
 
 
 def format_points(value: float) -> str:
@@ -56,33 +62,59 @@ def checks_by_invariant(document: dict[str, Any]) -> dict[str, list[dict[str, An
     return grouped
 
 
+def clause_of(check: dict[str, Any]) -> Clause:
+    """The clause a check counts for: its invariant, in the scope the suite marked it with."""
+    scopes = CLAUSE_SCOPES.get(check["invariant"], SCOPES)
+    return Clause(check["invariant"], check.get("scope") if check.get("scope") in scopes else scopes[0])
+
+
+def checks_by_clause(document: dict[str, Any]) -> dict[Clause, list[dict[str, Any]]]:
+    grouped: dict[Clause, list[dict[str, Any]]] = {}
+    for check in document["checks"]:
+        if check["invariant"] in CLAUSE_SCOPES:
+            grouped.setdefault(clause_of(check), []).append(check)
+    return grouped
+
+
+def graded_clauses(invariants: list[str]) -> list[Clause]:
+    """The course clauses of these invariants, then their clauses beyond the course."""
+    return [clause for scope in SCOPES for clause in clauses_of(invariants, scope)]
+
+
 def score_result(document: dict[str, Any], rubric: Rubric) -> Score:
-    grouped = checks_by_invariant(document)
+    grouped = checks_by_clause(document)
     finished = document["verdict"] == "ok"
-    points: dict[str, float | None] = {}
-    for invariant in document["settings"]["invariants"]:
-        worth = rubric.points_for(invariant)
+    clauses = graded_clauses(document["settings"]["invariants"])
+    points: dict[Clause, float | None] = {}
+    for clause in clauses:
+        worth = rubric.points_for(clause)
         # A check that does not apply (a dtype the subject may decline, and does; an injection the sandbox
         # cannot carry) is neither passed nor failed: it is left out.
-        checks = [c for c in grouped.get(invariant, []) if not is_neutral_skip(c)]
+        checks = [c for c in grouped.get(clause, []) if not is_neutral_skip(c)]
         if not finished:
-            points[invariant] = 0.0
+            points[clause] = 0.0
         elif not checks:
-            points[invariant] = None
+            points[clause] = None
         else:
             passed = sum(c["outcome"] == "pass" for c in checks)
             if rubric.scoring == "fraction":
-                points[invariant] = worth * passed / len(checks)
+                points[clause] = worth * passed / len(checks)
             else:
-                points[invariant] = worth if passed == len(checks) else 0.0
-    held = {i for i, earned in points.items() if earned is not None and earned == rubric.points_for(i)}
-    for invariant, needed in rubric.requires.items():
-        if points.get(invariant) and any(n in points and n not in held for n in needed):
-            points[invariant] = 0.0
+                points[clause] = worth if passed == len(checks) else 0.0
+    held = {c for c, earned in points.items() if earned is not None and earned == rubric.points_for(c)}
+    for clause in clauses:
+        needed = [rubric.needed_clause(clause, n) for n in rubric.requires.get(clause.invariant, ())]
+        if points[clause] and any(n in points and n not in held for n in needed):
+            points[clause] = 0.0
     flags = tuple(sorted({f["kind"] for f in document["findings"]}))
-    total = 0.0 if rubric.zeroes_total(set(flags)) else sum(p for p in points.values() if p is not None)
-    maximum = sum(rubric.points_for(i) for i in document["settings"]["invariants"])
-    return Score(document["name"], verdict_label(document), points, total, maximum, flags)
+
+    def total(scope: str) -> tuple[float, float]:
+        mine = [c for c in clauses if c.scope == scope]
+        earned = sum(points[c] or 0.0 for c in mine)
+        return (0.0 if rubric.zeroes(set(flags), scope) else earned), sum(rubric.points_for(c) for c in mine)
+
+    (course, maximum), (beyond, beyond_maximum) = total(COURSE_MARK), total(BEYOND_COURSE_MARK)
+    return Score(document["name"], verdict_label(document), points, course, maximum, beyond, beyond_maximum, flags)
 
 
 def graded_invariants(documents: list[dict[str, Any]]) -> list[str]:
@@ -91,20 +123,26 @@ def graded_invariants(documents: list[dict[str, Any]]) -> list[str]:
     return [i for i in INVARIANTS if i in present]
 
 
-def _cell(score: Score, invariant: str) -> str:
-    if invariant not in score.points:
+def _cell(score: Score, clause: Clause) -> str:
+    if clause not in score.points:
         return ""
-    earned = score.points[invariant]
+    earned = score.points[clause]
     return NOT_CHECKED if earned is None else format_points(earned)
 
 
 def render_csv(scores: list[Score], invariants: list[str]) -> str:
+    """One row per submission: the course clauses, total and max, then the clauses beyond the course with
+    their own total and max (columns "<invariant> (beyond the course)", "beyond", "beyond_max")."""
+    course, beyond = clauses_of(invariants, COURSE_MARK), clauses_of(invariants, BEYOND_COURSE_MARK)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["submission", "verdict", *invariants, "total", "max", "flags"])
+    writer.writerow(["submission", "verdict", *(c.label for c in course), "total", "max",
+                     *(c.label for c in beyond), "beyond", "beyond_max", "flags"])  # fmt: skip
     for score in scores:
-        writer.writerow([score.name, score.verdict, *(_cell(score, i) for i in invariants),
-                         format_points(score.total), format_points(score.maximum), " ".join(score.flags)])  # fmt: skip
+        writer.writerow([score.name, score.verdict, *(_cell(score, c) for c in course), format_points(score.total),
+                         format_points(score.maximum), *(_cell(score, c) for c in beyond),
+                         format_points(score.beyond_total), format_points(score.beyond_maximum),
+                         " ".join(score.flags)])  # fmt: skip
     return buffer.getvalue()
 
 
@@ -118,31 +156,43 @@ def protections_line(documents: list[dict[str, Any]]) -> str:
     return "Sandbox: every protection was on." if not off else "Sandbox protections OFF: " + "; ".join(off) + "."
 
 
+def _markdown_table(scores: list[Score], clauses: list[Clause], rubric: Rubric, beyond: bool) -> list[str]:
+    header = ["submission", "verdict", *(f"{c.invariant} ({format_points(rubric.points_for(c))})" for c in clauses),
+              "total", "max", "flags"]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for score in scores:
+        total, maximum = (score.beyond_total, score.beyond_maximum) if beyond else (score.total, score.maximum)
+        row = [score.name, score.verdict, *(_cell(score, c) for c in clauses), format_points(total),
+               format_points(maximum), ", ".join(score.flags)]  # fmt: skip
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
 def render_markdown(
     scores: list[Score], invariants: list[str], rubric: Rubric, overview: list[str] | None = None,
     sandbox: str | None = None,
 ) -> str:
     """grades.md; `overview` (Markdown lines, pagecheck.grading.class_overview) opens it when given, and
     `sandbox` says which sandbox protections were off."""
-    header = ["submission", "verdict", *(f"{i} ({format_points(rubric.points_for(i))})" for i in invariants),
-              "total", "max", "flags"]  # fmt: skip
+    course, beyond = clauses_of(invariants, COURSE_MARK), clauses_of(invariants, BEYOND_COURSE_MARK)
     lines = [
         "# Grades",
         "",
-        f"{len(scores)} submissions; rubric `{Path(rubric.source).name}` ({rubric.scoring}). An invariant earns "
+        f"{len(scores)} submissions; rubric `{Path(rubric.source).name}` ({rubric.scoring}). A clause earns "
         "its points when its checks pass on both the public and the hidden inputs; a run that did not finish "
-        f"earns nothing; `{NOT_CHECKED}` marks an invariant with no check that ran.",
+        f"earns nothing; `{NOT_CHECKED}` marks a clause with no check that ran. An invariant's course clause is "
+        "made of the checks that mirror the course's own Day 3/4 tests; its clause beyond the course, of the "
+        "checks no course test makes. The two have separate totals: a check beyond the course never costs a "
+        "course point.",
         "",
         *([sandbox, ""] if sandbox else []),
         *(overview or []),
         *(["## Submissions", ""] if overview else []),
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" for _ in header) + "|",
+        *(["The course's clauses:", ""] if beyond else []),
+        *_markdown_table(scores, course, rubric, beyond=False),
     ]
-    for score in scores:
-        row = [score.name, score.verdict, *(_cell(score, i) for i in invariants),
-               format_points(score.total), format_points(score.maximum), ", ".join(score.flags)]  # fmt: skip
-        lines.append("| " + " | ".join(row) + " |")
+    if beyond:
+        lines += ["", "Beyond the course:", "", *_markdown_table(scores, beyond, rubric, beyond=True)]
     return "\n".join(lines) + "\n"
 
 
