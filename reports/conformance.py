@@ -2,7 +2,10 @@
 
 An invariant holds when it has at least one check and none of its checks
 failed or errored; skipped checks (a subject without BatchingKvCache, no
-GPU) neither break nor prove it. Broken invariants are listed likely cause
+GPU) neither break nor prove it. Each invariant also has a verdict over its
+checks that mirror the course's own tests and one over the rest (beyond the
+course): a subject the course accepts breaks no course clause, whatever the
+stricter checks say. Broken invariants are listed likely cause
 first (pagecheck.start_here), and a suite that crashed is reported as a
 crash with its cause (pagecheck.suite_crash), not as a verdict.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pagecheck.invariants.course import BEYOND_COURSE_MARK, COURSE_MARK
 from pagecheck.invariants.runner import rerun_command
 from pagecheck.reports.start_here import WHY, first_failure, in_cause_order
 from pagecheck.reports.suite_crash import crash_report
@@ -18,6 +22,8 @@ from pagecheck.invariants.runner import SuiteRequest, SuiteRun
 
 # pytest's exit statuses that mean the suite ran but reached no verdicts; the crashing ones are in suite_crash.
 PYTEST_BROKEN = {5: "no checks collected"}
+OUTCOMES = ("pass", "fail", "error", "skip")
+SCOPES = (COURSE_MARK, BEYOND_COURSE_MARK)
 
 
 def invariant_verdict(counts: dict[str, int]) -> str:
@@ -39,10 +45,13 @@ def group_by_invariant(results: dict[str, Any], selected: tuple[str, ...]) -> li
             "failures": [], "skip_reasons": {}, "advice": []}
         for i in ids
     }  # fmt: skip
+    by_scope = {i: {scope: dict.fromkeys(OUTCOMES, 0) for scope in SCOPES} for i in ids}
     for check in results["checks"]:
         group = groups.get(check["invariant"])
         if group is None:
             continue
+        if check.get("scope") in SCOPES:
+            by_scope[check["invariant"]][check["scope"]][check["outcome"]] += 1
         group["counts"][check["outcome"]] += 1
         group["counts"]["total"] += 1
         if check["outcome"] in ("fail", "error"):
@@ -55,6 +64,9 @@ def group_by_invariant(results: dict[str, Any], selected: tuple[str, ...]) -> li
         group["advice"] += [{"nodeid": check["nodeid"], "text": text} for text in check.get("advice", [])]
     for group in groups.values():
         group["verdict"] = invariant_verdict(group["counts"])
+        # The same verdict over the checks that mirror the course's own tests, and over the rest.
+        group["course_verdict"] = invariant_verdict(by_scope[group["id"]][COURSE_MARK])
+        group["beyond_verdict"] = invariant_verdict(by_scope[group["id"]][BEYOND_COURSE_MARK])
         # Failures before errors, then node-id order: the same run reads the same however xdist ordered it.
         group["failures"].sort(key=lambda f: (f["outcome"] != "fail", f["nodeid"]))
         # Many checks skip for one reason (a missing class): each reason once, with its count.
@@ -137,6 +149,7 @@ def conformance_body(
             "invariants": len(invariants),
             "invariants_held": sum(1 for inv in invariants if inv["verdict"] == "pass"),
             "invariants_failed": len(broken),
+            "course_clauses_failed": sum(1 for inv in invariants if inv["course_verdict"] in ("fail", "error")),
             "invariants_unchecked": sum(1 for inv in invariants if inv["verdict"] in ("skip", "not_run")),
         },
         "suite": {

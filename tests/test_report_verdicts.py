@@ -30,6 +30,26 @@ def test_mutant_report_names_the_broken_invariant(tmp_path: Path) -> None:
     assert failures and all(f["message"] for f in failures)
     assert "`context_len`" in (tmp_path / "conformance.md").read_text().split("## Failing checks")[1]
     assert "broken invariants, likely cause first: `context_len`" in (tmp_path / "index.md").read_text()
+    assert (document["invariants"][0]["course_verdict"], document["totals"]["course_clauses_failed"]) == ("fail", 1)
+    assert "Course clauses broken (checks that mirror the course's own tests): `context_len`." in (
+        tmp_path / "conformance.md").read_text()
+
+
+def test_a_failure_only_beyond_the_course_says_the_course_clauses_hold(tmp_path: Path) -> None:
+    # No max subtraction: the course's own tests (random normal logits) accept it; softmax_stability does not.
+    code = main([
+        "report", "--quick", "--subject", str(MUTANT.with_name("softmax_without_max.py")), "--invariant",
+        "softmax_stability", "--invariant", "context_len", "--jobs", "0", "--skip", "tolerance", "--skip", "bench",
+        "--out", str(tmp_path),
+    ])  # fmt: skip
+    assert code == ExitCode.INVARIANT_FAILED
+    document = json.loads((tmp_path / "conformance.json").read_text())
+    assert schema_errors("conformance", document) == []
+    verdicts = {i["id"]: (i["verdict"], i["course_verdict"], i["beyond_verdict"]) for i in document["invariants"]}
+    assert verdicts == {"context_len": ("pass", "pass", "pass"), "softmax_stability": ("fail", "not_run", "fail")}
+    assert document["totals"]["course_clauses_failed"] == 0
+    assert "The course's clauses all hold: every failure is in a check beyond the course" in (
+        tmp_path / "conformance.md").read_text()
 
 
 @pytest.mark.parametrize("command", ["report", "tolerance"])

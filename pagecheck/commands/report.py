@@ -38,6 +38,13 @@ STAGES = ("invariants", "tolerance", "bench", "gpu_kernels")
 SUITE_PROFILE = {"full": "thorough", "quick": "default"}
 
 
+def _course_part(totals: dict) -> str:
+    """How many of the broken invariants break a course clause, when some break only checks beyond it."""
+    if totals["invariants_failed"] and totals["course_clauses_failed"] < totals["invariants_failed"]:
+        return f" ({totals['course_clauses_failed']} of them in a course clause, the rest only beyond the course)"
+    return ""
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = options.add_command_parser(
         subparsers,
@@ -115,8 +122,9 @@ def run_conformance_stage(args: argparse.Namespace, out: Path, progress: StagePr
         progress.finish(f"CRASHED: {crash['what']}")
         return ExitCode.SUITE_CRASHED
     progress.finish(
-        f"{totals['invariants_held']} invariants hold, {totals['invariants_failed']} broken, "
-        f"{totals['invariants_unchecked']} unchecked ({totals['pass']} of {totals['checks']} checks passed)"
+        f"{totals['invariants_held']} invariants hold, {totals['invariants_failed']} broken"
+        f"{_course_part(totals)}, {totals['invariants_unchecked']} unchecked ({totals['pass']} of "
+        f"{totals['checks']} checks passed)"
     )
     if document["suite"]["problem"]:
         return ExitCode.SUITE_ERROR

@@ -67,6 +67,16 @@ def unchecked_phrase(count: int) -> str:
     return f"{count} {noun} had no check that ran (all skipped, or none exists): neither shown to hold nor broken"
 
 
+def course_clauses_phrase(document: dict[str, Any]) -> str:
+    """Whether the failures break a course clause (a check that mirrors the course's own tests) or only
+    checks beyond the course."""
+    course = [inv["id"] for inv in document["invariants"] if inv.get("course_verdict") in ("fail", "error")]
+    if not course:
+        return ("The course's clauses all hold: every failure is in a check beyond the course (stricter than the "
+                "course's own tests).")  # fmt: skip
+    return f"Course clauses broken (checks that mirror the course's own tests): {', '.join(inline_code(i) for i in course)}."
+
+
 def _verdict_line(document: dict[str, Any]) -> str:
     if document["subject_error"]:
         return "**Verdict: ERROR**: the subject did not load, so nothing was checked."
@@ -80,7 +90,7 @@ def _verdict_line(document: dict[str, Any]) -> str:
     if document["broken_invariants"]:
         names = ", ".join(inline_code(i) for i in document["broken_invariants"])
         text = (f"**Verdict: FAIL**: {totals['invariants_failed']} of {totals['invariants']} invariants broken, "
-                f"likely cause first: {names}.")  # fmt: skip
+                f"likely cause first: {names}. {course_clauses_phrase(document)}")  # fmt: skip
     elif document["verdict"] == "error":
         text = "**Verdict: ERROR**: the suite did not run to completion."
     else:
