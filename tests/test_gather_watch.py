@@ -165,11 +165,19 @@ copy = np.asarray(key_pages) + 0.0
 gathered = copy[np.array(request)]
 tripwires.end_call()
 results["copy_then_gather"] = [r["kind"] for r in reports]
+reports.clear()
+import numpy._core.multiarray as multiarray  # the same function as np.concatenate, under another module's name
+tripwires.begin_call(key_pages, value_pages, mx.array([context, 0]))
+converted = np.asarray(key_pages)
+multiarray.concatenate([converted[p] for p in request], axis=1)
+mx.concat([key_pages[p] for p in request], axis=1)  # MLX's other name for concatenate
+tripwires.end_call()
+results["aliases"] = [r["op"] for r in reports]
 print(json.dumps(results))
 """
 
 
-def test_installed_watch_follows_numpy_arithmetic_and_lets_a_numpy_page_walk_be() -> None:
+def test_installed_watch_follows_numpy_arithmetic_and_aliases_and_lets_a_numpy_page_walk_be() -> None:
     import json
     import subprocess
     import sys
@@ -177,4 +185,5 @@ def test_installed_watch_follows_numpy_arithmetic_and_lets_a_numpy_page_walk_be(
     done = subprocess.run([sys.executable, "-c", INSTALLED_SCRIPT], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
-    assert results == {"walk": [], "walk_matches": True, "copy_then_gather": ["gather_trap"]}
+    assert results == {"walk": [], "walk_matches": True, "copy_then_gather": ["gather_trap"],
+                       "aliases": ["numpy.concatenate", "mlx.core.concat"]}  # fmt: skip

@@ -26,11 +26,14 @@ pagecheck), so it imports only the standard library at module level.
   wrapped functions make (NumPy arithmetic and matmul are followed on arrays
   it already follows, through their ufuncs): MLX ops it does not wrap
   (mx.array(...) copies, for one) and NumPy functions that are not ufuncs
-  (np.dot, np.einsum) are not, so a gather from such a copy goes unseen. The
-  wrappers' closures hold the original functions, and Python code can read
-  a closure without any audit event: a submission that calls the originals
-  is not watched at all. It catches the usual ways of gathering, not every
-  one.
+  (np.dot, np.einsum) are not, so a gather from such a copy goes unseen.
+  Other names loaded NumPy and MLX modules hold for the same gathering
+  functions (numpy._core.multiarray.concatenate) point at the wrappers too,
+  and mx.concat is wrapped as mx.concatenate is. The wrappers' closures hold
+  the original functions and the watch itself, and Python code can read a
+  closure without any audit event: a submission that calls the originals, or
+  switches the watch off, is not watched at all. It catches the usual ways of
+  gathering, not every one.
 
 Both report through a callback that writes an event frame to the pipe the
 moment it happens, so code that runs later in the same call cannot take a
@@ -47,8 +50,8 @@ SDPA_MESSAGE = (
     "mx.fast.scaled_dot_product_attention is not allowed in graded code: "
     "paged attention must read K/V through the block table itself"
 )
-MLX_GATHERS = ("take", "take_along_axis", "concatenate", "stack", "split", "repeat", "tile", "pad", "broadcast_to",
-               "slice")  # fmt: skip
+MLX_GATHERS = ("take", "take_along_axis", "concatenate", "concat", "stack", "split", "repeat", "tile", "pad",
+               "broadcast_to", "slice")  # fmt: skip
 # Elementwise arithmetic: a whole pool through it is still a whole pool (`key_pages + 0` is a copy); on a part
 # of the pages its result stays derived but is not judged (it is compute on what was already read).
 MLX_ELEMENTWISE = ("add", "subtract", "multiply", "divide", "negative", "abs", "maximum", "minimum", "clip",
@@ -71,8 +74,13 @@ NUMPY_WHOLE = ("array", "asarray", "asanyarray", "ascontiguousarray", "copy", "r
                "moveaxis", "squeeze", "expand_dims")  # fmt: skip
 MLX_RESHAPES = (*MLX_WHOLE, "as_strided")
 ARRAY_METHODS = ("__getitem__", "split", *ARRAY_WHOLE)
-NUMPY_FUNCTIONS = (*NUMPY_WHOLE, "concatenate", "stack", "vstack", "hstack", "dstack", "take", "take_along_axis",
-                   "repeat", "tile", "broadcast_to", "pad", "frombuffer")  # fmt: skip
+NUMPY_GATHERS = ("concatenate", "stack", "vstack", "hstack", "dstack", "take", "take_along_axis", "repeat", "tile",
+                 "broadcast_to", "pad", "frombuffer")  # fmt: skip
+NUMPY_FUNCTIONS = (*NUMPY_WHOLE, *NUMPY_GATHERS)
+# Where else a loaded module holds the very same gathering functions (numpy._core.multiarray.concatenate is
+# numpy.concatenate): those names are pointed at the wrappers too. Conversions are not (NumPy's own code
+# converts with them, and must keep getting plain arrays).
+ALIAS_MODULES = ("numpy", "mlx")
 
 
 def _ops(prefix: str, names: tuple[str, ...]) -> list[str]:
@@ -229,6 +237,7 @@ class Tripwires:
 
         watched.__name__ = getattr(original, "__name__", op)
         watched.__doc__ = getattr(original, "__doc__", None)
+        watched.__wrapped_original__ = original  # for _wrap_aliases; the closure holds it anyway
         return watched
 
     def _numpy_view(self, watch: GatherWatch, result: Any) -> Any:
@@ -251,6 +260,7 @@ class Tripwires:
         for name in NUMPY_FUNCTIONS:
             if hasattr(np, name):
                 setattr(np, name, self._wrap(getattr(np, name), f"numpy.{name}"))
+        self._wrap_aliases(mx, np)
         tripwires = self
 
         class WatchedArray(np.ndarray):
@@ -278,6 +288,27 @@ class Tripwires:
                 return tripwires._numpy_view(watch, result)
 
         self._watched_ndarray = WatchedArray
+
+    def _wrap_aliases(self, mx: Any, np: Any) -> None:
+        """Point every other name a loaded NumPy or MLX module holds for a wrapped gathering function at its
+        wrapper, so that numpy._core.multiarray.concatenate is watched as numpy.concatenate is."""
+        wrappers = {}
+        for module, names in ((mx, MLX_GATHERS), (np, NUMPY_GATHERS)):
+            for name in names:
+                wrapper = getattr(module, name, None)
+                original = getattr(wrapper, "__wrapped_original__", None)
+                if original is not None:
+                    wrappers[id(original)] = (original, wrapper)
+        for module_name, module in list(sys.modules.items()):
+            if module is None or module_name.partition(".")[0] not in ALIAS_MODULES:
+                continue
+            namespace = getattr(module, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            for name, value in list(namespace.items()):
+                found = wrappers.get(id(value))
+                if found is not None and found[0] is value:
+                    namespace[name] = found[1]
 
     def begin_call(self, key_pages: Any, value_pages: Any, context_lens: Any) -> None:
         self.watch = GatherWatch(key_pages, value_pages, context_lens, self.report)
