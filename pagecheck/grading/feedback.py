@@ -23,7 +23,7 @@ from pagecheck.invariants.course import BEYOND_COURSE_MARK, COURSE_MARK
 from pagecheck.invariants.neutral_skips import is_neutral_skip
 from pagecheck.invariants.runner import rerun_command
 from pagecheck.grading.child_plugin import PLUGIN
-from pagecheck.grading.rubric import Rubric
+from pagecheck.grading.rubric import Clause, Rubric
 from pagecheck.grading.scoreboard import Score, checks_by_clause, format_points, score_result
 from pagecheck.grading.seeds import PUBLIC_SEED
 from pagecheck.invariants.subject import SANDBOX_PREFIX
@@ -114,9 +114,10 @@ def _neutral_reasons(document: dict[str, Any]) -> dict[str, int]:
 SCOPE_HEADINGS = {COURSE_MARK: "Course clauses", BEYOND_COURSE_MARK: "Beyond the course"}
 
 
-def _clause_lines(document: dict[str, Any], score: Score, rubric: Rubric, scope: str) -> list[str]:
-    """The clauses of one scope that did not earn their points, each with its failed checks; then those met."""
-    grouped = checks_by_clause(document)
+def _clause_lines(document: dict[str, Any], grouped: dict[Clause, list[dict[str, Any]]], score: Score,
+                  rubric: Rubric, scope: str) -> list[str]:  # fmt: skip
+    """The clauses of one scope that did not earn their points, each with its failed checks (`grouped`, by
+    clause); then those met."""
     clauses = score.clauses(scope)
     missed = [c for c in clauses if not score.held(c, rubric)]
     held = [c.invariant for c in clauses if score.held(c, rubric)]
@@ -171,8 +172,9 @@ def render_feedback(document: dict[str, Any], rubric: Rubric) -> str:
                          f"{_masked(finding['detail'], document)}. {FINDING_TEXT[finding['kind']]}")  # fmt: skip
         lines.append("")
     if document["verdict"] == "ok":
-        lines += _clause_lines(document, score, rubric, COURSE_MARK)
-        lines += _clause_lines(document, score, rubric, BEYOND_COURSE_MARK)
+        grouped = checks_by_clause(document)
+        lines += _clause_lines(document, grouped, score, rubric, COURSE_MARK)
+        lines += _clause_lines(document, grouped, score, rubric, BEYOND_COURSE_MARK)
     neutral = _neutral_reasons(document)
     if neutral and document["verdict"] == "ok":
         lines += ["## Not applicable", "", "Skipped checks that count neither as passed nor as failed:", ""]

@@ -203,6 +203,20 @@ def _size(value: Any) -> int:
     return size
 
 
+def _point_aliases(gathering: dict[int, tuple[Any, Callable[..., Any]]]) -> None:
+    """Point every other name a loaded NumPy or MLX module holds for a wrapped gathering function (by identity,
+    `gathering`: id(original) -> (original, wrapper)) at its wrapper, so that
+    numpy._core.multiarray.concatenate is watched as numpy.concatenate is."""
+    for module_name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None)
+        if module_name.partition(".")[0] not in ALIAS_MODULES or not isinstance(namespace, dict):
+            continue
+        for name, value in list(namespace.items()):
+            found = gathering.get(id(value))
+            if found is not None and found[0] is value:
+                namespace[name] = found[1]
+
+
 class Tripwires:
     def __init__(self, report: Report) -> None:
         self.report = report
@@ -237,7 +251,6 @@ class Tripwires:
 
         watched.__name__ = getattr(original, "__name__", op)
         watched.__doc__ = getattr(original, "__doc__", None)
-        watched.__wrapped_original__ = original  # for _wrap_aliases; the closure holds it anyway
         return watched
 
     def _numpy_view(self, watch: GatherWatch, result: Any) -> Any:
@@ -251,16 +264,20 @@ class Tripwires:
         return view
 
     def install_gather_watch(self, mx: Any, np: Any) -> None:
-        for name in (*MLX_GATHERS, *MLX_RESHAPES, *MLX_ELEMENTWISE, *MLX_CONTRACTIONS):
-            if hasattr(mx, name):
-                setattr(mx, name, self._wrap(getattr(mx, name), f"mlx.core.{name}"))
-        for name in (*ARRAY_METHODS, *ARRAY_ELEMENTWISE, *ARRAY_CONTRACTIONS):
-            if hasattr(mx.array, name):
-                setattr(mx.array, name, self._wrap(getattr(mx.array, name), f"mlx.core.array.{name}"))
-        for name in NUMPY_FUNCTIONS:
-            if hasattr(np, name):
-                setattr(np, name, self._wrap(getattr(np, name), f"numpy.{name}"))
-        self._wrap_aliases(mx, np)
+        gathering: dict[int, tuple[Any, Callable[..., Any]]] = {}  # id(original) -> (original, its wrapper)
+        for owner, prefix, names, gathers in (
+            (mx, "mlx.core", (*MLX_GATHERS, *MLX_RESHAPES, *MLX_ELEMENTWISE, *MLX_CONTRACTIONS), MLX_GATHERS),
+            (mx.array, "mlx.core.array", (*ARRAY_METHODS, *ARRAY_ELEMENTWISE, *ARRAY_CONTRACTIONS), ()),
+            (np, "numpy", NUMPY_FUNCTIONS, NUMPY_GATHERS),
+        ):
+            for name in names:
+                if hasattr(owner, name):
+                    original = getattr(owner, name)
+                    wrapper = self._wrap(original, f"{prefix}.{name}")
+                    setattr(owner, name, wrapper)
+                    if name in gathers:
+                        gathering[id(original)] = (original, wrapper)
+        _point_aliases(gathering)
         tripwires = self
 
         class WatchedArray(np.ndarray):
@@ -288,27 +305,6 @@ class Tripwires:
                 return tripwires._numpy_view(watch, result)
 
         self._watched_ndarray = WatchedArray
-
-    def _wrap_aliases(self, mx: Any, np: Any) -> None:
-        """Point every other name a loaded NumPy or MLX module holds for a wrapped gathering function at its
-        wrapper, so that numpy._core.multiarray.concatenate is watched as numpy.concatenate is."""
-        wrappers = {}
-        for module, names in ((mx, MLX_GATHERS), (np, NUMPY_GATHERS)):
-            for name in names:
-                wrapper = getattr(module, name, None)
-                original = getattr(wrapper, "__wrapped_original__", None)
-                if original is not None:
-                    wrappers[id(original)] = (original, wrapper)
-        for module_name, module in list(sys.modules.items()):
-            if module is None or module_name.partition(".")[0] not in ALIAS_MODULES:
-                continue
-            namespace = getattr(module, "__dict__", None)
-            if not isinstance(namespace, dict):
-                continue
-            for name, value in list(namespace.items()):
-                found = wrappers.get(id(value))
-                if found is not None and found[0] is value:
-                    namespace[name] = found[1]
 
     def begin_call(self, key_pages: Any, value_pages: Any, context_lens: Any) -> None:
         self.watch = GatherWatch(key_pages, value_pages, context_lens, self.report)
