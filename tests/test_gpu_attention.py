@@ -59,10 +59,14 @@ def test_op_on_gpu_matches_reference(case: tuple) -> None:
 @pytest.mark.parametrize("schedule, splits, mma", [
     ("paged_decode", None, False), ("paged_decode", None, True), ("paged_decode_split", 5, False),
     ("paged_decode_split", 5, True), ("paged_prefill", None, None), ("paged_prefill_mma", None, None),
+    ("paged_prefill_wgmma", None, None),
 ])
 def test_each_schedule_matches_reference(schedule: str, splits: int | None, mma: bool | None) -> None:
+    from pagecheck import ext
     from pagecheck.gpu import kernels as gpu_kernels
 
+    if schedule == "paged_prefill_wgmma" and not ext.gpu_warpgroup_mma():
+        pytest.skip("the warpgroup prefill needs a GPU of compute capability 9.0")
     layout = layout_for(2, "bfloat16", (0, 3, 70, 650), 16, 3, 4, 64, "causal")
     got = gpu_kernels.paged_attention(
         **layout.as_mx(), schedule=schedule, splits=splits, tensor_cores=mma, poison_output=True

@@ -7,6 +7,8 @@ with are checked against the plan without a GPU (tests/test_gpu_attention.py run
 
 from __future__ import annotations
 
+import itertools
+
 from typing import Any
 
 import mlx.core as mx
@@ -28,6 +30,14 @@ LAUNCHES: dict[str, tuple[int, str, dict[str, Any]]] = {
     "automatic prefill": (12, "bfloat16", {}),
     "prefill on CUDA cores": (12, "float16", dict(schedule="paged_prefill")),
 }
+
+
+@pytest.fixture(autouse=True)
+def mma_sync_prefill(monkeypatch) -> None:
+    # The recorded launches are those of MLX's JIT (fast::cuda_kernel): on a device with warpgroup MMA the
+    # automatic prefill would be the warpgroup kernel, which test_the_warpgroup_prefill_launch_is_the_plans
+    # records instead.
+    monkeypatch.setattr(ext, "gpu_warpgroup_mma", lambda: False)
 
 
 class Recorder:
@@ -121,16 +131,63 @@ def test_every_run_the_harness_pins_is_a_plan_the_planner_takes() -> None:
     # the case, as the harness skips them.
     from pagecheck.gpu import harness as gpu_harness
 
+    # The warpgroup prefill's runs are planned as on a device with warpgroup MMA, in each block height.
     planned = 0
     for case in gpu_harness.decode_cases() + gpu_harness.prefill_cases():
         for schedule, splits, tensor_cores in case.runs:
             needs_mma = tensor_cores or schedule == gpu_harness.PREFILL_MMA
             if needs_mma and not ext.gpu_takes_tensor_cores(case.head_dim, case.dtype):
                 continue
-            for bulk in (False, True):
+            wgmma = schedule == gpu_harness.PREFILL_WGMMA
+            if wgmma and not (case.dtype != "float32" and case.head_dim in (64, 128)):
+                continue
+            for bulk, warpgroups in itertools.product((False, True), gpu_harness.WGMMA_WARPGROUPS if wgmma else (None,)):
                 ext.gpu_launch_plan(len(case.contexts), case.group * case.num_kv_heads, case.num_queries,
                                     case.head_dim, case.num_kv_heads, case.page_size,
                                     -(-max(case.contexts) // case.page_size), case.dtype, schedule=schedule,
-                                    splits=splits, tensor_cores=tensor_cores, bulk=bulk)
+                                    splits=splits, tensor_cores=tensor_cores, bulk=bulk, warpgroup_mma=wgmma,
+                                    warpgroups=warpgroups)
                 planned += 1
     assert planned > 100
+
+
+def test_the_warpgroup_prefill_launch_is_the_plans(monkeypatch) -> None:
+    # As a device with warpgroup MMA would run it: the kernel the extension compiles for the plan's variant,
+    # launched through mx.fast.precompiled_cuda_kernel with the plan's grid, block and shared memory, and the
+    # shapes as int scalars.
+    monkeypatch.setattr(ext, "gpu_warpgroup_mma", lambda: True)
+    compiled: list[tuple[Any, ...]] = []
+    launches: list[dict[str, Any]] = []
+
+    def kernel(*args: Any) -> tuple[str, bytes]:
+        compiled.append(args)
+        return "wgmma_variant", b"ptx"
+
+    def precompiled(**kwargs: Any) -> list[mx.array]:
+        launches.append(kwargs)
+        return [mx.full(kwargs["output_shapes"][0], kwargs["init_value"], dtype=kwargs["output_dtypes"][0])]
+
+    monkeypatch.setattr(ext, "gpu_prefill_wgmma_kernel", kernel)
+    monkeypatch.setattr(gpu_kernels.mx.fast, "precompiled_cuda_kernel", precompiled)
+    args = inputs(12, "bfloat16")
+    got = gpu_kernels.paged_attention(**args, mask="causal", scale=-0.5, poison_output=True, warpgroups=3)
+    plan = ext.gpu_launch_plan(BATCH, NUM_Q_HEADS, 12, HEAD_DIM, NUM_KV_HEADS, PAGE_SIZE, WIDTH, "bfloat16",
+                               warpgroup_mma=True, warpgroups=3)
+    assert plan["schedule"] == "paged_prefill_wgmma"
+    half_bits = 0x3F000000  # 0.5
+    assert compiled == [("bfloat16", HEAD_DIM, plan["key_tile"], plan["mma_stages"], 3, True, 0, half_bits, True)]
+    (launch,) = launches
+    assert (launch["name"], launch["compiled_source"]) == ("wgmma_variant", b"ptx")
+    assert launch["grid"] == (plan["threads"] * plan["blocks"], 1, 1)
+    assert launch["threadgroup"] == (plan["threads"], 1, 1) == (384, 1, 1)
+    assert launch["shared_memory"] == plan["shared_bytes"]
+    assert launch["scalars"] == [BATCH, NUM_Q_HEADS, 12, HEAD_DIM, BATCH * WIDTH, NUM_KV_HEADS, PAGE_SIZE, WIDTH]
+    assert launch["output_shapes"] == [args["query"].shape] and launch["ensure_row_contiguous"]
+    assert got.shape == args["query"].shape and mx.isnan(got).all().item()
+
+
+def test_a_negative_scale_is_a_magnitude_and_a_sign() -> None:
+    # MLX names a kernel after its template arguments; a minus sign there does not compile.
+    assert gpu_kernels.scale_bits(0.125) == (0x3E000000, False)
+    assert gpu_kernels.scale_bits(-0.125) == (0x3E000000, True)
+    assert gpu_kernels.scale_bits(-0.0) == (0, True)

@@ -94,6 +94,32 @@ PINNED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "tensor-core prefill on pages of 16": (
         dict(batch=1, pages=8, query_len=64, page_size=16, schedule="paged_prefill_mma"),
         dict(schedule="paged_prefill_mma", key_tile=64, shared_bytes=4 * 64 * 136 * 2)),
+    # On a device with warpgroup MMA (warpgroup_mma=True): B 1 x L 512, G 4 = 2048 rows per kv head. Blocks of
+    # 3 warpgroups (192 rows) would number 8 x 11 = 88, short of two per multiprocessor (264), so blocks of 2
+    # (128 rows, 16 per kv head) with key tiles of 128: a ring of 2 stages of K and V, 128 keys of 128 bfloat16
+    # each, and 1024 bytes to align it.
+    "warpgroup prefill in blocks of two": (
+        dict(batch=1, pages=32, query_len=512, warpgroup_mma=True),
+        dict(schedule="paged_prefill_wgmma", warpgroups=2, key_tile=128, threads=256, blocks=128, mma_stages=2,
+             shared_bytes=2 * 2 * 128 * 128 * 2 + 1024, scratch_words=0)),
+    # B 4 x L 2048: 8192 rows per kv head, 4 x 8 x 43 = 1376 blocks of 192 rows, key tiles of 64.
+    "warpgroup prefill in blocks of three": (
+        dict(batch=4, pages=64, query_len=2048, warpgroup_mma=True),
+        dict(schedule="paged_prefill_wgmma", warpgroups=3, key_tile=64, threads=384, blocks=1376, mma_stages=2,
+             shared_bytes=2 * 2 * 64 * 128 * 2 + 1024)),
+    "warpgroup prefill pinned to one warpgroup, float16, D 64": (
+        dict(batch=1, pages=32, query_len=512, warpgroup_mma=True, warpgroups=1, dtype="float16", head_dim=64),
+        dict(schedule="paged_prefill_wgmma", warpgroups=1, key_tile=128, threads=128, blocks=256,
+             shared_bytes=2 * 2 * 128 * 64 * 2 + 1024)),
+    "no warpgroup prefill for D 96": (
+        dict(batch=1, pages=32, query_len=512, warpgroup_mma=True, head_dim=96),
+        dict(schedule="paged_prefill_mma", warpgroups=0, threads=128)),
+    "no warpgroup prefill for float32": (
+        dict(batch=1, pages=32, query_len=512, warpgroup_mma=True, dtype="float32"),
+        dict(schedule="paged_prefill", warpgroups=0, threads=128)),
+    "decode is the same with warpgroup MMA": (
+        dict(batch=64, pages=32, warpgroup_mma=True),
+        dict(schedule="paged_decode", mma=True, rows=16, blocks=512, threads=128, warpgroups=0)),
     # A prefill schedule for one query: B 2 x H_kv 2, one row tile each.
     "prefill for one query": (
         dict(batch=2, pages=8, num_q_heads=8, num_kv_heads=2, page_size=8, dtype="float16", schedule="paged_prefill"),
@@ -194,7 +220,8 @@ def test_bulk_copies_are_planned_only_for_the_tensor_core_walk() -> None:
     prefill = gpu_kernels.launch_plan((2, 8, 12, 128), mx.bfloat16, 2, 16, 8, bulk=True)
     assert (bf16["mma"], bf16["bulk"]) == (True, True)
     assert (f32["mma"], f32["bulk"]) == (False, False)
-    assert (prefill["schedule"], prefill["bulk"]) == ("paged_prefill_mma", False)
+    tensor_prefill = "paged_prefill_wgmma" if ext.gpu_warpgroup_mma() else "paged_prefill_mma"
+    assert (prefill["schedule"], prefill["bulk"]) == (tensor_prefill, False)
     assert not gpu_kernels.launch_plan(shape, mx.bfloat16, 2, 16, 8)["bulk"]
 
 
@@ -218,6 +245,18 @@ BAD_PINS = [
     (dict(schedule="paged_prefill", tensor_cores=True), {}, "tensor_cores = true contradicts schedule = paged_prefill"),
     (dict(schedule="paged_prefill_mma", tensor_cores=False), {},
      "tensor_cores = false contradicts schedule = paged_prefill_mma"),
+    (dict(warpgroups=0), dict(query_len=12), "warpgroups = 0 must be in 1..3"),
+    (dict(warpgroups=4, warpgroup_mma=True), dict(query_len=12), "warpgroups = 4 must be in 1..3"),
+    (dict(warpgroups=2, warpgroup_mma=True), {},
+     "warpgroups = 2 pins the warpgroup prefill, and this plan runs a decode walk"),
+    (dict(warpgroups=2), dict(query_len=12),
+     "warpgroups = 2 pins the warpgroup prefill, and this plan runs paged_prefill_mma"),
+    (dict(schedule="paged_prefill_wgmma"), dict(query_len=12),
+     "schedule = paged_prefill_wgmma needs warpgroup MMA .*, and this device has no warpgroup MMA"),
+    (dict(schedule="paged_prefill_wgmma", warpgroup_mma=True), dict(head_dim=96),
+     "schedule = paged_prefill_wgmma needs .*; got bfloat16 and D = 96"),
+    (dict(schedule="paged_prefill_wgmma", warpgroup_mma=True, tensor_cores=False), {},
+     "tensor_cores = false contradicts schedule = paged_prefill_wgmma"),
 ]
 
 
@@ -225,6 +264,17 @@ BAD_PINS = [
 def test_a_bad_pin_is_a_value_error_naming_it(pins: dict[str, Any], shape: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=f"^pagecheck: {message}"):
         plan(1, 8, **shape, **pins)
+
+
+def test_pinning_the_warpgroup_choices_gives_the_automatic_plan() -> None:
+    # As above for the warpgroup prefill: its schedule and block height pinned at the automatic values.
+    for batch, query_len, dtype, head_dim in itertools.product((1, 4, 16), (9, 512, 2048), ("bfloat16", "float16"),
+                                                               (64, 128)):
+        auto = plan(batch, 64, query_len=query_len, dtype=dtype, head_dim=head_dim, warpgroup_mma=True)
+        assert auto["schedule"] == "paged_prefill_wgmma"
+        pinned = plan(batch, 64, query_len=query_len, dtype=dtype, head_dim=head_dim, warpgroup_mma=True,
+                      schedule=auto["schedule"], warpgroups=auto["warpgroups"])
+        assert pinned == auto
 
 
 def test_the_constants_are_the_limits_the_planner_holds() -> None:

@@ -18,12 +18,15 @@ constexpr unsigned ALL_LANES = 0xffffffffu;
 constexpr float LOG2_E = 1.4426950408889634f;
 constexpr float NEG_INF = -cuda::std::numeric_limits<float>::infinity();
 
-// The softmax scale reaches every kernel as the float32 bit pattern in the
-// template argument SCALE_BITS, so it is a constant of the compiled code. An
+// The softmax scale reaches every kernel as two template arguments, so it is
+// a constant of the compiled code: SCALE_BITS, the float32 bit pattern of its
+// magnitude, and SCALE_NEGATIVE, its sign. (MLX names a kernel variant after
+// its template arguments, and a minus sign in that name does not compile; an
 // input array would be a scalar the host has just written, which the GPU then
-// reads from host-coherent memory in front of every launch.
-__device__ __forceinline__ float scale_of(int bits) {
-  return __int_as_float(bits);
+// reads from host-coherent memory in front of every launch.)
+__device__ __forceinline__ float scale_of(int magnitude_bits, bool negative) {
+  const float magnitude = __int_as_float(magnitude_bits);
+  return negative ? -magnitude : magnitude;
 }
 
 __host__ __device__ constexpr int ceil_div(int a, int b) {

@@ -15,10 +15,12 @@ constant constexpr int TABLE_PAGED = 0;
 constant constexpr int TABLE_DENSE_WITH_LENS = 1;
 constant constexpr int TABLE_DENSE_FULL = 2;
 
-// The softmax scale: the float32 bit pattern in the template argument
-// SCALE_BITS (see scale_of in paged_common.cuh).
-inline float scale_of(int bits) {
-  return as_type<float>(bits);
+// The softmax scale: the float32 bit pattern of its magnitude in the template
+// argument SCALE_BITS and its sign in SCALE_NEGATIVE (see scale_of in
+// paged_common.cuh).
+inline float scale_of(int magnitude_bits, bool negative) {
+  const float magnitude = as_type<float>(magnitude_bits);
+  return negative ? -magnitude : magnitude;
 }
 
 inline constexpr int ceil_div(int a, int b) {

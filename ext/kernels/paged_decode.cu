@@ -9,10 +9,11 @@
 // (ring stages of the tensor-core walk), MMA_BULK (its ring filled by bulk
 // copies), MMA_SWIZZLE (its rows swizzled rather than padded: SharedRows in
 // paged_mma.cuh; the plan picks), TABLE (where pages and contexts come
-// from, paged_common.cuh), SCALE_BITS (the softmax scale, scale_of).
+// from, paged_common.cuh), SCALE_BITS and SCALE_NEGATIVE (the softmax scale,
+// scale_of).
 // Inputs: query [B, H_q, L, D], key_pages / value_pages [P, H_kv, page, D],
 // block_table int32 [B, max_pages], context_lens int32 [B]. The softmax scale is the
-// template argument SCALE_BITS (its float32 bit pattern, see scale_of).
+// template arguments SCALE_BITS and SCALE_NEGATIVE (see scale_of).
 // Output: out [B, H_q, L, D] in T.
 //
 // Ownership: block x owns (request_idx, kv_head_idx, chunk_idx): rows
@@ -33,7 +34,7 @@ extern __shared__ __align__(128) unsigned char shared[];
 const DecodeBlock block = decode_block(
     make_geometry(query_shape.data(), key_pages_shape.data(), block_table_shape.data(), TABLE),
     context_lens, ROWS);
-walk_decode_block<Walker>(block, query, key_pages, value_pages, block_table, scale_of(SCALE_BITS), 0, 1, shared);
+walk_decode_block<Walker>(block, query, key_pages, value_pages, block_table, scale_of(SCALE_BITS, SCALE_NEGATIVE), 0, 1, shared);
 
 // ---- Normalise and store this block's rows ------------------------------------------
 const typename Layout::Merge merge(shared);

@@ -1,7 +1,7 @@
 // paged_decode (Metal): mirror of paged_decode.cu, for fast::metal_kernel
 // (headers: paged_common.metal.h, paged_decode_walk.metal.h). Template
 // arguments: T, HEAD_DIM (at most 128 on Metal), ROWS, CAUSAL, MMA (always
-// false here), MMA_STAGES (unused: no tensor-core walk), TABLE, SCALE_BITS. Inputs, output, ownership and launch as the CUDA kernel;
+// false here), MMA_STAGES (unused: no tensor-core walk), TABLE, SCALE_BITS, SCALE_NEGATIVE. Inputs, output, ownership and launch as the CUDA kernel;
 // the merge region is threadgroup memory declared here.
 using namespace pagecheck;
 using Layout = DecodeLayout<T, HEAD_DIM, ROWS>;
@@ -20,7 +20,7 @@ const int context_len = request_context(geo, context_lens, request_idx);
 // ---- Walk every tile of the context ----------------------------------------------
 const TileRange tiles = split_tiles(context_len, geo.page_size, Layout::TILE_TOKENS, 0, 1);
 decode_walk<T, HEAD_DIM, ROWS, CAUSAL>(
-    query, key_pages, value_pages, block_table, geo, scale_of(SCALE_BITS),
+    query, key_pages, value_pages, block_table, geo, scale_of(SCALE_BITS, SCALE_NEGATIVE),
     request_idx, kv_head_idx, row_begin, context_len, tiles.begin, tiles.end,
     merge, thread_index_in_simdgroup, simdgroup_index_in_threadgroup);
 

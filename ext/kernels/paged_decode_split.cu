@@ -2,7 +2,7 @@
 //
 // Body of an MLX fast::cuda_kernel (headers as paged_decode, plus
 // paged_decode_split_scratch.cuh). Template arguments: T, HEAD_DIM, ROWS,
-// CAUSAL, MMA, MMA_STAGES, MMA_BULK, MMA_SWIZZLE, TABLE, SCALE_BITS, as
+// CAUSAL, MMA, MMA_STAGES, MMA_BULK, MMA_SWIZZLE, TABLE, SCALE_BITS, SCALE_NEGATIVE, as
 // paged_decode.
 // Inputs: as paged_decode. Output: scratch, float32 words laid out by
 // split_scratch (paged_decode_split_scratch.cuh); the attention output is its
@@ -50,7 +50,7 @@ static_assert(
 
 // ---- Walk this split's tiles --------------------------------------------------------
 walk_decode_block<Walker>(
-    block, query, key_pages, value_pages, block_table, scale_of(SCALE_BITS), split_idx, num_splits, shared);
+    block, query, key_pages, value_pages, block_table, scale_of(SCALE_BITS, SCALE_NEGATIVE), split_idx, num_splits, shared);
 
 // ---- Store the unnormalised partial state --------------------------------------------
 const typename Layout::Merge merge(shared);

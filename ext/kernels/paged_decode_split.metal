@@ -35,7 +35,7 @@ constexpr int ENTRY = partial_entry(HEAD_DIM);
 // ---- Walk this split's tiles --------------------------------------------------------
 const TileRange tiles = split_tiles(context_len, geo.page_size, Layout::TILE_TOKENS, split_idx, num_splits);
 decode_walk<T, HEAD_DIM, ROWS, CAUSAL>(
-    query, key_pages, value_pages, block_table, geo, scale_of(SCALE_BITS),
+    query, key_pages, value_pages, block_table, geo, scale_of(SCALE_BITS, SCALE_NEGATIVE),
     request_idx, kv_head_idx, row_begin, context_len, tiles.begin, tiles.end,
     merge, thread_index_in_simdgroup, simdgroup_index_in_threadgroup);
 

@@ -1,7 +1,7 @@
 // paged_prefill: attention for long queries (L > 8) on CUDA cores, any dtype.
 //
 // Body of an MLX fast::cuda_kernel (header: paged_common.cuh). Template
-// arguments: T, HEAD_DIM (at most 256), CAUSAL, TABLE, SCALE_BITS
+// arguments: T, HEAD_DIM (at most 256), CAUSAL, TABLE, SCALE_BITS, SCALE_NEGATIVE
 // (paged_common.cuh).
 // Inputs and output as paged_decode. Used for float32 and for head
 // dims the tensor-core variant (paged_prefill_mma) does not take.
@@ -53,7 +53,7 @@ const int context_len = request_context(geo, context_lens, request_idx);
 const int row_first = block.row_begin;
 
 // ---- Query tile into shared memory, pre-scaled for base-2 softmax -----------------
-const float q_scale = scale_of(SCALE_BITS) * LOG2_E;
+const float q_scale = scale_of(SCALE_BITS, SCALE_NEGATIVE) * LOG2_E;
 for (int idx = threadIdx.x; idx < ROW_TILE * HEAD_DIM; idx += THREADS) {
   const int r = idx / HEAD_DIM;
   const int dim = idx % HEAD_DIM;

@@ -1,6 +1,6 @@
 // paged_prefill (Metal): mirror of paged_prefill.cu, for fast::metal_kernel
 // (header: paged_common.metal.h). Template arguments: T, HEAD_DIM (at most
-// 128 on Metal), CAUSAL, TABLE, SCALE_BITS. Inputs and output as paged_decode.
+// 128 on Metal), CAUSAL, TABLE, SCALE_BITS, SCALE_NEGATIVE. Inputs and output as paged_decode.
 //
 // The CUDA kernel's algorithm and ownership with smaller tiles, because a
 // threadgroup has 32 KB of memory on Apple GPUs: ROW_TILE 16 query rows per
@@ -38,7 +38,7 @@ const int context_len = request_context(geo, context_lens, request_idx);
 const int row_first = row_tile_idx * ROW_TILE;
 
 // ---- Query tile into threadgroup memory, pre-scaled for base-2 softmax -------------
-const float q_scale = scale_of(SCALE_BITS) * LOG2_E;
+const float q_scale = scale_of(SCALE_BITS, SCALE_NEGATIVE) * LOG2_E;
 for (int idx = tid; idx < ROW_TILE * HEAD_DIM; idx += THREADS) {
   const int r = idx / HEAD_DIM;
   const int dim = idx % HEAD_DIM;

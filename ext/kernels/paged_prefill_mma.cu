@@ -3,7 +3,7 @@
 // Body of an MLX fast::cuda_kernel (headers: paged_common.cuh,
 // paged_mma.cuh). Template arguments: T (bfloat16 or
 // float16), HEAD_DIM (a multiple of 16, at most 128), KEY_TILE (16, 32 or
-// 64; the launch plan takes 64), CAUSAL, TABLE, SCALE_BITS
+// 64; the launch plan takes 64), CAUSAL, TABLE, SCALE_BITS, SCALE_NEGATIVE
 // (paged_common.cuh). Inputs and output as paged_decode.
 //
 // Ownership: block x owns (request_idx, kv_head_idx, row_tile_idx): the
@@ -75,7 +75,7 @@ for (int kc = 0; kc < QK_CHUNKS; ++kc) {
         : 0u;
   }
 }
-const float score_scale = scale_of(SCALE_BITS) * LOG2_E;
+const float score_scale = scale_of(SCALE_BITS, SCALE_NEGATIVE) * LOG2_E;
 
 // ---- Key range: the causal limit of the tile's last row bounds the walk ------------
 const int pos_end = row_tile_key_end(geo, request_idx, kv_head_idx, row_first, ROW_TILE, context_len, CAUSAL);

@@ -13,6 +13,7 @@
 #include <nanobind/stl/variant.h>
 
 #include "build_info.h"
+#include "common/gpu_dispatch.h"
 #include "common/gpu_plan.h"
 #include "common/kernel_sources.h"
 #include "dense_attention/dense_attention.h"
@@ -219,7 +220,8 @@ NB_MODULE(_ext, module) {
       "gpu_launch_plan",
       [](int batch, int num_q_heads, int query_len, int head_dim, int num_kv_heads, int page_size,
          int pages_per_request, const std::string& dtype, const std::optional<std::string>& schedule,
-         std::optional<int> splits, std::optional<bool> tensor_cores, std::optional<int> mma_stages, bool bulk) {
+         std::optional<int> splits, std::optional<bool> tensor_cores, std::optional<int> mma_stages, bool bulk,
+         bool warpgroup_mma, std::optional<int> warpgroups) {
         const mlx::core::Dtype storage = storage_dtype_named(dtype);
         if (batch < 1 || num_q_heads < 1 || query_len < 1 || head_dim < 1 || num_kv_heads < 1 || page_size < 1 ||
             pages_per_request < 0 || num_q_heads % num_kv_heads != 0) {
@@ -242,8 +244,9 @@ NB_MODULE(_ext, module) {
         pins.tensor_cores = tensor_cores;
         pins.mma_stages = mma_stages;
         pins.bulk = bulk;
+        pins.warpgroups = warpgroups;
         const pagecheck::GpuPlan plan =
-            pagecheck::plan_gpu_call(shape, storage, /*tensor_cores_available=*/true, pins);
+            pagecheck::plan_gpu_call(shape, storage, pagecheck::GpuCaps{true, warpgroup_mma}, pins);
         return dict_of({{"schedule", nb::cast(std::string(pagecheck::gpu_schedule_name(plan.schedule)))},
                         {"mma", nb::cast(plan.tensor_cores)},
                         {"rows", nb::cast(plan.rows)},
@@ -251,6 +254,8 @@ NB_MODULE(_ext, module) {
                         {"splits", nb::cast(plan.splits)},
                         {"shared_bytes", nb::cast(plan.shared_bytes)},
                         {"key_tile", nb::cast(plan.key_tile)},
+                        {"threads", nb::cast(plan.threads)},
+                        {"warpgroups", nb::cast(plan.warpgroups)},
                         {"mma_stages", nb::cast(plan.mma_stages)},
                         {"bulk", nb::cast(plan.bulk)},
                         {"swizzled_rows", nb::cast(plan.swizzled_rows)},
@@ -259,12 +264,39 @@ NB_MODULE(_ext, module) {
       },
       "batch"_a, "num_q_heads"_a, "query_len"_a, "head_dim"_a, "num_kv_heads"_a, "page_size"_a,
       "pages_per_request"_a, "dtype"_a, nb::kw_only(), "schedule"_a = nb::none(), "splits"_a = nb::none(),
-      "tensor_cores"_a = nb::none(), "mma_stages"_a = nb::none(), "bulk"_a = false,
+      "tensor_cores"_a = nb::none(), "mma_stages"_a = nb::none(), "bulk"_a = false, "warpgroup_mma"_a = false,
+      "warpgroups"_a = nb::none(),
       "The CUDA launch plan for this shape as a dict (schedule: the kernel's name; mma: the tensor-core "
-      "walk or prefill; rows, blocks, splits, shared_bytes, key_tile, mma_stages, bulk, swizzled_rows, "
-      "scratch_words, out_begin_words), computed on any machine. With no pins it is the op's plan; schedule, "
-      "splits, tensor_cores and mma_stages fix those choices, bulk asks for bulk copies where the tensor-core "
-      "decode walk runs. A pin out of range or at odds with the shape raises ValueError.");
+      "walk or prefill; rows, blocks, threads (per block), splits, shared_bytes, key_tile, mma_stages (the "
+      "ring depth of the tensor-core decode walk or of the warpgroup prefill), warpgroups (of the warpgroup "
+      "prefill's blocks), bulk, swizzled_rows, scratch_words, out_begin_words), computed on any machine. "
+      "warpgroup_mma says whether the device has Hopper's warpgroup MMA (pagecheck.ext.gpu_warpgroup_mma()); "
+      "with no pins it is then the op's plan on that device. schedule, splits, tensor_cores, mma_stages and "
+      "warpgroups (1..3, the warpgroup prefill's block height) fix those choices, bulk asks for bulk copies where the tensor-core decode walk runs. A pin out of range or "
+      "at odds with the shape raises ValueError.");
+
+  module.def(
+      "gpu_warpgroup_mma",
+      [] { return pagecheck::gpu_caps(mlx::core::Device(mlx::core::Device::gpu, 0)).warpgroup_mma; },
+      "Whether GPU 0 has Hopper's warpgroup MMA (compute capability 9.0) and its kernels have compiled so far: "
+      "where it does, the op's prefills run paged_prefill_wgmma.");
+
+  module.def(
+      "gpu_prefill_wgmma_kernel",
+      [](const std::string& dtype, int head_dim, int key_tile, int stages, int warpgroups, bool causal, int table,
+         int scale_bits, bool scale_negative) {
+        const pagecheck::WgmmaKernel& kernel = pagecheck::prefill_wgmma_kernel(
+            storage_dtype_named(dtype), head_dim, key_tile, stages, warpgroups, causal, table, scale_bits,
+            scale_negative);
+        return nb::make_tuple(kernel.name, nb::bytes(kernel.ptx.data(), kernel.ptx.size()));
+      },
+      "dtype"_a, "head_dim"_a, "key_tile"_a, "stages"_a, "warpgroups"_a, "causal"_a, "table"_a, "scale_bits"_a,
+      "scale_negative"_a,
+      "(name, ptx) of one variant of the warpgroup prefill (scale_bits: the float32 bit pattern of the scale's "
+      "magnitude; scale_negative: its sign), compiled by NVRTC for compute_90a as the op "
+      "compiles it (needs MLX's CUDA back-end, which loads NVRTC): what "
+      "mx.fast.precompiled_cuda_kernel runs, with the inputs of the other kernels and the int scalars batch, "
+      "num_q_heads, num_queries, head_dim, num_pages, num_kv_heads, page_size, max_pages.");
 
   module.def(
       "compact_kernel_source",

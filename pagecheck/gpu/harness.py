@@ -38,10 +38,16 @@ DECODE = "paged_decode"
 SPLIT = "paged_decode_split"
 PREFILL = "paged_prefill"
 PREFILL_MMA = "paged_prefill_mma"
+PREFILL_WGMMA = "paged_prefill_wgmma"
+# The warpgroup prefill runs in each block height the plan takes (warpgroups
+# per block); only on a device with warpgroup MMA.
+WGMMA_WARPGROUPS = (2, 3)
 DECODE_RUNS: tuple[Run, ...] = (
     (DECODE, None, False), (SPLIT, 3, False), (DECODE, None, True), (SPLIT, 16, True), (None, None, None),
 )
-PREFILL_RUNS: tuple[Run, ...] = ((PREFILL, None, None), (None, None, None), (PREFILL_MMA, None, None))
+PREFILL_RUNS: tuple[Run, ...] = (
+    (PREFILL, None, None), (None, None, None), (PREFILL_MMA, None, None), (PREFILL_WGMMA, None, None),
+)
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,11 @@ def prefill_cases() -> list[Case]:
                 f"prefill {dtype} D={head_dim}", dtype, (0, 40, 333), 16, 40, 2, head_dim, "causal", PREFILL_RUNS,
             ))
         out.append(Case(f"prefill {dtype} no mask", dtype, (20, 300), 64, 20, 4, 128, None, PREFILL_RUNS))
+    # A negative scale turns the softmax's extreme score into the smallest one; a zero scale weighs all alike.
+    out.append(Case("prefill float16 scale=-0.2", "float16", (50, 300), 16, 40, 4, 128, "causal", PREFILL_RUNS,
+                    scale=-0.2))
+    out.append(Case("prefill bfloat16 scale=0", "bfloat16", (50, 300), 128, 40, 4, 64, "causal", PREFILL_RUNS,
+                    scale=0.0))
     out.append(Case("prefill bfloat16 G=8 L=160 ctx=2500", "bfloat16", (2500, 700), 128, 160, 8, 128, "causal",
                     PREFILL_RUNS))
     out.append(Case("prefill bfloat16 long L=64 ctx=32768", "bfloat16", (32768,), 128, 64, 4, 128, "causal",
@@ -149,29 +160,34 @@ def run_layout(label: str, layout: PagedLayout, want: np.ndarray, runs: tuple[Ru
     args = kwargs if kwargs is not None else layout.as_mx()
     head_dim = layout.query.shape[3]
     outcomes = []
+    wgmma = ext.gpu_warpgroup_mma() and ext.gpu_takes_tensor_cores(head_dim, layout.dtype) and head_dim in (64, 128)
     for schedule, splits, mma in runs:
         needs_mma = mma or schedule == PREFILL_MMA
         if needs_mma and not ext.gpu_takes_tensor_cores(head_dim, layout.dtype):
             continue
-        start = time.perf_counter()
-        got = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, splits=splits, tensor_cores=mma,
-                                          bulk=bulk, poison_output=True)
-        mx.eval(got)
-        seconds = time.perf_counter() - start
-        result = compare(got, want, layout.dtype)
-        extra: dict[str, Any] = {}
-        passed = result.passed
-        if schedule == SPLIT:
-            again = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, splits=splits, tensor_cores=mma,
-                                                bulk=bulk)
-            same = bool(mx.array_equal(got, again, equal_nan=True).item())
-            extra["repeatable"] = same
-            passed = passed and same
-        walk = "" if mma is None else ("/mma" if mma else "/lanes")
-        outcomes.append(Outcome(
-            label, (schedule or "auto") + walk, splits, passed, result.summary(), result.rel_l2_error,
-            result.max_abs_error, seconds, extra,
-        ))
+        if schedule == PREFILL_WGMMA and not wgmma:
+            continue
+        for warpgroups in WGMMA_WARPGROUPS if schedule == PREFILL_WGMMA else (None,):
+            start = time.perf_counter()
+            got = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, splits=splits,
+                                              tensor_cores=mma, bulk=bulk, warpgroups=warpgroups, poison_output=True)
+            mx.eval(got)
+            seconds = time.perf_counter() - start
+            result = compare(got, want, layout.dtype)
+            extra: dict[str, Any] = {}
+            passed = result.passed
+            if schedule == SPLIT:
+                again = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, splits=splits,
+                                                    tensor_cores=mma, bulk=bulk)
+                same = bool(mx.array_equal(got, again, equal_nan=True).item())
+                extra["repeatable"] = same
+                passed = passed and same
+            walk = "" if mma is None else ("/mma" if mma else "/lanes")
+            height = "" if warpgroups is None else f"/wg{warpgroups}"
+            outcomes.append(Outcome(
+                label, (schedule or "auto") + walk + height, splits, passed, result.summary(), result.rel_l2_error,
+                result.max_abs_error, seconds, extra,
+            ))
     return outcomes
 
 
@@ -195,7 +211,7 @@ def big_pool_outcomes(rng: np.random.Generator, filler: int = (1 << 20) - 4, bul
     label = f"float16 page ids from {filler}, {num_pages * 2 * 8 * 128} elements per pool"
     runs: tuple[Run, ...] = (
         (DECODE, None, False), (SPLIT, 4, False), (DECODE, None, True), (SPLIT, 4, True),
-        (PREFILL_MMA, None, None), (PREFILL, None, None),
+        (PREFILL_MMA, None, None), (PREFILL, None, None), (PREFILL_WGMMA, None, None),
     )
     return run_layout(label, small, small.reference_output(), runs, None, kwargs, bulk)
 

@@ -4,9 +4,12 @@ The C++ extension is the production route (its eval_gpu runs the plan of
 ext/src/common/gpu_plan.cpp). This module drives the very same kernel files
 through mx.fast.cuda_kernel with the plan that the same planner gives through
 the binding (pagecheck.ext.gpu_launch_plan), where a check or a benchmark may
-pin a schedule, a split count, the decode walk, its ring depth or bulk copies
-that the automatic plan would not take. It holds the launch only: sources,
-template arguments and grid.
+pin a schedule, a split count, the decode walk, its ring depth, bulk copies or
+the warpgroup prefill's block height that the automatic plan would not take.
+The warpgroup prefill (sm_90a), which MLX's JIT cannot compile, comes compiled
+from the extension (pagecheck.ext.gpu_prefill_wgmma_kernel) and runs through
+mx.fast.precompiled_cuda_kernel. It holds the launch only: sources, template
+arguments and grid.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ PLAN_CONSTANTS: dict[str, int] = ext.gpu_plan_constants()
 # launcher always passes a block table and context lengths.
 TABLE_PAGED = 0
 
-# The softmax scale is no input: it is the template argument SCALE_BITS.
+# The softmax scale is no input: it is the template arguments SCALE_BITS and SCALE_NEGATIVE (scale_of in
+# paged_common.cuh).
 PAGED_INPUTS = ("query", "key_pages", "value_pages", "block_table", "context_lens")
 DECODE_HEADERS = (
     "paged_common.cuh", "paged_mma.cuh", "paged_bulk_copy.cuh", "paged_decode_merge.cuh", "paged_decode_walk.cuh",
@@ -110,20 +114,25 @@ def compiled(stem: str, shared_bytes: int) -> Any:
     )
 
 
-def scale_bits(scale: float) -> int:
-    """The float32 bit pattern of `scale` as a signed int (template argument SCALE_BITS)."""
-    return int(np.array(scale, dtype=np.float32).view(np.int32))
+def scale_bits(scale: float) -> tuple[int, bool]:
+    """The float32 bit pattern of |scale| (a non-negative int) and its sign: template arguments SCALE_BITS and
+    SCALE_NEGATIVE (MLX names a kernel after its template arguments, where a minus sign does not compile)."""
+    bits = int(np.array(scale, dtype=np.float32).view(np.uint32))
+    return bits & 0x7FFFFFFF, bool(bits >> 31)
 
 
 def launch_plan(query_shape: tuple[int, ...], dtype: mx.Dtype, num_kv_heads: int, page_size: int,
                 table_width: int, *, schedule: str | None = None, splits: int | None = None,
-                tensor_cores: bool | None = None, mma_stages: int | None = None, bulk: bool = False) -> dict[str, Any]:
+                tensor_cores: bool | None = None, mma_stages: int | None = None, bulk: bool = False,
+                warpgroups: int | None = None) -> dict[str, Any]:
     """The planner's plan for a query of `query_shape` over pages of `page_size` in a table `table_width`
-    wide: the op's own without pins (pagecheck.ext.gpu_launch_plan says what each pin and field means)."""
+    wide on this machine's GPU: the op's own without pins (pagecheck.ext.gpu_launch_plan says what each
+    pin and field means)."""
     batch, num_q_heads, num_queries, head_dim = query_shape
     return ext.gpu_launch_plan(batch, num_q_heads, num_queries, head_dim, num_kv_heads, page_size, table_width,
                                dtype_name(dtype), schedule=schedule, splits=splits, tensor_cores=tensor_cores,
-                               mma_stages=mma_stages, bulk=bulk)
+                               mma_stages=mma_stages, bulk=bulk, warpgroup_mma=ext.gpu_warpgroup_mma(),
+                               warpgroups=warpgroups)
 
 
 # ---- Launch ---------------------------------------------------------------------
@@ -149,6 +158,7 @@ def paged_attention(
     tensor_cores: bool | None = None,
     mma_stages: int | None = None,
     bulk: bool = False,
+    warpgroups: int | None = None,
     poison_output: bool = False,
 ) -> mx.array:
     """Paged attention on the GPU with the automatic plan, or with the pins of launch_plan.
@@ -170,22 +180,24 @@ def paged_attention(
     if query.size == 0:
         return mx.zeros(query.shape, dtype=query.dtype)
     plan = launch_plan(query.shape, query.dtype, key_pages.shape[1], page_size, block_table.shape[1],
-                       schedule=schedule, splits=splits, tensor_cores=tensor_cores, mma_stages=mma_stages, bulk=bulk)
+                       schedule=schedule, splits=splits, tensor_cores=tensor_cores, mma_stages=mma_stages, bulk=bulk,
+                       warpgroups=warpgroups)
     causal = mask == "causal"
-    bits = scale_bits(head_dim**-0.5 if scale is None else scale)
+    bits, negative = scale_bits(head_dim**-0.5 if scale is None else scale)
     inputs = [query, key_pages, value_pages, block_table.astype(mx.int32), context_lens.astype(mx.int32)]
-    threads = PLAN_CONSTANTS["threads_per_block"]
+    threads = plan["threads"]
+    fill = float("nan") if poison_output else 0.0
 
     def launch(template: list[tuple[str, Any]], grid_y: int, shape: tuple[int, ...], dtype: mx.Dtype) -> mx.array:
         (result,) = compiled(plan["schedule"], plan["shared_bytes"])(
             inputs=inputs,
             template=[("T", query.dtype), ("HEAD_DIM", head_dim), *template, ("TABLE", TABLE_PAGED),
-                      ("SCALE_BITS", bits)],
+                      ("SCALE_BITS", bits), ("SCALE_NEGATIVE", negative)],
             grid=(threads * plan["blocks"], grid_y, 1),
             threadgroup=(threads, 1, 1),
             output_shapes=[shape],
             output_dtypes=[dtype],
-            init_value=float("nan") if poison_output else 0.0,
+            init_value=fill,
         )
         return result
 
@@ -197,6 +209,18 @@ def paged_attention(
     if plan["schedule"] == "paged_decode_split":
         scratch = launch(decode_walk, plan["splits"], (plan["scratch_words"],), mx.float32)
         return split_output(scratch, plan, query.shape, query.dtype)
+    if plan["schedule"] == "paged_prefill_wgmma":
+        name, ptx = ext.gpu_prefill_wgmma_kernel(dtype_name(query.dtype), head_dim, plan["key_tile"],
+                                                 plan["mma_stages"], plan["warpgroups"], causal, TABLE_PAGED, bits,
+                                                 negative)
+        # The shapes the other kernels read from MLX's signature, as the kernel's int scalars.
+        geometry = [*query.shape, *key_pages.shape[:3], block_table.shape[1]]
+        (result,) = mx.fast.precompiled_cuda_kernel(
+            name=name, compiled_source=ptx, inputs=inputs, output_shapes=[query.shape], output_dtypes=[query.dtype],
+            scalars=geometry, grid=(threads * plan["blocks"], 1, 1), threadgroup=(threads, 1, 1),
+            shared_memory=plan["shared_bytes"], init_value=fill, ensure_row_contiguous=True,
+        )
+        return result
     if plan["schedule"] == "paged_prefill_mma":
         return launch([("KEY_TILE", plan["key_tile"]), ("CAUSAL", causal)], 1, query.shape, query.dtype)
     if plan["schedule"] == "paged_prefill":

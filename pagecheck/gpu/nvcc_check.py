@@ -46,8 +46,9 @@ using Strides = cuda::std::array<int64_t, MAX_NDIM>;
 SOURCES = {**KERNELS, STREAM_PROBE.stem: STREAM_PROBE}
 CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 PAGED_INPUT_TYPES = {"block_table": "int32_t", "context_lens": "int32_t"}
-# SCALE_BITS of 0.125 (any float32 bit pattern compiles the same way).
-SCALE = ("SCALE_BITS", 1040187392)
+# The scale 0.125: SCALE_BITS, the bit pattern of its magnitude, and SCALE_NEGATIVE (any value compiles the same
+# way).
+SCALE = (("SCALE_BITS", 1040187392), ("SCALE_NEGATIVE", False))
 
 
 @dataclass(frozen=True)
@@ -108,9 +109,9 @@ def variants() -> list[Variant]:
             for rows in (1, 4, 8):
                 for stem in ("paged_decode", "paged_decode_split"):
                     template = (("HEAD_DIM", head_dim), ("ROWS", rows), ("CAUSAL", True), ("MMA", False),
-                                ("MMA_STAGES", 2), ("MMA_BULK", False), ("MMA_SWIZZLE", False), ("TABLE", 0), SCALE)
+                                ("MMA_STAGES", 2), ("MMA_BULK", False), ("MMA_SWIZZLE", False), ("TABLE", 0), *SCALE)
                     out.append(Variant(stem, dtype, template))
-            out.append(Variant("paged_prefill", dtype, (("HEAD_DIM", head_dim), ("CAUSAL", True), ("TABLE", 0), SCALE)))
+            out.append(Variant("paged_prefill", dtype, (("HEAD_DIM", head_dim), ("CAUSAL", True), ("TABLE", 0), *SCALE)))
     for dtype in ("bfloat16", "float16"):
         for head_dim in (128, 64, 48, 16):
             for stem in ("paged_decode", "paged_decode_split"):
@@ -118,12 +119,12 @@ def variants() -> list[Variant]:
                                               (3, True, False)):
                     template = (("HEAD_DIM", head_dim), ("ROWS", 16), ("CAUSAL", True), ("MMA", True),
                                 ("MMA_STAGES", stages), ("MMA_BULK", bulk), ("MMA_SWIZZLE", swizzle), ("TABLE", 0),
-                                SCALE)
+                                *SCALE)
                     out.append(Variant(stem, dtype, template))
             for key_tile in (16, 32, 64):
                 out.append(
                     Variant("paged_prefill_mma", dtype,
-                            (("HEAD_DIM", head_dim), ("KEY_TILE", key_tile), ("CAUSAL", True), ("TABLE", 0), SCALE))
+                            (("HEAD_DIM", head_dim), ("KEY_TILE", key_tile), ("CAUSAL", True), ("TABLE", 0), *SCALE))
                 )
     out += [Variant(STREAM_PROBE.stem, "bfloat16", (("HEAD_DIM", 128), ("STAGES", 3), ("MODE", mode)))
             for mode in range(6)]  # every MODE of paged_stream.cu

@@ -1,6 +1,9 @@
 #include "common/gpu_dispatch.h"
 
 #include <algorithm>
+#include <cmath>
+#include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -10,6 +13,7 @@
 
 #include "common/gpu_plan.h"
 #include "common/kernel_sources.h"
+#include "common/nvrtc_ptx.h"
 #include "mlx/allocator.h"
 #include "mlx/fast.h"
 #include "mlx/primitives.h"
@@ -30,7 +34,8 @@ struct KernelSpec {
   std::vector<const char*> headers;
 };
 
-// The softmax scale is no input: it is the template argument SCALE_BITS.
+// The softmax scale is no input: it is the template arguments SCALE_BITS and SCALE_NEGATIVE (scale_of in
+// paged_common.cuh).
 const std::vector<std::string> kPagedInputs{"query", "key_pages", "value_pages", "block_table", "context_lens"};
 constexpr size_t kPagedInputCount = 5;
 
@@ -53,6 +58,10 @@ const KernelSpec kDecode{"paged_decode", kPagedInputs, {"out"}, kDecodeHeaders};
 const KernelSpec kDecodeSplit{"paged_decode_split", kPagedInputs, {"scratch"}, kDecodeHeaders};
 const KernelSpec kPrefill{"paged_prefill", kPagedInputs, {"out"}, kCommonHeaders};
 const KernelSpec kPrefillMma{"paged_prefill_mma", kPagedInputs, {"out"}, kMmaHeaders};
+const std::vector<const char*> kWgmmaHeaders{"paged_common.cuh", "paged_mma.cuh", "paged_wgmma.cuh"};
+
+// Set when a warpgroup kernel failed to compile: prefills take paged_prefill_mma from then on.
+std::atomic<bool> wgmma_failed{false};
 
 // The kernel object of one file and shared-memory size, created on first use.
 // MLX caches compiled kernels by name, so the name carries the sources' digest.
@@ -136,20 +145,108 @@ void view_split_output(const mx::array& scratch, int64_t out_begin_words, mx::ar
   out.copy_shared_buffer(scratch, strides, flags, out.size(), offset);
 }
 
-int float_bits(float value) {
+// The bit pattern of |value| (a non-negative int) and its sign: the template
+// arguments SCALE_BITS and SCALE_NEGATIVE.
+int magnitude_bits(float value) {
   int bits = 0;
   std::memcpy(&bits, &value, sizeof(bits));
-  return bits;
+  return bits & 0x7fffffff;
+}
+
+bool sign_bit(float value) {
+  return std::signbit(value);
+}
+
+// The whole translation unit of one warpgroup prefill variant: the includes
+// MLX's prelude gives its own kernels, the headers, and an extern "C" entry
+// point named `name` whose parameters are what precompiled_cuda_kernel
+// passes (inputs, outputs, then the int scalars of the kPrefillWgmma launch).
+std::string wgmma_source(const std::string& name, mx::Dtype dtype, int head_dim, int key_tile, int stages,
+                         int warpgroups, bool causal, int table, int scale_bits, bool scale_negative) {
+  const std::string type = dtype == mx::bfloat16 ? "__nv_bfloat16" : "__half";
+  std::string source =
+      "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda/std/limits>\n#include <cuda/std/cstdint>\n"
+      "using cuda::std::int32_t;\n";
+  for (const char* header : kWgmmaHeaders) {
+    source += kernel_file(header) + "\n";
+  }
+  source += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(128 * warpgroups) + ", 1) " + name +
+      "(const " + type + "* query, const " + type + "* key_pages, const " + type +
+      "* value_pages, const int32_t* block_table, const int32_t* context_lens, " + type +
+      "* out, int batch, int num_q_heads, int num_queries, int head_dim, int num_pages, int num_kv_heads, "
+      "int page_size, int max_pages) {\n";
+  source += "using T = " + type + ";\n";
+  source += "constexpr int HEAD_DIM = " + std::to_string(head_dim) + ";\n";
+  source += "constexpr int KEY_TILE = " + std::to_string(key_tile) + ";\n";
+  source += "constexpr int STAGES = " + std::to_string(stages) + ";\n";
+  source += "constexpr int WARPGROUPS = " + std::to_string(warpgroups) + ";\n";
+  source += std::string("constexpr bool CAUSAL = ") + (causal ? "true" : "false") + ";\n";
+  source += "constexpr int TABLE = " + std::to_string(table) + ";\n";
+  source += "constexpr int SCALE_BITS = " + std::to_string(scale_bits) + ";\n";
+  source += std::string("constexpr bool SCALE_NEGATIVE = ") + (scale_negative ? "true" : "false") + ";\n";
+  source += kernel_file("paged_prefill_wgmma.cu") + "\n}\n";
+  return source;
 }
 
 } // namespace
 
-bool gpu_has_tensor_cores() {
-#ifdef __APPLE__
-  return false;
+const WgmmaKernel& prefill_wgmma_kernel(mx::Dtype dtype, int head_dim, int key_tile, int stages, int warpgroups,
+                                        bool causal, int table, int scale_bits, bool scale_negative) {
+  if (!gpu_takes_warpgroup_mma(dtype, head_dim) || (key_tile != 64 && key_tile != 128) || stages < 2 ||
+      warpgroups < 1 || warpgroups > 3 || table < 0 || table > 2 || scale_bits < 0) {
+    throw std::invalid_argument("pagecheck: no warpgroup prefill variant for these parameters");
+  }
+  static std::mutex mutex;
+  static std::map<std::string, WgmmaKernel> kernels;
+  char scale_text[16];
+  std::snprintf(scale_text, sizeof(scale_text), "%08x", static_cast<unsigned>(scale_bits));
+  const std::string variant = std::string(dtype == mx::bfloat16 ? "bf16" : "f16") + "_d" +
+      std::to_string(head_dim) + "_k" + std::to_string(key_tile) + "_s" + std::to_string(stages) + "_w" +
+      std::to_string(warpgroups) + (causal ? "_causal" : "_full") + "_t" + std::to_string(table) +
+      (scale_negative ? "_minus" : "_plus") + scale_text;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = kernels.find(variant);
+  if (it != kernels.end()) {
+    return it->second;
+  }
+  // The digest keeps a kernel of an older build from being taken for this one's by MLX's module cache.
+  const std::string name = std::string("pagecheck_paged_prefill_wgmma_") + kernel_sources_digest() + "_" + variant;
+  WgmmaKernel kernel{name, compile_ptx(wgmma_source(name, dtype, head_dim, key_tile, stages, warpgroups, causal,
+                                                    table, scale_bits, scale_negative),
+                                       name + ".cu", "compute_90a")};
+  return kernels.emplace(variant, std::move(kernel)).first->second;
+}
+
+GpuCaps gpu_caps(const mx::Device& device) {
+  GpuCaps caps;
+#ifndef __APPLE__
+  caps.tensor_cores = true;
+  if (device.type != mx::Device::gpu || wgmma_failed.load(std::memory_order_relaxed)) {
+    return caps;
+  }
+  static std::mutex mutex;
+  static std::map<int, bool> hopper;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = hopper.find(device.index);
+  if (it == hopper.end()) {
+    bool is_hopper = false;
+    try {
+      const auto& info = mx::device_info(device);
+      const auto major = info.find("compute_capability_major");
+      const auto minor = info.find("compute_capability_minor");
+      is_hopper = major != info.end() && minor != info.end() && std::holds_alternative<size_t>(major->second) &&
+          std::holds_alternative<size_t>(minor->second) && std::get<size_t>(major->second) == 9 &&
+          std::get<size_t>(minor->second) == 0;
+    } catch (const std::exception&) {
+      is_hopper = false;
+    }
+    it = hopper.emplace(device.index, is_hopper).first;
+  }
+  caps.warpgroup_mma = it->second;
 #else
-  return true;
+  (void)device;
 #endif
+  return caps;
 }
 
 void eval_attention_gpu(
@@ -160,7 +257,21 @@ void eval_attention_gpu(
     mx::Stream stream) {
   check_gpu_shape(shape);
   const mx::Dtype dtype = inputs[0].dtype();
-  const GpuPlan plan = plan_gpu_call(shape, dtype, gpu_has_tensor_cores());
+  GpuPlan plan = plan_gpu_call(shape, dtype, gpu_caps(stream.device));
+  const WgmmaKernel* wgmma = nullptr;
+  if (plan.schedule == GpuSchedule::kPrefillWgmma) {
+    try {
+      wgmma = &prefill_wgmma_kernel(dtype, shape.head_dim, plan.key_tile, plan.mma_stages, plan.warpgroups,
+                                    shape.causal, static_cast<int>(table), magnitude_bits(shape.scale),
+                                    sign_bit(shape.scale));
+    } catch (const std::exception& error) {
+      if (!wgmma_failed.exchange(true)) {
+        std::fprintf(stderr, "pagecheck: the warpgroup prefill kernel did not compile, so prefills run "
+                             "paged_prefill_mma from now on: %s\n", error.what());
+      }
+      plan = plan_gpu_call(shape, dtype, gpu_caps(stream.device));
+    }
+  }
   if (outputs.size() != 2 || static_cast<int64_t>(outputs[1].size()) != plan.scratch_words) {
     throw std::logic_error("pagecheck: GPU outputs do not match the launch plan");
   }
@@ -172,7 +283,7 @@ void eval_attention_gpu(
     return;
   }
   const std::vector<mx::array> paged_inputs(inputs.begin(), inputs.begin() + kPagedInputCount);
-  const int grid_x = static_cast<int>(plan.blocks * kGpuThreadsPerBlock);
+  const int grid_x = static_cast<int>(plan.blocks * plan.threads);
   const int table_kind = static_cast<int>(table);
   const TemplateArgs decode_args{
       {"T", dtype},
@@ -186,7 +297,8 @@ void eval_attention_gpu(
       {"MMA_BULK", plan.bulk},
       {"MMA_SWIZZLE", plan.swizzled_rows},
       {"TABLE", table_kind},
-      {"SCALE_BITS", float_bits(shape.scale)}};
+      {"SCALE_BITS", magnitude_bits(shape.scale)},
+      {"SCALE_NEGATIVE", sign_bit(shape.scale)}};
   switch (plan.schedule) {
     case GpuSchedule::kDecode:
       run_kernel(kDecode, plan.shared_bytes, paged_inputs, {outputs[0]}, {grid_x, 1, 1}, decode_args, stream);
@@ -203,16 +315,32 @@ void eval_attention_gpu(
                   {"KEY_TILE", plan.key_tile},
                   {"CAUSAL", shape.causal},
                   {"TABLE", table_kind},
-                  {"SCALE_BITS", float_bits(shape.scale)}},
+                  {"SCALE_BITS", magnitude_bits(shape.scale)},
+                  {"SCALE_NEGATIVE", sign_bit(shape.scale)}},
                  stream);
       return;
+    case GpuSchedule::kPrefillWgmma: {
+      // The geometry the other kernels read from their inputs' shapes, as ints.
+      const std::vector<mx::fast::ScalarArg> geometry{
+          static_cast<int>(inputs[0].shape(0)), static_cast<int>(inputs[0].shape(1)),
+          static_cast<int>(inputs[0].shape(2)), static_cast<int>(inputs[0].shape(3)),
+          static_cast<int>(inputs[1].shape(0)), static_cast<int>(inputs[1].shape(1)),
+          static_cast<int>(inputs[1].shape(2)), static_cast<int>(inputs[3].shape(1))};
+      std::vector<mx::array> lazy = mx::fast::precompiled_cuda_kernel(
+          wgmma->name, wgmma->ptx, paged_inputs, {outputs[0].shape()}, {dtype}, geometry, {grid_x, 1, 1},
+          {plan.threads, 1, 1}, plan.shared_bytes, 0.0f, true, stream);
+      std::vector<mx::array> out{outputs[0]};
+      lazy[0].primitive().eval_gpu(lazy[0].inputs(), out);
+      return;
+    }
     case GpuSchedule::kPrefill:
       run_kernel(kPrefill, plan.shared_bytes, paged_inputs, {outputs[0]}, {grid_x, 1, 1},
                  {{"T", dtype},
                   {"HEAD_DIM", shape.head_dim},
                   {"CAUSAL", shape.causal},
                   {"TABLE", table_kind},
-                  {"SCALE_BITS", float_bits(shape.scale)}},
+                  {"SCALE_BITS", magnitude_bits(shape.scale)},
+                  {"SCALE_NEGATIVE", sign_bit(shape.scale)}},
                  stream);
       return;
   }

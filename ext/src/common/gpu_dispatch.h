@@ -6,20 +6,44 @@
 // The kernels are JIT-compiled through mlx::core::fast::cuda_kernel
 // (fast::metal_kernel on macOS) from the embedded sources, each created on
 // its first use. A libmlx without that back-end turns the first call into a
-// std::runtime_error that says so.
+// std::runtime_error that says so. The warpgroup prefill, which MLX's JIT
+// cannot compile (sm_90a), is compiled here (nvrtc_ptx.h) and run through
+// fast::precompiled_cuda_kernel.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "common/attention_shape.h"
+#include "common/gpu_plan.h"
 #include "mlx/array.h"
+#include "mlx/device.h"
 #include "mlx/stream.h"
 
 namespace pagecheck {
 
-// Whether this build has tensor-core kernels (CUDA) or only the CUDA-core
-// algorithm's mirror (Metal).
-bool gpu_has_tensor_cores();
+// What `device` offers the plan: tensor cores in every CUDA build (the Metal
+// mirrors have none), warpgroup MMA on a device of compute capability 9.0
+// while its kernels compile (a failed compile turns it off for the process,
+// with one line on stderr).
+GpuCaps gpu_caps(const mlx::core::Device& device);
+
+// One compiled variant of paged_prefill_wgmma.cu: the name MLX loads it under
+// (its entry point) and its PTX. Compiled on first use, then cached.
+struct WgmmaKernel {
+  std::string name;
+  std::string ptx;
+};
+const WgmmaKernel& prefill_wgmma_kernel(
+    mlx::core::Dtype dtype,
+    int head_dim,
+    int key_tile,
+    int stages,
+    int warpgroups,
+    bool causal,
+    int table,
+    int scale_bits,
+    bool scale_negative);
 
 // Where the kernels find pages and contexts (TABLE in ext/kernels/paged_common.cuh).
 enum class GpuTable {

@@ -48,6 +48,17 @@ constexpr int kMinMmaStages = 2;
 constexpr int kDecodeStepsPerTile = 4;
 constexpr int kDecodeWarps = 4;
 constexpr int kPrefillMmaRowTile = 64;
+// The warpgroup prefill (paged_prefill_wgmma.cu): blocks of 3 warpgroups (192
+// query rows, key tiles of 64) where they fill every multiprocessor at least
+// twice over, else of 2 (128 rows, key tiles of 128), rings of 2 stages.
+// Every block reads its kv head's keys once, so taller blocks cut the L2
+// traffic: on the H200, B 4 x L 2048 over 8192 (bfloat16, H_q 32, H_kv 8, D
+// 128) ran in 2,395 us in 3-warpgroup blocks against 2,743 in 2; B 1 x L 512
+// over 4096 in 104 us in 2-warpgroup blocks (128 of them) against 128 in 3
+// (88 blocks leave 44 multiprocessors idle). ext/kernels/NOTES.md.
+constexpr int kWgmmaRowsPerWarpgroup = 64;
+constexpr int kWgmmaStages = 2;
+constexpr int kWgmmaTallBlocksPerSm = 2;
 // The CUDA-core prefill takes 64 query rows per block; its Metal mirror 16,
 // because a threadgroup has 32 KB of memory on Apple GPUs.
 #ifdef __APPLE__
@@ -138,6 +149,7 @@ bool runs_decode_walk(GpuSchedule schedule) {
       return true;
     case GpuSchedule::kPrefill:
     case GpuSchedule::kPrefillMma:
+    case GpuSchedule::kPrefillWgmma:
       return false;
     default:
       throw std::logic_error("pagecheck: unknown GPU schedule");
@@ -157,6 +169,11 @@ bool runs_decode_walk(GpuSchedule schedule) {
 }
 
 void check_pin_ranges(const GpuPlanPins& pins) {
+  if (pins.warpgroups && (*pins.warpgroups < 1 || *pins.warpgroups > 3)) {
+    ErrorText message;
+    message << "pagecheck: warpgroups = " << *pins.warpgroups << " must be in 1..3";
+    throw std::invalid_argument(message.str());
+  }
   if (pins.splits && (*pins.splits < 1 || *pins.splits > kMaxSplits)) {
     ErrorText message;
     message << "pagecheck: splits = " << *pins.splits << " must be in 1.." << kMaxSplits
@@ -173,23 +190,35 @@ void check_pin_ranges(const GpuPlanPins& pins) {
 // The kernel family: the decode walk's, or the prefill kernel's, tensor cores
 // or not. A pinned prefill schedule names it; otherwise the tensor_cores pin,
 // or tensor cores wherever they take the call.
-bool plan_tensor_cores(const GpuPlanPins& pins, mx::Dtype dtype, int head_dim, bool tensor_cores_available) {
-  const bool takes = tensor_cores_available && gpu_takes_tensor_cores(dtype, head_dim);
+bool plan_tensor_cores(const GpuPlanPins& pins, mx::Dtype dtype, int head_dim, const GpuCaps& caps) {
+  const bool takes = caps.tensor_cores && gpu_takes_tensor_cores(dtype, head_dim);
   if (pins.schedule && !runs_decode_walk(*pins.schedule)) {
-    const bool mma = *pins.schedule == GpuSchedule::kPrefillMma;
+    const bool mma = *pins.schedule != GpuSchedule::kPrefill;
     if (pins.tensor_cores && *pins.tensor_cores != mma) {
       ErrorText message;
       message << "pagecheck: tensor_cores = " << (*pins.tensor_cores ? "true" : "false")
               << " contradicts schedule = " << gpu_schedule_name(*pins.schedule);
       throw std::invalid_argument(message.str());
     }
-    if (mma && !takes) {
-      throw_without_tensor_cores("schedule = paged_prefill_mma", dtype, head_dim, tensor_cores_available);
+    if (*pins.schedule == GpuSchedule::kPrefillMma && !takes) {
+      throw_without_tensor_cores("schedule = paged_prefill_mma", dtype, head_dim, caps.tensor_cores);
+    }
+    if (*pins.schedule == GpuSchedule::kPrefillWgmma &&
+        !(caps.warpgroup_mma && gpu_takes_warpgroup_mma(dtype, head_dim))) {
+      ErrorText message;
+      message << "pagecheck: schedule = paged_prefill_wgmma needs warpgroup MMA (compute capability 9.0), "
+              << "bfloat16 or float16, and D = 64 or 128";
+      if (caps.warpgroup_mma) {
+        message << "; got " << dtype << " and D = " << head_dim;
+      } else {
+        message << ", and this device has no warpgroup MMA";
+      }
+      throw std::invalid_argument(message.str());
     }
     return mma;
   }
   if (pins.tensor_cores.value_or(false) && !takes) {
-    throw_without_tensor_cores("tensor_cores = true", dtype, head_dim, tensor_cores_available);
+    throw_without_tensor_cores("tensor_cores = true", dtype, head_dim, caps.tensor_cores);
   }
   return pins.tensor_cores.value_or(takes);
 }
@@ -229,6 +258,10 @@ bool gpu_takes_tensor_cores(mx::Dtype dtype, int head_dim) {
   return (dtype == mx::bfloat16 || dtype == mx::float16) && head_dim % 16 == 0 && head_dim <= kGpuMmaMaxHeadDim;
 }
 
+bool gpu_takes_warpgroup_mma(mx::Dtype dtype, int head_dim) {
+  return (dtype == mx::bfloat16 || dtype == mx::float16) && (head_dim == 64 || head_dim == 128);
+}
+
 int gpu_decode_shared_bytes(mx::Dtype dtype, int head_dim, int rows, bool tensor_cores, int mma_stages,
                             bool swizzled_rows) {
   return decode_shared_bytes(static_cast<int>(mx::size_of(dtype)), head_dim, rows, tensor_cores, mma_stages,
@@ -261,7 +294,8 @@ std::vector<std::pair<const char*, int>> gpu_plan_constants() {
 
 GpuSchedule gpu_schedule_named(const std::string& name) {
   constexpr GpuSchedule kSchedules[] = {
-      GpuSchedule::kDecode, GpuSchedule::kSplitDecode, GpuSchedule::kPrefill, GpuSchedule::kPrefillMma};
+      GpuSchedule::kDecode, GpuSchedule::kSplitDecode, GpuSchedule::kPrefill, GpuSchedule::kPrefillMma,
+      GpuSchedule::kPrefillWgmma};
   ErrorText names;
   for (const GpuSchedule schedule : kSchedules) {
     if (name == gpu_schedule_name(schedule)) {
@@ -286,15 +320,21 @@ void check_gpu_shape(const AttentionShape& shape) {
 GpuPlan plan_gpu_call(
     const AttentionShape& shape,
     mx::Dtype dtype,
-    bool tensor_cores_available,
+    const GpuCaps& caps,
     const GpuPlanPins& pins) {
   check_pin_ranges(pins);
   GpuPlan plan;
   const int group_rows = shape.group_size() * shape.query_len;
-  const bool mma = plan_tensor_cores(pins, dtype, shape.head_dim, tensor_cores_available);
+  const bool mma = plan_tensor_cores(pins, dtype, shape.head_dim, caps);
   const int itemsize = static_cast<int>(mx::size_of(dtype));
   const bool decode = pins.schedule ? runs_decode_walk(*pins.schedule) : shape.query_len <= kDecodeMaxQueryLen;
   if (decode) {
+    if (pins.warpgroups) {
+      ErrorText message;
+      message << "pagecheck: warpgroups = " << *pins.warpgroups << " pins the warpgroup prefill, and this plan runs "
+              << "a decode walk";
+      throw std::invalid_argument(message.str());
+    }
     check_decode_pins(pins, mma);
     plan.tensor_cores = mma;
     plan.mma_stages = pins.mma_stages.value_or(kDecodeMmaStages);
@@ -332,20 +372,38 @@ GpuPlan plan_gpu_call(
       plan.out_begin_words = scratch.out_begin;
     }
   } else {
-    plan.schedule = mma ? GpuSchedule::kPrefillMma : GpuSchedule::kPrefill;
+    const bool wgmma = mma && caps.warpgroup_mma && gpu_takes_warpgroup_mma(dtype, shape.head_dim);
+    plan.schedule = pins.schedule.value_or(wgmma ? GpuSchedule::kPrefillWgmma
+                                                 : mma ? GpuSchedule::kPrefillMma : GpuSchedule::kPrefill);
     check_prefill_pins(pins, plan.schedule);
-    const int row_tile = mma ? kPrefillMmaRowTile : kPrefillRowTile;
-    plan.blocks = static_cast<int64_t>(shape.batch) * shape.num_kv_heads * ceil_div(group_rows, row_tile);
-    if (mma) {
+    if (pins.warpgroups && plan.schedule != GpuSchedule::kPrefillWgmma) {
+      ErrorText message;
+      message << "pagecheck: warpgroups = " << *pins.warpgroups << " pins the warpgroup prefill, and this plan runs "
+              << gpu_schedule_name(plan.schedule);
+      throw std::invalid_argument(message.str());
+    }
+    const int64_t heads = static_cast<int64_t>(shape.batch) * shape.num_kv_heads;
+    if (plan.schedule == GpuSchedule::kPrefillWgmma) {
+      const int64_t tall_blocks = heads * ceil_div(group_rows, 3 * kWgmmaRowsPerWarpgroup);
+      plan.warpgroups = pins.warpgroups.value_or(tall_blocks >= kWgmmaTallBlocksPerSm * kSmCount ? 3 : 2);
+      plan.key_tile = plan.warpgroups == 3 ? 64 : 128;
+      plan.mma_stages = kWgmmaStages;
+      plan.threads = plan.warpgroups * 128;
+      plan.blocks = heads * ceil_div(group_rows, plan.warpgroups * kWgmmaRowsPerWarpgroup);
+      // The ring's K and V stages, and 1024 bytes to align it to a swizzle line group.
+      plan.shared_bytes = 2 * plan.mma_stages * plan.key_tile * shape.head_dim * itemsize + 1024;
+    } else if (plan.schedule == GpuSchedule::kPrefillMma) {
+      plan.blocks = heads * ceil_div(group_rows, kPrefillMmaRowTile);
       // Key tiles are positions, not pages (copy_position_rows), so every page size takes 64.
       plan.key_tile = 64;
       plan.shared_bytes = 4 * plan.key_tile * mma_row_stride(shape.head_dim, false) * itemsize;
     } else {
+      plan.blocks = heads * ceil_div(group_rows, kPrefillRowTile);
       const int stride = shape.head_dim % 2 == 0 ? shape.head_dim + 1 : shape.head_dim;
       plan.shared_bytes = 4 * (96 * stride + 32 * shape.head_dim + 64 * 33);
     }
   }
-  if (plan.blocks * kGpuThreadsPerBlock > INT_MAX || plan.scratch_words > INT_MAX) {
+  if (plan.blocks * plan.threads > INT_MAX || plan.scratch_words > INT_MAX) {
     throw std::invalid_argument("pagecheck: the GPU launch for this shape exceeds the int32 grid range");
   }
   return plan;
@@ -361,6 +419,8 @@ const char* gpu_schedule_name(GpuSchedule schedule) {
       return "paged_prefill";
     case GpuSchedule::kPrefillMma:
       return "paged_prefill_mma";
+    case GpuSchedule::kPrefillWgmma:
+      return "paged_prefill_wgmma";
     default:
       throw std::logic_error("pagecheck: unknown GPU schedule");
   }

@@ -30,7 +30,15 @@ constexpr int kGpuMaxHeadDim = 256;
 // Tensor-core kernels: bfloat16/float16, head dims multiple of 16 up to this.
 constexpr int kGpuMmaMaxHeadDim = 128;
 
-enum class GpuSchedule { kDecode, kSplitDecode, kPrefill, kPrefillMma };
+enum class GpuSchedule { kDecode, kSplitDecode, kPrefill, kPrefillMma, kPrefillWgmma };
+
+// What the device and build offer: tensor cores through mma.sync (any CUDA
+// build; not the Metal mirrors), and Hopper's warpgroup MMA (wgmma, compute
+// capability 9.0 exactly: sm_90a code runs on no other).
+struct GpuCaps {
+  bool tensor_cores = false;
+  bool warpgroup_mma = false;
+};
 
 // Choices a caller fixes instead of leaving them to the plan; the op pins
 // nothing. plan_gpu_call throws std::invalid_argument, naming the pin and its
@@ -43,11 +51,15 @@ struct GpuPlanPins {
   // decode runs. Decode schedules only.
   std::optional<int> splits;
   // The decode walk (true: the tensor-core walk), or the prefill kernel when
-  // the schedule is not pinned.
+  // the schedule is not pinned (true: the warpgroup prefill where the device
+  // has it, else the mma.sync one).
   std::optional<bool> tensor_cores;
   // Ring stages of the tensor-core decode walk, at least 2, its ring within
   // a block's shared memory. That walk only.
   std::optional<int> mma_stages;
+  // Warpgroups per block of the warpgroup prefill, 1..3 (its key tile follows:
+  // 64 for 3, else 128). That prefill only.
+  std::optional<int> warpgroups;
   // The tensor-core ring filled by bulk (TMA) copies, sm_90+, rows padded.
   // A request: honoured where the tensor-core decode walk runs, dropped
   // elsewhere (GpuPlan::bulk says which).
@@ -73,7 +85,11 @@ struct GpuPlan {
   int64_t blocks = 0; // thread blocks along grid x
   int splits = 1; // context splits of the split decode
   int shared_bytes = 0; // dynamic shared memory of the main kernel
-  int key_tile = 0; // key tile of the tensor-core prefill
+  int key_tile = 0; // key tile of the tensor-core prefills
+  int threads = kGpuThreadsPerBlock; // threads per block
+  // Warpgroups (128 threads, 64 query rows each) per block of the warpgroup
+  // prefill; its ring depth is mma_stages.
+  int warpgroups = 0;
   // The split scratch (split_scratch of paged_decode_split_scratch.cuh, the
   // kernel's own layout): its float32 words, 0 unless split, and where the
   // output starts inside it.
@@ -81,11 +97,10 @@ struct GpuPlan {
   int64_t out_begin_words = 0;
 };
 
-// `tensor_cores_available`: false where no mma kernels exist (Metal).
 GpuPlan plan_gpu_call(
     const AttentionShape& shape,
     mlx::core::Dtype dtype,
-    bool tensor_cores_available,
+    const GpuCaps& caps,
     const GpuPlanPins& pins = {});
 
 // The kernel's stem ("paged_decode"), and back; an unknown name throws
@@ -95,6 +110,10 @@ GpuSchedule gpu_schedule_named(const std::string& name);
 
 // Whether the tensor-core kernels take this dtype and head dim.
 bool gpu_takes_tensor_cores(mlx::core::Dtype dtype, int head_dim);
+
+// Whether the warpgroup prefill takes this dtype and head dim (64 or 128: its
+// shared tiles are whole 128-byte swizzle lines).
+bool gpu_takes_warpgroup_mma(mlx::core::Dtype dtype, int head_dim);
 
 // Dynamic shared memory of a decode walk (DecodeWalker<...>::Layout::
 // SHARED_BYTES): its staging ring or its merge region, whichever is larger.

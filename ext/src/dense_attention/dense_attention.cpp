@@ -85,7 +85,7 @@ mx::array dense_attention(
   const std::vector<int32_t> zero{0};
   inputs.push_back(mx::array(zero.begin(), {1, 1}, mx::int32));
   inputs.push_back(context_lens ? row_contiguous_input(*context_lens, stream) : mx::array(zero.begin(), {1}, mx::int32));
-  const GpuPlan plan = plan_gpu_call(shape, storage_dtype, gpu_has_tensor_cores());
+  const GpuPlan plan = plan_gpu_call(shape, storage_dtype, gpu_caps(resolved_stream.device));
   mx::array out =
       mx::array::make_arrays(gpu_output_shapes(shape, plan), gpu_output_dtypes(storage_dtype), primitive, inputs)[0];
   return query.dtype() == storage_dtype ? out : mx::astype(out, query.dtype(), stream);

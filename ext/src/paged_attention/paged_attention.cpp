@@ -88,7 +88,7 @@ mx::array paged_attention(
     }
     const AttentionShape shape = paged_shape(query, key_pages, block_table, page_size, resolved_scale, causal);
     check_gpu_shape(shape);
-    const GpuPlan plan = plan_gpu_call(shape, storage_dtype, gpu_has_tensor_cores());
+    const GpuPlan plan = plan_gpu_call(shape, storage_dtype, gpu_caps(resolved_stream.device));
     return mx::array::make_arrays(
         gpu_output_shapes(shape, plan), gpu_output_dtypes(storage_dtype), primitive, inputs)[0];
   }();

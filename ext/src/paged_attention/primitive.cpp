@@ -61,7 +61,7 @@ std::vector<mx::Shape> PagedAttention::output_shapes(const std::vector<mx::array
     return {inputs[0].shape()};
   }
   const AttentionShape shape = paged_shape(inputs[0], inputs[1], inputs[3], page_size_, scale_, causal_);
-  return gpu_output_shapes(shape, plan_gpu_call(shape, inputs[1].dtype(), gpu_has_tensor_cores()));
+  return gpu_output_shapes(shape, plan_gpu_call(shape, inputs[1].dtype(), gpu_caps(stream().device)));
 }
 
 bool PagedAttention::is_equivalent(const mx::Primitive& other) const {

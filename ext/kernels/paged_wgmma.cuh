@@ -1,0 +1,246 @@
+// Warpgroup tensor-core helpers (sm_90a: wgmma.mma_async) for
+// paged_prefill_wgmma.
+//
+// A warpgroup is 4 consecutive warps (128 threads). wgmma m64nNk16 multiplies
+// A (64 x 16, from registers) by B (16 x N, from shared memory through a
+// matrix descriptor) into D (64 x N, float32 registers). Warp w of the group
+// holds rows 16w..16w+15 of A and D, in the fragment layouts of mma.sync
+// m16n8k16 (paged_mma.cuh): A as 4 words per k16 step, D as 4 floats per n8
+// block, d[n8][0..1] for row `group`, d[n8][2..3] for row `group + 8`.
+//
+// Shared K/V tiles are stored in the 128-byte swizzle layout both operands
+// take (Sw128Rows): a tile of ROWS rows of HEAD_DIM elements is cut into
+// column blocks of 64 elements (128 bytes); block b holds every row's
+// elements [64 b, 64 b + 64) as one 128-byte line per row, rows in order,
+// and the 16-byte chunk c of row r sits at chunk position c ^ (r % 8). Each
+// column block starts on a 1024-byte boundary.
+// - K (B of S = Q K^T, "K-major": the reduction dim, head dim, is contiguous):
+//   the descriptor of k16 step s starts at column block s / 4, byte 32 (s % 4)
+//   of its first line; 8-row groups lie 1024 bytes apart (stride offset).
+// - V (B of O = P V, transposed, "MN-major": the output dim, head dim, is
+//   contiguous): the descriptor of k16 step s (keys 16 s..16 s + 15) starts at
+//   line 16 s of column block 0; 8-key groups lie 1024 bytes apart (stride
+//   offset) and column blocks ROWS * 128 bytes apart (leading offset).
+#ifndef PAGECHECK_PAGED_WGMMA_CUH
+#define PAGECHECK_PAGED_WGMMA_CUH
+
+namespace pagecheck {
+
+template <int ROWS>
+struct Sw128Rows {
+  static_assert(ROWS % 8 == 0, "whole 8-row swizzle groups");
+  // Element offset of 16-byte chunk `chunk` (8 elements) of row `row`.
+  __device__ __forceinline__ static int at(int row, int chunk) {
+    return (chunk / 8) * ROWS * 64 + row * 64 + ((chunk % 8) ^ (row % 8)) * 8;
+  }
+};
+
+// Shared-memory matrix descriptor, 128-byte swizzle.
+__device__ __forceinline__ unsigned long long wgmma_descriptor(
+    const void* start, unsigned leading_bytes, unsigned stride_bytes) {
+  const unsigned address = shared_address(start);
+  unsigned long long desc = 0;
+  desc |= static_cast<unsigned long long>((address & 0x3ffff) >> 4);
+  desc |= static_cast<unsigned long long>((leading_bytes >> 4) & 0x3fff) << 16;
+  desc |= static_cast<unsigned long long>((stride_bytes >> 4) & 0x3fff) << 32;
+  desc |= 1ull << 62;
+  return desc;
+}
+
+// Orders this thread's register and shared accesses before the wgmma that
+// follows (needed before the first wgmma and whenever its registers changed).
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int PENDING>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
+}
+// Makes this thread's shared-memory writes (cp.async included, once waited
+// for) visible to the async proxy that wgmma reads shared memory through.
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Keeps the compiler from moving accesses to an accumulator across a wait.
+template <int N>
+__device__ __forceinline__ void hold_registers(float (&d)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      asm volatile("" : "+f"(d[i][j])::"memory");
+    }
+  }
+}
+
+// 2^x by the special-function unit alone (results below 2^-126 flush to 0,
+// which no softmax weight can tell apart from 0).
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// One online-softmax step on the raw score fragments of a warp's 16 rows (as
+// fragment_softmax in paged_mma.cuh, at fewer instructions per score): the
+// tile's extreme raw score is found first (the maximum when the scale is
+// positive, POSITIVE, else the minimum), so the scale and the running maximum
+// meet every score in one fused multiply-add before the exponential. With
+// MASK the keys past the tile or past each row's causal limit are cut; a tile
+// that every row sees whole skips those compares. run_max is kept in scaled
+// base-2 units, shared by the 4 lanes of a group; run_sum per lane.
+template <bool MASK, bool POSITIVE, int S_TILES, int O_TILES>
+__device__ __forceinline__ void warpgroup_softmax(
+    float (&score)[S_TILES][4],
+    float (&out_acc)[O_TILES][4],
+    float (&run_max)[2],
+    float (&run_sum)[2],
+    const QueryRow (&rows)[2],
+    const PageTile& tile,
+    int pair_idx,
+    float score_scale) {
+  constexpr float FAR = POSITIVE ? NEG_INF : -NEG_INF;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float extreme = FAR;
+#pragma unroll
+    for (int nt = 0; nt < S_TILES; ++nt) {
+#pragma unroll
+      for (int col = 0; col < 2; ++col) {
+        float value = score[nt][2 * half + col];
+        if constexpr (MASK) {
+          const int token = nt * 8 + 2 * pair_idx + col;
+          const bool visible = token < tile.count && tile.pos_begin + token <= rows[half].key_limit;
+          value = visible ? value : FAR;
+          score[nt][2 * half + col] = value;
+        }
+        extreme = POSITIVE ? fmaxf(extreme, value) : fminf(extreme, value);
+      }
+    }
+    extreme = POSITIVE ? group_max<4>(extreme) : -group_max<4>(-extreme);
+    const float new_max = fmaxf(run_max[half], extreme * score_scale);
+    const float base = usable_max(new_max);
+    const float rescale = exp2_ftz(run_max[half] - base);
+    run_max[half] = new_max;
+    run_sum[half] *= rescale;
+    if (__any_sync(ALL_LANES, rescale != 1.0f)) {
+#pragma unroll
+      for (int nt = 0; nt < O_TILES; ++nt) {
+        out_acc[nt][2 * half] *= rescale;
+        out_acc[nt][2 * half + 1] *= rescale;
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < S_TILES; ++nt) {
+#pragma unroll
+      for (int col = 0; col < 2; ++col) {
+        float& value = score[nt][2 * half + col];
+        // A cut key holds FAR and weighs 0 (its product with a zero scale would be NaN).
+        const float weight = exp2_ftz(fmaf(value, score_scale, -base));
+        value = MASK && value == FAR ? 0.0f : weight;
+        run_sum[half] += value;
+      }
+    }
+  }
+}
+
+// d (+)= a * B for one k16 step of a 64 x N tile; `accumulate` 0 overwrites d.
+// TRANS_B 0: B's descriptor is K-major; 1: MN-major.
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_rs(
+    float (&d)[8][4], const unsigned (&a)[4], unsigned long long desc_b, int accumulate, __nv_bfloat16) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_rs(
+    float (&d)[8][4], const unsigned (&a)[4], unsigned long long desc_b, int accumulate, __half) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_rs(
+    float (&d)[16][4], const unsigned (&a)[4], unsigned long long desc_b, int accumulate, __nv_bfloat16) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+        "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+        "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_rs(
+    float (&d)[16][4], const unsigned (&a)[4], unsigned long long desc_b, int accumulate, __half) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+        "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+        "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
+}
+
+} // namespace pagecheck
+
+#endif // PAGECHECK_PAGED_WGMMA_CUH

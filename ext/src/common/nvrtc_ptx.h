@@ -1,0 +1,21 @@
+// PTX for kernels that MLX's own JIT cannot compile: MLX compiles
+// fast::cuda_kernel sources for the device's plain architecture (sm_90 on an
+// H100/H200), where the warpgroup instructions (wgmma) of sm_90a do not
+// exist. The op compiles those kernels itself with the NVRTC that libmlx
+// already loaded, for compute_90a, and hands the PTX to
+// fast::precompiled_cuda_kernel; the driver turns it into machine code.
+#pragma once
+
+#include <string>
+
+namespace pagecheck {
+
+// PTX for `source` (a whole translation unit) compiled for `architecture`
+// ("compute_90a"), with the CUDA toolkit's include directory (CUDA_HOME,
+// CUDA_PATH, or /usr/local/cuda, as MLX looks) and the CCCL headers that the
+// MLX wheel ships next to libmlx on the include path. Throws
+// std::runtime_error with NVRTC's log when NVRTC is not loaded in this
+// process or the source does not compile. Thread-safe; not cached.
+std::string compile_ptx(const std::string& source, const std::string& program_name, const std::string& architecture);
+
+} // namespace pagecheck
