@@ -56,6 +56,23 @@ def test_op_on_gpu_matches_reference(case: tuple) -> None:
 
 
 @pytest.mark.invariant("matches_reference")
+@pytest.mark.parametrize("scale", [-0.3, 0.0])
+@pytest.mark.parametrize("case", [CASES[0], CASES[2], CASES[5], CASES[6]], ids=["decode-mma", "decode-lanes",
+                                                                             "prefill-mma", "prefill-lanes"])
+def test_op_on_gpu_takes_any_finite_scale(case: tuple, scale: float) -> None:
+    # A negative scale once made every GPU kernel fail to compile (a minus sign in MLX's kernel name); a
+    # zero scale weighs every visible key alike.
+    from pagecheck import impl
+
+    layout = layout_for(3, *case)
+    with mx.stream(mx.gpu):
+        got = impl.paged_attention(**layout.as_mx(), scale=scale)
+        mx.eval(got)
+    result = compare(got, layout.reference_output(scale), layout.dtype)
+    assert result.passed, f"scale={scale} {layout.describe()}\n{result.summary()}"
+
+
+@pytest.mark.invariant("matches_reference")
 @pytest.mark.parametrize("schedule, splits, mma", [
     ("paged_decode", None, False), ("paged_decode", None, True), ("paged_decode_split", 5, False),
     ("paged_decode_split", 5, True), ("paged_prefill", None, None), ("paged_prefill_mma", None, None),
