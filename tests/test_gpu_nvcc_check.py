@@ -51,7 +51,8 @@ def test_the_digest_follows_the_code_and_ignores_the_rest(tmp_path):
 def test_every_variant_wraps_its_kernel_in_a_signature():
     variants = gpu_nvcc_check.variants()
     assert {v.stem for v in variants} == {
-        "paged_decode", "paged_decode_split", "paged_prefill", "paged_prefill_mma", "paged_stream"}
+        "paged_decode", "paged_decode_split", "paged_prefill", "paged_prefill_mma", "paged_prefill_wgmma",
+        "paged_stream"}
     split = next(v for v in variants if v.stem == "paged_decode_split")
     source = gpu_nvcc_check.wrap(split)
     assert "float* scratch" in source and "kernel_under_test" in source
@@ -59,6 +60,10 @@ def test_every_variant_wraps_its_kernel_in_a_signature():
     assert "float* checksum" in probe and "__nv_bfloat16* key_pages" in probe
     bulk = [v for v in variants if ("MMA_BULK", True) in v.template]
     assert bulk and all(("MMA", True) in v.template for v in bulk)
+    # The warpgroup prefill is the op's own translation unit: an extern "C" entry point named after the variant.
+    wgmma = next(v for v in variants if v.stem == "paged_prefill_wgmma")
+    unit = gpu_nvcc_check.wrap(wgmma)
+    assert 'extern "C" __global__' in unit and "pagecheck_paged_prefill_wgmma_" in unit
 
 
 NVCC = shutil.which("nvcc")
@@ -160,3 +165,16 @@ def test_compacted_kernels_compile_to_the_same_machine_code(tmp_path, name):
         assert ok, summary[-3000:]
         digests.append(re.search(r"code=(\w+)", summary).group(1))
     assert digests[0] == digests[1]
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH: the CUDA toolkit's compiler checks the kernels "
+                    "without a GPU")
+@pytest.mark.parametrize("warpgroups, key_tile", [(2, 128), (3, 64)])
+def test_the_warpgroup_prefill_compiles_for_sm90a_without_spills_or_serialized_mma(tmp_path, warpgroups, key_tile):
+    # The plan's two block heights at the benchmark's shape. A spill, or ptxas serializing the warpgroup MMAs
+    # (a function call in the kernel, or too few registers), would cost the kernel most of its speed.
+    wanted = {"HEAD_DIM": 128, "KEY_TILE": key_tile, "WARPGROUPS": warpgroups, "CAUSAL": True, "TABLE": 0}
+    variant, ok, summary = gpu_nvcc_check.compile_one(NVCC, op_variant("paged_prefill_wgmma", "bfloat16", wanted),
+                                                      tmp_path)
+    assert ok, summary[-3000:]
+    assert "spill_st=0 spill_ld=0" in summary and "wgmma_serialized=no" in summary, f"{variant.label}: {summary}"

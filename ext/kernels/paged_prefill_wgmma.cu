@@ -1,7 +1,7 @@
 // paged_prefill_wgmma: attention for long queries (L > 8) on Hopper's
 // warpgroup tensor cores (wgmma, sm_90a).
 //
-// Body of a kernel the op compiles itself (NVRTC, compute_90a; nvrtc_ptx.h)
+// Body of a kernel the op compiles itself (NVRTC, compute_90a; nvrtc_compile.h)
 // and runs through MLX's precompiled_cuda_kernel; headers: paged_common.cuh,
 // paged_mma.cuh, paged_wgmma.cuh. The entry point (gpu_dispatch.cpp) takes
 // the pointers query, key_pages, value_pages, block_table, context_lens and

@@ -282,6 +282,22 @@ NB_MODULE(_ext, module) {
       "where it does, the op's prefills run paged_prefill_wgmma.");
 
   module.def(
+      "gpu_prefill_wgmma_source",
+      [](const std::string& dtype, int head_dim, int key_tile, int stages, int warpgroups, bool causal, int table,
+         int scale_bits, bool scale_negative) {
+        const mlx::core::Dtype storage = storage_dtype_named(dtype);
+        const std::string name = pagecheck::prefill_wgmma_name(storage, head_dim, key_tile, stages, warpgroups,
+                                                               causal, table, scale_bits, scale_negative);
+        return nb::make_tuple(name, pagecheck::prefill_wgmma_source(name, storage, head_dim, key_tile, stages,
+                                                                    warpgroups, causal, table, scale_bits,
+                                                                    scale_negative));
+      },
+      "dtype"_a, "head_dim"_a, "key_tile"_a, "stages"_a, "warpgroups"_a, "causal"_a, "table"_a, "scale_bits"_a,
+      "scale_negative"_a,
+      "(name, source) of one variant of the warpgroup prefill: the whole translation unit the op hands NVRTC "
+      "(compute_90a), on any machine, for compilers that check it without a GPU.");
+
+  module.def(
       "gpu_prefill_wgmma_kernel",
       [](const std::string& dtype, int head_dim, int key_tile, int stages, int warpgroups, bool causal, int table,
          int scale_bits, bool scale_negative) {

@@ -5,7 +5,10 @@ compiles it with NVRTC on first use, on the GPU machine. This program wraps
 the bodies the same way (inputs as `const T*` plus `NAME_shape` where the
 body uses it, outputs as `T*`, template arguments as constants) and runs
 `nvcc -arch=sm_90 -Xptxas -v`, so syntax errors, register counts and spills
-show up before any device time is spent.
+show up before any device time is spent. The warpgroup prefill, which the op
+compiles itself, is compiled from the very translation unit the op builds
+(pagecheck.ext.gpu_prefill_wgmma_source) for sm_90a, where ptxas also says
+whether it had to serialize the warpgroup MMAs.
 
     python -m pagecheck.gpu.nvcc_check [--jobs N] [--filter paged_decode]
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import re
 import shutil
 import struct
@@ -77,8 +81,21 @@ def output_type(name: str, dtype: str) -> str:
     return "float" if name in FLOAT_OUTPUTS else CUDA_TYPES[dtype]
 
 
+WGMMA_STEM = "paged_prefill_wgmma"
+# Its template, in the order of pagecheck.ext.gpu_prefill_wgmma_source's arguments after the dtype.
+WGMMA_TEMPLATE = ("HEAD_DIM", "KEY_TILE", "STAGES", "WARPGROUPS", "CAUSAL", "TABLE", "SCALE_BITS", "SCALE_NEGATIVE")
+SERIALIZED = "wgmma.mma_async instructions are serialized"
+
+
 def wrap(variant: Variant, compact: bool = True) -> str:
-    """The translation unit MLX would build for this variant (`compact=False`: from the files as written)."""
+    """The translation unit MLX would build for this variant (`compact=False`: from the files as written);
+    for the warpgroup prefill, the one the op builds."""
+    if variant.stem == WGMMA_STEM:
+        from pagecheck import ext
+
+        template = dict(variant.template)
+        _, unit = ext.gpu_prefill_wgmma_source(variant.dtype, *(template[key] for key in WGMMA_TEMPLATE))
+        return unit
     source = SOURCES[variant.stem]
     header, body = source.read(compact)
     params = []
@@ -128,6 +145,12 @@ def variants() -> list[Variant]:
                 )
     out += [Variant(STREAM_PROBE.stem, "bfloat16", (("HEAD_DIM", 128), ("STAGES", 3), ("MODE", mode)))
             for mode in range(6)]  # every MODE of paged_stream.cu
+    # The warpgroup prefill in each block height the plan takes (3 warpgroups with key tiles of 64, 2 with
+    # 128), causal or not, over pages and over the dense view.
+    for dtype, head_dim, (warpgroups, key_tile), causal, table in itertools.product(
+            ("bfloat16", "float16"), (128, 64), ((3, 64), (2, 128)), (True, False), (0, 1)):
+        values = (head_dim, key_tile, 2, warpgroups, causal, table, SCALE[0][1], SCALE[1][1])
+        out.append(Variant(WGMMA_STEM, dtype, tuple(zip(WGMMA_TEMPLATE, values))))
     return out
 
 
@@ -170,8 +193,10 @@ def compile_one(
     path = workdir / f"{hashlib.sha1(f'{variant.label} {compact}'.encode()).hexdigest()[:16]}.cu"
     path.write_text(wrap(variant, compact))
     # Relative names, run in the work folder: the cubin then holds no temporary path.
+    arch = "sm_90a" if variant.stem == WGMMA_STEM else "sm_90"
     result = subprocess.run(
-        [nvcc, "-arch=sm_90", "-std=c++17", "-cubin", "-Xptxas", "-v", "-o", path.with_suffix(".cubin").name, path.name],
+        [nvcc, f"-arch={arch}", "-std=c++17", "-cubin", "-Xptxas", "-v", "-o", path.with_suffix(".cubin").name,
+         path.name],
         capture_output=True,
         text=True,
         cwd=workdir,
@@ -187,6 +212,8 @@ def compile_one(
         f"spill_st={spill.group(1) if spill else '?'} spill_ld={spill.group(2) if spill else '?'} "
         f"stack={stack.group(1) if stack else '?'}"
     )
+    if variant.stem == WGMMA_STEM:
+        summary += f" wgmma_serialized={'yes' if SERIALIZED in log else 'no'}"
     if with_digest:
         summary += f" code={code_digest(path.with_suffix('.cubin'))}"
     return variant, True, summary

@@ -13,7 +13,7 @@
 
 #include "common/gpu_plan.h"
 #include "common/kernel_sources.h"
-#include "common/nvrtc_ptx.h"
+#include "common/nvrtc_compile.h"
 #include "mlx/allocator.h"
 #include "mlx/fast.h"
 #include "mlx/primitives.h"
@@ -157,12 +157,10 @@ bool sign_bit(float value) {
   return std::signbit(value);
 }
 
-// The whole translation unit of one warpgroup prefill variant: the includes
-// MLX's prelude gives its own kernels, the headers, and an extern "C" entry
-// point named `name` whose parameters are what precompiled_cuda_kernel
-// passes (inputs, outputs, then the int scalars of the kPrefillWgmma launch).
-std::string wgmma_source(const std::string& name, mx::Dtype dtype, int head_dim, int key_tile, int stages,
-                         int warpgroups, bool causal, int table, int scale_bits, bool scale_negative) {
+} // namespace
+
+std::string prefill_wgmma_source(const std::string& name, mx::Dtype dtype, int head_dim, int key_tile, int stages,
+                                 int warpgroups, bool causal, int table, int scale_bits, bool scale_negative) {
   const std::string type = dtype == mx::bfloat16 ? "__nv_bfloat16" : "__half";
   std::string source =
       "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda/std/limits>\n#include <cuda/std/cstdint>\n"
@@ -188,33 +186,36 @@ std::string wgmma_source(const std::string& name, mx::Dtype dtype, int head_dim,
   return source;
 }
 
-} // namespace
-
-const WgmmaKernel& prefill_wgmma_kernel(mx::Dtype dtype, int head_dim, int key_tile, int stages, int warpgroups,
-                                        bool causal, int table, int scale_bits, bool scale_negative) {
+std::string prefill_wgmma_name(mx::Dtype dtype, int head_dim, int key_tile, int stages, int warpgroups, bool causal,
+                               int table, int scale_bits, bool scale_negative) {
   if (!gpu_takes_warpgroup_mma(dtype, head_dim) || (key_tile != 64 && key_tile != 128) || stages < 2 ||
       warpgroups < 1 || warpgroups > 3 || table < 0 || table > 2 || scale_bits < 0) {
     throw std::invalid_argument("pagecheck: no warpgroup prefill variant for these parameters");
   }
-  static std::mutex mutex;
-  static std::map<std::string, WgmmaKernel> kernels;
   char scale_text[16];
   std::snprintf(scale_text, sizeof(scale_text), "%08x", static_cast<unsigned>(scale_bits));
-  const std::string variant = std::string(dtype == mx::bfloat16 ? "bf16" : "f16") + "_d" +
-      std::to_string(head_dim) + "_k" + std::to_string(key_tile) + "_s" + std::to_string(stages) + "_w" +
-      std::to_string(warpgroups) + (causal ? "_causal" : "_full") + "_t" + std::to_string(table) +
-      (scale_negative ? "_minus" : "_plus") + scale_text;
+  // The digest keeps a kernel of an older build from being taken for this one's by MLX's module cache.
+  return std::string("pagecheck_paged_prefill_wgmma_") + kernel_sources_digest() + "_" +
+      (dtype == mx::bfloat16 ? "bf16" : "f16") + "_d" + std::to_string(head_dim) + "_k" + std::to_string(key_tile) +
+      "_s" + std::to_string(stages) + "_w" + std::to_string(warpgroups) + (causal ? "_causal" : "_full") + "_t" +
+      std::to_string(table) + (scale_negative ? "_minus" : "_plus") + scale_text;
+}
+
+const WgmmaKernel& prefill_wgmma_kernel(mx::Dtype dtype, int head_dim, int key_tile, int stages, int warpgroups,
+                                        bool causal, int table, int scale_bits, bool scale_negative) {
+  static std::mutex mutex;
+  static std::map<std::string, WgmmaKernel> kernels;
+  const std::string name = prefill_wgmma_name(dtype, head_dim, key_tile, stages, warpgroups, causal, table, scale_bits,
+                                              scale_negative);
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = kernels.find(variant);
+  auto it = kernels.find(name);
   if (it != kernels.end()) {
     return it->second;
   }
-  // The digest keeps a kernel of an older build from being taken for this one's by MLX's module cache.
-  const std::string name = std::string("pagecheck_paged_prefill_wgmma_") + kernel_sources_digest() + "_" + variant;
-  WgmmaKernel kernel{name, compile_ptx(wgmma_source(name, dtype, head_dim, key_tile, stages, warpgroups, causal,
-                                                    table, scale_bits, scale_negative),
+  WgmmaKernel kernel{name, compile_ptx(prefill_wgmma_source(name, dtype, head_dim, key_tile, stages, warpgroups,
+                                                            causal, table, scale_bits, scale_negative),
                                        name + ".cu", "compute_90a")};
-  return kernels.emplace(variant, std::move(kernel)).first->second;
+  return kernels.emplace(name, std::move(kernel)).first->second;
 }
 
 GpuCaps gpu_caps(const mx::Device& device) {

@@ -7,7 +7,7 @@
 // (fast::metal_kernel on macOS) from the embedded sources, each created on
 // its first use. A libmlx without that back-end turns the first call into a
 // std::runtime_error that says so. The warpgroup prefill, which MLX's JIT
-// cannot compile (sm_90a), is compiled here (nvrtc_ptx.h) and run through
+// cannot compile (sm_90a), is compiled here (nvrtc_compile.h) and run through
 // fast::precompiled_cuda_kernel.
 #pragma once
 
@@ -28,8 +28,40 @@ namespace pagecheck {
 // with one line on stderr).
 GpuCaps gpu_caps(const mlx::core::Device& device);
 
-// One compiled variant of paged_prefill_wgmma.cu: the name MLX loads it under
-// (its entry point) and its PTX. Compiled on first use, then cached.
+// One variant of paged_prefill_wgmma.cu (SCALE_BITS: the bit pattern of the
+// scale's magnitude; SCALE_NEGATIVE its sign). Its name, which is also its
+// entry point: std::invalid_argument for parameters the kernel does not take.
+std::string prefill_wgmma_name(
+    mlx::core::Dtype dtype,
+    int head_dim,
+    int key_tile,
+    int stages,
+    int warpgroups,
+    bool causal,
+    int table,
+    int scale_bits,
+    bool scale_negative);
+
+// Its whole translation unit: the includes MLX's prelude gives its own
+// kernels, the headers, and an extern "C" entry point named `name` whose
+// parameters are what precompiled_cuda_kernel passes (the inputs, the
+// output, then the ints batch, num_q_heads, num_queries, head_dim,
+// num_pages, num_kv_heads, page_size, max_pages).
+std::string prefill_wgmma_source(
+    const std::string& name,
+    mlx::core::Dtype dtype,
+    int head_dim,
+    int key_tile,
+    int stages,
+    int warpgroups,
+    bool causal,
+    int table,
+    int scale_bits,
+    bool scale_negative);
+
+// The variant compiled for compute_90a (nvrtc_compile.h): its name and PTX,
+// which the driver compiles for the device when MLX loads it. Compiled on
+// first use, then cached.
 struct WgmmaKernel {
   std::string name;
   std::string ptx;

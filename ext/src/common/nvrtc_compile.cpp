@@ -1,4 +1,4 @@
-#include "common/nvrtc_ptx.h"
+#include "common/nvrtc_compile.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -150,7 +150,7 @@ std::string compile_ptx(const std::string& source, const std::string& program_na
   if (status == 0 && api.ptx_size(program, &size) == 0) {
     ptx.resize(size);
     api.ptx(program, ptx.data());
-    // The driver reads the PTX as a C string.
+    // The driver reads PTX as a C string; std::string keeps its own terminator.
     if (!ptx.empty() && ptx.back() == '\0') {
       ptx.pop_back();
     }

@@ -3,17 +3,19 @@
 // H100/H200), where the warpgroup instructions (wgmma) of sm_90a do not
 // exist. The op compiles those kernels itself with the NVRTC that libmlx
 // already loaded, for compute_90a, and hands the PTX to
-// fast::precompiled_cuda_kernel; the driver turns it into machine code.
+// fast::precompiled_cuda_kernel, which loads it through the driver. (MLX
+// copies that image into every call's graph node; a cubin for sm_90a would be
+// about half the size of the PTX, a route not yet run on the device.)
 #pragma once
 
 #include <string>
 
 namespace pagecheck {
 
-// PTX for `source` (a whole translation unit) compiled for `architecture`
-// ("compute_90a"), with the CUDA toolkit's include directory (CUDA_HOME,
-// CUDA_PATH, or /usr/local/cuda, as MLX looks) and the CCCL headers that the
-// MLX wheel ships next to libmlx on the include path. Throws
+// PTX for `source` (a whole translation unit) compiled for the virtual
+// `architecture` ("compute_90a"), with the CUDA toolkit's include directory
+// (CUDA_HOME, CUDA_PATH, or /usr/local/cuda, as MLX looks) and the CCCL
+// headers that the MLX wheel ships next to libmlx on the include path. Throws
 // std::runtime_error with NVRTC's log when NVRTC is not loaded in this
 // process or the source does not compile. Thread-safe; not cached.
 std::string compile_ptx(const std::string& source, const std::string& program_name, const std::string& architecture);
