@@ -73,6 +73,83 @@ __device__ __forceinline__ unsigned pack_pair(float lo, float hi, __half) {
   return *reinterpret_cast<unsigned*>(&pair);
 }
 
+// The query rows of one warp in the prefill kernels' tiles: block x owns
+// `rows_per_block` rows of one (request, kv head) (row_block), warp w rows
+// 16w..16w+15 of them, and lane (group, pair) rows group and group + 8 in
+// the fragment layouts above.
+struct WarpRows {
+  int request_idx;
+  int kv_head_idx;
+  int row_first; // the block's first row
+  int context_len;
+  int pair_idx;
+  QueryRow rows[2];
+};
+
+__device__ __forceinline__ WarpRows warp_rows(
+    const PagedGeometry& geo,
+    const int32_t* context_lens,
+    int rows_per_block,
+    bool causal) {
+  const RowBlock block = row_block(geo, blockIdx.x, rows_per_block);
+  const int lane_idx = threadIdx.x % WARP_LANES;
+  const int row = block.row_begin + (threadIdx.x / WARP_LANES) * 16 + lane_idx / 4;
+  WarpRows w;
+  w.request_idx = block.request_idx;
+  w.kv_head_idx = block.kv_head_idx;
+  w.row_first = block.row_begin;
+  w.context_len = request_context(geo, context_lens, block.request_idx);
+  w.pair_idx = lane_idx % 4;
+  w.rows[0] = query_row(geo, w.request_idx, w.kv_head_idx, row, w.context_len, causal);
+  w.rows[1] = query_row(geo, w.request_idx, w.kv_head_idx, row + 8, w.context_len, causal);
+  return w;
+}
+
+// The A fragments of the warp's two query rows over all QK_CHUNKS * 16 dims,
+// raw (the scale is applied to the float32 scores); zeros for a row past the
+// kv head's rows.
+template <typename T, int QK_CHUNKS>
+__device__ __forceinline__ void load_query_fragments(
+    unsigned (&q_frag)[QK_CHUNKS][4],
+    const T* query,
+    const QueryRow (&rows)[2],
+    int pair_idx) {
+#pragma unroll
+  for (int kc = 0; kc < QK_CHUNKS; ++kc) {
+#pragma unroll
+    for (int part = 0; part < 4; ++part) {
+      const QueryRow& row = rows[part % 2];
+      const int dim = kc * 16 + (part / 2) * 8 + 2 * pair_idx;
+      q_frag[kc][part] = row.valid ? *reinterpret_cast<const unsigned*>(query + row.offset + dim) : 0u;
+    }
+  }
+}
+
+// The warp's two rows of the output, normalised by their running sums (a row
+// that saw no key, sum 0, is written as zeros): each lane writes 2 adjacent
+// dims per row and n8 tile; rows past the kv head's rows are not written.
+template <typename T, int O_TILES>
+__device__ __forceinline__ void store_rows(
+    T* out,
+    const float (&out_acc)[O_TILES][4],
+    const float (&run_sum)[2],
+    const QueryRow (&rows)[2],
+    int pair_idx) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float total = group_sum<4>(run_sum[half]);
+    const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
+    if (rows[half].valid) {
+#pragma unroll
+      for (int nt = 0; nt < O_TILES; ++nt) {
+        const int dim = nt * 8 + 2 * pair_idx;
+        *reinterpret_cast<unsigned*>(out + rows[half].offset + dim) = pack_pair(
+            out_acc[nt][2 * half] * inv_total, out_acc[nt][2 * half + 1] * inv_total, T{});
+      }
+    }
+  }
+}
+
 // Where K/V rows sit in a shared-memory stage, in 16-byte chunks of 8
 // elements. Either layout keeps copies and ldmatrix free of bank conflicts.
 // Swizzled (SWIZZLE, rows of a multiple of 64 elements): unpadded, chunk c of
@@ -191,6 +268,66 @@ __device__ __forceinline__ void copy_position_rows(
   }
 }
 
+// Moves the running max of this lane's row `half` (0: row group, 1: group + 8)
+// to `new_max` (scaled, base 2, shared by the row's 4 lanes): rescales the
+// row's running sum and, when some lane's max moved, its output accumulators
+// (after the first tiles that is rare). Returns the base the tile's weights
+// are taken against: the new max, or 0 while it is still -inf. `exp2` is the
+// exponential the caller's softmax uses.
+template <int O_TILES, typename Exp2>
+__device__ __forceinline__ float move_running_max(
+    float (&out_acc)[O_TILES][4],
+    float (&run_max)[2],
+    float (&run_sum)[2],
+    int half,
+    float new_max,
+    Exp2 exp2) {
+  const float base = usable_max(new_max);
+  const float rescale = exp2(run_max[half] - base);
+  run_max[half] = new_max;
+  run_sum[half] *= rescale;
+  if (__any_sync(ALL_LANES, rescale != 1.0f)) {
+#pragma unroll
+    for (int nt = 0; nt < O_TILES; ++nt) {
+      out_acc[nt][2 * half] *= rescale;
+      out_acc[nt][2 * half + 1] *= rescale;
+    }
+  }
+  return base;
+}
+
+// Copy key tile `tile` (position_tile) of the warp's (request, kv head) from
+// the pools into a ring stage's K and V rows (layout ROWS), with all
+// `threads` threads of the block. A tile inside one page (always, where pages
+// hold whole tiles, and in the dense view) has one page id, looked up once; a
+// tile across pages looks up each row's page, a table read before every
+// row's copy (~25% slower at pages of 128 on the H200, so it is kept to the
+// tiles that need it).
+template <typename T, int HEAD_DIM, int TILE, typename ROWS>
+__device__ __forceinline__ void copy_key_tile(
+    const PagedGeometry& geo,
+    const int32_t* table_row,
+    const WarpRows& warp,
+    const PageTile& tile,
+    const T* key_pages,
+    const T* value_pages,
+    T* stage_k,
+    T* stage_v,
+    bool vector_copy,
+    int threads) {
+  if (tile.slot_begin + tile.count <= geo.page_size) {
+    const int page_id = tile_page_id(geo, table_row, warp.request_idx, tile);
+    const long long base =
+        page_offset(geo, page_id, warp.kv_head_idx) + static_cast<long long>(tile.slot_begin) * HEAD_DIM;
+    copy_tile_rows<T, HEAD_DIM, TILE, ROWS>(
+        stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy, threadIdx.x, threads);
+  } else {
+    copy_position_rows<T, HEAD_DIM, TILE, ROWS>(
+        stage_k, stage_v, key_pages, value_pages, geo, table_row, warp.request_idx, warp.kv_head_idx,
+        tile.pos_begin, tile.count, vector_copy, threadIdx.x, threads);
+  }
+}
+
 // One online-softmax step on the score fragments of a 16-row warp tile: mask
 // the keys past the tile or past the row's causal limit, scale to base 2,
 // update the running max (shared by the 4 lanes of a group) and the per-lane
@@ -234,18 +371,8 @@ __device__ __forceinline__ void fragment_softmax(
         tile_max = fmaxf(tile_max, value);
       }
     }
-    const float new_max = fmaxf(run_max[half], group_max<4>(tile_max));
-    const float base = usable_max(new_max);
-    const float rescale = exp2f(run_max[half] - base);
-    run_max[half] = new_max;
-    run_sum[half] *= rescale;
-    if (__any_sync(ALL_LANES, rescale != 1.0f)) {
-#pragma unroll
-      for (int nt = 0; nt < O_TILES; ++nt) {
-        out_acc[nt][2 * half] *= rescale;
-        out_acc[nt][2 * half + 1] *= rescale;
-      }
-    }
+    const float base = move_running_max(out_acc, run_max, run_sum, half, fmaxf(run_max[half], group_max<4>(tile_max)),
+                                        [](float x) { return exp2f(x); });
 #pragma unroll
     for (int nt = 0; nt < S_TILES; ++nt) {
 #pragma unroll

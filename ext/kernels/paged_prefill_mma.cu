@@ -47,34 +47,16 @@ T* v_ring = k_ring + 2 * STAGE_ELEMS;
 // ---- Positions -----------------------------------------------------------------
 const PagedGeometry geo = make_geometry(
     query_shape.data(), key_pages_shape.data(), block_table_shape.data(), TABLE);
-const RowBlock block = row_block(geo, blockIdx.x, ROW_TILE);
-const int request_idx = block.request_idx;
-const int kv_head_idx = block.kv_head_idx;
+const WarpRows warp = warp_rows(geo, context_lens, ROW_TILE, CAUSAL);
+const int request_idx = warp.request_idx;
+const int kv_head_idx = warp.kv_head_idx;
+const int pair_idx = warp.pair_idx;
+const int row_first = warp.row_first;
+const int context_len = warp.context_len;
+const QueryRow (&rows)[2] = warp.rows;
 const int lane_idx = threadIdx.x % WARP_LANES;
-const int warp_idx = threadIdx.x / WARP_LANES;
-const int group_idx = lane_idx / 4;
-const int pair_idx = lane_idx % 4;
-const int context_len = request_context(geo, context_lens, request_idx);
-const int row_first = block.row_begin;
-const QueryRow rows[2] = {
-    query_row(geo, request_idx, kv_head_idx, row_first + warp_idx * 16 + group_idx,
-              context_len, CAUSAL),
-    query_row(geo, request_idx, kv_head_idx, row_first + warp_idx * 16 + group_idx + 8,
-              context_len, CAUSAL)};
-
-// ---- Query fragments (raw; the scale is applied to the float32 scores) -----------
 unsigned q_frag[QK_CHUNKS][4];
-#pragma unroll
-for (int kc = 0; kc < QK_CHUNKS; ++kc) {
-#pragma unroll
-  for (int part = 0; part < 4; ++part) {
-    const QueryRow& row = rows[part % 2];
-    const int dim = kc * 16 + (part / 2) * 8 + 2 * pair_idx;
-    q_frag[kc][part] = row.valid
-        ? *reinterpret_cast<const unsigned*>(query + row.offset + dim)
-        : 0u;
-  }
-}
+load_query_fragments(q_frag, query, rows, pair_idx);
 const float score_scale = scale_of(SCALE_BITS, SCALE_NEGATIVE) * LOG2_E;
 
 // ---- Key range: the causal limit of the tile's last row bounds the walk ------------
@@ -90,25 +72,9 @@ auto tile_of = [&](int tile_idx) {
 
 // All threads copy one tile's K and V rows into ring stage `stage`.
 auto issue = [&](int tile_idx, int stage) {
-  const PageTile tile = tile_of(tile_idx);
-  T* stage_k = k_ring + stage * STAGE_ELEMS;
-  T* stage_v = v_ring + stage * STAGE_ELEMS;
-  // A tile inside one page (always, where pages hold whole tiles, and in the
-  // dense view) has one page id, looked up once; a tile across pages looks up
-  // each row's page, a table read before every row's copy (~25% slower at
-  // pages of 128 on the H200, so it is kept to the tiles that need it).
-  if (tile.slot_begin + tile.count <= geo.page_size) {
-    const int page_id = tile_page_id(geo, table_row, request_idx, tile);
-    const long long base = page_offset(geo, page_id, kv_head_idx) +
-        static_cast<long long>(tile.slot_begin) * HEAD_DIM;
-    copy_tile_rows<T, HEAD_DIM, KEY_TILE, Rows>(
-        stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy, threadIdx.x,
-        THREADS);
-  } else {
-    copy_position_rows<T, HEAD_DIM, KEY_TILE, Rows>(
-        stage_k, stage_v, key_pages, value_pages, geo, table_row, request_idx, kv_head_idx, tile.pos_begin,
-        tile.count, vector_copy, threadIdx.x, THREADS);
-  }
+  copy_key_tile<T, HEAD_DIM, KEY_TILE, Rows>(geo, table_row, warp, tile_of(tile_idx), key_pages, value_pages,
+                                            k_ring + stage * STAGE_ELEMS, v_ring + stage * STAGE_ELEMS, vector_copy,
+                                            THREADS);
 };
 
 float out_acc[O_TILES][4];
@@ -186,19 +152,5 @@ for (int tile_idx = 0; tile_idx < num_tiles; ++tile_idx) {
 }
 wait_async<0>();
 
-// ---- Normalise and store: each lane writes 2 adjacent dims per row and tile ----------
-#pragma unroll
-for (int half = 0; half < 2; ++half) {
-  const float total = group_sum<4>(run_sum[half]);
-  const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
-  if (rows[half].valid) {
-#pragma unroll
-    for (int nt = 0; nt < O_TILES; ++nt) {
-      const int dim = nt * 8 + 2 * pair_idx;
-      *reinterpret_cast<unsigned*>(out + rows[half].offset + dim) = pack_pair(
-          out_acc[nt][2 * half] * inv_total,
-          out_acc[nt][2 * half + 1] * inv_total,
-          T{});
-    }
-  }
-}
+// ---- Normalise and store -------------------------------------------------------------
+store_rows(out, out_acc, run_sum, rows, pair_idx);

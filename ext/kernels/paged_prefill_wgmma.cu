@@ -59,82 +59,37 @@ T* k_ring = reinterpret_cast<T*>(shared + ((1024 - (shared_base & 1023)) & 1023)
 T* v_ring = k_ring + STAGES * STAGE_ELEMS;
 
 // ---- Positions -----------------------------------------------------------------
-PagedGeometry geo;
-geo.table = TABLE;
-geo.batch = batch;
-geo.num_q_heads = num_q_heads;
-geo.num_queries = num_queries;
-geo.head_dim = head_dim;
-geo.num_pages = num_pages;
-geo.num_kv_heads = num_kv_heads;
-geo.page_size = page_size;
-geo.max_pages = max_pages;
-geo.group = num_q_heads / num_kv_heads;
-geo.rows = geo.group * num_queries;
-const RowBlock block = row_block(geo, blockIdx.x, ROW_TILE);
-const int request_idx = block.request_idx;
-const int kv_head_idx = block.kv_head_idx;
-const int lane_idx = threadIdx.x % WARP_LANES;
-// Warp w of warpgroup g owns the block's rows 64g + 16w .. 64g + 16w + 15.
-const int warp_idx = threadIdx.x / WARP_LANES;
-const int group_idx = lane_idx / 4;
-const int pair_idx = lane_idx % 4;
-const int context_len = request_context(geo, context_lens, request_idx);
-const int row_first = block.row_begin;
-const QueryRow rows[2] = {
-    query_row(geo, request_idx, kv_head_idx, row_first + warp_idx * 16 + group_idx, context_len, CAUSAL),
-    query_row(geo, request_idx, kv_head_idx, row_first + warp_idx * 16 + group_idx + 8, context_len, CAUSAL)};
-
-// ---- Query fragments (raw; the scale is applied to the float32 scores) -----------
+// The shapes the other kernels read from MLX's signature, from the int parameters.
+const int query_dims[4] = {batch, num_q_heads, num_queries, head_dim};
+const int pool_dims[4] = {num_pages, num_kv_heads, page_size, head_dim};
+const int table_dims[2] = {batch, max_pages};
+const PagedGeometry geo = make_geometry(query_dims, pool_dims, table_dims, TABLE);
+const WarpRows warp = warp_rows(geo, context_lens, ROW_TILE, CAUSAL);
 unsigned q_frag[QK_CHUNKS][4];
-#pragma unroll
-for (int kc = 0; kc < QK_CHUNKS; ++kc) {
-#pragma unroll
-  for (int part = 0; part < 4; ++part) {
-    const QueryRow& row = rows[part % 2];
-    const int dim = kc * 16 + (part / 2) * 8 + 2 * pair_idx;
-    q_frag[kc][part] = row.valid ? *reinterpret_cast<const unsigned*>(query + row.offset + dim) : 0u;
-  }
-}
+load_query_fragments(q_frag, query, warp.rows, warp.pair_idx);
 const float score_scale = scale_of(SCALE_BITS, SCALE_NEGATIVE) * LOG2_E;
 constexpr bool POSITIVE_SCALE = !SCALE_NEGATIVE;
 
 // ---- Key range -----------------------------------------------------------------------
-const int pos_end = row_tile_key_end(geo, request_idx, kv_head_idx, row_first, ROW_TILE, context_len, CAUSAL);
+const int pos_end =
+    row_tile_key_end(geo, warp.request_idx, warp.kv_head_idx, warp.row_first, ROW_TILE, warp.context_len, CAUSAL);
 const int num_tiles = pos_end > 0 ? ceil_div(pos_end, KEY_TILE) : 0;
 // Every valid row of the block sees at least the keys the first row sees.
-const int first_row_limit = query_row(geo, request_idx, kv_head_idx, row_first, context_len, CAUSAL).key_limit;
-const int32_t* table_row = block_table + static_cast<long long>(request_idx) * geo.max_pages;
+const int first_row_limit =
+    query_row(geo, warp.request_idx, warp.kv_head_idx, warp.row_first, warp.context_len, CAUSAL).key_limit;
+const int32_t* table_row = block_table + static_cast<long long>(warp.request_idx) * geo.max_pages;
 const bool vector_copy = is_aligned16(key_pages) && is_aligned16(value_pages);
 
 auto tile_of = [&](int tile_idx) { return position_tile(tile_idx, KEY_TILE, geo.page_size, pos_end); };
 
 // All threads copy one tile's K and V rows into ring stage `stage`.
 auto issue = [&](int tile_idx, int stage) {
-  const PageTile tile = tile_of(tile_idx);
-  T* stage_k = k_ring + stage * STAGE_ELEMS;
-  T* stage_v = v_ring + stage * STAGE_ELEMS;
-  if (tile.slot_begin + tile.count <= geo.page_size) {
-    const int page_id = tile_page_id(geo, table_row, request_idx, tile);
-    const long long base =
-        page_offset(geo, page_id, kv_head_idx) + static_cast<long long>(tile.slot_begin) * HEAD_DIM;
-    copy_tile_rows<T, HEAD_DIM, KEY_TILE, Rows>(stage_k, stage_v, key_pages, value_pages, base, tile.count,
-                                               page_id >= 0, vector_copy, threadIdx.x, THREADS);
-  } else {
-    copy_position_rows<T, HEAD_DIM, KEY_TILE, Rows>(stage_k, stage_v, key_pages, value_pages, geo, table_row,
-                                                   request_idx, kv_head_idx, tile.pos_begin, tile.count,
-                                                   vector_copy, threadIdx.x, THREADS);
-  }
+  copy_key_tile<T, HEAD_DIM, KEY_TILE, Rows>(geo, table_row, warp, tile_of(tile_idx), key_pages, value_pages,
+                                            k_ring + stage * STAGE_ELEMS, v_ring + stage * STAGE_ELEMS, vector_copy,
+                                            THREADS);
 };
 
-float out_acc[O_TILES][4];
-#pragma unroll
-for (int nt = 0; nt < O_TILES; ++nt) {
-#pragma unroll
-  for (int part = 0; part < 4; ++part) {
-    out_acc[nt][part] = 0.0f;
-  }
-}
+float out_acc[O_TILES][4] = {};
 float run_max[2] = {NEG_INF, NEG_INF};
 float run_sum[2] = {0.0f, 0.0f};
 
@@ -176,9 +131,9 @@ auto issue_values = [&](const float (&score)[S_TILES][4], int stage) {
 // One online-softmax step; tiles that every row sees whole skip the cut.
 auto softmax = [&](float (&score)[S_TILES][4], const PageTile& tile) {
   if (tile.count == KEY_TILE && tile.pos_begin + KEY_TILE - 1 <= first_row_limit) {
-    warpgroup_softmax<false, POSITIVE_SCALE>(score, out_acc, run_max, run_sum, rows, tile, pair_idx, score_scale);
+    warpgroup_softmax<false, POSITIVE_SCALE>(score, out_acc, run_max, run_sum, warp, tile, score_scale);
   } else {
-    warpgroup_softmax<true, POSITIVE_SCALE>(score, out_acc, run_max, run_sum, rows, tile, pair_idx, score_scale);
+    warpgroup_softmax<true, POSITIVE_SCALE>(score, out_acc, run_max, run_sum, warp, tile, score_scale);
   }
 };
 
@@ -212,17 +167,5 @@ for (int tile_idx = 0; tile_idx < num_tiles; ++tile_idx) {
 }
 wait_async<0>();
 
-// ---- Normalise and store: each lane writes 2 adjacent dims per row and tile ----------
-#pragma unroll
-for (int half = 0; half < 2; ++half) {
-  const float total = group_sum<4>(run_sum[half]);
-  const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
-  if (rows[half].valid) {
-#pragma unroll
-    for (int nt = 0; nt < O_TILES; ++nt) {
-      const int dim = nt * 8 + 2 * pair_idx;
-      *reinterpret_cast<unsigned*>(out + rows[half].offset + dim) =
-          pack_pair(out_acc[nt][2 * half] * inv_total, out_acc[nt][2 * half + 1] * inv_total, T{});
-    }
-  }
-}
+// ---- Normalise and store -------------------------------------------------------------
+store_rows(out, out_acc, run_sum, warp.rows, warp.pair_idx);

@@ -281,16 +281,20 @@ NB_MODULE(_ext, module) {
       "Whether GPU 0 has Hopper's warpgroup MMA (compute capability 9.0) and its kernels have compiled so far: "
       "where it does, the op's prefills run paged_prefill_wgmma.");
 
+  // The warpgroup prefill's variants, named by the constants of paged_prefill_wgmma.cu.
+  auto wgmma_variant = [](const std::string& dtype, int head_dim, int key_tile, int stages, int warpgroups,
+                          bool causal, int table, int scale_bits, bool scale_negative) {
+    return pagecheck::WgmmaVariant{storage_dtype_named(dtype), head_dim, key_tile, stages, warpgroups, causal, table,
+                                   scale_bits, scale_negative};
+  };
   module.def(
       "gpu_prefill_wgmma_source",
-      [](const std::string& dtype, int head_dim, int key_tile, int stages, int warpgroups, bool causal, int table,
-         int scale_bits, bool scale_negative) {
-        const mlx::core::Dtype storage = storage_dtype_named(dtype);
-        const std::string name = pagecheck::prefill_wgmma_name(storage, head_dim, key_tile, stages, warpgroups,
-                                                               causal, table, scale_bits, scale_negative);
-        return nb::make_tuple(name, pagecheck::prefill_wgmma_source(name, storage, head_dim, key_tile, stages,
-                                                                    warpgroups, causal, table, scale_bits,
-                                                                    scale_negative));
+      [wgmma_variant](const std::string& dtype, int head_dim, int key_tile, int stages, int warpgroups, bool causal,
+                      int table, int scale_bits, bool scale_negative) {
+        const pagecheck::WgmmaVariant variant =
+            wgmma_variant(dtype, head_dim, key_tile, stages, warpgroups, causal, table, scale_bits, scale_negative);
+        const std::string name = pagecheck::prefill_wgmma_name(variant);
+        return nb::make_tuple(name, pagecheck::prefill_wgmma_source(name, variant));
       },
       "dtype"_a, "head_dim"_a, "key_tile"_a, "stages"_a, "warpgroups"_a, "causal"_a, "table"_a, "scale_bits"_a,
       "scale_negative"_a,
@@ -299,20 +303,19 @@ NB_MODULE(_ext, module) {
 
   module.def(
       "gpu_prefill_wgmma_kernel",
-      [](const std::string& dtype, int head_dim, int key_tile, int stages, int warpgroups, bool causal, int table,
-         int scale_bits, bool scale_negative) {
+      [wgmma_variant](const std::string& dtype, int head_dim, int key_tile, int stages, int warpgroups, bool causal,
+                      int table, int scale_bits, bool scale_negative) {
         const pagecheck::WgmmaKernel& kernel = pagecheck::prefill_wgmma_kernel(
-            storage_dtype_named(dtype), head_dim, key_tile, stages, warpgroups, causal, table, scale_bits,
-            scale_negative);
+            wgmma_variant(dtype, head_dim, key_tile, stages, warpgroups, causal, table, scale_bits, scale_negative));
         return nb::make_tuple(kernel.name, nb::bytes(kernel.ptx.data(), kernel.ptx.size()));
       },
       "dtype"_a, "head_dim"_a, "key_tile"_a, "stages"_a, "warpgroups"_a, "causal"_a, "table"_a, "scale_bits"_a,
       "scale_negative"_a,
       "(name, ptx) of one variant of the warpgroup prefill (scale_bits: the float32 bit pattern of the scale's "
-      "magnitude; scale_negative: its sign), compiled by NVRTC for compute_90a as the op "
-      "compiles it (needs MLX's CUDA back-end, which loads NVRTC): what "
-      "mx.fast.precompiled_cuda_kernel runs, with the inputs of the other kernels and the int scalars batch, "
-      "num_q_heads, num_queries, head_dim, num_pages, num_kv_heads, page_size, max_pages.");
+      "magnitude; scale_negative: its sign), compiled by NVRTC for compute_90a as the op compiles it (needs "
+      "MLX's CUDA back-end, which loads NVRTC): what mx.fast.precompiled_cuda_kernel runs, with the inputs of "
+      "the other kernels and the int scalars batch, num_q_heads, num_queries, head_dim, num_pages, "
+      "num_kv_heads, page_size, max_pages.");
 
   module.def(
       "compact_kernel_source",

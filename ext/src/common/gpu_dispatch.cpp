@@ -159,62 +159,57 @@ bool sign_bit(float value) {
 
 } // namespace
 
-std::string prefill_wgmma_source(const std::string& name, mx::Dtype dtype, int head_dim, int key_tile, int stages,
-                                 int warpgroups, bool causal, int table, int scale_bits, bool scale_negative) {
-  const std::string type = dtype == mx::bfloat16 ? "__nv_bfloat16" : "__half";
+std::string prefill_wgmma_source(const std::string& name, const WgmmaVariant& variant) {
+  const std::string type = variant.dtype == mx::bfloat16 ? "__nv_bfloat16" : "__half";
   std::string source =
       "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#include <cuda/std/limits>\n#include <cuda/std/cstdint>\n"
       "using cuda::std::int32_t;\n";
   for (const char* header : kWgmmaHeaders) {
     source += kernel_file(header) + "\n";
   }
-  source += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(128 * warpgroups) + ", 1) " + name +
-      "(const " + type + "* query, const " + type + "* key_pages, const " + type +
+  source += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(128 * variant.warpgroups) + ", 1) " +
+      name + "(const " + type + "* query, const " + type + "* key_pages, const " + type +
       "* value_pages, const int32_t* block_table, const int32_t* context_lens, " + type +
       "* out, int batch, int num_q_heads, int num_queries, int head_dim, int num_pages, int num_kv_heads, "
       "int page_size, int max_pages) {\n";
   source += "using T = " + type + ";\n";
-  source += "constexpr int HEAD_DIM = " + std::to_string(head_dim) + ";\n";
-  source += "constexpr int KEY_TILE = " + std::to_string(key_tile) + ";\n";
-  source += "constexpr int STAGES = " + std::to_string(stages) + ";\n";
-  source += "constexpr int WARPGROUPS = " + std::to_string(warpgroups) + ";\n";
-  source += std::string("constexpr bool CAUSAL = ") + (causal ? "true" : "false") + ";\n";
-  source += "constexpr int TABLE = " + std::to_string(table) + ";\n";
-  source += "constexpr int SCALE_BITS = " + std::to_string(scale_bits) + ";\n";
-  source += std::string("constexpr bool SCALE_NEGATIVE = ") + (scale_negative ? "true" : "false") + ";\n";
+  const std::pair<const char*, int> ints[] = {
+      {"HEAD_DIM", variant.head_dim}, {"KEY_TILE", variant.key_tile}, {"STAGES", variant.stages},
+      {"WARPGROUPS", variant.warpgroups}, {"TABLE", variant.table}, {"SCALE_BITS", variant.scale_bits}};
+  for (const auto& [key, value] : ints) {
+    source += std::string("constexpr int ") + key + " = " + std::to_string(value) + ";\n";
+  }
+  source += std::string("constexpr bool CAUSAL = ") + (variant.causal ? "true" : "false") + ";\n";
+  source += std::string("constexpr bool SCALE_NEGATIVE = ") + (variant.scale_negative ? "true" : "false") + ";\n";
   source += kernel_file("paged_prefill_wgmma.cu") + "\n}\n";
   return source;
 }
 
-std::string prefill_wgmma_name(mx::Dtype dtype, int head_dim, int key_tile, int stages, int warpgroups, bool causal,
-                               int table, int scale_bits, bool scale_negative) {
-  if (!gpu_takes_warpgroup_mma(dtype, head_dim) || (key_tile != 64 && key_tile != 128) || stages < 2 ||
-      warpgroups < 1 || warpgroups > 3 || table < 0 || table > 2 || scale_bits < 0) {
+std::string prefill_wgmma_name(const WgmmaVariant& v) {
+  if (!gpu_takes_warpgroup_mma(v.dtype, v.head_dim) || (v.key_tile != 64 && v.key_tile != 128) || v.stages < 2 ||
+      v.warpgroups < 1 || v.warpgroups > 3 || v.table < 0 || v.table > 2 || v.scale_bits < 0) {
     throw std::invalid_argument("pagecheck: no warpgroup prefill variant for these parameters");
   }
   char scale_text[16];
-  std::snprintf(scale_text, sizeof(scale_text), "%08x", static_cast<unsigned>(scale_bits));
+  std::snprintf(scale_text, sizeof(scale_text), "%08x", static_cast<unsigned>(v.scale_bits));
   // The digest keeps a kernel of an older build from being taken for this one's by MLX's module cache.
   return std::string("pagecheck_paged_prefill_wgmma_") + kernel_sources_digest() + "_" +
-      (dtype == mx::bfloat16 ? "bf16" : "f16") + "_d" + std::to_string(head_dim) + "_k" + std::to_string(key_tile) +
-      "_s" + std::to_string(stages) + "_w" + std::to_string(warpgroups) + (causal ? "_causal" : "_full") + "_t" +
-      std::to_string(table) + (scale_negative ? "_minus" : "_plus") + scale_text;
+      (v.dtype == mx::bfloat16 ? "bf16" : "f16") + "_d" + std::to_string(v.head_dim) + "_k" +
+      std::to_string(v.key_tile) + "_s" + std::to_string(v.stages) + "_w" + std::to_string(v.warpgroups) +
+      (v.causal ? "_causal" : "_full") + "_t" + std::to_string(v.table) + (v.scale_negative ? "_minus" : "_plus") +
+      scale_text;
 }
 
-const WgmmaKernel& prefill_wgmma_kernel(mx::Dtype dtype, int head_dim, int key_tile, int stages, int warpgroups,
-                                        bool causal, int table, int scale_bits, bool scale_negative) {
+const WgmmaKernel& prefill_wgmma_kernel(const WgmmaVariant& variant) {
   static std::mutex mutex;
   static std::map<std::string, WgmmaKernel> kernels;
-  const std::string name = prefill_wgmma_name(dtype, head_dim, key_tile, stages, warpgroups, causal, table, scale_bits,
-                                              scale_negative);
+  const std::string name = prefill_wgmma_name(variant);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = kernels.find(name);
   if (it != kernels.end()) {
     return it->second;
   }
-  WgmmaKernel kernel{name, compile_ptx(prefill_wgmma_source(name, dtype, head_dim, key_tile, stages, warpgroups,
-                                                            causal, table, scale_bits, scale_negative),
-                                       name + ".cu", "compute_90a")};
+  WgmmaKernel kernel{name, compile_ptx(prefill_wgmma_source(name, variant), name + ".cu", "compute_90a")};
   return kernels.emplace(name, std::move(kernel)).first->second;
 }
 
@@ -262,9 +257,9 @@ void eval_attention_gpu(
   const WgmmaKernel* wgmma = nullptr;
   if (plan.schedule == GpuSchedule::kPrefillWgmma) {
     try {
-      wgmma = &prefill_wgmma_kernel(dtype, shape.head_dim, plan.key_tile, plan.mma_stages, plan.warpgroups,
-                                    shape.causal, static_cast<int>(table), magnitude_bits(shape.scale),
-                                    sign_bit(shape.scale));
+      wgmma = &prefill_wgmma_kernel({dtype, shape.head_dim, plan.key_tile, plan.mma_stages, plan.warpgroups,
+                                     shape.causal, static_cast<int>(table), magnitude_bits(shape.scale),
+                                     sign_bit(shape.scale)});
     } catch (const std::exception& error) {
       if (!wgmma_failed.exchange(true)) {
         std::fprintf(stderr, "pagecheck: the warpgroup prefill kernel did not compile, so prefills run "

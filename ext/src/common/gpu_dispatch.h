@@ -28,36 +28,29 @@ namespace pagecheck {
 // with one line on stderr).
 GpuCaps gpu_caps(const mlx::core::Device& device);
 
-// One variant of paged_prefill_wgmma.cu (SCALE_BITS: the bit pattern of the
-// scale's magnitude; SCALE_NEGATIVE its sign). Its name, which is also its
-// entry point: std::invalid_argument for parameters the kernel does not take.
-std::string prefill_wgmma_name(
-    mlx::core::Dtype dtype,
-    int head_dim,
-    int key_tile,
-    int stages,
-    int warpgroups,
-    bool causal,
-    int table,
-    int scale_bits,
-    bool scale_negative);
+// One variant of paged_prefill_wgmma.cu: its constants.
+struct WgmmaVariant {
+  mlx::core::Dtype dtype = mlx::core::bfloat16;
+  int head_dim = 128;
+  int key_tile = 128;
+  int stages = 2;
+  int warpgroups = 2;
+  bool causal = false;
+  int table = 0; // GpuTable
+  int scale_bits = 0; // the float32 bit pattern of the scale's magnitude (SCALE_BITS)
+  bool scale_negative = false; // its sign (SCALE_NEGATIVE)
+};
+
+// Its name, which is also its entry point; std::invalid_argument for
+// constants the kernel does not take.
+std::string prefill_wgmma_name(const WgmmaVariant& variant);
 
 // Its whole translation unit: the includes MLX's prelude gives its own
 // kernels, the headers, and an extern "C" entry point named `name` whose
 // parameters are what precompiled_cuda_kernel passes (the inputs, the
 // output, then the ints batch, num_q_heads, num_queries, head_dim,
 // num_pages, num_kv_heads, page_size, max_pages).
-std::string prefill_wgmma_source(
-    const std::string& name,
-    mlx::core::Dtype dtype,
-    int head_dim,
-    int key_tile,
-    int stages,
-    int warpgroups,
-    bool causal,
-    int table,
-    int scale_bits,
-    bool scale_negative);
+std::string prefill_wgmma_source(const std::string& name, const WgmmaVariant& variant);
 
 // The variant compiled for compute_90a (nvrtc_compile.h): its name and PTX,
 // which the driver compiles for the device when MLX loads it. Compiled on
@@ -66,16 +59,7 @@ struct WgmmaKernel {
   std::string name;
   std::string ptx;
 };
-const WgmmaKernel& prefill_wgmma_kernel(
-    mlx::core::Dtype dtype,
-    int head_dim,
-    int key_tile,
-    int stages,
-    int warpgroups,
-    bool causal,
-    int table,
-    int scale_bits,
-    bool scale_negative);
+const WgmmaKernel& prefill_wgmma_kernel(const WgmmaVariant& variant);
 
 // Where the kernels find pages and contexts (TABLE in ext/kernels/paged_common.cuh).
 enum class GpuTable {
