@@ -141,7 +141,8 @@ def test_every_run_the_harness_pins_is_a_plan_the_planner_takes() -> None:
             wgmma = schedule == gpu_harness.PREFILL_WGMMA
             if wgmma and not (case.dtype != "float32" and case.head_dim in (64, 128)):
                 continue
-            for bulk, warpgroups in itertools.product((False, True), gpu_harness.WGMMA_WARPGROUPS if wgmma else (None,)):
+            heights = gpu_harness.WGMMA_WARPGROUPS if wgmma else (None,)
+            for bulk, warpgroups in itertools.product((False, True), heights):
                 ext.gpu_launch_plan(len(case.contexts), case.group * case.num_kv_heads, case.num_queries,
                                     case.head_dim, case.num_kv_heads, case.page_size,
                                     -(-max(case.contexts) // case.page_size), case.dtype, schedule=schedule,

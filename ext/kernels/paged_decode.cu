@@ -34,7 +34,8 @@ extern __shared__ __align__(128) unsigned char shared[];
 const DecodeBlock block = decode_block(
     make_geometry(query_shape.data(), key_pages_shape.data(), block_table_shape.data(), TABLE),
     context_lens, ROWS);
-walk_decode_block<Walker>(block, query, key_pages, value_pages, block_table, scale_of(SCALE_BITS, SCALE_NEGATIVE), 0, 1, shared);
+walk_decode_block<Walker>(
+    block, query, key_pages, value_pages, block_table, scale_of(SCALE_BITS, SCALE_NEGATIVE), 0, 1, shared);
 
 // ---- Normalise and store this block's rows ------------------------------------------
 const typename Layout::Merge merge(shared);

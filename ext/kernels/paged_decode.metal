@@ -1,7 +1,8 @@
 // paged_decode (Metal): mirror of paged_decode.cu, for fast::metal_kernel
 // (headers: paged_common.metal.h, paged_decode_walk.metal.h). Template
 // arguments: T, HEAD_DIM (at most 128 on Metal), ROWS, CAUSAL, MMA (always
-// false here), MMA_STAGES (unused: no tensor-core walk), TABLE, SCALE_BITS, SCALE_NEGATIVE. Inputs, output, ownership and launch as the CUDA kernel;
+// false here), MMA_STAGES (unused: no tensor-core walk), TABLE, SCALE_BITS, SCALE_NEGATIVE.
+// Inputs, output, ownership and launch as the CUDA kernel;
 // the merge region is threadgroup memory declared here.
 using namespace pagecheck;
 using Layout = DecodeLayout<T, HEAD_DIM, ROWS>;

@@ -50,7 +50,8 @@ static_assert(
 
 // ---- Walk this split's tiles --------------------------------------------------------
 walk_decode_block<Walker>(
-    block, query, key_pages, value_pages, block_table, scale_of(SCALE_BITS, SCALE_NEGATIVE), split_idx, num_splits, shared);
+    block, query, key_pages, value_pages, block_table, scale_of(SCALE_BITS, SCALE_NEGATIVE), split_idx, num_splits,
+    shared);
 
 // ---- Store the unnormalised partial state --------------------------------------------
 const typename Layout::Merge merge(shared);

@@ -272,7 +272,8 @@ NB_MODULE(_ext, module) {
       "prefill's blocks), bulk, swizzled_rows, scratch_words, out_begin_words), computed on any machine. "
       "warpgroup_mma says whether the device has Hopper's warpgroup MMA (pagecheck.ext.gpu_warpgroup_mma()); "
       "with no pins it is then the op's plan on that device. schedule, splits, tensor_cores, mma_stages and "
-      "warpgroups (1..3, the warpgroup prefill's block height) fix those choices, bulk asks for bulk copies where the tensor-core decode walk runs. A pin out of range or "
+      "warpgroups (1..3, the warpgroup prefill's block height) fix those choices, bulk asks for bulk copies "
+      "where the tensor-core decode walk runs. A pin out of range or "
       "at odds with the shape raises ValueError.");
 
   module.def(

@@ -128,7 +128,8 @@ def variants() -> list[Variant]:
                     template = (("HEAD_DIM", head_dim), ("ROWS", rows), ("CAUSAL", True), ("MMA", False),
                                 ("MMA_STAGES", 2), ("MMA_BULK", False), ("MMA_SWIZZLE", False), ("TABLE", 0), *SCALE)
                     out.append(Variant(stem, dtype, template))
-            out.append(Variant("paged_prefill", dtype, (("HEAD_DIM", head_dim), ("CAUSAL", True), ("TABLE", 0), *SCALE)))
+            out.append(Variant("paged_prefill", dtype,
+                               (("HEAD_DIM", head_dim), ("CAUSAL", True), ("TABLE", 0), *SCALE)))
     for dtype in ("bfloat16", "float16"):
         for head_dim in (128, 64, 48, 16):
             for stem in ("paged_decode", "paged_decode_split"):
