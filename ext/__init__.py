@@ -18,6 +18,7 @@ from pagecheck.ext._ext import (
     gpu_prefill_wgmma_kernel,
     gpu_prefill_wgmma_source,
     gpu_takes_tensor_cores,
+    gpu_takes_warpgroup_mma,
     gpu_warpgroup_mma,
     gpu_walk_registers,
     paged_attention,
@@ -31,7 +32,7 @@ from pagecheck.ext._ext import (
 __all__ = [
     "build_info", "compact_kernel_source", "dense_attention", "forget_validated_metadata", "gpu_decode_shared_bytes",
     "gpu_launch_plan", "gpu_plan_constants", "gpu_prefill_wgmma_kernel", "gpu_prefill_wgmma_source",
-    "gpu_takes_tensor_cores",
+    "gpu_takes_tensor_cores", "gpu_takes_warpgroup_mma",
     "gpu_walk_registers", "gpu_warpgroup_mma", "paged_attention",
     "paged_inputs_validated", "quantized_embedding", "remember_valid_paged_inputs", "validated_metadata_entries",
     "validated_paged_attention",

@@ -139,7 +139,7 @@ def test_every_run_the_harness_pins_is_a_plan_the_planner_takes() -> None:
             if needs_mma and not ext.gpu_takes_tensor_cores(case.head_dim, case.dtype):
                 continue
             wgmma = schedule == gpu_harness.PREFILL_WGMMA
-            if wgmma and not (case.dtype != "float32" and case.head_dim in (64, 128)):
+            if wgmma and not ext.gpu_takes_warpgroup_mma(case.head_dim, case.dtype):
                 continue
             heights = gpu_harness.WGMMA_WARPGROUPS if wgmma else (None,)
             for bulk, warpgroups in itertools.product((False, True), heights):

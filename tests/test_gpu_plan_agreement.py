@@ -266,6 +266,18 @@ def test_a_bad_pin_is_a_value_error_naming_it(pins: dict[str, Any], shape: dict[
         plan(1, 8, **shape, **pins)
 
 
+def test_the_warpgroup_prefill_takes_what_the_binding_says() -> None:
+    # gpu_takes_warpgroup_mma is the rule the harness and the launcher tests skip by: on a device with warpgroup
+    # MMA the automatic prefill is the warpgroup kernel exactly where it says so.
+    taken = []
+    for dtype, head_dim in itertools.product(DTYPES, (16, 48, 64, 96, 128, 256)):
+        auto = plan(1, 8, query_len=12, dtype=dtype, head_dim=head_dim, warpgroup_mma=True)
+        takes = ext.gpu_takes_warpgroup_mma(head_dim, dtype)
+        assert (auto["schedule"] == "paged_prefill_wgmma") == takes, (dtype, head_dim, auto["schedule"])
+        taken += [(dtype, head_dim)] if takes else []
+    assert taken == [("bfloat16", 64), ("bfloat16", 128), ("float16", 64), ("float16", 128)]
+
+
 def test_pinning_the_warpgroup_choices_gives_the_automatic_plan() -> None:
     # As above for the warpgroup prefill: its schedule and block height pinned at the automatic values.
     for batch, query_len, dtype, head_dim in itertools.product((1, 4, 16), (9, 512, 2048), ("bfloat16", "float16"),

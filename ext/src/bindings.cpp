@@ -346,6 +346,14 @@ NB_MODULE(_ext, module) {
       "Whether the tensor-core kernels take this head dim and dtype.");
 
   module.def(
+      "gpu_takes_warpgroup_mma",
+      [](int head_dim, const std::string& dtype) {
+        return pagecheck::gpu_takes_warpgroup_mma(storage_dtype_named(dtype), head_dim);
+      },
+      "head_dim"_a, "dtype"_a,
+      "Whether the warpgroup prefill takes this head dim and dtype (on a device with warpgroup MMA).");
+
+  module.def(
       "gpu_decode_shared_bytes",
       [](int head_dim, int rows, const std::string& dtype, bool tensor_cores, int mma_stages, bool swizzled_rows) {
         const mlx::core::Dtype storage = storage_dtype_named(dtype);

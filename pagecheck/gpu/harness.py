@@ -160,7 +160,7 @@ def run_layout(label: str, layout: PagedLayout, want: np.ndarray, runs: tuple[Ru
     args = kwargs if kwargs is not None else layout.as_mx()
     head_dim = layout.query.shape[3]
     outcomes = []
-    wgmma = ext.gpu_warpgroup_mma() and ext.gpu_takes_tensor_cores(head_dim, layout.dtype) and head_dim in (64, 128)
+    wgmma = ext.gpu_warpgroup_mma() and ext.gpu_takes_warpgroup_mma(head_dim, layout.dtype)
     for schedule, splits, mma in runs:
         needs_mma = mma or schedule == PREFILL_MMA
         if needs_mma and not ext.gpu_takes_tensor_cores(head_dim, layout.dtype):

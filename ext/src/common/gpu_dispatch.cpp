@@ -1,8 +1,8 @@
 #include "common/gpu_dispatch.h"
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -167,7 +167,8 @@ std::string prefill_wgmma_source(const std::string& name, const WgmmaVariant& va
   for (const char* header : kWgmmaHeaders) {
     source += kernel_file(header) + "\n";
   }
-  source += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(128 * variant.warpgroups) + ", 1) " +
+  source += "extern \"C\" __global__ void __launch_bounds__(" +
+      std::to_string(kGpuWarpgroupThreads * variant.warpgroups) + ", 1) " +
       name + "(const " + type + "* query, const " + type + "* key_pages, const " + type +
       "* value_pages, const int32_t* block_table, const int32_t* context_lens, " + type +
       "* out, int batch, int num_q_heads, int num_queries, int head_dim, int num_pages, int num_kv_heads, "

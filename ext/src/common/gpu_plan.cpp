@@ -234,6 +234,17 @@ void check_prefill_pins(const GpuPlanPins& pins, GpuSchedule schedule) {
   }
 }
 
+// The warpgroups pin on a plan that does not run the warpgroup prefill (`runs`
+// names what it runs instead).
+void check_warpgroups_pin(const GpuPlanPins& pins, const char* runs) {
+  if (pins.warpgroups) {
+    ErrorText message;
+    message << "pagecheck: warpgroups = " << *pins.warpgroups << " pins the warpgroup prefill, and this plan runs "
+            << runs;
+    throw std::invalid_argument(message.str());
+  }
+}
+
 // Decode pins against each other: the split count against a pinned one-pass
 // schedule, the ring depth against a walk on CUDA cores.
 void check_decode_pins(const GpuPlanPins& pins, bool tensor_cores) {
@@ -329,12 +340,7 @@ GpuPlan plan_gpu_call(
   const int itemsize = static_cast<int>(mx::size_of(dtype));
   const bool decode = pins.schedule ? runs_decode_walk(*pins.schedule) : shape.query_len <= kDecodeMaxQueryLen;
   if (decode) {
-    if (pins.warpgroups) {
-      ErrorText message;
-      message << "pagecheck: warpgroups = " << *pins.warpgroups << " pins the warpgroup prefill, and this plan runs "
-              << "a decode walk";
-      throw std::invalid_argument(message.str());
-    }
+    check_warpgroups_pin(pins, "a decode walk");
     check_decode_pins(pins, mma);
     plan.tensor_cores = mma;
     plan.mma_stages = pins.mma_stages.value_or(kDecodeMmaStages);
@@ -376,11 +382,8 @@ GpuPlan plan_gpu_call(
     plan.schedule = pins.schedule.value_or(wgmma ? GpuSchedule::kPrefillWgmma
                                                  : mma ? GpuSchedule::kPrefillMma : GpuSchedule::kPrefill);
     check_prefill_pins(pins, plan.schedule);
-    if (pins.warpgroups && plan.schedule != GpuSchedule::kPrefillWgmma) {
-      ErrorText message;
-      message << "pagecheck: warpgroups = " << *pins.warpgroups << " pins the warpgroup prefill, and this plan runs "
-              << gpu_schedule_name(plan.schedule);
-      throw std::invalid_argument(message.str());
+    if (plan.schedule != GpuSchedule::kPrefillWgmma) {
+      check_warpgroups_pin(pins, gpu_schedule_name(plan.schedule));
     }
     const int64_t heads = static_cast<int64_t>(shape.batch) * shape.num_kv_heads;
     if (plan.schedule == GpuSchedule::kPrefillWgmma) {
@@ -388,7 +391,7 @@ GpuPlan plan_gpu_call(
       plan.warpgroups = pins.warpgroups.value_or(tall_blocks >= kWgmmaTallBlocksPerSm * kSmCount ? 3 : 2);
       plan.key_tile = plan.warpgroups == 3 ? 64 : 128;
       plan.mma_stages = kWgmmaStages;
-      plan.threads = plan.warpgroups * 128;
+      plan.threads = plan.warpgroups * kGpuWarpgroupThreads;
       plan.blocks = heads * ceil_div(group_rows, plan.warpgroups * kWgmmaRowsPerWarpgroup);
       // The ring's K and V stages, and 1024 bytes to align it to a swizzle line group.
       plan.shared_bytes = 2 * plan.mma_stages * plan.key_tile * shape.head_dim * itemsize + 1024;

@@ -24,6 +24,8 @@
 namespace pagecheck {
 
 constexpr int kGpuThreadsPerBlock = 128;
+// Threads of a warpgroup (4 warps), the unit the warpgroup prefill's blocks come in.
+constexpr int kGpuWarpgroupThreads = 128;
 // Largest head dim the CUDA kernels take (register and shared-memory budgets);
 // the Metal mirrors take up to 128 (32 KB of threadgroup memory).
 constexpr int kGpuMaxHeadDim = 256;
