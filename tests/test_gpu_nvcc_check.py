@@ -167,6 +167,15 @@ def test_compacted_kernels_compile_to_the_same_machine_code(tmp_path, name):
     assert digests[0] == digests[1]
 
 
+@pytest.mark.parametrize("batch, query_len", [(1, 512), (4, 2048)])
+def test_the_checked_warpgroup_prefill_has_the_plans_ring_depth(batch, query_len):
+    from pagecheck import ext
+
+    plan = ext.gpu_launch_plan(batch, 32, query_len, 128, 8, 128, 64, "bfloat16", warpgroup_mma=True)
+    assert plan["schedule"] == "paged_prefill_wgmma"
+    assert plan["mma_stages"] == gpu_nvcc_check.WGMMA_STAGES
+
+
 @pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH: the CUDA toolkit's compiler checks the kernels "
                     "without a GPU")
 @pytest.mark.parametrize("warpgroups, key_tile", [(2, 128), (3, 64)])

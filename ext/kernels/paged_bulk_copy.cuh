@@ -32,13 +32,14 @@ __device__ __forceinline__ void barrier_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
-// A ring's stage barriers, one arrival each, made by the ring's owner 0
-// (lane 0 of a warp's ring, thread 0 of a block's); the caller then
+// A ring's stage barriers, `arrivals` arrivals each, made by the ring's owner
+// 0 (lane 0 of a warp's ring, thread 0 of a block's); the caller then
 // synchronises the ring's threads before any of them issues or waits.
-__device__ __forceinline__ void init_stage_barriers(unsigned long long* first, int stages, int owner) {
+__device__ __forceinline__ void init_stage_barriers(
+    unsigned long long* first, int stages, int owner, unsigned arrivals = 1) {
   if (owner == 0) {
     for (int stage = 0; stage < stages; ++stage) {
-      barrier_init(first + stage, 1);
+      barrier_init(first + stage, arrivals);
     }
     barrier_init_fence();
   }
@@ -62,6 +63,19 @@ __device__ __forceinline__ void barrier_wait(unsigned long long* barrier, unsign
         : "r"(shared_address(barrier)), "r"(parity)
         : "memory");
   }
+}
+
+// One arrival on the barrier once every cp.async this thread issued before
+// has landed (the arrival counts against the barrier's expected arrivals).
+__device__ __forceinline__ void barrier_arrive_after_copies(unsigned long long* barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(barrier)) : "memory");
+}
+
+// One arrival now, releasing this thread's earlier writes to the waiters.
+__device__ __forceinline__ void barrier_arrive(unsigned long long* barrier) {
+  asm volatile(
+      "{\n .reg .b64 state;\n mbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(shared_address(barrier))
+      : "memory");
 }
 
 __device__ __forceinline__ void fence_proxy_async_shared() {

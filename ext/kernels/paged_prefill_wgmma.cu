@@ -3,35 +3,39 @@
 //
 // Body of a kernel the op compiles itself (NVRTC, compute_90a; nvrtc_compile.h)
 // and runs through MLX's precompiled_cuda_kernel; headers: paged_common.cuh,
-// paged_mma.cuh, paged_wgmma.cuh. The entry point (gpu_dispatch.cpp) takes
-// the pointers query, key_pages, value_pages, block_table, context_lens and
-// out as paged_decode does, then the ints batch, num_q_heads, num_queries,
-// head_dim, num_pages, num_kv_heads, page_size, max_pages (the shapes the
-// other kernels read). Constants: T (bfloat16 or float16), HEAD_DIM (64 or
+// paged_mma.cuh, paged_bulk_copy.cuh, paged_wgmma.cuh. The entry point
+// (gpu_dispatch.cpp) takes the pointers query, key_pages, value_pages,
+// block_table, context_lens and out as paged_decode does, then the ints
+// batch, num_q_heads, num_queries, head_dim, num_pages, num_kv_heads,
+// page_size, max_pages (the shapes the other kernels read). Constants: T (bfloat16 or float16), HEAD_DIM (64 or
 // 128), KEY_TILE (64 or 128), STAGES (ring depth, at least 2), WARPGROUPS
 // (1 to 3), CAUSAL, TABLE, SCALE_BITS, SCALE_NEGATIVE (paged_common.cuh).
 //
 // Ownership: block x owns (request_idx, kv_head_idx, row_tile_idx), the
 // 64 * WARPGROUPS query rows [row_tile_idx * 64 * WARPGROUPS, +64 *
 // WARPGROUPS) of that kv head's G * L rows (numbered position-major), and
-// writes exactly those rows of `out`. Warpgroup g owns 64 of them; its warp w
-// rows 16w..16w+15 of those, with their query fragments, running output
-// (float32), max and sum in registers, in the layouts of paged_mma.cuh.
+// writes exactly those rows of `out`. Warpgroup g owns 64 of them, copied
+// once into its query tile in shared memory (the A operand of S = Q K^T); its
+// warp w rows 16w..16w+15 of those, with their running output (float32), max
+// and sum in registers, in the layouts of paged_mma.cuh.
 // The block walks the request's positions in key tiles of KEY_TILE
-// positions (position_tile: a tile inside one page is copied from that page,
-// a tile across pages row by row). All threads copy a tile's K and V rows
-// with cp.async into a ring of STAGES stages in the swizzled layout of
-// paged_wgmma.cuh (Sw128Rows), STAGES - 1 tiles ahead of the one consumed.
-// Per tile each warpgroup computes S = Q K^T as one wgmma chain over the head
-// dim, warpgroup_softmax turns S into weights in place (without the causal
-// and length cut where every row sees the whole tile), and O += P V is one
-// wgmma chain over the tile's keys, the weights packed as A fragments. The
-// warpgroups of a block, at one block per multiprocessor, take turns on the
-// tensor cores while the other runs its softmax. Under the causal mask the
-// walk stops after the last key the block's last row can see.
+// positions (position_tile). All threads copy a tile's K and V rows with
+// cp.async into a ring of STAGES stages in the swizzled layout of
+// paged_wgmma.cuh (Sw128Rows): a tile inside one page by fixed per-thread
+// offsets from the page's base (copy_page_tile), a tile across pages row by
+// row. Each stage has two mbarriers: full (every thread's copies landed,
+// arrived on by cp.async completion) and free (every thread is done reading
+// it), so no block-wide barrier ties the warpgroups together.
+// The warpgroups take turns on the tensor cores (named barriers, turn_wait /
+// turn_pass): in its turn a warpgroup issues O += P V for the previous tile
+// and S = Q K^T for this one, then runs this tile's softmax
+// (warpgroup_softmax, without the causal and length cut where every row sees
+// the whole tile) while the next warpgroup's products run. Under the causal
+// mask the walk stops after the last key the block's last row can see.
 // Launch: 128 * WARPGROUPS threads per block, blocks = B * H_kv * ceil(G * L
-// / (64 * WARPGROUPS)), dynamic shared memory 2 * STAGES * KEY_TILE *
-// HEAD_DIM * sizeof(T) + 1024 (the ring, aligned to 1024 bytes inside it).
+// / (64 * WARPGROUPS)), dynamic shared memory (2 * STAGES * KEY_TILE +
+// WARPGROUPS * 64) * HEAD_DIM * sizeof(T) + 16 * STAGES + 1024 (the ring, the
+// query tiles, the barriers, and slack to align the ring to 1024 bytes).
 using namespace pagecheck;
 constexpr int THREADS = 128 * WARPGROUPS;
 constexpr int ROW_TILE = 64 * WARPGROUPS;
@@ -42,7 +46,11 @@ constexpr int O_TILES = HEAD_DIM / 8;
 constexpr int PV_CHUNKS = KEY_TILE / 16;
 constexpr int STAGE_ELEMS = KEY_TILE * HEAD_DIM;
 constexpr int STAGE_BYTES = STAGE_ELEMS * static_cast<int>(sizeof(T));
-constexpr int SHARED_BYTES = 2 * STAGES * STAGE_BYTES + 1024;
+constexpr int Q_TILE_ELEMS = 64 * HEAD_DIM;
+// The ring, the warpgroups' query tiles, the ring's barriers (stage_full and stage_free, one per stage), 1024
+// bytes of alignment slack.
+constexpr int SHARED_BYTES =
+    2 * STAGES * STAGE_BYTES + WARPGROUPS * Q_TILE_ELEMS * static_cast<int>(sizeof(T)) + 2 * STAGES * 8 + 1024;
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "HEAD_DIM");
 static_assert(KEY_TILE == 64 || KEY_TILE == 128, "KEY_TILE");
 static_assert(STAGES >= 2, "STAGES");
@@ -57,6 +65,12 @@ extern __shared__ __align__(1024) unsigned char shared[];
 const unsigned shared_base = shared_address(shared);
 T* k_ring = reinterpret_cast<T*>(shared + ((1024 - (shared_base & 1023)) & 1023));
 T* v_ring = k_ring + STAGES * STAGE_ELEMS;
+// stage_full[s]: stage s holds its tile (every thread's copies landed); stage_free[s]: every thread is done reading it.
+T* q_tiles = v_ring + STAGES * STAGE_ELEMS;
+unsigned long long* stage_full = reinterpret_cast<unsigned long long*>(q_tiles + WARPGROUPS * Q_TILE_ELEMS);
+unsigned long long* stage_free = stage_full + STAGES;
+init_stage_barriers(stage_full, 2 * STAGES, threadIdx.x, THREADS);
+const int group = threadIdx.x / 128;
 
 // ---- Positions -----------------------------------------------------------------
 // The shapes the other kernels read from MLX's signature, from the int parameters.
@@ -65,8 +79,10 @@ const int pool_dims[4] = {num_pages, num_kv_heads, page_size, head_dim};
 const int table_dims[2] = {batch, max_pages};
 const PagedGeometry geo = make_geometry(query_dims, pool_dims, table_dims, TABLE);
 const WarpRows warp = warp_rows(geo, context_lens, ROW_TILE, CAUSAL);
-unsigned q_frag[QK_CHUNKS][4];
-load_query_fragments(q_frag, query, warp.rows, warp.pair_idx);
+T* q_tile = q_tiles + group * Q_TILE_ELEMS;
+store_query_tile<T, HEAD_DIM>(q_tile, query, warp.rows, warp.pair_idx, (threadIdx.x / 32) % 4);
+fence_async_shared();
+__syncthreads();
 const float score_scale = scale_of(SCALE_BITS, SCALE_NEGATIVE) * LOG2_E;
 constexpr bool POSITIVE_SCALE = !SCALE_NEGATIVE;
 
@@ -82,12 +98,34 @@ const bool vector_copy = is_aligned16(key_pages) && is_aligned16(value_pages);
 
 auto tile_of = [&](int tile_idx) { return position_tile(tile_idx, KEY_TILE, geo.page_size, pos_end); };
 
-// All threads copy one tile's K and V rows into ring stage `stage`.
-auto issue = [&](int tile_idx, int stage) {
-  copy_key_tile<T, HEAD_DIM, KEY_TILE, Rows>(geo, table_row, warp, tile_of(tile_idx), key_pages, value_pages,
-                                            k_ring + stage * STAGE_ELEMS, v_ring + stage * STAGE_ELEMS, vector_copy,
-                                            THREADS);
+// All threads copy tile `tile_idx`'s K and V rows into its ring stage and
+// arrive on the stage's full barrier once their copies have landed.
+auto issue = [&](int tile_idx) {
+  const int stage = tile_idx % STAGES;
+  const PageTile tile = tile_of(tile_idx);
+  T* stage_k = k_ring + stage * STAGE_ELEMS;
+  T* stage_v = v_ring + stage * STAGE_ELEMS;
+  if (vector_copy && tile.slot_begin + tile.count <= geo.page_size) {
+    const int page_id = tile_page_id(geo, table_row, warp.request_idx, tile);
+    const long long base =
+        page_offset(geo, page_id, warp.kv_head_idx) + static_cast<long long>(tile.slot_begin) * HEAD_DIM;
+    copy_page_tile<T, HEAD_DIM, KEY_TILE, THREADS>(stage_k, stage_v, key_pages, value_pages, base, tile.count,
+                                                  page_id >= 0);
+  } else {
+    copy_key_tile<T, HEAD_DIM, KEY_TILE, Rows>(geo, table_row, warp, tile, key_pages, value_pages, stage_k, stage_v,
+                                              vector_copy, THREADS);
+  }
+  if (vector_copy) {
+    barrier_arrive_after_copies(stage_full + stage);
+  } else {
+    barrier_arrive(stage_full + stage);
+  }
 };
+
+// Descriptors of the query tile and of ring stage 0's K and V; the others are offsets from them.
+const unsigned long long q_desc = wgmma_descriptor(q_tile, 16, 1024);
+const unsigned long long k_desc = wgmma_descriptor(k_ring, 16, 1024);
+const unsigned long long v_desc = wgmma_descriptor(v_ring, KEY_TILE * 128, 1024);
 
 float out_acc[O_TILES][4] = {};
 float run_max[2] = {NEG_INF, NEG_INF};
@@ -96,21 +134,23 @@ float run_sum[2] = {0.0f, 0.0f};
 // S = Q K^T for the warpgroup's 64 rows and the KEY_TILE keys of ring stage
 // `stage`, issued and committed, not waited for.
 auto issue_scores = [&](float (&score)[S_TILES][4], int stage) {
-  const T* stage_k = k_ring + stage * STAGE_ELEMS;
+  const unsigned long long stage_k = wgmma_descriptor_at(k_desc, stage * STAGE_BYTES);
   wgmma_fence();
 #pragma unroll
   for (int kc = 0; kc < QK_CHUNKS; ++kc) {
-    const unsigned long long desc = wgmma_descriptor(stage_k + (kc / 4) * KEY_TILE * 64 + (kc % 4) * 16, 16, 1024);
-    wgmma_rs<0>(score, q_frag[kc], desc, kc > 0, T{});
+    constexpr int ELEM = static_cast<int>(sizeof(T));
+    const unsigned long long desc_q = wgmma_descriptor_at(q_desc, ((kc / 4) * 64 * 64 + (kc % 4) * 16) * ELEM);
+    const unsigned long long desc_k =
+        wgmma_descriptor_at(stage_k, ((kc / 4) * KEY_TILE * 64 + (kc % 4) * 16) * ELEM);
+    wgmma_ss<0>(score, desc_q, desc_k, kc > 0, T{});
   }
   wgmma_commit();
 };
 
-// O += P V for the weights in `score` and the values of ring stage `stage`,
-// issued and committed: the score accumulators of key blocks 2kc, 2kc+1 are
-// the A fragment of key chunk kc.
-auto issue_values = [&](const float (&score)[S_TILES][4], int stage) {
-  unsigned p_frag[PV_CHUNKS][4];
+// The weights in `score` as the A fragments of O = P V: the score
+// accumulators of key blocks 2kc, 2kc+1 are the fragment of key chunk kc.
+unsigned p_frag[PV_CHUNKS][4];
+auto pack_weights = [&](const float (&score)[S_TILES][4]) {
 #pragma unroll
   for (int kc = 0; kc < PV_CHUNKS; ++kc) {
     p_frag[kc][0] = pack_pair(score[2 * kc][0], score[2 * kc][1], T{});
@@ -118,12 +158,17 @@ auto issue_values = [&](const float (&score)[S_TILES][4], int stage) {
     p_frag[kc][2] = pack_pair(score[2 * kc + 1][0], score[2 * kc + 1][1], T{});
     p_frag[kc][3] = pack_pair(score[2 * kc + 1][2], score[2 * kc + 1][3], T{});
   }
-  const T* stage_v = v_ring + stage * STAGE_ELEMS;
+};
+
+// O += P V for the packed weights and the values of ring stage `stage`,
+// issued and committed, not waited for.
+auto issue_values = [&](int stage) {
+  const unsigned long long stage_v = wgmma_descriptor_at(v_desc, stage * STAGE_BYTES);
   wgmma_fence();
 #pragma unroll
   for (int kc = 0; kc < PV_CHUNKS; ++kc) {
-    const unsigned long long desc = wgmma_descriptor(stage_v + kc * 16 * 64, KEY_TILE * 128, 1024);
-    wgmma_rs<1>(out_acc, p_frag[kc], desc, 1, T{});
+    wgmma_rs<1>(out_acc, p_frag[kc], wgmma_descriptor_at(stage_v, kc * 16 * 64 * static_cast<int>(sizeof(T))), 1,
+                T{});
   }
   wgmma_commit();
 };
@@ -137,35 +182,68 @@ auto softmax = [&](float (&score)[S_TILES][4], const PageTile& tile) {
   }
 };
 
-// ---- Walk the key tiles, STAGES - 1 copies in flight ahead of the one consumed ---------
+// ---- Walk the key tiles -----------------------------------------------------------------
+// Step t (0..num_tiles) of a warpgroup: in its turn on the tensor cores it
+// issues O += P V for tile t - 1 and S = Q K^T for tile t, hands the turn to
+// the next warpgroup, waits for both, and runs tile t's softmax while the
+// next warpgroup's products run. Stage t % STAGES is read once its full
+// barrier completes; tile t - 1's stage is freed after its values are used,
+// and refilled with tile t + STAGES - 1 at the end of the step, once every
+// thread has freed it (so the ring needs STAGES >= 3 for the copies to stay
+// a step ahead of the slowest warpgroup).
+constexpr bool TURNS = WARPGROUPS > 1;
+const int my_turn = 1 + group;
+const int next_turn = 1 + (group + 1) % WARPGROUPS;
 #pragma unroll
-for (int s = 0; s + 1 < STAGES; ++s) {
-  if (s < num_tiles) {
-    issue(s, s);
+for (int tile_idx = 0; tile_idx + 1 < STAGES; ++tile_idx) {
+  if (tile_idx < num_tiles) {
+    issue(tile_idx);
   }
-  commit_async();
 }
-for (int tile_idx = 0; tile_idx < num_tiles; ++tile_idx) {
-  const int stage = tile_idx % STAGES;
-  wait_async<STAGES - 2>();
-  fence_async_shared();
-  __syncthreads();
-  // Every thread is past the tile before this one, whose stage is refilled now.
-  if (tile_idx + STAGES - 1 < num_tiles) {
-    issue(tile_idx + STAGES - 1, (tile_idx + STAGES - 1) % STAGES);
+if (TURNS && num_tiles > 0 && group == WARPGROUPS - 1) {
+  // The last warpgroup hands warpgroup 0 its first turn.
+  turn_pass(next_turn);
+}
+for (int step = 0; step <= num_tiles; ++step) {
+  const int stage = step % STAGES;
+  const int prior_stage = (step + STAGES - 1) % STAGES;
+  const bool scores = step < num_tiles;
+  if (scores) {
+    barrier_wait(stage_full + stage, (step / STAGES) % 2);
+    fence_async_shared();
   }
-  commit_async();
-
   float score[S_TILES][4];
-  issue_scores(score, stage);
-  wgmma_wait<0>();
-  hold_registers(score);
-  softmax(score, tile_of(tile_idx));
-  issue_values(score, stage);
+  if (TURNS) {
+    turn_wait(my_turn);
+  }
+  if (step > 0) {
+    issue_values(prior_stage);
+  }
+  if (scores) {
+    issue_scores(score, stage);
+  }
+  // Every turn is handed on but the last warpgroup's last, which warpgroup 0 never waits for.
+  if (TURNS && !(step == num_tiles && group == WARPGROUPS - 1)) {
+    turn_pass(next_turn);
+  }
   wgmma_wait<0>();
   hold_registers(out_acc);
+  if (step > 0) {
+    barrier_arrive(stage_free + prior_stage);
+  }
+  if (scores) {
+    hold_registers(score);
+    softmax(score, tile_of(step));
+    pack_weights(score);
+  }
+  const int refill = step + STAGES - 1;
+  if (refill < num_tiles) {
+    if (refill >= STAGES) {
+      barrier_wait(stage_free + prior_stage, (refill / STAGES - 1) % 2);
+    }
+    issue(refill);
+  }
 }
-wait_async<0>();
 
 // ---- Normalise and store -------------------------------------------------------------
 store_rows(out, out_acc, run_sum, warp.rows, warp.pair_idx);

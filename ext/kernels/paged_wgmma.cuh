@@ -47,6 +47,83 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor(
   return desc;
 }
 
+// The warp's 16 query rows (rows[0]: row `group`, rows[1]: row `group + 8`
+// of warp `warp_in_group`'s slice) into its warpgroup's 64-row tile in the
+// swizzled layout (Sw128Rows<64>), the A operand of S = Q K^T: the 4 lanes of
+// a row pair copy every fourth 16-byte chunk; rows past the kv head's rows
+// are zeros. The caller fences (fence_async_shared) and synchronises before
+// the first wgmma reads them.
+template <typename T, int HEAD_DIM>
+__device__ __forceinline__ void store_query_tile(
+    T* q_tile,
+    const T* query,
+    const QueryRow (&rows)[2],
+    int pair_idx,
+    int warp_in_group) {
+  constexpr int CHUNKS = HEAD_DIM / 8;
+  const bool aligned = is_aligned16(query);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const QueryRow& row = rows[half];
+    const int tile_row = warp_in_group * 16 + (threadIdx.x % 32) / 4 + 8 * half;
+#pragma unroll
+    for (int chunk = pair_idx; chunk < CHUNKS; chunk += 4) {
+      T* dst = q_tile + Sw128Rows<64>::at(tile_row, chunk);
+      if (aligned) {
+        *reinterpret_cast<uint4*>(dst) =
+            row.valid ? *reinterpret_cast<const uint4*>(query + row.offset + chunk * 8) : make_uint4(0u, 0u, 0u, 0u);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          dst[e] = row.valid ? query[row.offset + chunk * 8 + e] : from_float<T>(0.0f);
+        }
+      }
+    }
+  }
+}
+
+// The descriptor of the matrix `bytes` further on in shared memory (the start
+// address field holds address / 16 and cannot carry: shared memory ends
+// below 2^18 bytes).
+__device__ __forceinline__ unsigned long long wgmma_descriptor_at(unsigned long long desc, unsigned bytes) {
+  return desc + (bytes >> 4);
+}
+
+// One tile inside one page (rows base, base + HEAD_DIM, ... of the pools) into
+// a ring stage's K and V (Sw128Rows<TILE>) by cp.async, with THREADS threads:
+// thread t copies chunk t % CHUNKS of rows t / CHUNKS + k * ROW_STEP, so its
+// shared offsets and swizzle are fixed and only the page's base moves. Rows
+// at or past `count`, or of an unmapped page, are zero-filled. Needs 16-byte
+// aligned pools.
+template <typename T, int HEAD_DIM, int TILE, int THREADS>
+__device__ __forceinline__ void copy_page_tile(
+    T* stage_k,
+    T* stage_v,
+    const T* key_pages,
+    const T* value_pages,
+    long long base,
+    int count,
+    bool mapped) {
+  constexpr int CHUNKS = HEAD_DIM / 8;
+  constexpr int ROW_STEP = THREADS / CHUNKS;
+  constexpr int PASSES = (TILE + ROW_STEP - 1) / ROW_STEP;
+  static_assert(THREADS % CHUNKS == 0 && ROW_STEP % 8 == 0, "one swizzle phase per thread");
+  const int first_row = threadIdx.x / CHUNKS;
+  const int chunk = threadIdx.x % CHUNKS;
+  const int first_dst = Sw128Rows<TILE>::at(first_row, chunk);
+  const long long first_src = base + static_cast<long long>(first_row) * HEAD_DIM + chunk * 8;
+#pragma unroll
+  for (int pass = 0; pass < PASSES; ++pass) {
+    const int row = first_row + pass * ROW_STEP;
+    if (TILE % ROW_STEP == 0 || row < TILE) {
+      const bool live = mapped && row < count;
+      const long long src = live ? first_src + static_cast<long long>(pass) * ROW_STEP * HEAD_DIM : 0;
+      copy_async16(stage_k + first_dst + pass * ROW_STEP * 64, key_pages + src, live);
+      copy_async16(stage_v + first_dst + pass * ROW_STEP * 64, value_pages + src, live);
+    }
+  }
+}
+
 // Orders this thread's register and shared accesses before the wgmma that
 // follows (needed before the first wgmma and whenever its registers changed).
 __device__ __forceinline__ void wgmma_fence() {
@@ -76,6 +153,17 @@ __device__ __forceinline__ void hold_registers(float (&d)[N][4]) {
   }
 }
 
+// Turns on the tensor cores between the warpgroups of a block: warpgroup g
+// waits at named barrier 1 + g (turn_wait) until the warpgroup before it hands
+// the turn over there (turn_pass); each turn takes both warpgroups' 128
+// threads. Barrier 0 stays __syncthreads'.
+__device__ __forceinline__ void turn_wait(int barrier_id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(barrier_id), "n"(2 * 128) : "memory");
+}
+__device__ __forceinline__ void turn_pass(int barrier_id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(barrier_id), "n"(2 * 128) : "memory");
+}
+
 // 2^x by the special-function unit alone (results below 2^-126 flush to 0,
 // which no softmax weight can tell apart from 0).
 __device__ __forceinline__ float exp2_ftz(float x) {
@@ -90,8 +178,11 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 // positive, POSITIVE, else the minimum), so the scale and the running maximum
 // meet every score in one fused multiply-add before the exponential. With
 // MASK the keys past the tile or past each row's causal limit are cut; a tile
-// that every row sees whole skips those compares. run_max is kept in scaled
-// base-2 units, shared by the 4 lanes of a group; run_sum per lane.
+// that every row sees whole skips those compares. The extreme and the sum
+// run over PARTS interleaved partials each, so that no chain of dependent
+// instructions is longer than S_TILES * 2 / PARTS; the two rows' steps are
+// interleaved the same way. run_max is kept in scaled base-2 units, shared by
+// the 4 lanes of a group; run_sum per lane.
 template <bool MASK, bool POSITIVE, int S_TILES, int O_TILES>
 __device__ __forceinline__ void warpgroup_softmax(
     float (&score)[S_TILES][4],
@@ -102,11 +193,19 @@ __device__ __forceinline__ void warpgroup_softmax(
     const PageTile& tile,
     float score_scale) {
   constexpr float FAR = POSITIVE ? NEG_INF : -NEG_INF;
+  constexpr int PARTS = 4;
+  float extreme[2][PARTS];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    float extreme = FAR;
 #pragma unroll
-    for (int nt = 0; nt < S_TILES; ++nt) {
+    for (int part = 0; part < PARTS; ++part) {
+      extreme[half][part] = FAR;
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < S_TILES; ++nt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
 #pragma unroll
       for (int col = 0; col < 2; ++col) {
         float value = score[nt][2 * half + col];
@@ -116,23 +215,46 @@ __device__ __forceinline__ void warpgroup_softmax(
           value = visible ? value : FAR;
           score[nt][2 * half + col] = value;
         }
-        extreme = POSITIVE ? fmaxf(extreme, value) : fminf(extreme, value);
+        float& part = extreme[half][(2 * nt + col) % PARTS];
+        part = POSITIVE ? fmaxf(part, value) : fminf(part, value);
       }
     }
-    extreme = POSITIVE ? group_max<4>(extreme) : -group_max<4>(-extreme);
-    const float base = move_running_max(out_acc, run_max, run_sum, half, fmaxf(run_max[half], extreme * score_scale),
-                                        [](float x) { return exp2_ftz(x); });
+  }
+  float base[2];
 #pragma unroll
-    for (int nt = 0; nt < S_TILES; ++nt) {
+  for (int half = 0; half < 2; ++half) {
+    float e = extreme[half][0];
+#pragma unroll
+    for (int part = 1; part < PARTS; ++part) {
+      e = POSITIVE ? fmaxf(e, extreme[half][part]) : fminf(e, extreme[half][part]);
+    }
+    e = POSITIVE ? group_max<4>(e) : -group_max<4>(-e);
+    base[half] = move_running_max(out_acc, run_max, run_sum, half, fmaxf(run_max[half], e * score_scale),
+                                  [](float x) { return exp2_ftz(x); });
+  }
+  float sums[2][PARTS] = {};
+#pragma unroll
+  for (int nt = 0; nt < S_TILES; ++nt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
 #pragma unroll
       for (int col = 0; col < 2; ++col) {
         float& value = score[nt][2 * half + col];
         // A cut key holds FAR and weighs 0 (its product with a zero scale would be NaN).
-        const float weight = exp2_ftz(fmaf(value, score_scale, -base));
+        const float weight = exp2_ftz(fmaf(value, score_scale, -base[half]));
         value = MASK && value == FAR ? 0.0f : weight;
-        run_sum[half] += value;
+        sums[half][(2 * nt + col) % PARTS] += value;
       }
     }
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float total = 0.0f;
+#pragma unroll
+    for (int part = 0; part < PARTS; ++part) {
+      total += sums[half][part];
+    }
+    run_sum[half] += total;
   }
 }
 
@@ -181,10 +303,36 @@ __device__ __forceinline__ void warpgroup_softmax(
                  : PAGECHECK_WGMMA_N##N##_OUTPUTS(d)                                                         \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));    \
   }
+// d (+)= A * B with both operands in shared memory (A K-major, through its
+// own descriptor): D's N / 2 floats, A's and B's descriptors, `accumulate`.
+#define PAGECHECK_WGMMA_SS_N64_OPERANDS \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, %35;\n"
+#define PAGECHECK_WGMMA_SS_N64_PREDICATE "setp.ne.b32 p, %34, 0;\n"
+#define PAGECHECK_WGMMA_SS_N128_OPERANDS \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
+    "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
+    "%59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, %67;\n"
+#define PAGECHECK_WGMMA_SS_N128_PREDICATE "setp.ne.b32 p, %66, 0;\n"
+#define PAGECHECK_WGMMA_SS(N, PTX_TYPE, CPP_TYPE)                                                           \
+  template <int TRANS_B>                                                                                     \
+  __device__ __forceinline__ void wgmma_ss(                                                                  \
+      float (&d)[N / 8][4], unsigned long long desc_a, unsigned long long desc_b, int accumulate, CPP_TYPE) { \
+    asm volatile("{\n.reg .pred p;\n" PAGECHECK_WGMMA_SS_N##N##_PREDICATE                                    \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_TYPE "." PTX_TYPE " "                   \
+                 PAGECHECK_WGMMA_SS_N##N##_OPERANDS "}\n"                                                    \
+                 : PAGECHECK_WGMMA_N##N##_OUTPUTS(d)                                                         \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));                                  \
+  }
 PAGECHECK_WGMMA_RS(64, "bf16", __nv_bfloat16)
 PAGECHECK_WGMMA_RS(64, "f16", __half)
 PAGECHECK_WGMMA_RS(128, "bf16", __nv_bfloat16)
 PAGECHECK_WGMMA_RS(128, "f16", __half)
+PAGECHECK_WGMMA_SS(64, "bf16", __nv_bfloat16)
+PAGECHECK_WGMMA_SS(64, "f16", __half)
+PAGECHECK_WGMMA_SS(128, "bf16", __nv_bfloat16)
+PAGECHECK_WGMMA_SS(128, "f16", __half)
 
 } // namespace pagecheck
 

@@ -58,7 +58,8 @@ const KernelSpec kDecode{"paged_decode", kPagedInputs, {"out"}, kDecodeHeaders};
 const KernelSpec kDecodeSplit{"paged_decode_split", kPagedInputs, {"scratch"}, kDecodeHeaders};
 const KernelSpec kPrefill{"paged_prefill", kPagedInputs, {"out"}, kCommonHeaders};
 const KernelSpec kPrefillMma{"paged_prefill_mma", kPagedInputs, {"out"}, kMmaHeaders};
-const std::vector<const char*> kWgmmaHeaders{"paged_common.cuh", "paged_mma.cuh", "paged_wgmma.cuh"};
+const std::vector<const char*> kWgmmaHeaders{"paged_common.cuh", "paged_mma.cuh", "paged_bulk_copy.cuh",
+                                             "paged_wgmma.cuh"};
 
 // Set when a warpgroup kernel failed to compile: prefills take paged_prefill_mma from then on.
 std::atomic<bool> wgmma_failed{false};

@@ -48,17 +48,20 @@ constexpr int kMinMmaStages = 2;
 constexpr int kDecodeStepsPerTile = 4;
 constexpr int kDecodeWarps = 4;
 constexpr int kPrefillMmaRowTile = 64;
-// The warpgroup prefill (paged_prefill_wgmma.cu): blocks of 3 warpgroups (192
-// query rows, key tiles of 64) where they fill every multiprocessor at least
-// twice over, else of 2 (128 rows, key tiles of 128), rings of 2 stages.
-// Every block reads its kv head's keys once, so taller blocks cut the L2
-// traffic: on the H200, B 4 x L 2048 over 8192 (bfloat16, H_q 32, H_kv 8, D
-// 128) ran in 2,395 us in 3-warpgroup blocks against 2,743 in 2; B 1 x L 512
-// over 4096 in 104 us in 2-warpgroup blocks (128 of them) against 128 in 3
-// (88 blocks leave 44 multiprocessors idle). ext/kernels/NOTES.md.
+// The warpgroup prefill (paged_prefill_wgmma.cu): blocks of 2 warpgroups (128
+// query rows, key tiles of 128) where pages hold whole tiles of 128 keys; else
+// blocks of 3 (192 rows, key tiles of 64) where they fill every multiprocessor
+// at least twice over, else of 2. Rings of 3 stages. On the H200 (bfloat16,
+// H_q 32, H_kv 8, D 128): pages of 128, B 4 x L 2048 over 8192 ran in 1,971 us
+// in 2-warpgroup blocks against 2,275 in 3, B 1 x L 512 over 4096 in 75 us
+// against 123; pages of 16, where a tile's rows come from several pages, B 4
+// took 3,146 us in 3-warpgroup blocks against 3,368 in 2 (more threads share
+// the per-row page lookups), B 1 123 us in 2 against 173 in 3 (88 blocks
+// leave 44 multiprocessors idle). ext/kernels/NOTES.md.
 constexpr int kWgmmaRowsPerWarpgroup = 64;
-constexpr int kWgmmaStages = 2;
+constexpr int kWgmmaStages = 3;
 constexpr int kWgmmaTallBlocksPerSm = 2;
+constexpr int kWgmmaWideKeyTile = 128;
 // The CUDA-core prefill takes 64 query rows per block; its Metal mirror 16,
 // because a threadgroup has 32 KB of memory on Apple GPUs.
 #ifdef __APPLE__
@@ -388,13 +391,18 @@ GpuPlan plan_gpu_call(
     const int64_t heads = static_cast<int64_t>(shape.batch) * shape.num_kv_heads;
     if (plan.schedule == GpuSchedule::kPrefillWgmma) {
       const int64_t tall_blocks = heads * ceil_div(group_rows, 3 * kWgmmaRowsPerWarpgroup);
-      plan.warpgroups = pins.warpgroups.value_or(tall_blocks >= kWgmmaTallBlocksPerSm * kSmCount ? 3 : 2);
-      plan.key_tile = plan.warpgroups == 3 ? 64 : 128;
+      const bool whole_tiles = shape.page_size % kWgmmaWideKeyTile == 0;
+      plan.warpgroups =
+          pins.warpgroups.value_or(!whole_tiles && tall_blocks >= kWgmmaTallBlocksPerSm * kSmCount ? 3 : 2);
+      plan.key_tile = plan.warpgroups == 3 ? 64 : kWgmmaWideKeyTile;
       plan.mma_stages = kWgmmaStages;
       plan.threads = plan.warpgroups * kGpuWarpgroupThreads;
       plan.blocks = heads * ceil_div(group_rows, plan.warpgroups * kWgmmaRowsPerWarpgroup);
-      // The ring's K and V stages, and 1024 bytes to align it to a swizzle line group.
-      plan.shared_bytes = 2 * plan.mma_stages * plan.key_tile * shape.head_dim * itemsize + 1024;
+      // The ring's K and V stages, each warpgroup's 64 query rows, a full and a free barrier per stage, and 1024
+      // bytes to align the ring to a swizzle line group.
+      plan.shared_bytes = (2 * plan.mma_stages * plan.key_tile + plan.warpgroups * kWgmmaRowsPerWarpgroup) *
+              shape.head_dim * itemsize +
+          2 * plan.mma_stages * 8 + 1024;
     } else if (plan.schedule == GpuSchedule::kPrefillMma) {
       plan.blocks = heads * ceil_div(group_rows, kPrefillMmaRowTile);
       // Key tiles are positions, not pages (copy_position_rows), so every page size takes 64.
