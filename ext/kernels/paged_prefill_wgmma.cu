@@ -204,7 +204,8 @@ if (TURNS && num_tiles > 0 && group == WARPGROUPS - 1) {
   // The last warpgroup hands warpgroup 0 its first turn.
   turn_pass(next_turn);
 }
-for (int step = 0; step <= num_tiles; ++step) {
+// A block with no key to see (context 0) takes no turn: nobody would hand it one.
+for (int step = 0; num_tiles > 0 && step <= num_tiles; ++step) {
   const int stage = step % STAGES;
   const int prior_stage = (step + STAGES - 1) % STAGES;
   const bool scores = step < num_tiles;
