@@ -5,11 +5,12 @@ import re
 import shutil
 import struct
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from pagecheck import ext
-
+from pagecheck.gpu import kernels as gpu_kernels
 from pagecheck.gpu import nvcc_check as gpu_nvcc_check
 
 
@@ -187,3 +188,17 @@ def test_the_warpgroup_prefill_compiles_for_sm90a_without_spills_or_serialized_m
                                                       tmp_path)
     assert ok, summary[-3000:]
     assert "spill_st=0 spill_ld=0" in summary and "wgmma_serialized=no" in summary, f"{variant.label}: {summary}"
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH: the CUDA toolkit's compiler checks the kernels "
+                    "without a GPU")
+def test_the_warpgroup_prefill_probe_compiles_for_sm90a(tmp_path):
+    # scripts/gpu_prefill_probe.sh builds this program on the device; it includes the kernel body as the op
+    # does, so a kernel change that breaks it shows here, before any device time is spent.
+    probe = Path(gpu_kernels.__file__).resolve().parent / "probes" / "prefill_wgmma_probe.cu"
+    result = subprocess.run(
+        [NVCC, "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", f"-I{gpu_kernels.KERNEL_DIR}",
+         "-Xptxas", "-v", "-c", str(probe), "-o", str(tmp_path / "probe.o")],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "spill" in result.stderr and not re.search(r"[1-9]\d* bytes spill", result.stderr), result.stderr[-3000:]

@@ -1,0 +1,251 @@
+// prefill_wgmma_probe: the warpgroup prefill (paged_prefill_wgmma.cu) as a
+// standalone CUDA program, for tuning it without rebuilding the extension.
+// Each variant (warpgroups x key tile, ring stages) runs on one paged layout
+// (shuffled pages, NaN in every unused slot, the last request of three or
+// more with context 0), is checked against a float64 host reference on
+// sampled rows, timed with CUDA events over back-to-back launches, and run a
+// second time to be compared bit for bit (a race shows as a difference).
+// bfloat16, D 128, causal, scale 1 / sqrt(D), through the block table.
+//
+//   nvcc -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -I ext/kernels \
+//        pagecheck/gpu/probes/prefill_wgmma_probe.cu -o prefill_wgmma_probe
+//   ./prefill_wgmma_probe B H_Q H_KV L CONTEXT PAGE [REPS] [SAMPLES] [VARIANT]
+//
+// scripts/gpu_prefill_probe.sh builds and runs it at the benchmark's shapes.
+// Exit status 0 when every variant agreed with the reference and with
+// itself, 2 otherwise, 1 on bad arguments or a CUDA error.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda/std/limits>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+#include "paged_common.cuh"
+#include "paged_mma.cuh"
+#include "paged_bulk_copy.cuh"
+#include "paged_wgmma.cuh"
+
+namespace {
+
+constexpr int HEAD_DIM_ARG = 128;
+constexpr int SCALE_BITS_ARG = 0x3db504f3;  // 1 / sqrt(128) as float32 bits
+constexpr double TOLERANCE = 2e-2;  // absolute, on outputs of magnitude <= 1 (bfloat16 output rounding)
+
+template <typename T, int HEAD_DIM, int KEY_TILE, int STAGES, int WARPGROUPS>
+__global__ void __launch_bounds__(128 * WARPGROUPS, 1) probe_kernel(
+    const T* query, const T* key_pages, const T* value_pages, const int32_t* block_table,
+    const int32_t* context_lens, T* out, int batch, int num_q_heads, int num_queries, int head_dim, int num_pages,
+    int num_kv_heads, int page_size, int max_pages) {
+  constexpr bool CAUSAL = true;
+  constexpr int TABLE = 0;
+  constexpr int SCALE_BITS = SCALE_BITS_ARG;
+  constexpr bool SCALE_NEGATIVE = false;
+#include "paged_prefill_wgmma.cu"
+}
+
+using bf16 = __nv_bfloat16;
+using Kernel = void (*)(const bf16*, const bf16*, const bf16*, const int32_t*, const int32_t*, bf16*, int, int, int,
+                        int, int, int, int, int);
+
+struct Variant {
+  const char* name;
+  Kernel kernel;
+  int key_tile, stages, warpgroups;
+};
+
+#define PROBE_VARIANT(KT, S, WG) \
+  Variant { "wg" #WG "_kt" #KT "_s" #S, probe_kernel<bf16, HEAD_DIM_ARG, KT, S, WG>, KT, S, WG }
+const Variant VARIANTS[] = {
+    PROBE_VARIANT(128, 3, 2), PROBE_VARIANT(128, 2, 2), PROBE_VARIANT(64, 3, 2),
+    PROBE_VARIANT(64, 3, 3), PROBE_VARIANT(64, 4, 3), PROBE_VARIANT(64, 3, 1),
+};
+
+bool check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(status));
+    std::exit(1);
+  }
+  return true;
+}
+
+float round_bf16(float x) {
+  return __bfloat162float(__float2bfloat16(x));
+}
+
+struct SampledRow {
+  int request_idx, q_head_idx, query_idx;
+  std::vector<double> out;  // float64 reference
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 7) {
+    std::fprintf(stderr, "usage: %s B H_Q H_KV L CONTEXT PAGE [REPS] [SAMPLES] [VARIANT]\n", argv[0]);
+    return 1;
+  }
+  const int batch = std::atoi(argv[1]), num_q_heads = std::atoi(argv[2]), num_kv_heads = std::atoi(argv[3]);
+  const int num_queries = std::atoi(argv[4]), context = std::atoi(argv[5]), page_size = std::atoi(argv[6]);
+  const int reps = argc > 7 ? std::atoi(argv[7]) : 20;
+  const int samples = argc > 8 ? std::atoi(argv[8]) : 64;
+  const char* only = argc > 9 ? argv[9] : "";
+  if (batch < 1 || num_kv_heads < 1 || num_q_heads % num_kv_heads != 0 || num_queries < 9 ||
+      context < num_queries || page_size < 1 || reps < 1 || samples < 1) {
+    std::fprintf(stderr, "need B >= 1, H_Q a multiple of H_KV, L >= 9, CONTEXT >= L, PAGE, REPS, SAMPLES >= 1\n");
+    return 1;
+  }
+  constexpr int D = HEAD_DIM_ARG;
+  const int group = num_q_heads / num_kv_heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+
+  // ---- Layout: shuffled pages, NaN in every slot no request owns --------------------------
+  const int pages_per_request = (context + page_size - 1) / page_size;
+  const int max_pages = pages_per_request + 1;
+  const int num_pages = batch * pages_per_request + 5;
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const size_t query_elems = static_cast<size_t>(batch) * num_q_heads * num_queries * D;
+  const size_t pool_elems = static_cast<size_t>(num_pages) * num_kv_heads * page_size * D;
+  std::vector<float> query(query_elems), keys(pool_elems, NAN), values(pool_elems, NAN);
+  for (float& x : query) x = round_bf16(uniform(rng));
+  std::vector<int> page_order(num_pages);
+  for (int i = 0; i < num_pages; ++i) page_order[i] = i;
+  std::shuffle(page_order.begin(), page_order.end(), rng);
+  std::vector<int> table(static_cast<size_t>(batch) * max_pages, -1), context_lens(batch);
+  for (int request_idx = 0; request_idx < batch; ++request_idx) {
+    context_lens[request_idx] = (batch > 2 && request_idx == batch - 1) ? 0 : context - (request_idx % 3) * 7;
+    for (int page_idx = 0; page_idx < pages_per_request; ++page_idx) {
+      table[request_idx * max_pages + page_idx] = page_order[request_idx * pages_per_request + page_idx];
+    }
+  }
+  auto slot_offset = [&](int request_idx, int kv_head_idx, int pos) {
+    const int page_id = table[request_idx * max_pages + pos / page_size];
+    return ((static_cast<size_t>(page_id) * num_kv_heads + kv_head_idx) * page_size + pos % page_size) * D;
+  };
+  for (int request_idx = 0; request_idx < batch; ++request_idx) {
+    for (int pos = 0; pos < context_lens[request_idx]; ++pos) {
+      for (int kv_head_idx = 0; kv_head_idx < num_kv_heads; ++kv_head_idx) {
+        const size_t base = slot_offset(request_idx, kv_head_idx, pos);
+        for (int d = 0; d < D; ++d) {
+          keys[base + d] = round_bf16(2.0f * uniform(rng));
+          values[base + d] = round_bf16(uniform(rng));
+        }
+      }
+    }
+  }
+
+  // ---- Reference on sampled rows (causal, aligned to the end of the context) -------------
+  std::vector<SampledRow> rows;
+  for (int t = 0; t < samples; ++t) {
+    SampledRow row{static_cast<int>(rng() % batch), static_cast<int>(rng() % num_q_heads),
+                   t == 0 ? 0 : (t == 1 ? num_queries - 1 : static_cast<int>(rng() % num_queries)),
+                   std::vector<double>(D, 0.0)};
+    const int kv_head_idx = row.q_head_idx / group;
+    const int key_limit = row.query_idx + context_lens[row.request_idx] - num_queries;
+    const float* q = &query[((static_cast<size_t>(row.request_idx) * num_q_heads + row.q_head_idx) * num_queries +
+                             row.query_idx) * D];
+    std::vector<double> weights(std::max(key_limit + 1, 0));
+    double max_score = -INFINITY, total = 0.0;
+    for (int pos = 0; pos <= key_limit; ++pos) {
+      const float* k = &keys[slot_offset(row.request_idx, kv_head_idx, pos)];
+      double dot = 0.0;
+      for (int d = 0; d < D; ++d) dot += static_cast<double>(q[d]) * k[d];
+      weights[pos] = dot * scale;
+      max_score = std::max(max_score, weights[pos]);
+    }
+    for (int pos = 0; pos <= key_limit; ++pos) {
+      weights[pos] = std::exp(weights[pos] - max_score);
+      total += weights[pos];
+    }
+    for (int pos = 0; pos <= key_limit; ++pos) {
+      const float* v = &values[slot_offset(row.request_idx, kv_head_idx, pos)];
+      for (int d = 0; d < D; ++d) row.out[d] += weights[pos] / total * v[d];
+    }
+    rows.push_back(std::move(row));
+  }
+
+  // ---- Device buffers ------------------------------------------------------------------------
+  auto to_bf16 = [](const std::vector<float>& x) {
+    std::vector<bf16> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = __float2bfloat16(x[i]);
+    return y;
+  };
+  const std::vector<bf16> query_h = to_bf16(query), keys_h = to_bf16(keys), values_h = to_bf16(values);
+  bf16 *query_d, *keys_d, *values_d, *out_d;
+  int32_t *table_d, *lens_d;
+  check(cudaMalloc(&query_d, query_elems * 2), "cudaMalloc");
+  check(cudaMalloc(&keys_d, pool_elems * 2), "cudaMalloc");
+  check(cudaMalloc(&values_d, pool_elems * 2), "cudaMalloc");
+  check(cudaMalloc(&out_d, query_elems * 2), "cudaMalloc");
+  check(cudaMalloc(&table_d, table.size() * 4), "cudaMalloc");
+  check(cudaMalloc(&lens_d, batch * 4), "cudaMalloc");
+  check(cudaMemcpy(query_d, query_h.data(), query_elems * 2, cudaMemcpyHostToDevice), "copy query");
+  check(cudaMemcpy(keys_d, keys_h.data(), pool_elems * 2, cudaMemcpyHostToDevice), "copy keys");
+  check(cudaMemcpy(values_d, values_h.data(), pool_elems * 2, cudaMemcpyHostToDevice), "copy values");
+  check(cudaMemcpy(table_d, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "copy table");
+  check(cudaMemcpy(lens_d, context_lens.data(), batch * 4, cudaMemcpyHostToDevice), "copy lens");
+
+  double flops = 0.0;
+  for (int request_idx = 0; request_idx < batch; ++request_idx) {
+    for (int query_idx = 0; query_idx < num_queries; ++query_idx) {
+      flops += 4.0 * D * std::max(0, query_idx + context_lens[request_idx] - num_queries + 1);
+    }
+  }
+  flops *= num_q_heads;
+
+  // ---- Each variant: check, time, check again ------------------------------------------------
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  int failures = 0;
+  std::vector<bf16> first(query_elems), second(query_elems);
+  for (const Variant& variant : VARIANTS) {
+    if (only[0] != '\0' && std::strstr(variant.name, only) == nullptr) continue;
+    const int shared_bytes = (2 * variant.stages * variant.key_tile + variant.warpgroups * 64) * D * 2 +
+        2 * variant.stages * 8 + 1024;
+    const int blocks = batch * num_kv_heads * ((group * num_queries + 64 * variant.warpgroups - 1) /
+                                               (64 * variant.warpgroups));
+    check(cudaFuncSetAttribute(variant.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes),
+          "shared memory attribute");
+    check(cudaMemset(out_d, 0xff, query_elems * 2), "fill out");
+    auto launch = [&]() {
+      variant.kernel<<<blocks, 128 * variant.warpgroups, shared_bytes>>>(
+          query_d, keys_d, values_d, table_d, lens_d, out_d, batch, num_q_heads, num_queries, D, num_pages,
+          num_kv_heads, page_size, max_pages);
+    };
+    launch();
+    check(cudaGetLastError(), variant.name);
+    check(cudaDeviceSynchronize(), variant.name);
+    check(cudaMemcpy(first.data(), out_d, query_elems * 2, cudaMemcpyDeviceToHost), "copy out");
+    double max_error = 0.0;
+    int bad = 0;
+    for (const SampledRow& row : rows) {
+      const size_t base = ((static_cast<size_t>(row.request_idx) * num_q_heads + row.q_head_idx) * num_queries +
+                           row.query_idx) * D;
+      for (int d = 0; d < D; ++d) {
+        const double error = std::fabs(static_cast<double>(__bfloat162float(first[base + d])) - row.out[d]);
+        bad += !(error <= TOLERANCE);
+        max_error = std::isnan(error) ? INFINITY : std::max(max_error, error);
+      }
+    }
+    for (int i = 0; i < 3; ++i) launch();
+    check(cudaEventRecord(start), "event");
+    for (int i = 0; i < reps; ++i) launch();
+    check(cudaEventRecord(stop), "event");
+    check(cudaEventSynchronize(stop), variant.name);
+    float ms = 0.0f;
+    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    check(cudaMemcpy(second.data(), out_d, query_elems * 2, cudaMemcpyDeviceToHost), "copy out");
+    const bool repeatable = std::memcmp(first.data(), second.data(), query_elems * 2) == 0;
+    const double us = 1000.0 * ms / reps;
+    std::printf("%s %s B%d L%d ctx%d page%d: %.1f us (%.0f TFLOP/s) max_err %.3g bad %d repeatable %d\n",
+                bad || !repeatable ? "FAIL" : "PASS", variant.name, batch, num_queries, context, page_size, us,
+                flops / us * 1e-6, max_error, bad, static_cast<int>(repeatable));
+    failures += bad || !repeatable;
+  }
+  return failures ? 2 : 0;
+}
