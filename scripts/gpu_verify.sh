@@ -21,7 +21,8 @@
 #   invariants  the invariants suite with --pagecheck-device gpu
 #   tolerance   the tolerance sweep with --device gpu, reports in LOGDIR/tolerance
 #   harness     every kernel schedule against the float64 reference
-#               (HARNESS_LIMIT seconds, 420 by default: the v19 run passed its 420 case checks in 300 s, before the big-pool checks)
+#               (HARNESS_LIMIT seconds, 420 by default: in 300 s the v19
+#               run passed its 420 case checks but not the big-pool ones)
 #   bench       the GPU benchmark (BENCH_ARGS adds options)
 #   profile     each kernel's GPU time per chained call (PROFILE_ARGS adds
 #               options)
