@@ -37,20 +37,22 @@
 // WARPGROUPS * 64) * HEAD_DIM * sizeof(T) + 16 * STAGES + 1024 (the ring, the
 // query tiles, the barriers, and slack to align the ring to 1024 bytes).
 using namespace pagecheck;
-constexpr int THREADS = 128 * WARPGROUPS;
+constexpr int WARPGROUP_THREADS = 128;
+constexpr int THREADS = WARPGROUP_THREADS * WARPGROUPS;
 constexpr int ROW_TILE = 64 * WARPGROUPS;
+constexpr int ELEM_BYTES = static_cast<int>(sizeof(T));
 using Rows = Sw128Rows<KEY_TILE>;
 constexpr int S_TILES = KEY_TILE / 8;
 constexpr int QK_CHUNKS = HEAD_DIM / 16;
 constexpr int O_TILES = HEAD_DIM / 8;
 constexpr int PV_CHUNKS = KEY_TILE / 16;
 constexpr int STAGE_ELEMS = KEY_TILE * HEAD_DIM;
-constexpr int STAGE_BYTES = STAGE_ELEMS * static_cast<int>(sizeof(T));
+constexpr int STAGE_BYTES = STAGE_ELEMS * ELEM_BYTES;
 constexpr int Q_TILE_ELEMS = 64 * HEAD_DIM;
 // The ring, the warpgroups' query tiles, the ring's barriers (stage_full and stage_free, one per stage), 1024
 // bytes of alignment slack.
 constexpr int SHARED_BYTES =
-    2 * STAGES * STAGE_BYTES + WARPGROUPS * Q_TILE_ELEMS * static_cast<int>(sizeof(T)) + 2 * STAGES * 8 + 1024;
+    2 * STAGES * STAGE_BYTES + WARPGROUPS * Q_TILE_ELEMS * ELEM_BYTES + 2 * STAGES * 8 + 1024;
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "HEAD_DIM");
 static_assert(KEY_TILE == 64 || KEY_TILE == 128, "KEY_TILE");
 static_assert(STAGES >= 2, "STAGES");
@@ -65,12 +67,13 @@ extern __shared__ __align__(1024) unsigned char shared[];
 const unsigned shared_base = shared_address(shared);
 T* k_ring = reinterpret_cast<T*>(shared + ((1024 - (shared_base & 1023)) & 1023));
 T* v_ring = k_ring + STAGES * STAGE_ELEMS;
-// stage_full[s]: stage s holds its tile (every thread's copies landed); stage_free[s]: every thread is done reading it.
 T* q_tiles = v_ring + STAGES * STAGE_ELEMS;
+// stage_full[s]: stage s holds its tile (every thread's copies landed); stage_free[s]: every thread is done
+// reading it.
 unsigned long long* stage_full = reinterpret_cast<unsigned long long*>(q_tiles + WARPGROUPS * Q_TILE_ELEMS);
 unsigned long long* stage_free = stage_full + STAGES;
 init_stage_barriers(stage_full, 2 * STAGES, threadIdx.x, THREADS);
-const int group = threadIdx.x / 128;
+const int group = threadIdx.x / WARPGROUP_THREADS;
 
 // ---- Positions -----------------------------------------------------------------
 // The shapes the other kernels read from MLX's signature, from the int parameters.
@@ -138,10 +141,10 @@ auto issue_scores = [&](float (&score)[S_TILES][4], int stage) {
   wgmma_fence();
 #pragma unroll
   for (int kc = 0; kc < QK_CHUNKS; ++kc) {
-    constexpr int ELEM = static_cast<int>(sizeof(T));
-    const unsigned long long desc_q = wgmma_descriptor_at(q_desc, ((kc / 4) * 64 * 64 + (kc % 4) * 16) * ELEM);
+    const unsigned long long desc_q =
+        wgmma_descriptor_at(q_desc, ((kc / 4) * 64 * 64 + (kc % 4) * 16) * ELEM_BYTES);
     const unsigned long long desc_k =
-        wgmma_descriptor_at(stage_k, ((kc / 4) * KEY_TILE * 64 + (kc % 4) * 16) * ELEM);
+        wgmma_descriptor_at(stage_k, ((kc / 4) * KEY_TILE * 64 + (kc % 4) * 16) * ELEM_BYTES);
     wgmma_ss<0>(score, desc_q, desc_k, kc > 0, T{});
   }
   wgmma_commit();
@@ -167,8 +170,7 @@ auto issue_values = [&](int stage) {
   wgmma_fence();
 #pragma unroll
   for (int kc = 0; kc < PV_CHUNKS; ++kc) {
-    wgmma_rs<1>(out_acc, p_frag[kc], wgmma_descriptor_at(stage_v, kc * 16 * 64 * static_cast<int>(sizeof(T))), 1,
-                T{});
+    wgmma_rs<1>(out_acc, p_frag[kc], wgmma_descriptor_at(stage_v, kc * 16 * 64 * ELEM_BYTES), 1, T{});
   }
   wgmma_commit();
 };
