@@ -168,6 +168,11 @@ def run_layout(label: str, layout: PagedLayout, want: np.ndarray, runs: tuple[Ru
         if schedule == PREFILL_WGMMA and not wgmma:
             continue
         for warpgroups in WGMMA_WARPGROUPS if schedule == PREFILL_WGMMA else (None,):
+            walk = "" if mma is None else ("/mma" if mma else "/lanes")
+            height = "" if warpgroups is None else f"/wg{warpgroups}"
+            name = (schedule or "auto") + walk + height
+            # A kernel that never returns leaves this line last in the log, naming the run that hung.
+            print(f"RUN  {label} [{name}]", file=sys.stderr, flush=True)
             start = time.perf_counter()
             got = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, splits=splits,
                                               tensor_cores=mma, bulk=bulk, warpgroups=warpgroups, poison_output=True)
@@ -182,10 +187,8 @@ def run_layout(label: str, layout: PagedLayout, want: np.ndarray, runs: tuple[Ru
                 same = bool(mx.array_equal(got, again, equal_nan=True).item())
                 extra["repeatable"] = same
                 passed = passed and same
-            walk = "" if mma is None else ("/mma" if mma else "/lanes")
-            height = "" if warpgroups is None else f"/wg{warpgroups}"
             outcomes.append(Outcome(
-                label, (schedule or "auto") + walk + height, splits, passed, result.summary(), result.rel_l2_error,
+                label, name, splits, passed, result.summary(), result.rel_l2_error,
                 result.max_abs_error, seconds, extra,
             ))
     return outcomes
