@@ -37,7 +37,6 @@
 // WARPGROUPS * 64) * HEAD_DIM * sizeof(T) + 16 * STAGES + 1024 (the ring, the
 // query tiles, the barriers, and slack to align the ring to 1024 bytes).
 using namespace pagecheck;
-constexpr int WARPGROUP_THREADS = 128;
 constexpr int THREADS = WARPGROUP_THREADS * WARPGROUPS;
 constexpr int ROW_TILE = 64 * WARPGROUPS;
 constexpr int ELEM_BYTES = static_cast<int>(sizeof(T));

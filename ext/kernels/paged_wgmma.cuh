@@ -26,6 +26,9 @@
 
 namespace pagecheck {
 
+// Threads of a warpgroup: 4 consecutive warps.
+constexpr int WARPGROUP_THREADS = 128;
+
 template <int ROWS>
 struct Sw128Rows {
   static_assert(ROWS % 8 == 0, "whole 8-row swizzle groups");
@@ -155,13 +158,13 @@ __device__ __forceinline__ void hold_registers(float (&d)[N][4]) {
 
 // Turns on the tensor cores between the warpgroups of a block: warpgroup g
 // waits at named barrier 1 + g (turn_wait) until the warpgroup before it hands
-// the turn over there (turn_pass); each turn takes both warpgroups' 128
+// the turn over there (turn_pass); each turn takes both warpgroups'
 // threads. Barrier 0 stays __syncthreads'.
 __device__ __forceinline__ void turn_wait(int barrier_id) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(barrier_id), "n"(2 * 128) : "memory");
+  asm volatile("bar.sync %0, %1;\n" ::"r"(barrier_id), "n"(2 * WARPGROUP_THREADS) : "memory");
 }
 __device__ __forceinline__ void turn_pass(int barrier_id) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(barrier_id), "n"(2 * 128) : "memory");
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(barrier_id), "n"(2 * WARPGROUP_THREADS) : "memory");
 }
 
 // 2^x by the special-function unit alone (results below 2^-126 flush to 0,
@@ -264,10 +267,16 @@ __device__ __forceinline__ void warpgroup_softmax(
 // operands: D's N / 2 floats, A's 4 words, B's descriptor, then `accumulate`
 // (as the predicate p) and TRANS_B.
 #define PAGECHECK_WGMMA_N64_PREDICATE "setp.ne.b32 p, %37, 0;\n"
-#define PAGECHECK_WGMMA_N64_OPERANDS \
+// D's register list, operands %0.. of every wrapper below.
+#define PAGECHECK_WGMMA_N64_D \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
-    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, " \
-    "%38;\n"
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define PAGECHECK_WGMMA_N128_D \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
+    "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
+    "%59, %60, %61, %62, %63}"
+#define PAGECHECK_WGMMA_N64_OPERANDS PAGECHECK_WGMMA_N64_D ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n"
 #define PAGECHECK_WGMMA_N64_OUTPUTS(d) \
     "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
     "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
@@ -278,11 +287,7 @@ __device__ __forceinline__ void warpgroup_softmax(
     "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
     "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
 #define PAGECHECK_WGMMA_N128_PREDICATE "setp.ne.b32 p, %69, 0;\n"
-#define PAGECHECK_WGMMA_N128_OPERANDS \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
-    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
-    "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
-    "%59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n"
+#define PAGECHECK_WGMMA_N128_OPERANDS PAGECHECK_WGMMA_N128_D ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n"
 #define PAGECHECK_WGMMA_N128_OUTPUTS(d) \
     PAGECHECK_WGMMA_N64_OUTPUTS(d), \
     "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), \
@@ -305,15 +310,9 @@ __device__ __forceinline__ void warpgroup_softmax(
   }
 // d (+)= A * B with both operands in shared memory (A K-major, through its
 // own descriptor): D's N / 2 floats, A's and B's descriptors, `accumulate`.
-#define PAGECHECK_WGMMA_SS_N64_OPERANDS \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
-    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, %35;\n"
+#define PAGECHECK_WGMMA_SS_N64_OPERANDS PAGECHECK_WGMMA_N64_D ", %32, %33, p, 1, 1, 0, %35;\n"
 #define PAGECHECK_WGMMA_SS_N64_PREDICATE "setp.ne.b32 p, %34, 0;\n"
-#define PAGECHECK_WGMMA_SS_N128_OPERANDS \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
-    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
-    "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
-    "%59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, %67;\n"
+#define PAGECHECK_WGMMA_SS_N128_OPERANDS PAGECHECK_WGMMA_N128_D ", %64, %65, p, 1, 1, 0, %67;\n"
 #define PAGECHECK_WGMMA_SS_N128_PREDICATE "setp.ne.b32 p, %66, 0;\n"
 #define PAGECHECK_WGMMA_SS(N, PTX_TYPE, CPP_TYPE)                                                           \
   template <int TRANS_B>                                                                                     \
