@@ -1,5 +1,6 @@
-"""pagecheck's C++ MLX extension: paged and dense attention ops, the quantized embedding lookup, and the one
-GPU launch planner (`gpu_launch_plan` and its figures), which the Python launcher pagecheck/gpu/kernels.py asks.
+"""pagecheck's C++ MLX extension: paged and dense attention ops, the quantized embedding lookup, a Qwen3
+layer's fused q/k norm and rotary embedding, and the one GPU launch planner (`gpu_launch_plan` and its
+figures), which the Python launcher pagecheck/gpu/kernels.py asks.
 
 mlx.core is imported first: it loads libmlx.so and registers the array type
 that the extension's bindings share (nanobind domain "mlx").
@@ -23,6 +24,7 @@ from pagecheck.ext._ext import (
     gpu_walk_registers,
     paged_attention,
     paged_inputs_validated,
+    qk_norm_rope,
     quantized_embedding,
     remember_valid_paged_inputs,
     validated_metadata_entries,
@@ -34,6 +36,6 @@ __all__ = [
     "gpu_launch_plan", "gpu_plan_constants", "gpu_prefill_wgmma_kernel", "gpu_prefill_wgmma_source",
     "gpu_takes_tensor_cores", "gpu_takes_warpgroup_mma",
     "gpu_walk_registers", "gpu_warpgroup_mma", "paged_attention",
-    "paged_inputs_validated", "quantized_embedding", "remember_valid_paged_inputs", "validated_metadata_entries",
+    "paged_inputs_validated", "qk_norm_rope", "quantized_embedding", "remember_valid_paged_inputs", "validated_metadata_entries",
     "validated_paged_attention",
 ]

@@ -55,14 +55,18 @@ def project_qkv(
 ) -> tuple[mx.array, mx.array, mx.array]:
     """x [B, L, hidden] (already normed); offsets: tokens already cached per row (int or int32 [B]).
 
-    Returns query [B, H_q, L, D] and key, value [B, H_kv, L, D], with q/k norms and rotary applied."""
-    head_dim = config.head_dim
-    query = _split_heads(quantized_linear(x, layer.q_proj), config.num_q_heads, head_dim)
-    key = _split_heads(quantized_linear(x, layer.k_proj), config.num_kv_heads, head_dim)
-    value = _split_heads(quantized_linear(x, layer.v_proj), config.num_kv_heads, head_dim)
-    # The norms run over head_dim, the last axis in either layout.
-    query = _rope(mx.fast.rms_norm(query, layer.q_norm, config.rms_norm_eps), offsets, config)
-    key = _rope(mx.fast.rms_norm(key, layer.k_norm, config.rms_norm_eps), offsets, config)
+    Returns query [B, H_q, L, D] and key, value [B, H_kv, L, D], with q/k norms and rotary applied: one
+    matmul on the stacked q|k|v rows, then one extension dispatch (ext.qk_norm_rope) for the head split,
+    both norms and both rotations."""
+    qkv = quantized_linear(x, layer.qkv_proj)
+    if isinstance(offsets, mx.array):
+        starts = offsets if offsets.dtype == mx.int32 else offsets.astype(mx.int32)
+    else:
+        starts = mx.full((x.shape[0],), offsets, dtype=mx.int32)
+    query, key, value = ext.qk_norm_rope(
+        qkv, layer.q_norm, layer.k_norm, starts, config.num_q_heads, config.num_kv_heads, config.rms_norm_eps,
+        config.rope_theta,
+    )
     return query, key, value
 
 
@@ -71,28 +75,13 @@ def output_projection(attended: mx.array, layer: Qwen3LayerWeights) -> mx.array:
     return quantized_linear(_merge_heads(attended), layer.o_proj)
 
 
-def _split_heads(x: mx.array, heads: int, head_dim: int) -> mx.array:
-    """[B, L, heads * D] -> [B, heads, L, D]. At L == 1 (a decode step) both orders are the same memory, so
-    a reshape alone gives it: no transpose node, and a row-contiguous result that later reshapes (the
-    cache's row writes) need not copy."""
-    batch, length, _ = x.shape
-    if length == 1:
-        return x.reshape(batch, heads, 1, head_dim)
-    return x.reshape(batch, length, heads, head_dim).transpose(0, 2, 1, 3)
-
-
 def _merge_heads(x: mx.array) -> mx.array:
-    """[B, heads, L, D] -> [B, L, heads * D], the inverse of _split_heads (a reshape alone at L == 1)."""
+    """[B, heads, L, D] -> [B, L, heads * D]. At L == 1 (a decode step) both orders are the same memory, so a
+    reshape alone gives it: no transpose node."""
     batch, heads, length, head_dim = x.shape
     if length == 1:
         return x.reshape(batch, 1, heads * head_dim)
     return x.transpose(0, 2, 1, 3).reshape(batch, length, heads * head_dim)
-
-
-def _rope(x: mx.array, offsets: int | mx.array, config: Qwen3Config) -> mx.array:
-    return mx.fast.rope(
-        x, config.head_dim, traditional=False, base=config.rope_theta, scale=1.0, offset=offsets
-    )
 
 
 def attend(

@@ -1,12 +1,13 @@
 """Seeded random Qwen3 weights, every matrix quantized with mx.quantize (nothing is downloaded).
 
 Linear layers and the token embedding are quantized (default 4 bits, groups of
-128); the embedding doubles as the output head (tied). A layer stores the gate
-and up projections as one matrix of stacked rows, read with one matmul; the
-single projections are views of those rows. (The q, k and v projections stay
-apart: slices of one stacked output would leave q and k strided, and their
-norms would copy them, a node each for the matmul each saves.) Norm weights stay in
-the activation dtype. Each matrix is drawn from its own key split off the
+128); the embedding doubles as the output head (tied). A layer stores the q, k
+and v projections as one matrix of stacked rows, and the gate and up
+projections as another, each read with one matmul; the single projections
+are views of those rows. (The stacked q|k|v output goes to the extension's
+qk_norm_rope, which splits it into heads itself: sliced in MLX, q and k
+would be strided and their norms would copy them.) Norm weights stay in the
+activation dtype. Each matrix is drawn from its own key split off the
 seed, then quantized and evaluated before the next is drawn, so generating a
 large model never holds more than one float matrix at a time.
 """
@@ -35,9 +36,7 @@ NORM_JITTER = 0.05
 @dataclass(frozen=True)
 class Qwen3LayerWeights:
     input_norm: mx.array  # [hidden]
-    q_proj: QuantizedMatrix  # [H_q * D, hidden]
-    k_proj: QuantizedMatrix  # [H_kv * D, hidden]
-    v_proj: QuantizedMatrix  # [H_kv * D, hidden]
+    qkv_proj: QuantizedMatrix  # [(H_q + 2 H_kv) * D, hidden]: q rows, then k rows, then v rows
     o_proj: QuantizedMatrix  # [hidden, H_q * D]
     q_norm: mx.array  # [D]
     k_norm: mx.array  # [D]
@@ -78,6 +77,26 @@ class Qwen3LayerWeights:
     @property
     def intermediate(self) -> int:
         return self.down_proj.shape[1]
+
+    @property
+    def q_width(self) -> int:
+        return self.o_proj.shape[1]
+
+    @property
+    def kv_width(self) -> int:
+        return (self.qkv_proj.shape[0] - self.q_width) // 2
+
+    @property
+    def q_proj(self) -> QuantizedMatrix:
+        return self.qkv_proj.row_range(0, self.q_width)
+
+    @property
+    def k_proj(self) -> QuantizedMatrix:
+        return self.qkv_proj.row_range(self.q_width, self.q_width + self.kv_width)
+
+    @property
+    def v_proj(self) -> QuantizedMatrix:
+        return self.qkv_proj.row_range(self.q_width + self.kv_width, self.q_width + 2 * self.kv_width)
 
     @property
     def gate_proj(self) -> QuantizedMatrix:
@@ -152,9 +171,7 @@ def random_qwen3_weights(
     layers = tuple(
         Qwen3LayerWeights(
             input_norm=draws.norm(hidden),
-            q_proj=draws.matrix(q_width, hidden),
-            k_proj=draws.matrix(kv_width, hidden),
-            v_proj=draws.matrix(kv_width, hidden),
+            qkv_proj=draws.stacked([(q_width, hidden), (kv_width, hidden), (kv_width, hidden)]),
             o_proj=draws.matrix(hidden, q_width),
             q_norm=draws.norm(head_dim),
             k_norm=draws.norm(head_dim),

@@ -11,6 +11,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/variant.h>
+#include <nanobind/stl/tuple.h>
 
 #include "build_info.h"
 #include "common/gpu_dispatch.h"
@@ -19,6 +20,7 @@
 #include "dense_attention/dense_attention.h"
 #include "paged_attention/paged_attention.h"
 #include "paged_attention/validated_metadata.h"
+#include "qk_norm_rope/qk_norm_rope.h"
 #include "quantized_embedding/quantized_embedding.h"
 
 namespace nb = nanobind;
@@ -200,6 +202,31 @@ NB_MODULE(_ext, module) {
       "Rows ids of an mx.quantize table (affine): ids int32 of any shape; weight uint32 [V, D * bits / 32]; "
       "scales/biases [V, D / group_size]. Returns ids.shape + [D] in the scales dtype, equal to "
       "mx.dequantize(weight, scales, biases)[ids], in one dispatch.");
+
+  module.def(
+      "qk_norm_rope",
+      [](const mlx::core::array& qkv, const mlx::core::array& q_norm, const mlx::core::array& k_norm,
+         const mlx::core::array& offsets, int num_q_heads, int num_kv_heads, float eps, float rope_base,
+         mlx::core::StreamOrDevice stream) {
+        std::vector<mlx::core::array> out =
+            pagecheck::qk_norm_rope(qkv, q_norm, k_norm, offsets, num_q_heads, num_kv_heads, eps, rope_base, stream);
+        return std::make_tuple(out[0], out[1], out[2]);
+      },
+      "qkv"_a,
+      "q_norm"_a,
+      "k_norm"_a,
+      "offsets"_a,
+      "num_q_heads"_a,
+      "num_kv_heads"_a,
+      "eps"_a,
+      "rope_base"_a,
+      nb::kw_only(),
+      "stream"_a = nb::none(),
+      "A Qwen3 layer's q/k norms and rotary embedding on its stacked projection, in one dispatch: qkv "
+      "[B, L, (H_q + 2 H_kv) * D] (q, k, v heads in turn); q_norm, k_norm [D] in the qkv dtype; offsets int32 [B], "
+      "each row's first position. Returns (q [B, H_q, L, D], k [B, H_kv, L, D], v [B, H_kv, L, D]): q and k equal "
+      "mx.fast.rope(mx.fast.rms_norm(heads, weight, eps), D, traditional=False, base=rope_base, scale=1.0, "
+      "offset=offsets), v the plain heads.");
 
   module.def("build_info", [] {
     const pagecheck::BuildInfo info = pagecheck::build_info();

@@ -1,0 +1,112 @@
+#include "qk_norm_rope/primitive.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/cpu_eval.h"
+#include "common/dtype_dispatch.h"
+#include "qk_norm_rope/gpu_kernel.h"
+
+namespace pagecheck {
+
+namespace mx = mlx::core;
+
+namespace {
+
+struct QkvShape {
+  int batch;
+  int length;
+  int num_q_heads;
+  int num_kv_heads;
+  int head_dim;
+};
+
+// The same arithmetic as ext/kernels/qk_norm_rope.cu, one (b, l, head) row at
+// a time: float32 throughout, one rounding to T per output.
+template <typename T>
+void qk_norm_rope_cpu(const QkvShape& s, float eps, float rope_base, const T* qkv, const T* q_norm, const T* k_norm,
+                      const int32_t* offsets, T* out) {
+  const int row_heads = s.num_q_heads + 2 * s.num_kv_heads;
+  const int half = s.head_dim / 2;
+  const float log2_base = std::log2(rope_base);
+  const int64_t q_elems = static_cast<int64_t>(s.batch) * s.num_q_heads * s.length * s.head_dim;
+  const int64_t kv_elems = static_cast<int64_t>(s.batch) * s.num_kv_heads * s.length * s.head_dim;
+  for (int b = 0; b < s.batch; ++b) {
+    for (int pos = 0; pos < s.length; ++pos) {
+      const float position = static_cast<float>(offsets[b] + pos);
+      for (int head = 0; head < row_heads; ++head) {
+        const T* x = qkv + ((static_cast<int64_t>(b) * s.length + pos) * row_heads + head) * s.head_dim;
+        int64_t region = 0;
+        int region_head = head;
+        int region_heads = s.num_q_heads;
+        const T* weight = q_norm;
+        if (head >= s.num_q_heads + s.num_kv_heads) {
+          region = q_elems + kv_elems;
+          region_head = head - s.num_q_heads - s.num_kv_heads;
+          region_heads = s.num_kv_heads;
+          weight = nullptr;
+        } else if (head >= s.num_q_heads) {
+          region = q_elems;
+          region_head = head - s.num_q_heads;
+          region_heads = s.num_kv_heads;
+          weight = k_norm;
+        }
+        T* y = out + region + ((static_cast<int64_t>(b) * region_heads + region_head) * s.length + pos) * s.head_dim;
+        if (weight == nullptr) {
+          for (int i = 0; i < s.head_dim; ++i) {
+            y[i] = x[i];
+          }
+          continue;
+        }
+        float sum_sq = 0.0f;
+        for (int i = 0; i < s.head_dim; ++i) {
+          const float v = static_cast<float>(x[i]);
+          sum_sq += v * v;
+        }
+        const float inv_rms = 1.0f / std::sqrt(sum_sq / static_cast<float>(s.head_dim) + eps);
+        for (int i = 0; i < half; ++i) {
+          const float a = static_cast<float>(x[i]) * inv_rms * static_cast<float>(weight[i]);
+          const float c = static_cast<float>(x[i + half]) * inv_rms * static_cast<float>(weight[i + half]);
+          const float inv_freq = std::exp2(-static_cast<float>(i) / static_cast<float>(half) * log2_base);
+          const float theta = position * inv_freq;
+          const float cos_theta = std::cos(theta);
+          const float sin_theta = std::sin(theta);
+          y[i] = static_cast<T>(a * cos_theta - c * sin_theta);
+          y[i + half] = static_cast<T>(a * sin_theta + c * cos_theta);
+        }
+      }
+    }
+  }
+}
+
+} // namespace
+
+void QkNormRope::eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) {
+  const mx::array& qkv = inputs[0];
+  const int row_heads = num_q_heads_ + 2 * num_kv_heads_;
+  const QkvShape shape{qkv.shape(0), qkv.shape(1), num_q_heads_, num_kv_heads_, qkv.shape(2) / row_heads};
+  auto& encoder = begin_cpu_eval("QkNormRope", inputs, out, stream());
+  dispatch_storage_dtype(out.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    encoder.dispatch([shape, eps = eps_, base = rope_base_, arrays = task_arrays(inputs, out)]() mutable {
+      qk_norm_rope_cpu<T>(shape, eps, base, arrays[0].data<T>(), arrays[1].data<T>(), arrays[2].data<T>(),
+                          arrays[3].data<int32_t>(), arrays[4].data<T>());
+    });
+  });
+}
+
+void QkNormRope::eval_gpu(const std::vector<mx::array>& inputs, mx::array& out) {
+  eval_qk_norm_rope_gpu(inputs, out, num_q_heads_, num_kv_heads_, eps_, rope_base_, stream());
+}
+
+bool QkNormRope::is_equivalent(const mx::Primitive& other) const {
+  const auto* that = dynamic_cast<const QkNormRope*>(&other);
+  return that != nullptr && num_q_heads_ == that->num_q_heads_ && num_kv_heads_ == that->num_kv_heads_ &&
+      eps_ == that->eps_ && rope_base_ == that->rope_base_;
+}
+
+std::vector<mx::Shape> QkNormRope::output_shapes(const std::vector<mx::array>& inputs) {
+  return {{static_cast<int>(inputs[0].size())}};
+}
+
+} // namespace pagecheck
