@@ -104,9 +104,14 @@ def test_no_less_accurate_than_mlx_norm_then_rope_at_long_positions(device: mx.D
         assert error <= 1.25 * old_error + 1e-6, f"{name}: max error {error:.3g}, MLX's operations {old_error:.3g}"
 
 
-def test_outputs_are_row_contiguous_views_usable_by_the_cache() -> None:
+def test_one_graph_node_whose_outputs_are_row_contiguous() -> None:
+    from pagecheck.bench.graph import graph_primitives
+
     qkv, q_norm, k_norm, offsets = inputs(2, 1, 4, 2, 64, mx.float32)
+    mx.eval(qkv, q_norm, k_norm, offsets)
     q, k, v = ext.qk_norm_rope(qkv, q_norm, k_norm, offsets, 4, 2, EPS, BASE)
+    # q, k and v are views the primitive sets itself: no Slice or Reshape nodes around it.
+    assert all(graph_primitives(part) == {"QkNormRope": 1} for part in (q, k, v))
     # Reshapes of the decode-step layout need no copy: the three are contiguous slices of one buffer.
     for part in (q, k, v):
         assert mx.array_equal(part.reshape(-1), mx.array(np.array(part)).reshape(-1)).item()

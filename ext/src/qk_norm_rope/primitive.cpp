@@ -79,9 +79,34 @@ void qk_norm_rope_cpu(const QkvShape& s, float eps, float rope_base, const T* qk
   }
 }
 
+// outputs[0..2] (q, k, v) as row-contiguous views of outputs[3], one after another.
+void view_regions(std::vector<mx::array>& outputs) {
+  const mx::array& buffer = outputs[3];
+  int64_t offset = 0;
+  for (int i = 0; i < 3; ++i) {
+    mx::array& out = outputs[i];
+    mx::Strides strides(out.ndim(), 1);
+    for (int axis = static_cast<int>(out.ndim()) - 2; axis >= 0; --axis) {
+      strides[axis] = strides[axis + 1] * out.shape(axis + 1);
+    }
+    mx::array::Flags flags;
+    flags.contiguous = true;
+    flags.row_contiguous = true;
+    // [B, H, L, D] with at most one axis above 1 is column-contiguous too.
+    int axes_above_one = 0;
+    for (int axis = 0; axis < out.ndim(); ++axis) {
+      axes_above_one += out.shape(axis) > 1 ? 1 : 0;
+    }
+    flags.col_contiguous = axes_above_one <= 1;
+    out.copy_shared_buffer(buffer, strides, flags, out.size(), offset);
+    offset += static_cast<int64_t>(out.size());
+  }
+}
+
 } // namespace
 
-void QkNormRope::eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) {
+void QkNormRope::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+  mx::array& out = outputs[3];
   const mx::array& qkv = inputs[0];
   const int row_heads = num_q_heads_ + 2 * num_kv_heads_;
   const QkvShape shape{qkv.shape(0), qkv.shape(1), num_q_heads_, num_kv_heads_, qkv.shape(2) / row_heads};
@@ -93,10 +118,12 @@ void QkNormRope::eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) 
                           arrays[3].data<int32_t>(), arrays[4].data<T>());
     });
   });
+  view_regions(outputs);
 }
 
-void QkNormRope::eval_gpu(const std::vector<mx::array>& inputs, mx::array& out) {
-  eval_qk_norm_rope_gpu(inputs, out, num_q_heads_, num_kv_heads_, eps_, rope_base_, stream());
+void QkNormRope::eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+  eval_qk_norm_rope_gpu(inputs, outputs[3], num_q_heads_, num_kv_heads_, eps_, rope_base_, stream());
+  view_regions(outputs);
 }
 
 bool QkNormRope::is_equivalent(const mx::Primitive& other) const {
@@ -106,7 +133,14 @@ bool QkNormRope::is_equivalent(const mx::Primitive& other) const {
 }
 
 std::vector<mx::Shape> QkNormRope::output_shapes(const std::vector<mx::array>& inputs) {
-  return {{static_cast<int>(inputs[0].size())}};
+  const mx::array& qkv = inputs[0];
+  const int batch = qkv.shape(0);
+  const int length = qkv.shape(1);
+  const int head_dim = qkv.shape(2) / (num_q_heads_ + 2 * num_kv_heads_);
+  return {{batch, num_q_heads_, length, head_dim},
+          {batch, num_kv_heads_, length, head_dim},
+          {batch, num_kv_heads_, length, head_dim},
+          {static_cast<int>(qkv.size())}};
 }
 
 } // namespace pagecheck

@@ -8,20 +8,21 @@
 
 namespace pagecheck {
 
-class QkNormRope : public mlx::core::UnaryPrimitive {
+class QkNormRope : public mlx::core::Primitive {
  public:
   QkNormRope(mlx::core::Stream stream, int num_q_heads, int num_kv_heads, float eps, float rope_base)
-      : mlx::core::UnaryPrimitive(stream),
+      : mlx::core::Primitive(stream),
         num_q_heads_(num_q_heads),
         num_kv_heads_(num_kv_heads),
         eps_(eps),
         rope_base_(rope_base) {}
 
   // Inputs: qkv [B, L, (H_q + 2 H_kv) * D], q_norm [D], k_norm [D], offsets
-  // int32 [B], all row-contiguous. Output: one flat buffer holding q
-  // [B, H_q, L, D], then k and v [B, H_kv, L, D].
-  void eval_cpu(const std::vector<mlx::core::array>& inputs, mlx::core::array& out) override;
-  void eval_gpu(const std::vector<mlx::core::array>& inputs, mlx::core::array& out) override;
+  // int32 [B], all row-contiguous. Outputs: q [B, H_q, L, D], k and v
+  // [B, H_kv, L, D], and the flat buffer that holds the three in turn; the
+  // kernel writes the buffer, and q, k and v are row-contiguous views of it.
+  void eval_cpu(const std::vector<mlx::core::array>& inputs, std::vector<mlx::core::array>& outputs) override;
+  void eval_gpu(const std::vector<mlx::core::array>& inputs, std::vector<mlx::core::array>& outputs) override;
 
   const char* name() const override {
     return "QkNormRope";

@@ -91,16 +91,11 @@ std::vector<mx::array> qk_norm_rope(
   // +0.0 for -0.0: the kernel receives eps as its bit pattern.
   auto primitive = std::make_shared<QkNormRope>(mx::to_stream(stream), num_q_heads, num_kv_heads, eps + 0.0f,
                                                 rope_base);
-  const mx::array flat(mx::Shape{static_cast<int>(qkv.size())}, qkv.dtype(), primitive, std::move(inputs));
-  const int batch = qkv.shape(0);
-  const int length = qkv.shape(1);
-  const int q_size = batch * num_q_heads * length * head_dim;
-  const int kv_size = batch * num_kv_heads * length * head_dim;
-  auto region = [&](int start, int size, int heads) {
-    return mx::reshape(mx::slice(flat, {start}, {start + size}, stream), {batch, heads, length, head_dim}, stream);
-  };
-  return {region(0, q_size, num_q_heads), region(q_size, kv_size, num_kv_heads),
-          region(q_size + kv_size, kv_size, num_kv_heads)};
+  std::vector<mx::array> outputs =
+      mx::array::make_arrays(primitive->output_shapes(inputs), std::vector<mx::Dtype>(4, qkv.dtype()), primitive,
+                             inputs);
+  outputs.pop_back();  // the buffer q, k and v view
+  return outputs;
 }
 
 } // namespace pagecheck

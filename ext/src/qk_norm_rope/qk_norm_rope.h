@@ -17,7 +17,7 @@ namespace pagecheck {
 // {q [B, H_q, L, D], k [B, H_kv, L, D], v [B, H_kv, L, D]} in the qkv dtype:
 // q and k equal mx.fast.rope(mx.fast.rms_norm(heads, weight, eps), D,
 // traditional=false, base=rope_base, scale=1, offset=offsets), v the plain
-// heads. The three are row-contiguous views of one buffer.
+// heads. The three are row-contiguous views of one buffer, one graph node.
 std::vector<mlx::core::array> qk_norm_rope(
     const mlx::core::array& qkv,
     const mlx::core::array& q_norm,
