@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "common/buffer_views.h"
 #include "common/gpu_plan.h"
 #include "common/kernel_sources.h"
 #include "common/nvrtc_compile.h"
@@ -133,17 +134,7 @@ void run_kernel(
 // The split kernel writes the attention output into its scratch (one fill,
 // one launch): the output array is a row-contiguous view of that region.
 void view_split_output(const mx::array& scratch, int64_t out_begin_words, mx::array& out) {
-  mx::Strides strides(out.ndim(), 1);
-  for (int axis = static_cast<int>(out.ndim()) - 2; axis >= 0; --axis) {
-    strides[axis] = strides[axis + 1] * out.shape(axis + 1);
-  }
-  mx::array::Flags flags;
-  flags.contiguous = true;
-  flags.row_contiguous = true;
-  const auto longest = std::max_element(out.shape().begin(), out.shape().end());
-  flags.col_contiguous = out.size() <= 1 || static_cast<int64_t>(out.size()) == *longest;
-  const int64_t offset = out_begin_words * 4 / static_cast<int64_t>(out.itemsize());
-  out.copy_shared_buffer(scratch, strides, flags, out.size(), offset);
+  view_row_contiguous(scratch, out_begin_words * 4 / static_cast<int64_t>(out.itemsize()), out);
 }
 
 // The bit pattern of |value| (a non-negative int) and its sign: the template

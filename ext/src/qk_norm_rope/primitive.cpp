@@ -1,17 +1,33 @@
 #include "qk_norm_rope/primitive.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <tuple>
 
+#include "common/buffer_views.h"
 #include "common/cpu_eval.h"
 #include "common/dtype_dispatch.h"
-#include "qk_norm_rope/gpu_kernel.h"
+#include "common/lazy_cuda_kernel.h"
 
 namespace pagecheck {
 
 namespace mx = mlx::core;
 
 namespace {
+
+constexpr int kThreadsPerBlock = 128;
+constexpr int kLanes = 32;
+
+LazyCudaKernel kQkNormRope{"qk_norm_rope", "qk_norm_rope", {"qkv", "q_norm", "k_norm", "offsets"}, {"out"}};
+
+// A float's bit pattern as the int template argument the kernel reads back with __int_as_float.
+int float_bits(float value) {
+  int bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
 
 struct QkvShape {
   int batch;
@@ -81,25 +97,10 @@ void qk_norm_rope_cpu(const QkvShape& s, float eps, float rope_base, const T* qk
 
 // outputs[0..2] (q, k, v) as row-contiguous views of outputs[3], one after another.
 void view_regions(std::vector<mx::array>& outputs) {
-  const mx::array& buffer = outputs[3];
   int64_t offset = 0;
   for (int i = 0; i < 3; ++i) {
-    mx::array& out = outputs[i];
-    mx::Strides strides(out.ndim(), 1);
-    for (int axis = static_cast<int>(out.ndim()) - 2; axis >= 0; --axis) {
-      strides[axis] = strides[axis + 1] * out.shape(axis + 1);
-    }
-    mx::array::Flags flags;
-    flags.contiguous = true;
-    flags.row_contiguous = true;
-    // [B, H, L, D] with at most one axis above 1 is column-contiguous too.
-    int axes_above_one = 0;
-    for (int axis = 0; axis < out.ndim(); ++axis) {
-      axes_above_one += out.shape(axis) > 1 ? 1 : 0;
-    }
-    flags.col_contiguous = axes_above_one <= 1;
-    out.copy_shared_buffer(buffer, strides, flags, out.size(), offset);
-    offset += static_cast<int64_t>(out.size());
+    view_row_contiguous(outputs[3], offset, outputs[i]);
+    offset += static_cast<int64_t>(outputs[i].size());
   }
 }
 
@@ -121,8 +122,22 @@ void QkNormRope::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::
   view_regions(outputs);
 }
 
+// One warp per (b, l, head) row of qkv (the op keeps rows x 32 within int), into the buffer, zero-filled
+// first.
 void QkNormRope::eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  eval_qk_norm_rope_gpu(inputs, outputs[3], num_q_heads_, num_kv_heads_, eps_, rope_base_, stream());
+  const mx::array& qkv = inputs[0];
+  const int row_heads = num_q_heads_ + 2 * num_kv_heads_;
+  const int64_t rows = static_cast<int64_t>(qkv.shape(0)) * qkv.shape(1) * row_heads;
+  kQkNormRope.run(
+      inputs, {outputs[3]}, std::make_tuple(static_cast<int>(std::max<int64_t>(rows, 1) * kLanes), 1, 1),
+      std::make_tuple(kThreadsPerBlock, 1, 1),
+      {{"T", qkv.dtype()},
+       {"HEAD_DIM", qkv.shape(2) / row_heads},
+       {"NUM_Q_HEADS", num_q_heads_},
+       {"NUM_KV_HEADS", num_kv_heads_},
+       {"EPS_BITS", float_bits(eps_)},
+       {"LOG2_BASE_BITS", float_bits(std::log2(rope_base_))}},
+      0.0f, stream());
   view_regions(outputs);
 }
 
