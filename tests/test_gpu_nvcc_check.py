@@ -53,7 +53,7 @@ def test_every_variant_wraps_its_kernel_in_a_signature():
     variants = gpu_nvcc_check.variants()
     assert {v.stem for v in variants} == {
         "paged_decode", "paged_decode_split", "paged_prefill", "paged_prefill_mma", "paged_prefill_wgmma",
-        "paged_stream"}
+        "paged_stream", "quantized_embedding", "qk_norm_rope"}
     split = next(v for v in variants if v.stem == "paged_decode_split")
     source = gpu_nvcc_check.wrap(split)
     assert "float* scratch" in source and "kernel_under_test" in source
@@ -65,6 +65,11 @@ def test_every_variant_wraps_its_kernel_in_a_signature():
     wgmma = next(v for v in variants if v.stem == "paged_prefill_wgmma")
     unit = gpu_nvcc_check.wrap(wgmma)
     assert 'extern "C" __global__' in unit and "pagecheck_paged_prefill_wgmma_" in unit
+    # The serving ops' integer inputs keep their own types whatever the dtype.
+    embedding = gpu_nvcc_check.wrap(next(v for v in variants if v.stem == "quantized_embedding"))
+    assert "const int32_t* ids" in embedding and "const uint32_t* weight" in embedding
+    rope = gpu_nvcc_check.wrap(next(v for v in variants if v.stem == "qk_norm_rope" and v.dtype == "bfloat16"))
+    assert "const int32_t* offsets" in rope and "const __nv_bfloat16* qkv" in rope
 
 
 NVCC = shutil.which("nvcc")
@@ -102,6 +107,16 @@ def test_the_ops_kernels_compile_for_sm90_without_spills(tmp_path, name):
         # The split rule counts resident blocks from these figures (the planner's walk_registers).
         registers = int(re.search(r"regs=(\d+)", summary).group(1))
         assert registers <= ext.gpu_walk_registers(template["MMA"], template["ROWS"]), summary
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH: the CUDA toolkit's compiler checks the kernels "
+                    "without a GPU")
+@pytest.mark.parametrize("stem", ["quantized_embedding", "qk_norm_rope"])
+def test_the_serving_ops_kernels_compile_for_sm90_without_spills(tmp_path, stem):
+    for variant in (v for v in gpu_nvcc_check.variants() if v.stem == stem and v.dtype == "bfloat16"):
+        _, ok, summary = gpu_nvcc_check.compile_one(NVCC, variant, tmp_path)
+        assert ok, summary[-3000:]
+        assert "spill_st=0 spill_ld=0" in summary, f"{variant.label}: {summary}"
 
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH: the CUDA toolkit's compiler checks the kernels "

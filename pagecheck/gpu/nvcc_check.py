@@ -1,4 +1,4 @@
-"""Compile every paged-attention kernel variant with a local nvcc, no GPU needed.
+"""Compile every paged-attention kernel variant, and the serving ops' kernels, with a local nvcc, no GPU needed.
 
 MLX's fast::cuda_kernel wraps a kernel body in a generated signature and
 compiles it with NVRTC on first use, on the GPU machine. This program wraps
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import itertools
+import math
 import re
 import shutil
 import struct
@@ -38,6 +39,8 @@ PRELUDE = """\
 #include <cuda/std/array>
 #include <cuda/std/limits>
 #include <cstdint>
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
 #define MAX_NDIM 10
 #define WARP_SIZE 32
 #define inf cuda::std::numeric_limits<float>::infinity()
@@ -47,9 +50,16 @@ using Strides = cuda::std::array<int64_t, MAX_NDIM>;
 }
 """
 
-SOURCES = {**KERNELS, STREAM_PROBE.stem: STREAM_PROBE}
+# The serving ops' kernels (ext/src/quantized_embedding, ext/src/qk_norm_rope), bodies without headers.
+SERVING_KERNELS = {
+    "quantized_embedding": KernelSource("quantized_embedding", ("ids", "weight", "scales", "biases"), ("out",), ()),
+    "qk_norm_rope": KernelSource("qk_norm_rope", ("qkv", "q_norm", "k_norm", "offsets"), ("out",), ()),
+}
+SOURCES = {**KERNELS, STREAM_PROBE.stem: STREAM_PROBE, **SERVING_KERNELS}
 CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
-PAGED_INPUT_TYPES = {"block_table": "int32_t", "context_lens": "int32_t"}
+# Inputs whose type is not the variant's dtype.
+INTEGER_INPUT_TYPES = {"block_table": "int32_t", "context_lens": "int32_t", "ids": "int32_t", "offsets": "int32_t",
+                       "weight": "uint32_t"}
 # The scale 0.125: SCALE_BITS, the bit pattern of its magnitude, and SCALE_NEGATIVE (any value compiles the same
 # way).
 SCALE = (("SCALE_BITS", 1040187392), ("SCALE_NEGATIVE", False))
@@ -68,7 +78,7 @@ class Variant:
 
 
 def input_type(source: KernelSource, name: str, dtype: str) -> str:
-    return PAGED_INPUT_TYPES.get(name, CUDA_TYPES[dtype])
+    return INTEGER_INPUT_TYPES.get(name, CUDA_TYPES[dtype])
 
 
 # Outputs that are float32 whatever the dtype: the split decode's scratch
@@ -154,7 +164,20 @@ def variants() -> list[Variant]:
             ("bfloat16", "float16"), (128, 64), ((3, 64), (2, 128)), (True, False), (0, 1)):
         values = (head_dim, key_tile, WGMMA_STAGES, warpgroups, causal, table, SCALE[0][1], SCALE[1][1])
         out.append(Variant(WGMMA_STEM, dtype, tuple(zip(WGMMA_TEMPLATE, values))))
+    for dtype in CUDA_TYPES:
+        out += [Variant("quantized_embedding", dtype, (("BITS", bits), ("GROUP_SIZE", group)))
+                for bits in (4, 8) for group in (64, 128)]
+        # Qwen3-0.6B's heads and a small model's; eps 1e-6 and log2 of a rope base of 10^6, as bit patterns.
+        out += [Variant("qk_norm_rope", dtype, (("HEAD_DIM", head_dim), ("NUM_Q_HEADS", q_heads),
+                                                ("NUM_KV_HEADS", kv_heads), ("EPS_BITS", float_bits(1e-6)),
+                                                ("LOG2_BASE_BITS", float_bits(math.log2(1e6)))))
+                for head_dim, q_heads, kv_heads in ((128, 16, 8), (64, 4, 2))]
     return out
+
+
+def float_bits(value: float) -> int:
+    """A float32's bit pattern as an int, as the ops pass floats to their kernels' templates."""
+    return struct.unpack("<i", struct.pack("<f", value))[0]
 
 
 RESOURCE = re.compile(r"Used (\d+) registers.*")
