@@ -63,11 +63,10 @@ def project_qkv(
         starts = offsets if offsets.dtype == mx.int32 else offsets.astype(mx.int32)
     else:
         starts = mx.full((x.shape[0],), offsets, dtype=mx.int32)
-    query, key, value = ext.qk_norm_rope(
+    return ext.qk_norm_rope(
         qkv, layer.q_norm, layer.k_norm, starts, config.num_q_heads, config.num_kv_heads, config.rms_norm_eps,
         config.rope_theta,
     )
-    return query, key, value
 
 
 def output_projection(attended: mx.array, layer: Qwen3LayerWeights) -> mx.array:

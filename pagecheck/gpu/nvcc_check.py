@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from pagecheck.gpu.kernels import KERNELS, STREAM_PROBE, KernelSource
+from pagecheck.gpu.kernels import KERNELS, STREAM_PROBE, KernelSource, scale_bits
 
 # Stands in for MLX's JIT prelude (device/utils.cuh and friends): the names
 # the kernel bodies rely on, nothing else.
@@ -167,17 +167,13 @@ def variants() -> list[Variant]:
     for dtype in CUDA_TYPES:
         out += [Variant("quantized_embedding", dtype, (("BITS", bits), ("GROUP_SIZE", group)))
                 for bits in (4, 8) for group in (64, 128)]
-        # Qwen3-0.6B's heads and a small model's; eps 1e-6 and log2 of a rope base of 10^6, as bit patterns.
+        # Qwen3-0.6B's heads and a small model's; eps 1e-6 and log2 of a rope base of 10^6 as float32 bit
+        # patterns (both positive, so scale_bits' magnitude is the whole pattern).
         out += [Variant("qk_norm_rope", dtype, (("HEAD_DIM", head_dim), ("NUM_Q_HEADS", q_heads),
-                                                ("NUM_KV_HEADS", kv_heads), ("EPS_BITS", float_bits(1e-6)),
-                                                ("LOG2_BASE_BITS", float_bits(math.log2(1e6)))))
+                                                ("NUM_KV_HEADS", kv_heads), ("EPS_BITS", scale_bits(1e-6)[0]),
+                                                ("LOG2_BASE_BITS", scale_bits(math.log2(1e6))[0])))
                 for head_dim, q_heads, kv_heads in ((128, 16, 8), (64, 4, 2))]
     return out
-
-
-def float_bits(value: float) -> int:
-    """A float32's bit pattern as an int, as the ops pass floats to their kernels' templates."""
-    return struct.unpack("<i", struct.pack("<f", value))[0]
 
 
 RESOURCE = re.compile(r"Used (\d+) registers.*")
