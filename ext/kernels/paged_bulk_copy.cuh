@@ -138,7 +138,8 @@ __device__ __forceinline__ void bulk_copy_tile_rows(
 // same way: with BULK, bulk row copies where the pools are 16-byte aligned
 // (`vector_copy`), else copy_tile_rows (cp.async when aligned, plain copies
 // otherwise) with, in a bulk ring, a barrier phase that expects no bytes.
-template <bool BULK, typename T, int HEAD_DIM, int TILE, typename ROWS>
+// The calling thread is `first` of the STRIDE threads that fill the stage.
+template <bool BULK, typename T, int HEAD_DIM, int TILE, typename ROWS, int STRIDE>
 __device__ __forceinline__ void fill_stage(
     T* stage_k,
     T* stage_v,
@@ -149,20 +150,19 @@ __device__ __forceinline__ void fill_stage(
     bool mapped,
     bool vector_copy,
     unsigned long long* barrier,
-    int first,
-    int stride) {
+    int first) {
   if constexpr (BULK) {
     if (vector_copy) {
       bulk_copy_tile_rows<T, HEAD_DIM, TILE, ROWS>(
-          stage_k, stage_v, key_pages, value_pages, base, count, mapped, barrier, first, stride);
+          stage_k, stage_v, key_pages, value_pages, base, count, mapped, barrier, first, STRIDE);
       return;
     }
     if (first == 0) {
       barrier_expect_bytes(barrier, 0);
     }
   }
-  copy_tile_rows<T, HEAD_DIM, TILE, ROWS>(
-      stage_k, stage_v, key_pages, value_pages, base, count, mapped, vector_copy, first, stride);
+  copy_tile_rows<T, HEAD_DIM, TILE, ROWS, STRIDE>(
+      stage_k, stage_v, key_pages, value_pages, base, count, mapped, vector_copy, first);
 }
 
 // Until the stage of the local-th tile has landed for this thread: its

@@ -345,15 +345,41 @@ struct PageTile {
   int count; // positions in the tile (<= 0: past the range)
 };
 
+// Division of non-negative ints below 2^31 by a divisor fixed at run time,
+// by a multiply-high, an add and a shift (round-up multiplier, shift =
+// ceil(log2 divisor)), instead of the ~20-instruction integer division a
+// tile's page lookup would otherwise pay on every tile. Built once per block.
+struct TileDivisor {
+  int divisor;
+  unsigned multiplier;
+  unsigned shift;
+
+  __device__ explicit TileDivisor(int d) : divisor(d), multiplier(0), shift(0) {
+    while ((1u << shift) < static_cast<unsigned>(d)) {
+      ++shift;
+    }
+    // 2^32 (2^shift - d) / d + 1 < 2^32, since 2^shift < 2 d.
+    multiplier = static_cast<unsigned>(
+        ((static_cast<unsigned long long>((1u << shift) - static_cast<unsigned>(d))) << 32) /
+            static_cast<unsigned>(d) + 1);
+  }
+
+  // n / divisor for 0 <= n < 2^31 (hi < n there, so hi + n fits 32 bits).
+  __device__ __forceinline__ int div(int n) const {
+    const unsigned hi = __umulhi(static_cast<unsigned>(n), multiplier);
+    return static_cast<int>((hi + static_cast<unsigned>(n)) >> shift);
+  }
+};
+
 __device__ __forceinline__ PageTile page_tile(
     int tile_idx,
     int tile_tokens,
-    int tiles_per_page,
+    const TileDivisor& tiles_per_page,
     int page_size,
     int pos_end) {
   PageTile t;
-  t.page_idx = tile_idx / tiles_per_page;
-  t.slot_begin = (tile_idx % tiles_per_page) * tile_tokens;
+  t.page_idx = tiles_per_page.div(tile_idx);
+  t.slot_begin = (tile_idx - t.page_idx * tiles_per_page.divisor) * tile_tokens;
   t.pos_begin = t.page_idx * page_size + t.slot_begin;
   t.count = min(min(tile_tokens, page_size - t.slot_begin), pos_end - t.pos_begin);
   return t;

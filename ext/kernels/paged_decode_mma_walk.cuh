@@ -104,7 +104,7 @@ __device__ void decode_walk_mma(
   float run_sum[2] = {0.0f, 0.0f};
 
   // ---- This warp's tiles ---------------------------------------------------------
-  const int tiles_per_page = ceil_div(geo.page_size, TILE);
+  const TileDivisor tiles_per_page(ceil_div(geo.page_size, TILE));
   const int my_tiles = warp_tile_count(tile_begin, tile_end, warp_idx);
   T* ring = reinterpret_cast<T*>(shared) +
       warp_idx * STAGES * L::STAGE_ELEMS;
@@ -136,9 +136,9 @@ __device__ void decode_walk_mma(
         static_cast<long long>(tile.slot_begin) * HEAD_DIM;
     T* stage_k = ring + (local % STAGES) * L::STAGE_ELEMS;
     T* stage_v = stage_k + TILE * L::ROW_STRIDE;
-    fill_stage<BULK, T, HEAD_DIM, TILE, typename L::Rows>(
+    fill_stage<BULK, T, HEAD_DIM, TILE, typename L::Rows, WARP_LANES>(
         stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy,
-        stage_barrier(local), lane_idx, WARP_LANES);
+        stage_barrier(local), lane_idx);
   };
 
   // A stage's tile has landed, for every lane (tile `local` is cp.async

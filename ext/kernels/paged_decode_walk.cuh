@@ -104,7 +104,7 @@ __device__ void decode_walk(
   }
 
   // ---- This warp's tiles ---------------------------------------------------------
-  const int tiles_per_page = ceil_div(geo.page_size, L::TILE_TOKENS);
+  const TileDivisor tiles_per_page(ceil_div(geo.page_size, L::TILE_TOKENS));
   const int my_tiles = warp_tile_count(tile_begin, tile_end, warp_idx);
   T* ring = reinterpret_cast<T*>(shared) +
       warp_idx * DECODE_STAGES * L::STAGE_ELEMS;

@@ -207,12 +207,20 @@ __device__ __forceinline__ void copy_row_chunk(
   }
 }
 
-// Copy the K and V rows of one tile into the shared rows ROWS (chunk idx goes
-// to thread `first + k * stride`). Rows at or past `count`, or of an unmapped
-// page, are zero-filled instead of read. With `vector_copy` the chunks travel
-// by cp.async (the caller commits and waits); otherwise by plain loads and
-// stores.
-template <typename T, int HEAD_DIM, int TILE, typename ROWS>
+// Copy the K and V rows of one tile into the shared rows ROWS: chunk idx goes
+// to thread `first + k * STRIDE` (0 <= first < STRIDE, the copying threads).
+// Rows at or past `count`, or of an unmapped page, are zero-filled instead of
+// read. With `vector_copy` the chunks travel by cp.async (the caller commits
+// and waits); otherwise by plain loads and stores.
+//
+// Where STRIDE is a whole number of rows (D 128 by a warp: 2 rows a step) and
+// the copy is by cp.async, a thread keeps one chunk column and steps
+// STRIDE / (chunks per row) rows at a time: its two source pointers are
+// computed once per tile and each step adds a compile-time distance, so the
+// unrolled copy is 2 cp.async per step and little else. A row past `count`
+// keeps its stepped address but copies 0 bytes (zero fill, nothing read); an
+// unmapped page's rows point at the pools' first chunk.
+template <typename T, int HEAD_DIM, int TILE, typename ROWS, int STRIDE>
 __device__ __forceinline__ void copy_tile_rows(
     T* stage_k,
     T* stage_v,
@@ -222,10 +230,29 @@ __device__ __forceinline__ void copy_tile_rows(
     int count,
     bool mapped,
     bool vector_copy,
-    int first,
-    int stride) {
+    int first) {
   constexpr int VECS_PER_ROW = HEAD_DIM / 8;
-  for (int idx = first; idx < TILE * VECS_PER_ROW; idx += stride) {
+  if constexpr (STRIDE % VECS_PER_ROW == 0) {
+    if (vector_copy) {
+      constexpr int ROW_STEP = STRIDE / VECS_PER_ROW;
+      const int chunk = first % VECS_PER_ROW;
+      const int first_token = first / VECS_PER_ROW;
+      const long long first_src = mapped ? base + static_cast<long long>(first_token) * HEAD_DIM + chunk * 8 : 0;
+      const T* src_k = key_pages + first_src;
+      const T* src_v = value_pages + first_src;
+#pragma unroll
+      for (int step = 0; step < ceil_div(TILE, ROW_STEP); ++step) {
+        const int token = first_token + step * ROW_STEP;
+        if (ROW_STEP * (step + 1) <= TILE || token < TILE) {
+          const bool live = mapped && token < count;
+          copy_async16(stage_k + ROWS::at(token, chunk), src_k + step * ROW_STEP * HEAD_DIM, live);
+          copy_async16(stage_v + ROWS::at(token, chunk), src_v + step * ROW_STEP * HEAD_DIM, live);
+        }
+      }
+      return;
+    }
+  }
+  for (int idx = first; idx < TILE * VECS_PER_ROW; idx += STRIDE) {
     const int token = idx / VECS_PER_ROW;
     const int chunk = idx % VECS_PER_ROW;
     const bool live = mapped && token < count;
@@ -303,7 +330,7 @@ __device__ __forceinline__ float move_running_max(
 // tile across pages looks up each row's page, a table read before every
 // row's copy (~25% slower at pages of 128 on the H200, so it is kept to the
 // tiles that need it).
-template <typename T, int HEAD_DIM, int TILE, typename ROWS>
+template <typename T, int HEAD_DIM, int TILE, typename ROWS, int THREADS>
 __device__ __forceinline__ void copy_key_tile(
     const PagedGeometry& geo,
     const int32_t* table_row,
@@ -313,18 +340,17 @@ __device__ __forceinline__ void copy_key_tile(
     const T* value_pages,
     T* stage_k,
     T* stage_v,
-    bool vector_copy,
-    int threads) {
+    bool vector_copy) {
   if (tile.slot_begin + tile.count <= geo.page_size) {
     const int page_id = tile_page_id(geo, table_row, warp.request_idx, tile);
     const long long base =
         page_offset(geo, page_id, warp.kv_head_idx) + static_cast<long long>(tile.slot_begin) * HEAD_DIM;
-    copy_tile_rows<T, HEAD_DIM, TILE, ROWS>(
-        stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy, threadIdx.x, threads);
+    copy_tile_rows<T, HEAD_DIM, TILE, ROWS, THREADS>(
+        stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy, threadIdx.x);
   } else {
     copy_position_rows<T, HEAD_DIM, TILE, ROWS>(
         stage_k, stage_v, key_pages, value_pages, geo, table_row, warp.request_idx, warp.kv_head_idx,
-        tile.pos_begin, tile.count, vector_copy, threadIdx.x, threads);
+        tile.pos_begin, tile.count, vector_copy, threadIdx.x, THREADS);
   }
 }
 

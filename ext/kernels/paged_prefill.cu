@@ -74,6 +74,7 @@ for (int i = 0; i < ROWS_PER_THREAD; ++i) {
 const int pos_end = row_tile_key_end(geo, request_idx, kv_head_idx, row_first, ROW_TILE, context_len, CAUSAL);
 const int tiles_per_page = ceil_div(geo.page_size, KEY_TILE);
 const int num_tiles = count_tiles(pos_end, geo.page_size, KEY_TILE, tiles_per_page);
+const TileDivisor tile_divisor(tiles_per_page);
 const int32_t* table_row =
     block_table + static_cast<long long>(request_idx) * geo.max_pages;
 
@@ -92,7 +93,7 @@ for (int i = 0; i < ROWS_PER_THREAD; ++i) {
 
 for (int tile_idx = 0; tile_idx < num_tiles; ++tile_idx) {
   const PageTile tile =
-      page_tile(tile_idx, KEY_TILE, tiles_per_page, geo.page_size, pos_end);
+      page_tile(tile_idx, KEY_TILE, tile_divisor, geo.page_size, pos_end);
   const int page_id = tile_page_id(geo, table_row, request_idx, tile);
   const long long base = page_offset(geo, page_id, kv_head_idx) +
       static_cast<long long>(tile.slot_begin) * HEAD_DIM;

@@ -22,7 +22,7 @@
 // positions (position_tile). All threads copy a tile's K and V rows with
 // cp.async into a ring of STAGES stages in the swizzled layout of
 // paged_wgmma.cuh (Sw128Rows): a tile inside one page by fixed per-thread
-// offsets from the page's base (copy_page_tile), a tile across pages row by
+// offsets from the page's base (copy_tile_rows), a tile across pages row by
 // row. Each stage has two mbarriers: full (every thread's copies landed,
 // arrived on by cp.async completion) and free (every thread is done reading
 // it), so no block-wide barrier ties the warpgroups together.
@@ -107,16 +107,8 @@ auto issue = [&](int tile_idx) {
   const PageTile tile = tile_of(tile_idx);
   T* stage_k = k_ring + stage * STAGE_ELEMS;
   T* stage_v = v_ring + stage * STAGE_ELEMS;
-  if (vector_copy && tile.slot_begin + tile.count <= geo.page_size) {
-    const int page_id = tile_page_id(geo, table_row, warp.request_idx, tile);
-    const long long base =
-        page_offset(geo, page_id, warp.kv_head_idx) + static_cast<long long>(tile.slot_begin) * HEAD_DIM;
-    copy_page_tile<T, HEAD_DIM, KEY_TILE, THREADS>(stage_k, stage_v, key_pages, value_pages, base, tile.count,
-                                                  page_id >= 0);
-  } else {
-    copy_key_tile<T, HEAD_DIM, KEY_TILE, Rows>(geo, table_row, warp, tile, key_pages, value_pages, stage_k, stage_v,
-                                              vector_copy, THREADS);
-  }
+  copy_key_tile<T, HEAD_DIM, KEY_TILE, Rows, THREADS>(geo, table_row, warp, tile, key_pages, value_pages, stage_k,
+                                                     stage_v, vector_copy);
   if (vector_copy) {
     barrier_arrive_after_copies(stage_full + stage);
   } else {

@@ -92,41 +92,6 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor_at(unsigned long 
   return desc + (bytes >> 4);
 }
 
-// One tile inside one page (rows base, base + HEAD_DIM, ... of the pools) into
-// a ring stage's K and V (Sw128Rows<TILE>) by cp.async, with THREADS threads:
-// thread t copies chunk t % CHUNKS of rows t / CHUNKS + k * ROW_STEP, so its
-// shared offsets and swizzle are fixed and only the page's base moves. Rows
-// at or past `count`, or of an unmapped page, are zero-filled. Needs 16-byte
-// aligned pools.
-template <typename T, int HEAD_DIM, int TILE, int THREADS>
-__device__ __forceinline__ void copy_page_tile(
-    T* stage_k,
-    T* stage_v,
-    const T* key_pages,
-    const T* value_pages,
-    long long base,
-    int count,
-    bool mapped) {
-  constexpr int CHUNKS = HEAD_DIM / 8;
-  constexpr int ROW_STEP = THREADS / CHUNKS;
-  constexpr int PASSES = (TILE + ROW_STEP - 1) / ROW_STEP;
-  static_assert(THREADS % CHUNKS == 0 && ROW_STEP % 8 == 0, "one swizzle phase per thread");
-  const int first_row = threadIdx.x / CHUNKS;
-  const int chunk = threadIdx.x % CHUNKS;
-  const int first_dst = Sw128Rows<TILE>::at(first_row, chunk);
-  const long long first_src = base + static_cast<long long>(first_row) * HEAD_DIM + chunk * 8;
-#pragma unroll
-  for (int pass = 0; pass < PASSES; ++pass) {
-    const int row = first_row + pass * ROW_STEP;
-    if (TILE % ROW_STEP == 0 || row < TILE) {
-      const bool live = mapped && row < count;
-      const long long src = live ? first_src + static_cast<long long>(pass) * ROW_STEP * HEAD_DIM : 0;
-      copy_async16(stage_k + first_dst + pass * ROW_STEP * 64, key_pages + src, live);
-      copy_async16(stage_v + first_dst + pass * ROW_STEP * 64, value_pages + src, live);
-    }
-  }
-}
-
 // Orders this thread's register and shared accesses before the wgmma that
 // follows (needed before the first wgmma and whenever its registers changed).
 __device__ __forceinline__ void wgmma_fence() {

@@ -43,18 +43,20 @@ const int kv_head_idx = blockIdx.x % num_kv_heads;
 const int context_len = context_lens[request_idx];
 const int tiles_per_page = ceil_div(page_size, TILE);
 const int total_tiles = count_tiles(context_len, page_size, TILE, tiles_per_page);
+const TileDivisor tile_divisor(tiles_per_page);
 // Who walks which tiles: the whole block every tile, or warp w every DECODE_WARPS-th from w.
 const int first_tile = BLOCK_RING ? 0 : warp_idx;
 const int tile_step = BLOCK_RING ? 1 : DECODE_WARPS;
 const int my_tiles = BLOCK_RING ? total_tiles : warp_tile_count(0, total_tiles, warp_idx);
 const int owner = BLOCK_RING ? static_cast<int>(threadIdx.x) : lane_idx;
-const int owners = BLOCK_RING ? static_cast<int>(blockDim.x) : WARP_LANES;
+// The launch has DECODE_WARPS warps a block (stream_probe.py).
+constexpr int OWNERS = BLOCK_RING ? DECODE_THREADS : WARP_LANES;
 const int32_t* table_row = block_table + static_cast<long long>(request_idx) * block_table_shape[1];
 T* ring = reinterpret_cast<T*>(shared) + (BLOCK_RING ? 0 : warp_idx * STAGES * STAGE_ELEMS);
 unsigned folded = 0;
 
 auto tile_of = [&](int local) {
-  return page_tile(first_tile + local * tile_step, TILE, tiles_per_page, page_size, context_len);
+  return page_tile(first_tile + local * tile_step, TILE, tile_divisor, page_size, context_len);
 };
 auto tile_base = [&](const PageTile& tile) {
   return (static_cast<long long>(table_row[tile.page_idx]) * num_kv_heads + kv_head_idx) * page_size * HEAD_DIM +
@@ -98,9 +100,8 @@ if constexpr (MODE == 2) {
     const PageTile tile = tile_of(local);
     T* stage_k = ring + (local % STAGES) * STAGE_ELEMS;
     T* stage_v = stage_k + TILE * Rows::STRIDE;
-    fill_stage<BULK, T, HEAD_DIM, TILE, Rows>(
-        stage_k, stage_v, key_pages, value_pages, tile_base(tile), tile.count, true, true, barrier_of(local), owner,
-        owners);
+    fill_stage<BULK, T, HEAD_DIM, TILE, Rows, OWNERS>(
+        stage_k, stage_v, key_pages, value_pages, tile_base(tile), tile.count, true, true, barrier_of(local), owner);
   };
   for (int local = 0; local < STAGES - 1; ++local) {
     if (local < my_tiles) {
