@@ -116,10 +116,9 @@ class BatchingKvCache:
             for _, cache in active:
                 positions.append(cache.claim_token_slot())
             slots = tuple(slot for slot, _ in active)
-            batch, num_heads, _, head_dim = keys.shape
-            key_rows = keys.reshape(batch, num_heads, head_dim)
-            value_rows = values.reshape(batch, num_heads, head_dim)
-            if len(slots) != batch:
+            # [B, H_kv, 1, D] is already the pool's token-row layout (each row a one-token chunk).
+            key_rows, value_rows = keys, values
+            if len(slots) != keys.shape[0]:
                 rows = _slot_rows(slots)
                 key_rows, value_rows = mx.take(key_rows, rows, axis=0), mx.take(value_rows, rows, axis=0)
             pool.write_token_rows([page for page, _ in positions], [slot for _, slot in positions], key_rows, value_rows)

@@ -209,16 +209,18 @@ class TinyKvPagedPool:
         self._keys, self._values = keys, values
 
     def write_token_rows(self, page_ids: list[int], slots: list[int], keys: mx.array, values: mx.array) -> None:
-        """Write token i's key/value rows keys[i], values[i] ([N, H_kv, D]) into slot slots[i] of live page
-        page_ids[i], for every i in one storage update (a decode step's single tokens)."""
+        """Write token i's key/value rows keys[i], values[i] ([N, H_kv, 1, D]: each token a one-token chunk, as
+        a decode step's keys come) into slot slots[i] of live page page_ids[i], for every i in one storage
+        update (a decode step's single tokens, or a prefill chunk's tokens transposed to the front)."""
         check_kv_pair(keys, values)
-        if keys.ndim != 3 or keys.shape[0] != len(page_ids) or len(slots) != len(page_ids) or not page_ids:
+        if (keys.ndim != 4 or keys.shape[2] != 1 or keys.shape[0] != len(page_ids) or len(slots) != len(page_ids)
+                or not page_ids):
             raise ValueError(
-                f"keys shape={tuple(keys.shape)} must be [N, H_kv, D] with N = len(page_ids)={len(page_ids)} "
+                f"keys shape={tuple(keys.shape)} must be [N, H_kv, 1, D] with N = len(page_ids)={len(page_ids)} "
                 f"= len(slots)={len(slots)} >= 1"
             )
         # The checks of a one-token chunk [1, H_kv, 1, D] (the rows' geometry), without slicing them out.
-        self.check_chunk_shape((1, keys.shape[1], 1, keys.shape[2]), keys.dtype, values.dtype)
+        self.check_chunk_shape((1, keys.shape[1], 1, keys.shape[3]), keys.dtype, values.dtype)
         self._check_token_positions(page_ids, slots)
         index = page_write.token_row_index(tuple(page_ids), tuple(slots), keys.shape[1])
         # Only creating the storage changes the pool before both updates are built, so only then is there
@@ -226,7 +228,7 @@ class TinyKvPagedPool:
         before = self.checkpoint() if self._keys is None or self._values is None else None
         try:
             if before is not None:
-                self._create_storage(keys[None].transpose(0, 2, 1, 3))
+                self._create_storage(keys)  # its shape [N, H_kv, 1, D] gives H_kv and D
             new_keys = page_write.write_token_rows(self._keys, index, keys)
             new_values = page_write.write_token_rows(self._values, index, values)
         except BaseException:

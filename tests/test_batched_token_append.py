@@ -81,7 +81,7 @@ def test_pool_token_writes_reject_bad_positions(page_ids: list[int], slots: list
     for _ in range(3):
         pool.allocate_page()
     pool.free_page(2)
-    keys = mx.zeros((rows, 2, 4))
+    keys = mx.zeros((rows, 2, 1, 4))
     before = pool_state(pool)
     with pytest.raises(ValueError, match=message):
         pool.write_token_rows(page_ids, slots, keys, keys)
@@ -90,16 +90,17 @@ def test_pool_token_writes_reject_bad_positions(page_ids: list[int], slots: list
 
 def test_token_row_index_names_each_token_and_head() -> None:
     pages, heads, slots = (part.tolist() for part in page_write.token_row_index((2, 0), (1, 3), 2))
-    assert pages == [[2, 2], [0, 0]] and heads == [[0, 1], [0, 1]] and slots == [[1, 1], [3, 3]]
+    assert pages == [[[2], [2]], [[0], [0]]] and heads == [[[0], [1]], [[0], [1]]]
+    assert slots == [[[1], [1]], [[3], [3]]]
 
 
 def test_a_token_row_write_is_one_scatter_and_leaves_its_input_alone() -> None:
     storage = mx.zeros((3, 2, PAGE_SIZE, 4), dtype=mx.float32)
-    rows = mx.arange(2 * 2 * 4, dtype=mx.float32).reshape(2, 2, 4) + 1
+    rows = mx.arange(2 * 2 * 4, dtype=mx.float32).reshape(2, 2, 1, 4) + 1
     written = page_write.write_token_rows(storage, page_write.token_row_index((2, 0), (1, 3), 2), rows)
     expected = np.zeros((3, 2, PAGE_SIZE, 4), dtype=np.float32)
-    expected[2, :, 1] = np.array(rows[0])
-    expected[0, :, 3] = np.array(rows[1])
+    expected[2, :, 1] = np.array(rows[0, :, 0])
+    expected[0, :, 3] = np.array(rows[1, :, 0])
     assert np.array_equal(np.array(written), expected)
     assert not np.array(storage).any()
 
@@ -107,10 +108,26 @@ def test_a_token_row_write_is_one_scatter_and_leaves_its_input_alone() -> None:
 def test_a_token_row_write_adds_two_graph_nodes() -> None:
     storage = mx.zeros((3, 2, PAGE_SIZE, 4), dtype=mx.float32)
     mx.eval(storage)
-    rows = mx.ones((2, 2, 4), dtype=mx.float32)
+    rows = mx.ones((2, 2, 1, 4), dtype=mx.float32)
     mx.eval(rows)  # computed, like the index: the graph counted is the write's alone
     written = page_write.write_token_rows(storage, page_write.token_row_index((2, 0), (1, 3), 2), rows)
     assert graph_primitives(written) == {"Reshape": 1, "Scatter": 1}
+
+
+def test_a_full_decode_step_writes_each_pool_in_two_graph_nodes() -> None:
+    # Every slot occupied: the step's keys [B, H_kv, 1, D] go into the scatter as they come, so each pool's
+    # graph is the scatter and MLX's reshape of its update, with no reshape of the keys before it.
+    batch, pool = _batch(np.random.default_rng(5), 3, (0, 1, 2))
+    batch.update_and_fetch_paged(*random_chunk(np.random.default_rng(6), 1, batch=3))  # grows the storage
+    mx.eval(*pool.storage)
+    growths = pool.storage_growths
+    keys, values = random_chunk(np.random.default_rng(7), 1, batch=3)
+    mx.eval(keys, values)
+    batch.update_and_fetch_paged(keys, values)
+    assert pool.storage_growths == growths
+    new_keys, new_values = pool.storage
+    assert graph_primitives(new_keys) == {"Reshape": 1, "Scatter": 1}
+    assert graph_primitives(new_values) == {"Reshape": 1, "Scatter": 1}
 
 
 def test_a_serving_chunk_append_matches_the_page_by_page_append(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -53,7 +53,7 @@ def _chains() -> dict[str, tuple[mx.array, Callable[[mx.array], mx.array]]]:
     value_pages = mx.random.normal(pool_shape, key=keys[4]).astype(DTYPE)
     table = mx.random.permutation(BATCH * pages_per_row, key=keys[5]).astype(mx.int32).reshape(BATCH, -1)
     lens = mx.full((BATCH,), CONTEXT, dtype=mx.int32)
-    token_rows = mx.random.normal((BATCH, NUM_KV_HEADS, HEAD_DIM)).astype(DTYPE)
+    token_rows = mx.random.normal((BATCH, NUM_KV_HEADS, 1, HEAD_DIM)).astype(DTYPE)
     index = token_row_index(tuple(table[:, -1].tolist()), (PAGE_SIZE - 1,) * BATCH, NUM_KV_HEADS)
     silu = mx.compile(lambda x: mx.sigmoid(x) * x * x, shapeless=True)
     ids = mx.arange(BATCH, dtype=mx.int32).reshape(BATCH, 1)
