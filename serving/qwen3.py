@@ -135,8 +135,9 @@ class _CompiledLayerHalves:
 
 def _swiglu_mlp(x: mx.array, layer: Qwen3LayerWeights) -> mx.array:
     gate_up = quantized_linear(x, layer.gate_up_proj)
-    split = layer.intermediate
-    return quantized_linear(_silu_product(gate_up[..., :split], gate_up[..., split:]), layer.down_proj)
+    # One Split node for both halves (two views of gate_up), where two slices would be two nodes.
+    gate, up = mx.split(gate_up, [layer.intermediate], axis=-1)
+    return quantized_linear(_silu_product(gate, up), layer.down_proj)
 
 
 # One fused kernel for the three elementwise ops. Shapeless: prefill chunks come in many lengths, and a

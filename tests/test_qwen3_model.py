@@ -149,6 +149,23 @@ def test_heads_merge_like_the_transposed_layout(length: int) -> None:
     assert mx.array_equal(merged, heads.transpose(0, 2, 1, 3).reshape(2, length, 12)).item()
 
 
+def test_the_mlp_takes_gate_and_up_in_one_split_node() -> None:
+    from pagecheck.bench.graph import graph_primitives
+    from pagecheck.serving.quantized import quantized_linear
+    from pagecheck.serving.qwen3 import _silu_product, _swiglu_mlp
+
+    layer = serving_weights().layers[0]
+    x = mx.random.normal((2, 1, SERVING_CONFIG.hidden_size), key=mx.random.key(7)).astype(serving_weights().dtype)
+    mx.eval(x)
+    out = _swiglu_mlp(x, layer)
+    counts = graph_primitives(out)
+    assert counts["Split"] == 1 and "Slice" not in counts, counts
+    gate_up = quantized_linear(x, layer.gate_up_proj)
+    gate, up = gate_up[..., : layer.intermediate], gate_up[..., layer.intermediate :]
+    sliced = quantized_linear(_silu_product(gate, up), layer.down_proj)
+    assert mx.array_equal(out, sliced).item()
+
+
 def batched_decode_logits(path: str, compile_decode: bool, steps: int = 3) -> list[mx.array]:
     """Two requests prefilled eagerly, then `steps` batched decode steps; the logits of each step."""
     from pagecheck.impl.kv_cache import BatchingKvCache
