@@ -62,7 +62,8 @@ def project_qkv(
     if isinstance(offsets, mx.array):
         starts = offsets if offsets.dtype == mx.int32 else offsets.astype(mx.int32)
     else:
-        starts = mx.full((x.shape[0],), offsets, dtype=mx.int32)
+        # A host-made array is data, not a graph node: mx.full would add two nodes a layer (Broadcast, Full).
+        starts = mx.array([offsets] * x.shape[0], dtype=mx.int32)
     return ext.qk_norm_rope(
         qkv, layer.q_norm, layer.k_norm, starts, config.num_q_heads, config.num_kv_heads, config.rms_norm_eps,
         config.rope_theta,

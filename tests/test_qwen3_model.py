@@ -166,6 +166,22 @@ def test_the_mlp_takes_gate_and_up_in_one_split_node() -> None:
     assert mx.array_equal(out, sliced).item()
 
 
+def test_int_offsets_reach_qk_norm_rope_as_data_not_graph_nodes() -> None:
+    from pagecheck.bench.graph import graph_primitives
+    from pagecheck.serving.qwen3_attention import project_qkv
+
+    weights = serving_weights()
+    x = mx.random.normal((2, 3, SERVING_CONFIG.hidden_size), key=mx.random.key(9)).astype(weights.dtype)
+    mx.eval(x, weights.layers[0].arrays())
+    q, k, v = project_qkv(x, 5, weights.layers[0], SERVING_CONFIG)
+    offsets = mx.array([5, 5], dtype=mx.int32)
+    as_array = project_qkv(x, offsets, weights.layers[0], SERVING_CONFIG)
+    # A prefill chunk's int offset adds no nodes to what evaluated offsets take (mx.full would add a
+    # Broadcast and a Full every layer).
+    assert graph_primitives(q) == graph_primitives(as_array[0])
+    assert all(mx.array_equal(a, b).item() for a, b in zip((q, k, v), as_array))
+
+
 def batched_decode_logits(path: str, compile_decode: bool, steps: int = 3) -> list[mx.array]:
     """Two requests prefilled eagerly, then `steps` batched decode steps; the logits of each step."""
     from pagecheck.impl.kv_cache import BatchingKvCache
