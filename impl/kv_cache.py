@@ -116,7 +116,7 @@ class BatchingKvCache:
             for _, cache in active:
                 positions.append(cache.claim_token_slot())
             slots = tuple(slot for slot, _ in active)
-            # [B, H_kv, 1, D] is already the pool's token-row layout (each row a one-token chunk).
+            # [B, H_kv, 1, D] is already the pool's token-row layout (B rows of one token).
             key_rows, value_rows = keys, values
             if len(slots) != keys.shape[0]:
                 rows = _slot_rows(slots)

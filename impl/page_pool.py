@@ -209,26 +209,26 @@ class TinyKvPagedPool:
         self._keys, self._values = keys, values
 
     def write_token_rows(self, page_ids: list[int], slots: list[int], keys: mx.array, values: mx.array) -> None:
-        """Write token i's key/value rows keys[i], values[i] ([N, H_kv, 1, D]: each token a one-token chunk, as
-        a decode step's keys come) into slot slots[i] of live page page_ids[i], for every i in one storage
-        update (a decode step's single tokens, or a prefill chunk's tokens transposed to the front)."""
+        """Write keys and values [R, H_kv, T, D] (R rows of T tokens each, as K/V come: a decode step's
+        [B, H_kv, 1, D], a prefill chunk's [1, H_kv, L, D]) in one storage update: token t of row r goes to
+        slot slots[r * T + t] of live page page_ids[r * T + t]."""
         check_kv_pair(keys, values)
-        if (keys.ndim != 4 or keys.shape[2] != 1 or keys.shape[0] != len(page_ids) or len(slots) != len(page_ids)
+        if (keys.ndim != 4 or keys.shape[0] * keys.shape[2] != len(page_ids) or len(slots) != len(page_ids)
                 or not page_ids):
             raise ValueError(
-                f"keys shape={tuple(keys.shape)} must be [N, H_kv, 1, D] with N = len(page_ids)={len(page_ids)} "
+                f"keys shape={tuple(keys.shape)} must be [R, H_kv, T, D] with R * T = len(page_ids)={len(page_ids)} "
                 f"= len(slots)={len(slots)} >= 1"
             )
         # The checks of a one-token chunk [1, H_kv, 1, D] (the rows' geometry), without slicing them out.
         self.check_chunk_shape((1, keys.shape[1], 1, keys.shape[3]), keys.dtype, values.dtype)
         self._check_token_positions(page_ids, slots)
-        index = page_write.token_row_index(tuple(page_ids), tuple(slots), keys.shape[1])
+        index = page_write.token_row_index(tuple(page_ids), tuple(slots), keys.shape[1], keys.shape[2])
         # Only creating the storage changes the pool before both updates are built, so only then is there
         # anything to roll back.
         before = self.checkpoint() if self._keys is None or self._values is None else None
         try:
             if before is not None:
-                self._create_storage(keys)  # its shape [N, H_kv, 1, D] gives H_kv and D
+                self._create_storage(keys)  # its shape [R, H_kv, T, D] gives H_kv and D
             new_keys = page_write.write_token_rows(self._keys, index, keys)
             new_values = page_write.write_token_rows(self._values, index, values)
         except BaseException:

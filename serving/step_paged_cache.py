@@ -28,8 +28,8 @@ class StepPagedKvCache(TinyKvPagedCache):
     def _write_chunk(self, key: mx.array, value: mx.array) -> None:
         # Inside TinyKvPagedCache.append's checks and all-or-nothing rollback: one update per tensor.
         page_ids, slots = self.claim_token_slots(key.shape[2])
-        # [1, H_kv, L, D] -> [L, H_kv, 1, D]: each token a one-token chunk, one transpose.
-        self._pool.write_token_rows(page_ids, slots, key.transpose(2, 1, 0, 3), value.transpose(2, 1, 0, 3))
+        # The chunk [1, H_kv, L, D] as it comes: one row of L tokens.
+        self._pool.write_token_rows(page_ids, slots, key, value)
 
     def paged_metadata(
         self, max_pages: int | None = None, mask: mx.array | str | None = None

@@ -148,6 +148,24 @@ def test_a_serving_chunk_append_matches_the_page_by_page_append(monkeypatch: pyt
     assert len(writes) == 2 * 4  # one per tensor and chunk
 
 
+def test_a_serving_chunk_append_writes_each_pool_in_two_graph_nodes() -> None:
+    # The chunk [1, H_kv, L, D] goes into the scatter as it comes: no transpose (whose reshape for the
+    # scatter would copy the chunk), only MLX's squeeze of the leading 1 and its reshape of the update.
+    from pagecheck.serving.step_page_table import StepPageTable
+    from pagecheck.serving.step_paged_cache import StepPagedKvCache
+
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    cache = StepPagedKvCache(pool, StepPageTable())
+    cache.append(*random_chunk(np.random.default_rng(0), 2))  # storage (4 pages) for what follows
+    mx.eval(*pool.storage)
+    growths = pool.storage_growths
+    chunk = random_chunk(np.random.default_rng(1), PAGE_SIZE + 2)  # spans pages
+    mx.eval(*chunk)
+    cache.append(*chunk)
+    assert pool.storage_growths == growths
+    assert all(graph_primitives(part) == {"Squeeze": 1, "Reshape": 1, "Scatter": 1} for part in pool.storage)
+
+
 def test_a_failed_serving_chunk_append_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     from pagecheck.serving.step_page_table import StepPageTable
     from pagecheck.serving.step_paged_cache import StepPagedKvCache
