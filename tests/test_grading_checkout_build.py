@@ -10,7 +10,12 @@ import tomllib
 from pathlib import Path
 
 from pagecheck.grading.sandboxed_command import SYSTEM_BIN_PATH, build_path
-from pagecheck.grading.submission import Submission, find_kind, stage_copy, submission_name
+import pytest
+
+from pagecheck.grading.submission import (
+    MAX_FOLDER_DEPTH, Submission, SubmissionFilesError, content_digest, find_kind, graded_files, stage_copy,
+    submission_name,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,3 +62,68 @@ def test_a_checkouts_compiled_extension_is_not_staged(tmp_path: Path) -> None:
     root = stage_copy(submission, tmp_path / "staged")
     staged = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
     assert staged == sorted(sources)
+
+
+def _nest(top: Path, depth: int) -> None:
+    """`depth` folders named d, one inside the other, below `top`, made without long paths."""
+    here = os.open(top, os.O_RDONLY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=here)
+            inner = os.open("d", os.O_RDONLY, dir_fd=here)
+            os.close(here)
+            here = inner
+    finally:
+        os.close(here)
+
+
+def _unnest(top: Path, depth: int) -> None:
+    """Remove what _nest made, innermost first, without recursion (shutil.rmtree recurses per level)."""
+    fds = [os.open(top, os.O_RDONLY)]
+    for _ in range(depth - 1):
+        fds.append(os.open("d", os.O_RDONLY, dir_fd=fds[-1]))
+    while fds:
+        fd = fds.pop()
+        os.rmdir("d", dir_fd=fd)
+        os.close(fd)
+
+
+@pytest.mark.parametrize("depth", [MAX_FOLDER_DEPTH + 1, 1500], ids=["past the limit", "past the stack"])
+def test_a_folder_nested_too_deep_stops_only_that_submission(tmp_path: Path, depth: int) -> None:
+    # 1500 levels once made the listing recurse past Python's stack: a RecursionError that ended the run for
+    # every submission. Now the submission is refused by name, with its own error.
+    checkout = tmp_path / "tiny-llm"
+    (checkout / "src" / "tiny_llm").mkdir(parents=True)
+    (checkout / "src" / "tiny_llm" / "__init__.py").write_text("")
+    _nest(checkout / "src", depth)
+    try:
+        submission = Submission(name="deep", path=checkout, kind=find_kind(checkout))
+        for step in (graded_files, content_digest):
+            with pytest.raises(SubmissionFilesError, match=f"folder 'src/d/d/.*' nests more than {MAX_FOLDER_DEPTH}"):
+                step(submission)
+    finally:
+        _unnest(checkout / "src", depth)
+
+
+def test_folders_that_are_never_staged_are_not_walked(tmp_path: Path) -> None:
+    checkout = tmp_path / "tiny-llm"
+    (checkout / "src" / "tiny_llm" / ".git").mkdir(parents=True)
+    (checkout / "src" / "tiny_llm" / "__init__.py").write_text("")
+    _nest(checkout / "src" / "tiny_llm" / ".git", 1500)
+    try:
+        submission = Submission(name="git", path=checkout, kind=find_kind(checkout))
+        assert [relative for relative, _ in graded_files(submission)] == ["src/tiny_llm/__init__.py"]
+    finally:
+        _unnest(checkout / "src" / "tiny_llm" / ".git", 1500)
+
+
+def test_an_unreadable_file_stops_only_that_submission(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    original = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: (_ for _ in ()).throw(PermissionError(13, "Permission denied"))
+                        if self.name == "__init__.py" else original(self))
+    submission = Submission(name="pkg", path=package, kind=find_kind(package))
+    with pytest.raises(SubmissionFilesError, match="file '__init__.py' cannot be read: Permission denied"):
+        content_digest(submission)

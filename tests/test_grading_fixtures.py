@@ -35,6 +35,7 @@ from pagecheck.grading.results_store import load_all_results
 from pagecheck.grading.rubric import load_rubric
 from pagecheck.grading.seeds import hidden_seed
 from pagecheck.grading.shards import shard_of
+from pagecheck.grading.submission import MAX_FOLDER_DEPTH
 
 pytestmark = pytest.mark.slow
 
@@ -107,6 +108,7 @@ EXPECTED: dict[str, Expected] = {
     "reimport_mlx": Expected("ok", NOTHING, "0", "0", "sdpa_call tamper"),
     "network": Expected("ok", NOTHING, "0", "0"),
     "odd___pkg": Expected("load-failed", NOTHING, "0", "0"),  # Python cannot import a package of that name
+    "deep_folders": Expected("load-failed", NOTHING, "0", "0"),  # refused before staging, the run goes on
     f"{LONG_NAME[:87]}-{'x' * 12}": Expected("ok", NOTHING, "0", "0"),  # the hash is checked separately
 }
 HONEST = ("correct", "cast_pool", "kill_parent", "fill_disk", "flood")
@@ -120,6 +122,9 @@ def build_gallery(where: Path) -> list[Path]:
         shutil.copytree(CORRECT, target)
         shutil.copy(CORRECT / "src" / "tiny_llm" / "attention.py", target / "src" / "tiny_llm" / "honest_attention.py")
         shutil.copytree(overlay, target, dirs_exist_ok=True)
+    deep = where / "deep_folders"  # correct/, with a folder nested past the staging limit
+    shutil.copytree(CORRECT, deep)
+    (deep / "src" / Path(*["d"] * (MAX_FOLDER_DEPTH + 1))).mkdir(parents=True)
     source = (HOSTILE / "odd_names.py").read_bytes()
     (where / f"{LONG_NAME}.py").write_bytes(source)
     package = _odd_package(where)
@@ -139,7 +144,7 @@ def gallery_paths(where: Path) -> list[Path]:
     paths = [CORRECT, FIXTURES / "starter", FIXTURES / "needs_extension"]
     paths += [where / overlay.name for overlay in sorted(OVERLAYS.iterdir())]
     paths += sorted(p for p in HOSTILE.iterdir() if p.name != "odd_names.py" and p.name != "__pycache__")
-    return [*paths, where / f"{LONG_NAME}.py", _odd_package(where)]
+    return [*paths, where / "deep_folders", where / f"{LONG_NAME}.py", _odd_package(where)]
 
 
 def grade(paths: list[Path], out: Path, *extra: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -202,6 +207,11 @@ def test_every_submission_gets_its_verdict_points_and_flags(graded: Path) -> Non
         row = rows[name]
         got = (row["verdict"], tuple(row[c] for c in COLUMNS), row["total"], row["beyond"], row["flags"])
         assert got == (expected.verdict, expected.cells, expected.total, expected.beyond, expected.flags), name
+
+
+def test_a_submission_that_cannot_be_staged_says_why(graded: Path) -> None:
+    detail = json.loads((graded / "results" / "deep_folders.json").read_text())["detail"]
+    assert detail.startswith("its files could not be staged: folder 'src/d/d/") and "nests more than" in detail
 
 
 def test_honest_submissions_keep_their_exact_score(graded: Path) -> None:

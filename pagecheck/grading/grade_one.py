@@ -25,7 +25,7 @@ from pagecheck.grading.plan import GradePlan
 from pagecheck.grading.results_store import FORMAT, VERSION, result_path, write_json_atomic
 from pagecheck.grading.sandbox import LiveChildren, Limits, child_environment
 from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SuitePassSeed, pass_seeds
-from pagecheck.grading.submission import Submission, content_digest, stage_copy
+from pagecheck.grading.submission import Submission, SubmissionFilesError, content_digest, stage_copy
 from pagecheck.grading.suite_pass import PassOutcome, code_roots, run_suite_pass
 from pagecheck.grading.verdicts import Verdict
 from pagecheck.grading.wire import clean_text
@@ -227,16 +227,30 @@ def grader_error_result(submission: Submission, plan: GradePlan, out: Path, dige
     Written like any result, so the scoreboard lists it and a rerun grades it again only when asked (--force)."""
     import traceback
 
+    text = "".join(traceback.format_exception(error))
+    detail = f"the grader failed on this submission ({type(error).__name__}); see logs/{submission.name}/grader.log"
+    return _no_check_result(submission, plan, out, digest, "crashed", detail, text)
+
+
+def unstaged_result(submission: Submission, plan: GradePlan, out: Path, digest: str,
+                    error: SubmissionFilesError) -> dict[str, Any]:  # fmt: skip
+    """The result of a submission whose files cannot be staged (a folder nested too deep, a file that cannot be
+    read): load-failed, no check ran, the reason in its detail and its log."""
+    detail = clean_text(f"its files could not be staged: {error}")
+    return _no_check_result(submission, plan, out, digest, "load-failed", detail, detail + "\n")
+
+
+def _no_check_result(submission: Submission, plan: GradePlan, out: Path, digest: str, verdict: str, detail: str,
+                     log_text: str) -> dict[str, Any]:  # fmt: skip
     out = out.resolve()
     logs = out / "logs" / submission.name
     logs.mkdir(parents=True, exist_ok=True)
     with open(logs / "grader.log", "a", encoding="utf-8", errors="replace") as log:
-        log.write("".join(traceback.format_exception(error)))
+        log.write(log_text)
     document = {
         "format": FORMAT, "version": VERSION, "name": submission.name, "kind": submission.kind,
         "source": clean_text(str(submission.path)), "student_spec": submission.student_spec(), "digest": digest,
-        "settings": plan.settings(), "verdict": "crashed",
-        "detail": f"the grader failed on this submission ({type(error).__name__}); see logs/{submission.name}/grader.log",
+        "settings": plan.settings(), "verdict": verdict, "detail": detail,
         "running_check": None, "failed_pass": "public", "build": None, "passes": [], "checks": [], "findings": [],
         "incidents": [], "protections": {}, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "elapsed_s": 0.0,
     }  # fmt: skip

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pagecheck.grading.grade_one import grade_submission, grader_error_result
+from pagecheck.grading.grade_one import grade_submission, grader_error_result, unstaged_result
 from pagecheck.grading.plan import GradePlan
 from pagecheck.grading.results_store import load_result, result_path, reuse_reason
 from pagecheck.grading.sandbox import GradingInterrupted, LiveChildren
-from pagecheck.grading.submission import Submission, content_digest
+from pagecheck.grading.submission import Submission, SubmissionFilesError, content_digest, unstaged_digest
 from pagecheck.progress import StageProgress
 
 PROGRESS_TICK_S = 1.0
@@ -37,7 +37,12 @@ def jobs_to_run(submissions: list[Submission], plan: GradePlan, out: Path, *, fo
     todo: list[Job] = []
     reused: list[str] = []
     for submission in submissions:
-        digest = content_digest(submission)
+        try:
+            digest = content_digest(submission)
+        except SubmissionFilesError as exc:
+            # Its grading stops at the same error and writes a load-failed result naming it, under a digest
+            # of the reason.
+            digest = unstaged_digest(exc)
         reason = "--force" if force else reuse_reason(load_result(result_path(out, submission.name)), digest, settings)
         if reason is None:
             reused.append(submission.name)
@@ -60,6 +65,8 @@ class Running:
             return grade_submission(job.submission, plan, out, digest=job.digest, live=live)
         except GradingInterrupted:
             raise
+        except SubmissionFilesError as exc:
+            return unstaged_result(job.submission, plan, out, job.digest, exc)
         except Exception as exc:
             # Whatever one submission does to the grader stops only its own grading; the run goes on.
             return grader_error_result(job.submission, plan, out, job.digest, exc)

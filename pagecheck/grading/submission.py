@@ -27,9 +27,19 @@ SKIPPED_NAMES = frozenset({".git", "__pycache__", ".venv", "venv", "build", ".py
 # sources, so the module the suite imports is the one built here, never a binary the checkout carried (a
 # leftover of the student's own build would otherwise be imported whenever the grader's build fails).
 COMPILED_SUFFIXES = frozenset({".so", ".dylib", ".pyd", ".metallib", ".o", ".a"})
+# How deep a graded folder may nest below the graded root (a checkout's src/tiny_llm/... is 2 or 3 levels). The
+# walk keeps its own stack, so no nesting can exhaust Python's, but a tree thousands of levels deep has paths
+# longer than the system allows: such a submission is refused, never half staged.
+MAX_FOLDER_DEPTH = 32
+SHOWN_PATH_CHARS = 120
 UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 MAX_NAME_CHARS = 100
 NAME_HASH_CHARS = 12
+
+
+class SubmissionFilesError(ValueError):
+    """A submission's graded files cannot be listed, read or copied; the message says where and why. It stops
+    that submission's grading (no check runs), never the run."""
 
 
 @dataclass(frozen=True)
@@ -101,22 +111,50 @@ def load_submissions(paths: list[str]) -> list[Submission]:
 
 
 def graded_files(submission: Submission) -> list[tuple[str, Path]]:
-    """(path relative to the staged root, source file) for every file that is staged and graded, sorted."""
+    """(path relative to the staged root, source file) for every file that is staged and graded, sorted.
+    SubmissionFilesError for a folder that cannot be listed or nests deeper than MAX_FOLDER_DEPTH."""
     if submission.kind == "file":
         return [(submission.path.name, submission.path)]
     top = submission.path / "src" if submission.kind == "tiny-llm" else submission.path
     prefix = "src/" if submission.kind == "tiny-llm" else ""
     found = []
-    for path in top.rglob("*"):
-        relative = path.relative_to(top)
-        if any(part in SKIPPED_NAMES or part.endswith(".egg-info") for part in relative.parts):
-            continue
-        if path.is_symlink() or not path.is_file() or path.suffix == ".pyc":
-            continue
-        if submission.kind == "tiny-llm" and path.suffix in COMPILED_SUFFIXES:
-            continue
-        found.append((prefix + relative.as_posix(), path))
+    folders = [(top, 0)]  # a stack of (folder, depth below top): no recursion
+    while folders:
+        folder, depth = folders.pop()
+        try:
+            with os.scandir(folder) as entries:
+                listed = [(entry.name, entry.is_symlink(), entry.is_dir(follow_symlinks=False),
+                           entry.is_file(follow_symlinks=False)) for entry in entries]
+        except OSError as exc:
+            raise SubmissionFilesError(f"folder {_shown_path(prefix, folder, top)} cannot be listed: "
+                                       f"{exc.strerror or exc}") from None
+        for name, is_symlink, is_dir, is_file in listed:
+            if name in SKIPPED_NAMES or name.endswith(".egg-info") or is_symlink:
+                continue
+            path = folder / name
+            if is_dir:
+                if depth + 1 > MAX_FOLDER_DEPTH:
+                    raise SubmissionFilesError(f"folder {_shown_path(prefix, path, top)} nests more than "
+                                               f"{MAX_FOLDER_DEPTH} folders deep")
+                folders.append((path, depth + 1))
+            elif is_file and path.suffix != ".pyc":
+                if submission.kind == "tiny-llm" and path.suffix in COMPILED_SUFFIXES:
+                    continue
+                found.append((prefix + path.relative_to(top).as_posix(), path))
     return sorted(found)
+
+
+def _shown_path(prefix: str, path: Path, top: Path) -> str:
+    """`path` relative to the submission, cut to SHOWN_PATH_CHARS for a message."""
+    shown = prefix + path.relative_to(top).as_posix() if path != top else prefix.rstrip("/") or "."
+    return repr(shown if len(shown) <= SHOWN_PATH_CHARS else shown[:SHOWN_PATH_CHARS] + "...")
+
+
+def _read_bytes(relative: str, path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise SubmissionFilesError(f"file {relative!r} cannot be read: {exc.strerror or exc}") from None
 
 
 def stage_copy(submission: Submission, staged: Path) -> Path:
@@ -129,13 +167,23 @@ def stage_copy(submission: Submission, staged: Path) -> Path:
     for relative, source in graded_files(submission):
         target = root / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target)
+        try:
+            shutil.copy2(source, target)
+        except OSError as exc:
+            raise SubmissionFilesError(f"file {relative!r} cannot be copied: {exc.strerror or exc}") from None
     return root
+
+
+def unstaged_digest(error: SubmissionFilesError) -> str:
+    """The digest recorded for a submission whose files cannot be staged: sha256 over a marker and the reason
+    (the marker keeps it apart from any digest of files), so a rerun reuses the result until the reason
+    changes."""
+    return hashlib.sha256(b"unstaged\0" + str(error).encode("utf-8", "replace")).hexdigest()
 
 
 def content_digest(submission: Submission) -> str:
     """sha256 over relative paths and bytes of every graded file: a changed submission is graded again."""
     digest = hashlib.sha256()
     for relative, path in graded_files(submission):
-        digest.update(os.fsencode(relative) + b"\0" + path.read_bytes() + b"\0")  # names need not be UTF-8
+        digest.update(os.fsencode(relative) + b"\0" + _read_bytes(relative, path) + b"\0")  # names need not be UTF-8
     return digest.hexdigest()
