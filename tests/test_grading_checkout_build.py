@@ -13,7 +13,7 @@ from pagecheck.grading.sandboxed_command import SYSTEM_BIN_PATH, build_path
 import pytest
 
 from pagecheck.grading.submission import (
-    MAX_FOLDER_DEPTH, Submission, SubmissionFilesError, content_digest, find_kind, graded_files, stage_copy,
+    MAX_FILE_BYTES, MAX_FOLDER_DEPTH, Submission, SubmissionFilesError, content_digest, find_kind, graded_files, stage_copy,
     submission_name,
 )
 
@@ -118,12 +118,44 @@ def test_folders_that_are_never_staged_are_not_walked(tmp_path: Path) -> None:
 
 
 def test_an_unreadable_file_stops_only_that_submission(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pagecheck.grading.submission as submission_module
+
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    original = Path.read_bytes
-    monkeypatch.setattr(Path, "read_bytes", lambda self: (_ for _ in ()).throw(PermissionError(13, "Permission denied"))
-                        if self.name == "__init__.py" else original(self))
+
+    def refuse(path: object, *args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(submission_module, "open", refuse, raising=False)  # the tests run as root: no chmod
     submission = Submission(name="pkg", path=package, kind=find_kind(package))
     with pytest.raises(SubmissionFilesError, match="file '__init__.py' cannot be read: Permission denied"):
         content_digest(submission)
+
+
+@pytest.mark.parametrize("kind", ["package", "file"])
+def test_a_file_too_large_to_grade_is_refused_unread(tmp_path: Path, kind: str) -> None:
+    # Sparse: no disk, but reading it whole (as the digest once did) needed memory of its size.
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    big = package / "blob.bin" if kind == "package" else tmp_path / "big.py"
+    with open(big, "wb") as file:
+        file.truncate(MAX_FILE_BYTES + 1)
+    path = package if kind == "package" else big
+    submission = Submission(name="big", path=path, kind=find_kind(path))
+    with pytest.raises(SubmissionFilesError, match=f"is {MAX_FILE_BYTES + 1} bytes, over the {MAX_FILE_BYTES}"):
+        content_digest(submission)
+
+
+def test_the_digest_streams_files_to_the_same_value(tmp_path: Path) -> None:
+    import hashlib
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_bytes(b"x" * 3_000_000)  # several read chunks
+    (package / "a.py").write_bytes(b"VALUE = 1\n")
+    whole = hashlib.sha256()
+    for name in ("__init__.py", "a.py"):
+        whole.update(name.encode() + b"\0" + (package / name).read_bytes() + b"\0")
+    assert content_digest(Submission(name="pkg", path=package, kind=find_kind(package))) == whole.hexdigest()

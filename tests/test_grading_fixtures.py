@@ -35,7 +35,7 @@ from pagecheck.grading.results_store import load_all_results
 from pagecheck.grading.rubric import load_rubric
 from pagecheck.grading.seeds import hidden_seed
 from pagecheck.grading.shards import shard_of
-from pagecheck.grading.submission import MAX_FOLDER_DEPTH
+from pagecheck.grading.submission import MAX_FILE_BYTES, MAX_FOLDER_DEPTH
 
 pytestmark = pytest.mark.slow
 
@@ -109,6 +109,7 @@ EXPECTED: dict[str, Expected] = {
     "network": Expected("ok", NOTHING, "0", "0"),
     "odd___pkg": Expected("load-failed", NOTHING, "0", "0"),  # Python cannot import a package of that name
     "deep_folders": Expected("load-failed", NOTHING, "0", "0"),  # refused before staging, the run goes on
+    "big_file": Expected("load-failed", NOTHING, "0", "0"),  # refused unread, the run goes on
     f"{LONG_NAME[:87]}-{'x' * 12}": Expected("ok", NOTHING, "0", "0"),  # the hash is checked separately
 }
 HONEST = ("correct", "cast_pool", "kill_parent", "fill_disk", "flood")
@@ -125,6 +126,10 @@ def build_gallery(where: Path) -> list[Path]:
     deep = where / "deep_folders"  # correct/, with a folder nested past the staging limit
     shutil.copytree(CORRECT, deep)
     (deep / "src" / Path(*["d"] * (MAX_FOLDER_DEPTH + 1))).mkdir(parents=True)
+    big = where / "big_file"  # correct/, with a sparse file past the staging limit
+    shutil.copytree(CORRECT, big)
+    with open(big / "src" / "tiny_llm" / "weights.bin", "wb") as file:
+        file.truncate(MAX_FILE_BYTES + 1)
     source = (HOSTILE / "odd_names.py").read_bytes()
     (where / f"{LONG_NAME}.py").write_bytes(source)
     package = _odd_package(where)
@@ -144,7 +149,7 @@ def gallery_paths(where: Path) -> list[Path]:
     paths = [CORRECT, FIXTURES / "starter", FIXTURES / "needs_extension"]
     paths += [where / overlay.name for overlay in sorted(OVERLAYS.iterdir())]
     paths += sorted(p for p in HOSTILE.iterdir() if p.name != "odd_names.py" and p.name != "__pycache__")
-    return [*paths, where / "deep_folders", where / f"{LONG_NAME}.py", _odd_package(where)]
+    return [*paths, where / "deep_folders", where / "big_file", where / f"{LONG_NAME}.py", _odd_package(where)]
 
 
 def grade(paths: list[Path], out: Path, *extra: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -212,6 +217,9 @@ def test_every_submission_gets_its_verdict_points_and_flags(graded: Path) -> Non
 def test_a_submission_that_cannot_be_staged_says_why(graded: Path) -> None:
     detail = json.loads((graded / "results" / "deep_folders.json").read_text())["detail"]
     assert detail.startswith("its files could not be staged: folder 'src/d/d/") and "nests more than" in detail
+    detail = json.loads((graded / "results" / "big_file.json").read_text())["detail"]
+    assert detail == (f"its files could not be staged: file 'src/tiny_llm/weights.bin' is {MAX_FILE_BYTES + 1} "
+                      f"bytes, over the {MAX_FILE_BYTES} a graded file may have")
 
 
 def test_honest_submissions_keep_their_exact_score(graded: Path) -> None:

@@ -19,6 +19,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 KINDS = ("tiny-llm", "file", "package")
 # Never staged: VCS data, caches and build trees a checkout may carry.
@@ -31,7 +32,13 @@ COMPILED_SUFFIXES = frozenset({".so", ".dylib", ".pyd", ".metallib", ".o", ".a"}
 # walk keeps its own stack, so no nesting can exhaust Python's, but a tree thousands of levels deep has paths
 # longer than the system allows: such a submission is refused, never half staged.
 MAX_FOLDER_DEPTH = 32
+# What one submission may stage: the grader reads every graded file to digest it and copies it into the
+# sandbox, so a huge (or sparse) file or a flood of files is refused up front, by name, not read.
+MAX_FILE_BYTES = 64 * 2**20
+MAX_STAGED_BYTES = 512 * 2**20
+MAX_FILES = 50_000
 SHOWN_PATH_CHARS = 120
+DIGEST_CHUNK_BYTES = 2**20
 UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 MAX_NAME_CHARS = 100
 NAME_HASH_CHARS = 12
@@ -114,21 +121,29 @@ def graded_files(submission: Submission) -> list[tuple[str, Path]]:
     """(path relative to the staged root, source file) for every file that is staged and graded, sorted.
     SubmissionFilesError for a folder that cannot be listed or nests deeper than MAX_FOLDER_DEPTH."""
     if submission.kind == "file":
+        try:
+            size = submission.path.stat().st_size
+        except OSError as exc:
+            raise SubmissionFilesError(f"file {submission.path.name!r} cannot be read: {exc.strerror or exc}") from None
+        if size > MAX_FILE_BYTES:
+            raise SubmissionFilesError(f"file {submission.path.name!r} is {size} bytes, over the {MAX_FILE_BYTES} a "
+                                       f"graded file may have")
         return [(submission.path.name, submission.path)]
     top = submission.path / "src" if submission.kind == "tiny-llm" else submission.path
     prefix = "src/" if submission.kind == "tiny-llm" else ""
     found = []
+    total = 0
     folders = [(top, 0)]  # a stack of (folder, depth below top): no recursion
     while folders:
         folder, depth = folders.pop()
         try:
             with os.scandir(folder) as entries:
                 listed = [(entry.name, entry.is_symlink(), entry.is_dir(follow_symlinks=False),
-                           entry.is_file(follow_symlinks=False)) for entry in entries]
+                           entry.is_file(follow_symlinks=False), entry) for entry in entries]
         except OSError as exc:
             raise SubmissionFilesError(f"folder {_shown_path(prefix, folder, top)} cannot be listed: "
                                        f"{exc.strerror or exc}") from None
-        for name, is_symlink, is_dir, is_file in listed:
+        for name, is_symlink, is_dir, is_file, entry in listed:
             if name in SKIPPED_NAMES or name.endswith(".egg-info") or is_symlink:
                 continue
             path = folder / name
@@ -140,8 +155,25 @@ def graded_files(submission: Submission) -> list[tuple[str, Path]]:
             elif is_file and path.suffix != ".pyc":
                 if submission.kind == "tiny-llm" and path.suffix in COMPILED_SUFFIXES:
                     continue
+                total += _checked_size(prefix, path, top, entry)
                 found.append((prefix + path.relative_to(top).as_posix(), path))
+                if len(found) > MAX_FILES or total > MAX_STAGED_BYTES:
+                    raise SubmissionFilesError(f"over {MAX_FILES} files or {MAX_STAGED_BYTES} bytes to stage "
+                                               f"(at {_shown_path(prefix, path, top)})")
     return sorted(found)
+
+
+def _checked_size(prefix: str, path: Path, top: Path, entry: os.DirEntry[str]) -> int:
+    """The file's size, or SubmissionFilesError when it cannot be read or is over MAX_FILE_BYTES."""
+    try:
+        size = entry.stat(follow_symlinks=False).st_size
+    except OSError as exc:
+        raise SubmissionFilesError(f"file {_shown_path(prefix, path, top)} cannot be read: "
+                                   f"{exc.strerror or exc}") from None
+    if size > MAX_FILE_BYTES:
+        raise SubmissionFilesError(f"file {_shown_path(prefix, path, top)} is {size} bytes, over the "
+                                   f"{MAX_FILE_BYTES} a graded file may have")
+    return size
 
 
 def _shown_path(prefix: str, path: Path, top: Path) -> str:
@@ -150,9 +182,12 @@ def _shown_path(prefix: str, path: Path, top: Path) -> str:
     return repr(shown if len(shown) <= SHOWN_PATH_CHARS else shown[:SHOWN_PATH_CHARS] + "...")
 
 
-def _read_bytes(relative: str, path: Path) -> bytes:
+def _digest_file(digest: Any, relative: str, path: Path) -> None:
+    """Feed the file's bytes to `digest` a chunk at a time (the listing has capped its size)."""
     try:
-        return path.read_bytes()
+        with open(path, "rb") as file:
+            while chunk := file.read(DIGEST_CHUNK_BYTES):
+                digest.update(chunk)
     except OSError as exc:
         raise SubmissionFilesError(f"file {relative!r} cannot be read: {exc.strerror or exc}") from None
 
@@ -185,5 +220,7 @@ def content_digest(submission: Submission) -> str:
     """sha256 over relative paths and bytes of every graded file: a changed submission is graded again."""
     digest = hashlib.sha256()
     for relative, path in graded_files(submission):
-        digest.update(os.fsencode(relative) + b"\0" + _read_bytes(relative, path) + b"\0")  # names need not be UTF-8
+        digest.update(os.fsencode(relative) + b"\0")  # names need not be UTF-8
+        _digest_file(digest, relative, path)
+        digest.update(b"\0")
     return digest.hexdigest()
