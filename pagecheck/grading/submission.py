@@ -17,7 +17,9 @@ import hashlib
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -121,13 +123,7 @@ def graded_files(submission: Submission) -> list[tuple[str, Path]]:
     """(path relative to the staged root, source file) for every file that is staged and graded, sorted.
     SubmissionFilesError for a folder that cannot be listed or nests deeper than MAX_FOLDER_DEPTH."""
     if submission.kind == "file":
-        try:
-            size = submission.path.stat().st_size
-        except OSError as exc:
-            raise SubmissionFilesError(f"file {submission.path.name!r} cannot be read: {exc.strerror or exc}") from None
-        if size > MAX_FILE_BYTES:
-            raise SubmissionFilesError(f"file {submission.path.name!r} is {size} bytes, over the {MAX_FILE_BYTES} a "
-                                       f"graded file may have")
+        _checked_size(repr(submission.path.name), submission.path.stat)
         return [(submission.path.name, submission.path)]
     top = submission.path / "src" if submission.kind == "tiny-llm" else submission.path
     prefix = "src/" if submission.kind == "tiny-llm" else ""
@@ -155,7 +151,7 @@ def graded_files(submission: Submission) -> list[tuple[str, Path]]:
             elif is_file and path.suffix != ".pyc":
                 if submission.kind == "tiny-llm" and path.suffix in COMPILED_SUFFIXES:
                     continue
-                total += _checked_size(prefix, path, top, entry)
+                total += _checked_size(_shown_path(prefix, path, top), partial(entry.stat, follow_symlinks=False))
                 found.append((prefix + path.relative_to(top).as_posix(), path))
                 if len(found) > MAX_FILES or total > MAX_STAGED_BYTES:
                     raise SubmissionFilesError(f"over {MAX_FILES} files or {MAX_STAGED_BYTES} bytes to stage "
@@ -163,16 +159,15 @@ def graded_files(submission: Submission) -> list[tuple[str, Path]]:
     return sorted(found)
 
 
-def _checked_size(prefix: str, path: Path, top: Path, entry: os.DirEntry[str]) -> int:
-    """The file's size, or SubmissionFilesError when it cannot be read or is over MAX_FILE_BYTES."""
+def _checked_size(shown: str, stat: Callable[[], os.stat_result]) -> int:
+    """The size `stat` gives the file named `shown`, or SubmissionFilesError when it cannot be read or is over
+    MAX_FILE_BYTES."""
     try:
-        size = entry.stat(follow_symlinks=False).st_size
+        size = stat().st_size
     except OSError as exc:
-        raise SubmissionFilesError(f"file {_shown_path(prefix, path, top)} cannot be read: "
-                                   f"{exc.strerror or exc}") from None
+        raise SubmissionFilesError(f"file {shown} cannot be read: {exc.strerror or exc}") from None
     if size > MAX_FILE_BYTES:
-        raise SubmissionFilesError(f"file {_shown_path(prefix, path, top)} is {size} bytes, over the "
-                                   f"{MAX_FILE_BYTES} a graded file may have")
+        raise SubmissionFilesError(f"file {shown} is {size} bytes, over the {MAX_FILE_BYTES} a graded file may have")
     return size
 
 
