@@ -22,6 +22,8 @@ from pagecheck.ext._ext import (
     gpu_takes_warpgroup_mma,
     gpu_warpgroup_mma,
     gpu_walk_registers,
+    kernel_header_include,
+    nvrtc_reads_header_files,
     paged_attention,
     paged_inputs_validated,
     qk_norm_rope,
@@ -35,7 +37,8 @@ __all__ = [
     "build_info", "compact_kernel_source", "dense_attention", "forget_validated_metadata", "gpu_decode_shared_bytes",
     "gpu_launch_plan", "gpu_plan_constants", "gpu_prefill_wgmma_kernel", "gpu_prefill_wgmma_source",
     "gpu_takes_tensor_cores", "gpu_takes_warpgroup_mma",
-    "gpu_walk_registers", "gpu_warpgroup_mma", "paged_attention",
+    "gpu_walk_registers", "gpu_warpgroup_mma", "kernel_header_include", "nvrtc_reads_header_files",
+    "paged_attention",
     "paged_inputs_validated", "qk_norm_rope", "quantized_embedding", "remember_valid_paged_inputs", "validated_metadata_entries",
     "validated_paged_attention",
 ]

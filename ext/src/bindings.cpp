@@ -16,6 +16,7 @@
 #include "build_info.h"
 #include "common/gpu_dispatch.h"
 #include "common/gpu_plan.h"
+#include "common/kernel_header_file.h"
 #include "common/kernel_sources.h"
 #include "dense_attention/dense_attention.h"
 #include "paged_attention/paged_attention.h"
@@ -351,6 +352,19 @@ NB_MODULE(_ext, module) {
       "text"_a,
       "A kernel source as the GPU op hands it to MLX: comments, indentation and blank lines removed, "
       "literals and line structure kept.");
+
+  module.def(
+      "kernel_header_include",
+      [](const std::string& stem, const std::string& text) { return pagecheck::header_file_include(stem, text); },
+      "stem"_a,
+      "text"_a,
+      "The `#include` line the CUDA attention op hands MLX instead of a kernel header's text: a file holding "
+      "exactly `text`, in a directory private to this user and build (<temp>/pagecheck-<uid>/<digest>/), or "
+      "None where no such file can be made safely.");
+
+  module.def("nvrtc_reads_header_files", &pagecheck::nvrtc_reads_header_files,
+             "Whether the NVRTC that MLX compiles with reads the op's header files (a probe, once per process); "
+             "False without a loaded NVRTC, where the op hands MLX the header's text.");
 
   module.def(
       "gpu_plan_constants",

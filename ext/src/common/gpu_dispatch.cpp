@@ -13,6 +13,7 @@
 
 #include "common/buffer_views.h"
 #include "common/gpu_plan.h"
+#include "common/kernel_header_file.h"
 #include "common/kernel_sources.h"
 #include "common/nvrtc_compile.h"
 #include "mlx/allocator.h"
@@ -68,7 +69,9 @@ std::atomic<bool> wgmma_failed{false};
 // The kernel object of one file and shared-memory size, created on first use.
 // MLX caches compiled kernels by name, so the name carries the sources' digest.
 // Header and body are compacted (compact_kernel_source): MLX copies the whole
-// source into every call's node, so its length is paid on every call.
+// source into every call's node, so its length is paid on every call. On
+// CUDA the header, nine tenths of it, is a file NVRTC includes where it can
+// (header_for_mlx).
 mx::fast::CustomKernelFunction& kernel_for(const KernelSpec& spec, int shared_bytes) {
   static std::mutex mutex;
   static std::map<std::string, mx::fast::CustomKernelFunction> kernels;
@@ -83,6 +86,9 @@ mx::fast::CustomKernelFunction& kernel_for(const KernelSpec& spec, int shared_by
     header += kernel_file(name) + "\n";
   }
   header = compact_kernel_source(header);
+#ifndef __APPLE__
+  header = header_for_mlx(spec.stem, header);
+#endif
   const std::string body = compact_kernel_source(kernel_file(std::string(spec.stem) + kBodyExtension));
   const std::string name = std::string("pagecheck_") + spec.stem + "_" + kernel_sources_digest();
   try {
