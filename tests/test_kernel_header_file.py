@@ -3,8 +3,8 @@
 MLX rebuilds a custom kernel's whole source into every call, so the op hands
 it a one-line #include of the 44 KB header instead of the text. The file must
 hold exactly the header, live where only this user can write, and keep one
-path per build (MLX caches compiled kernels on disk under a name made from
-the source); anything else means the text itself.
+path per build (MLX names a kernel's module after a hash of its source);
+anything else means the text itself.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 // Kernel headers that MLX's NVRTC reads from a file instead of from each
 // call's source. MLX's fast::cuda_kernel rebuilds a kernel's whole source
-// into every call's graph node, and that costs per call in proportion to its
+// into every call's graph node and hashes it again at every evaluation (the
+// module's name; libmlx 0.32.4), which costs per call in proportion to its
 // length (pagecheck.gpu.node_cost: a 43 KB source about 23 us more a call
 // than a one-line one on the H200). The attention kernels' shared header is
 // about 44 KB compacted against a body of about 5 KB, so the op hands MLX a
@@ -16,10 +17,10 @@ namespace pagecheck {
 // `text`, named after `stem` in a directory private to this user and to this
 // build's kernel sources (<temp>/pagecheck-<uid>/<digest>/, mode 0700, owned
 // by the user; a directory that fails those checks is never used). The same
-// path in every process of the build, so MLX's on-disk cache of compiled
-// kernels (keyed by a name made from the source) keeps working. nullopt when
-// no such file can be written or read back equal; the caller then passes
-// `text` itself.
+// path in every process of the build: MLX names a kernel's module after a
+// hash of its source, so a kernel keeps one name per build. nullopt when no
+// such file can be written or read back equal; the caller then passes `text`
+// itself.
 std::optional<std::string> header_file_include(const std::string& stem, const std::string& text);
 
 // The directory header_file_include writes into, creating and checking it;
