@@ -1,5 +1,6 @@
 # Sourced by scripts/gpu_verify.sh and scripts/gpu_end_to_end.sh, from the checkout root, once they have
-# defined `step`: prints the GPU, installs the checkout into $PROJ and continues from there.
+# defined `step`: prints the GPU, installs the checkout into $PROJ and continues from there, and says whether
+# the op's kernel header goes to MLX as a file.
 # The layers are pagecheck.<folder> only once installed (pyproject's package-dir), so the checkout is
 # installed into $PROJ (fresh each run) and the commands run from outside it, with the tests copied beside.
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
@@ -9,3 +10,5 @@ step build 300 python3 -m pip install --no-build-isolation --no-deps --target "$
 cp -r tests "$PROJ/tests"
 export PYTHONPATH="$PROJ/site${PYTHONPATH:+:$PYTHONPATH}"
 cd "$PROJ"
+# Whether the attention kernels' header reaches MLX as an include file (ext/src/common/kernel_header_file.h).
+python3 -c "from pagecheck import ext; print('NVRTC reads the kernels header file:', ext.nvrtc_reads_header_files())"
