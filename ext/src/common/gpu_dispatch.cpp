@@ -115,9 +115,11 @@ mx::fast::CustomKernelFunction& kernel_for(const KernelSpec& spec, int shared_by
 // this primitive's inputs, which are already computed. (Reusing that
 // primitive across calls, to skip rewriting the kernel source each time,
 // segfaulted on the H200 once the lazy arrays were gone: it is made per call.)
-// The outputs are zero-filled first: that is what gives them device memory
-// (without an initial value the custom kernel allocates managed memory, and
-// recycling a device buffer as managed costs a synchronizing copy per call).
+// The outputs are zero-filled first. The split decode needs it (its arrival
+// counters start from the fill's value); the other kernels write every output
+// element and keep the fill until they are measured without it (libmlx
+// 0.32.4 gives an output without an initial value device memory as well:
+// ext/kernels/NOTES.md v22 item 7).
 void run_kernel(
     const KernelSpec& spec,
     int shared_bytes,
