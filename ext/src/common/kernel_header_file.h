@@ -5,7 +5,9 @@
 // length (pagecheck.gpu.node_cost: a 43 KB source about 23 us more a call
 // than a one-line one on the H200). The attention kernels' shared header is
 // about 44 KB compacted against a body of about 5 KB, so the op hands MLX a
-// one-line `#include` of the header file instead of its text.
+// one-line `#include` of the header file instead of its text. The file must
+// stay while the process runs: MLX compiles a kernel variant met for the first
+// time from it.
 #pragma once
 
 #include <optional>
