@@ -50,8 +50,7 @@ done
 profile_flags=(--model "$model" --batch "${BATCH:-8}" --context 2048 --steps 30)
 [ "$device" = cpu ] && profile_flags+=(--cpu)
 serve_flags=(--device "$device" --model "$model" --requests "${REQUESTS:-16}" --batch "${BATCH:-8}" --rounds 1
-             --variants paged)
-[ -n "${PROMPT_LENS:-1024,4096}" ] && serve_flags+=(--prompt-lens "${PROMPT_LENS:-1024,4096}")
+             --variants paged --prompt-lens "${PROMPT_LENS:-1024,4096}")
 [ -n "${OUTPUT_LENS:-}" ] && serve_flags+=(--output-lens "$OUTPUT_LENS")
 cd "$work"  # outside the checkout: each run imports the build its PYTHONPATH names
 for round in $(seq 1 "$rounds"); do

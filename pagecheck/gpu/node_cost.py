@@ -61,8 +61,8 @@ def _chains() -> dict[str, tuple[mx.array, Callable[[mx.array], mx.array]]]:
     ids = mx.arange(BATCH, dtype=mx.int32).reshape(BATCH, 1)
     qkv = mx.random.normal((BATCH, 1, (NUM_Q_HEADS + 2 * NUM_KV_HEADS) * HEAD_DIM)).astype(DTYPE)
     head_norm = mx.ones((HEAD_DIM,), dtype=DTYPE)
-    mx.eval(qkv, head_norm)
-    mx.eval(hidden, norm_weight, weight, scales, biases, query, key_pages, value_pages, table, lens, token_rows)
+    mx.eval(hidden, norm_weight, weight, scales, biases, query, key_pages, value_pages, table, lens, token_rows, qkv,
+            head_norm)
     scale = HEAD_DIM**-0.5
     return {
         "view": (hidden, lambda x: x.reshape(BATCH, 1, NUM_KV_HEADS, HEAD_DIM).transpose(0, 2, 1, 3)

@@ -42,8 +42,9 @@ std::optional<std::string> read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-} // namespace
-
+// The directory header_file_include writes into, creating and checking it;
+// nullopt where it cannot be made safely (or its path could not be written
+// inside an #include's quotes).
 std::optional<std::string> private_kernel_directory() {
   std::error_code error;
   const std::filesystem::path temp = std::filesystem::temp_directory_path(error);
@@ -60,6 +61,8 @@ std::optional<std::string> private_kernel_directory() {
   }
   return directory;
 }
+
+} // namespace
 
 std::optional<std::string> header_file_include(const std::string& stem, const std::string& text) {
   const std::optional<std::string> directory = private_kernel_directory();

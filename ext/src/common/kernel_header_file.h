@@ -25,13 +25,8 @@ namespace pagecheck {
 // itself.
 std::optional<std::string> header_file_include(const std::string& stem, const std::string& text);
 
-// The directory header_file_include writes into, creating and checking it;
-// nullopt where it cannot be made safely (or its path could not be written
-// inside an #include's quotes).
-std::optional<std::string> private_kernel_directory();
-
 // Whether the NVRTC that MLX compiles with reads an `#include` of a file in
-// private_kernel_directory(): a probe translation unit that does not compile
+// header_file_include's directory: a probe translation unit that does not compile
 // unless it read a probe header there. Run once per process; false where
 // NVRTC is not loaded (a CPU-only libmlx) or the probe fails.
 bool nvrtc_reads_header_files();
