@@ -132,6 +132,28 @@ def test_zero_rows_give_zero_not_nan() -> None:
     assert not mx.any(q != 0).item() and not mx.any(k != 0).item()
 
 
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_output_element_is_written_over_recycled_nan_memory(device: mx.Device) -> None:
+    # The GPU buffer is not filled before the kernel: its bytes are whatever MLX's cache hands back. Buffers of
+    # the op's size are filled with NaN and freed first, so an element the kernel misses stays NaN.
+    shape = (3, 2, 16, 8, 128)
+    args = inputs(*shape, mx.bfloat16, seed=3)
+    mx.eval(*args)
+    want = float64_reference(*args, 16, 8)
+    with mx.stream(device):
+        for _ in range(4):
+            poisoned = mx.full((args[0].size,), mx.nan, dtype=mx.bfloat16)
+            mx.eval(poisoned)
+            del poisoned
+            q, k, v = ext.qk_norm_rope(*args, 16, 8, EPS, BASE)
+            mx.eval(q, k, v)
+            for name, got, expected in zip("qkv", (q, k, v), want):
+                assert not mx.any(mx.isnan(got)).item(), f"{name} has elements the kernel did not write"
+                result = compare(got, expected, mx.bfloat16)
+                assert result.passed, f"{name}: {result.summary()}"
+            del q, k, v
+
 def good_arguments() -> dict:
     qkv, q_norm, k_norm, offsets = inputs(2, 3, 4, 2, 16, mx.float32)
     return dict(qkv=qkv, q_norm=q_norm, k_norm=k_norm, offsets=offsets, num_q_heads=4, num_kv_heads=2, eps=EPS,
