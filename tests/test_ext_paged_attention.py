@@ -200,3 +200,10 @@ def test_two_cpu_streams_share_the_worker_pool_without_deadlock() -> None:
     want = layout.reference_output()
     for out in outputs:
         assert compare(out, want, "bfloat16").passed
+
+
+def test_a_bad_warpgroup_image_format_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Checked before any compile, so on every machine.
+    monkeypatch.setenv("PAGECHECK_WGMMA_IMAGE", "sass")
+    with pytest.raises(ValueError, match="PAGECHECK_WGMMA_IMAGE='sass' must be cubin or ptx"):
+        ext.gpu_prefill_wgmma_kernel("bfloat16", 128, 128, 2, 2, True, 0, 0x3DB504F3, False)

@@ -128,3 +128,44 @@ def test_dense_attention_on_gpu_under_shapeless_compile() -> None:
             got = compiled(q, k, v)
             want = ext.dense_attention(q, k, v, None, False)
             np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-6, atol=1e-6)
+
+
+WGMMA_IMAGE_CHILD = """
+import sys
+import numpy as np
+from pagecheck import ext
+from pagecheck.gpu import kernels as gpu_kernels
+from pagecheck.reference.layouts import random_layout
+from pagecheck.reference.tolerance import compare
+_, image, image_format = ext.gpu_prefill_wgmma_kernel("bfloat16", 64, 64, 2, 2, True, 0, 0x3E000000, False)
+layout = random_layout(np.random.default_rng(2), context_lens=(0, 3, 70, 650), page_size=16, num_queries=3,
+                       num_q_heads=8, num_kv_heads=2, head_dim=64, dtype="bfloat16", mask="causal")
+got = gpu_kernels.paged_attention(**layout.as_mx(), schedule="paged_prefill_wgmma", poison_output=True)
+result = compare(got, layout.reference_output(), layout.dtype)
+print(image_format, image[:4].hex(), result.passed)
+"""
+
+
+@pytest.mark.parametrize("asked, image_format, magic", [(None, "cubin", "7f454c46"), ("ptx", "ptx", None)])
+def test_the_warpgroup_prefill_image_is_a_cubin_unless_ptx_is_asked(
+    asked: str | None, image_format: str, magic: str | None
+) -> None:
+    # The environment is read at a variant's first use, so each format runs in a process of its own.
+    import os
+    import subprocess
+    import sys
+
+    from pagecheck import ext
+
+    if not ext.gpu_warpgroup_mma():
+        pytest.skip("the warpgroup prefill needs a GPU of compute capability 9.0")
+    env = {k: v for k, v in os.environ.items() if k != "PAGECHECK_WGMMA_IMAGE"}
+    if asked is not None:
+        env["PAGECHECK_WGMMA_IMAGE"] = asked
+    done = subprocess.run([sys.executable, "-c", WGMMA_IMAGE_CHILD], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got_format, head, passed = done.stdout.split()[-3:]
+    assert got_format == image_format
+    assert magic is None or head == magic  # an ELF image
+    assert passed == "True"

@@ -160,9 +160,9 @@ def test_the_warpgroup_prefill_launch_is_the_plans(monkeypatch) -> None:
     compiled: list[tuple[Any, ...]] = []
     launches: list[dict[str, Any]] = []
 
-    def kernel(*args: Any) -> tuple[str, bytes]:
+    def kernel(*args: Any) -> tuple[str, bytes, str]:
         compiled.append(args)
-        return "wgmma_variant", b"ptx"
+        return "wgmma_variant", b"\x7fELF image", "cubin"
 
     def precompiled(**kwargs: Any) -> list[mx.array]:
         launches.append(kwargs)
@@ -178,7 +178,7 @@ def test_the_warpgroup_prefill_launch_is_the_plans(monkeypatch) -> None:
     half_bits = 0x3F000000  # 0.5
     assert compiled == [("bfloat16", HEAD_DIM, plan["key_tile"], plan["mma_stages"], 3, True, 0, half_bits, True)]
     (launch,) = launches
-    assert (launch["name"], launch["compiled_source"]) == ("wgmma_variant", b"ptx")
+    assert (launch["name"], launch["compiled_source"]) == ("wgmma_variant", b"\x7fELF image")
     assert launch["grid"] == (plan["threads"] * plan["blocks"], 1, 1)
     assert launch["threadgroup"] == (plan["threads"], 1, 1) == (384, 1, 1)
     assert launch["shared_memory"] == plan["shared_bytes"]

@@ -8,7 +8,7 @@ from pagecheck.gpu import node_cost
 
 def test_each_cpu_kind_is_timed_in_one_row(capsys) -> None:
     with mx.stream(mx.cpu):
-        kinds = ["view", "add", "page_write", "quantized_embedding", "paged_attention[op]"]
+        kinds = ["view", "add", "page_write", "quantized_embedding", "paged_attention[op]", "prefill_attention[op]"]
         assert node_cost.main(["--nodes", "2", "--repeats", "1", "--kinds", ",".join(kinds)]) == 0
     rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[2:]}
     assert sorted(rows) == sorted(kinds)

@@ -336,15 +336,16 @@ NB_MODULE(_ext, module) {
                       int table, int scale_bits, bool scale_negative) {
         const pagecheck::WgmmaKernel& kernel = pagecheck::prefill_wgmma_kernel(
             wgmma_variant(dtype, head_dim, key_tile, stages, warpgroups, causal, table, scale_bits, scale_negative));
-        return nb::make_tuple(kernel.name, nb::bytes(kernel.ptx.data(), kernel.ptx.size()));
+        return nb::make_tuple(kernel.name, nb::bytes(kernel.image.data(), kernel.image.size()), kernel.format);
       },
       "dtype"_a, "head_dim"_a, "key_tile"_a, "stages"_a, "warpgroups"_a, "causal"_a, "table"_a, "scale_bits"_a,
       "scale_negative"_a,
-      "(name, ptx) of one variant of the warpgroup prefill (scale_bits: the float32 bit pattern of the scale's "
-      "magnitude; scale_negative: its sign), compiled by NVRTC for compute_90a as the op compiles it (needs "
-      "MLX's CUDA back-end, which loads NVRTC): what mx.fast.precompiled_cuda_kernel runs, with the inputs of "
-      "the other kernels and the int scalars batch, num_q_heads, num_queries, head_dim, num_pages, "
-      "num_kv_heads, page_size, max_pages.");
+      "(name, image, format) of one variant of the warpgroup prefill (scale_bits: the float32 bit pattern of "
+      "the scale's magnitude; scale_negative: its sign), compiled by NVRTC as the op compiles it (needs MLX's "
+      "CUDA back-end, which loads NVRTC): format 'cubin' (sm_90a machine code, the default) or 'ptx' "
+      "(compute_90a; PAGECHECK_WGMMA_IMAGE=ptx, or an NVRTC without cubins). The image is what "
+      "mx.fast.precompiled_cuda_kernel runs, with the inputs of the other kernels and the int scalars batch, "
+      "num_q_heads, num_queries, head_dim, num_pages, num_kv_heads, page_size, max_pages.");
 
   module.def(
       "compact_kernel_source",

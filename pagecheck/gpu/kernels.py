@@ -210,13 +210,13 @@ def paged_attention(
         scratch = launch(decode_walk, plan["splits"], (plan["scratch_words"],), mx.float32)
         return split_output(scratch, plan, query.shape, query.dtype)
     if plan["schedule"] == "paged_prefill_wgmma":
-        name, ptx = ext.gpu_prefill_wgmma_kernel(dtype_name(query.dtype), head_dim, plan["key_tile"],
+        name, image, _ = ext.gpu_prefill_wgmma_kernel(dtype_name(query.dtype), head_dim, plan["key_tile"],
                                                  plan["mma_stages"], plan["warpgroups"], causal, TABLE_PAGED, bits,
                                                  negative)
         # The shapes the other kernels read from MLX's signature, as the kernel's int scalars.
         geometry = [*query.shape, *key_pages.shape[:3], block_table.shape[1]]
         (result,) = mx.fast.precompiled_cuda_kernel(
-            name=name, compiled_source=ptx, inputs=inputs, output_shapes=[query.shape], output_dtypes=[query.dtype],
+            name=name, compiled_source=image, inputs=inputs, output_shapes=[query.shape], output_dtypes=[query.dtype],
             scalars=geometry, grid=(threads * plan["blocks"], 1, 1), threadgroup=(threads, 1, 1),
             shared_memory=plan["shared_bytes"], init_value=fill, ensure_row_contiguous=True,
         )

@@ -37,6 +37,9 @@ PAGE_SIZE = 16
 DTYPE = mx.bfloat16
 # Kinds whose node ignores its input: their nodes are independent and all evaluated.
 UNCHAINED = {"quantized_embedding", "qk_norm_rope"}
+# serve-bench's prefill step: the query rows of prefill_attention[op], a causal chunk (on an H100/H200 the
+# warpgroup prefill, whose compiled image MLX copies and hashes at every call).
+PREFILL_CHUNK = 128
 # About the size of the split decode kernel's source as the attention op hands it to MLX (header and body).
 BIG_SOURCE_CHARS = 43_000
 
@@ -61,8 +64,11 @@ def _chains() -> dict[str, tuple[mx.array, Callable[[mx.array], mx.array]]]:
     ids = mx.arange(BATCH, dtype=mx.int32).reshape(BATCH, 1)
     qkv = mx.random.normal((BATCH, 1, (NUM_Q_HEADS + 2 * NUM_KV_HEADS) * HEAD_DIM)).astype(DTYPE)
     head_norm = mx.ones((HEAD_DIM,), dtype=DTYPE)
+    # A prompt chunk of serve-bench's prefill step (one request, its last PREFILL_CHUNK positions of CONTEXT).
+    chunk_query = mx.random.normal((1, NUM_Q_HEADS, PREFILL_CHUNK, HEAD_DIM)).astype(DTYPE)
+    chunk_table, chunk_lens = table[:1], lens[:1]
     mx.eval(hidden, norm_weight, weight, scales, biases, query, key_pages, value_pages, table, lens, token_rows, qkv,
-            head_norm)
+            head_norm, chunk_query, chunk_table, chunk_lens)
     scale = HEAD_DIM**-0.5
     return {
         "view": (hidden, lambda x: x.reshape(BATCH, 1, NUM_KV_HEADS, HEAD_DIM).transpose(0, 2, 1, 3)
@@ -82,6 +88,8 @@ def _chains() -> dict[str, tuple[mx.array, Callable[[mx.array], mx.array]]]:
                                                                      PAGE_SIZE, scale, False)),
         "paged_attention": (query, lambda q: paged_attention(q, key_pages, value_pages, table, lens, PAGE_SIZE,
                                                              scale=scale)),
+        "prefill_attention[op]": (chunk_query, lambda q: ext.paged_attention(
+            q, key_pages, value_pages, chunk_table, chunk_lens, PAGE_SIZE, scale, True)),
     }  # fmt: skip
 
 

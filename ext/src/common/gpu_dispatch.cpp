@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -201,6 +202,15 @@ std::string prefill_wgmma_name(const WgmmaVariant& v) {
       scale_text;
 }
 
+std::string wgmma_image_format() {
+  const char* asked = std::getenv("PAGECHECK_WGMMA_IMAGE");
+  const std::string format = asked == nullptr || *asked == '\0' ? "cubin" : asked;
+  if (format != "cubin" && format != "ptx") {
+    throw std::invalid_argument("pagecheck: PAGECHECK_WGMMA_IMAGE='" + format + "' must be cubin or ptx");
+  }
+  return format;
+}
+
 const WgmmaKernel& prefill_wgmma_kernel(const WgmmaVariant& variant) {
   static std::mutex mutex;
   static std::map<std::string, WgmmaKernel> kernels;
@@ -210,7 +220,20 @@ const WgmmaKernel& prefill_wgmma_kernel(const WgmmaVariant& variant) {
   if (it != kernels.end()) {
     return it->second;
   }
-  WgmmaKernel kernel{name, compile_ptx(prefill_wgmma_source(name, variant), name + ".cu", "compute_90a")};
+  const std::string source = prefill_wgmma_source(name, variant);
+  WgmmaKernel kernel{name, {}, {}};
+  if (wgmma_image_format() == "cubin") {
+    try {
+      kernel.image = compile_cubin(source, name + ".cu", "sm_90a");
+      kernel.format = "cubin";
+    } catch (const std::exception&) {
+      // An NVRTC without nvrtcGetCUBIN: the PTX below. A source error fails there again, with its log.
+    }
+  }
+  if (kernel.image.empty()) {
+    kernel.image = compile_ptx(source, name + ".cu", "compute_90a");
+    kernel.format = "ptx";
+  }
   return kernels.emplace(name, std::move(kernel)).first->second;
 }
 
@@ -324,7 +347,7 @@ void eval_attention_gpu(
           static_cast<int>(inputs[1].shape(0)), static_cast<int>(inputs[1].shape(1)),
           static_cast<int>(inputs[1].shape(2)), static_cast<int>(inputs[3].shape(1))};
       std::vector<mx::array> lazy = mx::fast::precompiled_cuda_kernel(
-          wgmma->name, wgmma->ptx, paged_inputs, {outputs[0].shape()}, {dtype}, geometry, {grid_x, 1, 1},
+          wgmma->name, wgmma->image, paged_inputs, {outputs[0].shape()}, {dtype}, geometry, {grid_x, 1, 1},
           {plan.threads, 1, 1}, plan.shared_bytes, 0.0f, true, stream);
       std::vector<mx::array> out{outputs[0]};
       lazy[0].primitive().eval_gpu(lazy[0].inputs(), out);

@@ -52,13 +52,23 @@ std::string prefill_wgmma_name(const WgmmaVariant& variant);
 // num_pages, num_kv_heads, page_size, max_pages).
 std::string prefill_wgmma_source(const std::string& name, const WgmmaVariant& variant);
 
-// The variant compiled for compute_90a (nvrtc_compile.h): its name and PTX,
-// which the driver compiles for the device when MLX loads it. Compiled on
-// first use, then cached.
+// The variant compiled by NVRTC (nvrtc_compile.h): its name and image, the
+// cubin for sm_90a (about half the PTX's size, and MLX copies and hashes the
+// image at every call), or the PTX for compute_90a, which the driver compiles
+// when MLX loads it, where PAGECHECK_WGMMA_IMAGE=ptx asks for it or this NVRTC
+// gives no cubin. `format` says which ("cubin" or "ptx"). Compiled on first
+// use, then cached for the process.
 struct WgmmaKernel {
   std::string name;
-  std::string ptx;
+  std::string image;
+  std::string format;
 };
+
+// The image format asked for: PAGECHECK_WGMMA_IMAGE, "cubin" (the default,
+// also when unset or empty) or "ptx"; std::invalid_argument naming any other
+// value. Read at each first use of a variant.
+std::string wgmma_image_format();
+
 const WgmmaKernel& prefill_wgmma_kernel(const WgmmaVariant& variant);
 
 // Where the kernels find pages and contexts (TABLE in ext/kernels/paged_common.cuh).

@@ -33,6 +33,8 @@ struct Nvrtc {
   GetText log = nullptr;
   GetSize ptx_size = nullptr;
   GetText ptx = nullptr;
+  GetSize cubin_size = nullptr; // null where this NVRTC cannot give machine code
+  GetText cubin = nullptr;
   DestroyProgram destroy = nullptr;
   ErrorString error_string = nullptr;
 };
@@ -83,6 +85,8 @@ const Nvrtc& nvrtc() {
     found.log = reinterpret_cast<GetText>(symbol("nvrtcGetProgramLog"));
     found.ptx_size = reinterpret_cast<GetSize>(symbol("nvrtcGetPTXSize"));
     found.ptx = reinterpret_cast<GetText>(symbol("nvrtcGetPTX"));
+    found.cubin_size = reinterpret_cast<GetSize>(dlsym(handle, "nvrtcGetCUBINSize"));
+    found.cubin = reinterpret_cast<GetText>(dlsym(handle, "nvrtcGetCUBIN"));
     found.destroy = reinterpret_cast<DestroyProgram>(symbol("nvrtcDestroyProgram"));
     found.error_string = reinterpret_cast<ErrorString>(symbol("nvrtcGetErrorString"));
     return found;
@@ -122,8 +126,15 @@ std::vector<std::string> include_options() {
 
 } // namespace
 
-std::string compile_ptx(const std::string& source, const std::string& program_name, const std::string& architecture) {
+namespace {
+
+// `source` compiled for `architecture`: PTX for a virtual one (compute_XX), the cubin for a real one (sm_XX).
+std::string compile_program(
+    const std::string& source, const std::string& program_name, const std::string& architecture, bool cubin) {
   const Nvrtc& api = nvrtc();
+  if (cubin && (api.cubin_size == nullptr || api.cubin == nullptr)) {
+    throw std::runtime_error("pagecheck: this NVRTC has no nvrtcGetCUBIN; " + program_name + " needs PTX");
+  }
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
   Program program = nullptr;
@@ -139,7 +150,7 @@ std::string compile_ptx(const std::string& source, const std::string& program_na
     option_texts.push_back(option.c_str());
   }
   status = api.compile(program, static_cast<int>(option_texts.size()), option_texts.data());
-  std::string ptx;
+  std::string image;
   std::string log;
   size_t size = 0;
   if (api.log_size(program, &size) == 0 && size > 1) {
@@ -147,16 +158,19 @@ std::string compile_ptx(const std::string& source, const std::string& program_na
     api.log(program, log.data());
     log.resize(size - 1);
   }
-  if (status == 0 && api.ptx_size(program, &size) == 0) {
-    ptx.resize(size);
-    api.ptx(program, ptx.data());
-    // The driver reads PTX as a C string; std::string keeps its own terminator.
-    if (!ptx.empty() && ptx.back() == '\0') {
-      ptx.pop_back();
+  const GetSize image_size = cubin ? api.cubin_size : api.ptx_size;
+  const GetText image_text = cubin ? api.cubin : api.ptx;
+  if (status == 0 && image_size(program, &size) == 0) {
+    image.resize(size);
+    image_text(program, image.data());
+    // The driver reads PTX as a C string; std::string keeps its own terminator. A cubin is an ELF image
+    // whose size the driver reads from its headers: kept whole.
+    if (!cubin && !image.empty() && image.back() == '\0') {
+      image.pop_back();
     }
   }
   api.destroy(&program);
-  if (status != 0 || ptx.empty()) {
+  if (status != 0 || image.empty()) {
     std::string options_text;
     for (const std::string& option : options) {
       options_text += " " + option;
@@ -164,7 +178,18 @@ std::string compile_ptx(const std::string& source, const std::string& program_na
     throw std::runtime_error("pagecheck: NVRTC could not compile " + program_name + " (" +
                              api.error_string(status) + ";" + options_text + "):\n" + log);
   }
-  return ptx;
+  return image;
+}
+
+} // namespace
+
+std::string compile_ptx(const std::string& source, const std::string& program_name, const std::string& architecture) {
+  return compile_program(source, program_name, architecture, false);
+}
+
+std::string compile_cubin(
+    const std::string& source, const std::string& program_name, const std::string& architecture) {
+  return compile_program(source, program_name, architecture, true);
 }
 
 } // namespace pagecheck
