@@ -131,7 +131,6 @@ def test_dense_attention_on_gpu_under_shapeless_compile() -> None:
 
 
 WGMMA_IMAGE_CHILD = """
-import sys
 import numpy as np
 from pagecheck import ext
 from pagecheck.gpu import kernels as gpu_kernels
@@ -146,10 +145,9 @@ print(image_format, image[:4].hex(), result.passed)
 """
 
 
-@pytest.mark.parametrize("asked, image_format, magic", [(None, "cubin", "7f454c46"), ("ptx", "ptx", None)])
-def test_the_warpgroup_prefill_image_is_a_cubin_unless_ptx_is_asked(
-    asked: str | None, image_format: str, magic: str | None
-) -> None:
+@pytest.mark.parametrize("asked, image_format, magic", [(None, "cubin", "7f454c46"), ("ptx", "ptx", "")])
+def test_the_warpgroup_prefill_image_is_a_cubin_unless_ptx_is_asked(asked: str | None, image_format: str,
+                                                                      magic: str) -> None:
     # The environment is read at a variant's first use, so each format runs in a process of its own.
     import os
     import subprocess
@@ -167,5 +165,5 @@ def test_the_warpgroup_prefill_image_is_a_cubin_unless_ptx_is_asked(
     assert done.returncode == 0, done.stderr[-3000:]
     got_format, head, passed = done.stdout.split()[-3:]
     assert got_format == image_format
-    assert magic is None or head == magic  # an ELF image
+    assert head == magic if magic else head != "7f454c46"  # an ELF image, or text
     assert passed == "True"

@@ -211,8 +211,8 @@ def paged_attention(
         return split_output(scratch, plan, query.shape, query.dtype)
     if plan["schedule"] == "paged_prefill_wgmma":
         name, image, _ = ext.gpu_prefill_wgmma_kernel(dtype_name(query.dtype), head_dim, plan["key_tile"],
-                                                 plan["mma_stages"], plan["warpgroups"], causal, TABLE_PAGED, bits,
-                                                 negative)
+                                                      plan["mma_stages"], plan["warpgroups"], causal, TABLE_PAGED,
+                                                      bits, negative)
         # The shapes the other kernels read from MLX's signature, as the kernel's int scalars.
         geometry = [*query.shape, *key_pages.shape[:3], block_table.shape[1]]
         (result,) = mx.fast.precompiled_cuda_kernel(
