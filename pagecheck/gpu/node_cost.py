@@ -94,9 +94,9 @@ def _chains() -> dict[str, tuple[mx.array, Callable[[mx.array], mx.array]]]:
 
 
 def _custom_kernel_chains(hidden: mx.array) -> dict[str, tuple[mx.array, Callable[[mx.array], mx.array]]]:
-    """A one-line copy kernel through mx.fast.cuda_kernel, with and without MLX's output fill, and with a
-    header (a comment) that makes its source as long as the attention op's (GPU only). MLX rebuilds a
-    kernel's whole source at every call, so the last prices that. The grid is exactly one thread per
+    """A one-line copy kernel through mx.fast.cuda_kernel, with and without MLX's output fill, with template
+    arguments, and with a header (a comment) that makes its source as long as the attention op's (GPU only).
+    MLX rebuilds a kernel's whole source at every call, so the last prices that. The grid is exactly one thread per
     element (HIDDEN * BATCH is a multiple of the block)."""
     if mx.default_device() != mx.gpu or not hasattr(mx.fast, "cuda_kernel"):
         return {}
@@ -105,12 +105,16 @@ def _custom_kernel_chains(hidden: mx.array) -> dict[str, tuple[mx.array, Callabl
     padded = mx.fast.cuda_kernel(name="node_cost_copy_padded", input_names=["x"], output_names=["y"], source=body,
                                  header="// " + "x" * BIG_SOURCE_CHARS + "\n")
 
-    def launch(kernel, x: mx.array, init_value: float | None) -> mx.array:
+    def launch(kernel, x: mx.array, init_value: float | None, template: list | None = None) -> mx.array:
         return kernel(inputs=[x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(x.size, 1, 1),
-                      threadgroup=(256, 1, 1), template=[], init_value=init_value)[0]
+                      threadgroup=(256, 1, 1), template=template or [], init_value=init_value)[0]
 
+    # qk_norm_rope's template arguments (a dtype and five ints), which MLX writes into the kernel's name and
+    # source at every call: the same copy, so the difference from custom_kernel is theirs.
+    templated = [("T", hidden.dtype)] + [(name, 1) for name in "ABCDE"]
     return {
         "custom_kernel": (hidden, lambda x: launch(copy, x, None)),
+        "custom_kernel[6 template args]": (hidden, lambda x: launch(copy, x, None, templated)),
         "custom_kernel[fill]": (hidden, lambda x: launch(copy, x, 0.0)),
         "custom_kernel[fill, 43 KB source]": (hidden, lambda x: launch(padded, x, 0.0)),
     }
