@@ -29,6 +29,7 @@ from pagecheck.ext._ext import (
     qk_norm_rope,
     quantized_embedding,
     remember_valid_paged_inputs,
+    reuse_kernel_nodes,
     validated_metadata_entries,
     validated_paged_attention,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "gpu_takes_tensor_cores", "gpu_takes_warpgroup_mma",
     "gpu_walk_registers", "gpu_warpgroup_mma", "kernel_header_include", "nvrtc_reads_header_files",
     "paged_attention",
-    "paged_inputs_validated", "qk_norm_rope", "quantized_embedding", "remember_valid_paged_inputs", "validated_metadata_entries",
+    "paged_inputs_validated", "qk_norm_rope", "quantized_embedding", "remember_valid_paged_inputs", "reuse_kernel_nodes",
+    "validated_metadata_entries",
     "validated_paged_attention",
 ]

@@ -207,3 +207,19 @@ def test_a_bad_warpgroup_image_format_is_named(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("PAGECHECK_WGMMA_IMAGE", "sass")
     with pytest.raises(ValueError, match="PAGECHECK_WGMMA_IMAGE='sass' must be cubin or ptx"):
         ext.gpu_prefill_wgmma_kernel("bfloat16", 128, 128, 2, 2, True, 0, 0x3DB504F3, False)
+
+
+@pytest.mark.parametrize("value, reuse", [(None, False), ("", False), ("0", False), ("1", True)])
+def test_kernel_node_reuse_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch, value: str | None,
+                                                reuse: bool) -> None:
+    if value is None:
+        monkeypatch.delenv("PAGECHECK_REUSE_KERNEL_NODES", raising=False)
+    else:
+        monkeypatch.setenv("PAGECHECK_REUSE_KERNEL_NODES", value)
+    assert ext.reuse_kernel_nodes() is reuse
+
+
+def test_a_bad_kernel_node_reuse_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAGECHECK_REUSE_KERNEL_NODES", "yes")
+    with pytest.raises(ValueError, match="PAGECHECK_REUSE_KERNEL_NODES='yes' must be 0 or 1"):
+        ext.reuse_kernel_nodes()

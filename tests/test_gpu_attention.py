@@ -167,3 +167,44 @@ def test_the_warpgroup_prefill_image_is_a_cubin_unless_ptx_is_asked(asked: str |
     assert got_format == image_format
     assert head == magic if magic else head != "7f454c46"  # an ELF image, or text
     assert passed == "True"
+
+
+REUSED_NODES_CHILD = """
+import mlx.core as mx
+import numpy as np
+from pagecheck import ext, impl
+from pagecheck.reference.layouts import random_layout
+from pagecheck.reference.tolerance import compare
+assert ext.reuse_kernel_nodes()
+failures = []
+cases = [("bfloat16", (0, 1, 37, 300), 16, 1, 4, 128, None), ("bfloat16", (9000,), 128, 1, 4, 128, None),
+         ("bfloat16", (0, 40, 333), 16, 40, 2, 128, "causal"), ("float32", (20, 300), 5, 20, 4, 5, "causal")]
+for seed in (1, 2):  # a second layout per case: the kept primitives run on other inputs
+    for dtype, contexts, page_size, num_queries, group, head_dim, mask in cases:
+        layout = random_layout(np.random.default_rng(seed), context_lens=contexts, page_size=page_size,
+                               num_queries=num_queries, num_q_heads=2 * group, num_kv_heads=2, head_dim=head_dim,
+                               dtype=dtype, mask=mask)
+        for _ in range(3):
+            with mx.stream(mx.gpu):
+                got = impl.paged_attention(**layout.as_mx())
+                mx.eval(got)
+            result = compare(got, layout.reference_output(), layout.dtype)
+            if not result.passed:
+                failures.append(layout.describe())
+print(*failures[:3], sep="\n")
+print("failures", len(failures))
+"""
+
+
+def test_kept_kernel_primitives_match_the_reference() -> None:
+    # PAGECHECK_REUSE_KERNEL_NODES=1 keeps each kernel's MLX primitive across calls (an experiment: such a
+    # cache crashed once on the H200), so it runs in a process of its own: a crash fails this test only.
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PAGECHECK_REUSE_KERNEL_NODES="1")
+    done = subprocess.run([sys.executable, "-c", REUSED_NODES_CHILD], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-3000:]}"
+    assert done.stdout.strip().splitlines()[-1] == "failures 0", done.stdout[-2000:]

@@ -17,6 +17,7 @@
 #include "common/gpu_dispatch.h"
 #include "common/gpu_plan.h"
 #include "common/kernel_header_file.h"
+#include "common/kernel_node.h"
 #include "common/kernel_sources.h"
 #include "dense_attention/dense_attention.h"
 #include "paged_attention/paged_attention.h"
@@ -366,6 +367,11 @@ NB_MODULE(_ext, module) {
   module.def("nvrtc_reads_header_files", &pagecheck::nvrtc_reads_header_files,
              "Whether the NVRTC that MLX compiles with reads the op's header files (a probe, once per process); "
              "False without a loaded NVRTC, where the op hands MLX the header's text.");
+
+  module.def("reuse_kernel_nodes", &pagecheck::reuse_kernel_nodes,
+             "Whether PAGECHECK_REUSE_KERNEL_NODES=1 asks the GPU ops to keep each custom kernel's MLX primitive "
+             "and reuse it across calls (an experiment, off by default; see ext/src/common/kernel_node.h). "
+             "ValueError names a value other than unset, empty, 0 or 1.");
 
   module.def(
       "gpu_plan_constants",

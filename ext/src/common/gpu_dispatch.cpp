@@ -11,10 +11,12 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "common/buffer_views.h"
 #include "common/gpu_plan.h"
 #include "common/kernel_header_file.h"
+#include "common/kernel_node.h"
 #include "common/kernel_sources.h"
 #include "common/nvrtc_compile.h"
 #include "mlx/allocator.h"
@@ -27,7 +29,7 @@ namespace mx = mlx::core;
 
 namespace {
 
-using TemplateArgs = std::vector<std::pair<std::string, mx::fast::TemplateArg>>;
+using TemplateArgs = KernelTemplateArgs;
 
 // One kernel file: its argument names as the body uses them, and its headers.
 struct KernelSpec {
@@ -113,10 +115,10 @@ mx::fast::CustomKernelFunction& kernel_for(const KernelSpec& spec, int shared_by
 
 // Runs one kernel into `outputs` now. fast::cuda_kernel returns lazy arrays;
 // their primitive is evaluated straight into this primitive's outputs, with
-// this primitive's inputs, which are already computed. (Reusing that
-// primitive across calls, to skip rewriting the kernel source each time,
-// segfaulted on the H200 once the lazy arrays were gone: it is made per call.)
-// The outputs are zero-filled first. The split decode needs it (its arrival
+// this primitive's inputs, which are already computed. It is made per call
+// unless PAGECHECK_REUSE_KERNEL_NODES asks to keep it (kernel_node.h): the key
+// holds everything the primitive keeps (kernel, shared memory, grid, template
+// arguments, stream). The outputs are zero-filled first. The split decode needs it (its arrival
 // counters start from the fill's value); the other kernels write every output
 // element and keep the fill until they are measured without it (libmlx
 // 0.32.4 gives an output without an initial value device memory as well:
@@ -135,9 +137,19 @@ void run_kernel(
     shapes.push_back(out.shape());
     dtypes.push_back(out.dtype());
   }
-  std::vector<mx::array> lazy = kernel_for(spec, shared_bytes)(
-      inputs, shapes, dtypes, grid, {kGpuThreadsPerBlock, 1, 1}, template_args, 0.0f, false, stream);
-  lazy[0].primitive().eval_gpu(lazy[0].inputs(), outputs);
+  const auto key = [&] {
+    const auto [grid_x, grid_y, grid_z] = grid;
+    return std::string(spec.stem) + ":" + std::to_string(shared_bytes) + ":" + std::to_string(grid_x) + "," +
+        std::to_string(grid_y) + "," + std::to_string(grid_z) + ":" + template_args_key(template_args) + ":" +
+        std::to_string(stream.index);
+  };
+  eval_kernel_node(
+      key,
+      [&] {
+        return kernel_for(spec, shared_bytes)(
+            inputs, shapes, dtypes, grid, {kGpuThreadsPerBlock, 1, 1}, template_args, 0.0f, false, stream);
+      },
+      inputs, outputs);
 }
 
 // The split kernel writes the attention output into its scratch (one fill,
@@ -346,11 +358,24 @@ void eval_attention_gpu(
           static_cast<int>(inputs[0].shape(2)), static_cast<int>(inputs[0].shape(3)),
           static_cast<int>(inputs[1].shape(0)), static_cast<int>(inputs[1].shape(1)),
           static_cast<int>(inputs[1].shape(2)), static_cast<int>(inputs[3].shape(1))};
-      std::vector<mx::array> lazy = mx::fast::precompiled_cuda_kernel(
-          wgmma->name, wgmma->image, paged_inputs, {outputs[0].shape()}, {dtype}, geometry, {grid_x, 1, 1},
-          {plan.threads, 1, 1}, plan.shared_bytes, 0.0f, true, stream);
+      // The key holds what the primitive keeps: the variant, the geometry scalars, grid, block, stream.
+      const auto key = [&] {
+        std::string text = wgmma->name + ":" + std::to_string(grid_x) + ":" + std::to_string(plan.threads) + ":" +
+            std::to_string(plan.shared_bytes) + ":" + std::to_string(stream.index) + ":";
+        for (const mx::fast::ScalarArg& value : geometry) {
+          text += std::to_string(std::get<int>(value)) + ",";
+        }
+        return text;
+      };
       std::vector<mx::array> out{outputs[0]};
-      lazy[0].primitive().eval_gpu(lazy[0].inputs(), out);
+      eval_kernel_node(
+          key,
+          [&] {
+            return mx::fast::precompiled_cuda_kernel(
+                wgmma->name, wgmma->image, paged_inputs, {outputs[0].shape()}, {dtype}, geometry, {grid_x, 1, 1},
+                {plan.threads, 1, 1}, plan.shared_bytes, 0.0f, true, stream);
+          },
+          paged_inputs, out);
       return;
     }
     case GpuSchedule::kPrefill:

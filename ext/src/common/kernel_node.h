@@ -1,0 +1,47 @@
+// Where a custom kernel's MLX primitive comes from at each evaluation of our
+// ops. MLX's kernel function (fast::cuda_kernel, fast::metal_kernel) makes a
+// new primitive per call, writing the kernel's source, name and template
+// arguments into it; the op then evaluates that primitive straight into its
+// own outputs (gpu_dispatch.cpp's run_kernel, LazyCudaKernel::run). That
+// making is host time at every call: on the H200 qk_norm_rope's submit is
+// 14.4 us a call against 4.7 for a plain one-line custom kernel
+// (ext/kernels/NOTES.md v23).
+//
+// With PAGECHECK_REUSE_KERNEL_NODES=1 the primitive is made once per key (the
+// kernel, its template arguments, launch geometry, output fill and stream)
+// and kept for the process (up to 1,024 keys), so later calls only evaluate
+// it. This is an
+// experiment, off by default: a cache of this kind crashed at evaluation on
+// the H200 once (NOTES v3 item 4, cause not found), and it has not run on a
+// GPU since. Any other value than unset, empty, 0 or 1 is a ValueError
+// naming it.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mlx/array.h"
+#include "mlx/fast.h"
+
+namespace pagecheck {
+
+using KernelTemplateArgs = std::vector<std::pair<std::string, mlx::core::fast::TemplateArg>>;
+
+// Whether PAGECHECK_REUSE_KERNEL_NODES asks for reuse (read at every call; std::invalid_argument for a bad value).
+bool reuse_kernel_nodes();
+
+// A text naming template arguments for a key: "name=value;..." (a dtype by its enum value and size).
+std::string template_args_key(const KernelTemplateArgs& args);
+
+// Evaluates a kernel primitive into `outputs` with `inputs` on the GPU: `make()` returns the kernel
+// function's lazy outputs for these inputs (their primitive is the one evaluated). With reuse on, the
+// primitive made for `key()` the first time is evaluated at every later call with that key (`key` is
+// called only then, so the default path builds no key).
+void eval_kernel_node(const std::function<std::string()>& key,
+                      const std::function<std::vector<mlx::core::array>()>& make,
+                      const std::vector<mlx::core::array>& inputs,
+                      std::vector<mlx::core::array>& outputs);
+
+} // namespace pagecheck
