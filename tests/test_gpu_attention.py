@@ -208,3 +208,29 @@ def test_kept_kernel_primitives_match_the_reference() -> None:
                           timeout=600)
     assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-3000:]}"
     assert done.stdout.strip().splitlines()[-1] == "failures 0", done.stdout[-2000:]
+
+
+@pytest.mark.invariant("matches_reference")
+@pytest.mark.parametrize("case", [CASES[0], CASES[2], CASES[5], CASES[6]], ids=["decode-mma", "decode-lanes",
+                                                                              "prefill-mma", "prefill-lanes"])
+def test_outputs_without_a_fill_are_written_whole_over_recycled_nan_memory(case: tuple) -> None:
+    # The single-pass decode and the prefills get no output fill on CUDA: their buffer is whatever MLX's
+    # cache hands back. Buffers of the output's size are filled with NaN and freed first, so an element no
+    # thread writes stays NaN and fails the comparison.
+    from pagecheck import impl
+
+    layout = layout_for(5, *case)
+    want = layout.reference_output()
+    arrays = layout.as_mx()
+    mx.eval([value for value in arrays.values() if isinstance(value, mx.array)])
+    with mx.stream(mx.gpu):
+        for _ in range(3):
+            poisoned = mx.full(arrays["query"].shape, mx.nan, dtype=arrays["query"].dtype)
+            mx.eval(poisoned)
+            del poisoned
+            got = impl.paged_attention(**arrays)
+            mx.eval(got)
+            assert not mx.any(mx.isnan(got)).item(), f"unwritten elements: {layout.describe()}"
+            result = compare(got, want, layout.dtype)
+            assert result.passed, f"{layout.describe()}\n{result.summary()}"
+            del got

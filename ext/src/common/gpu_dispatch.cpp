@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -118,11 +119,9 @@ mx::fast::CustomKernelFunction& kernel_for(const KernelSpec& spec, int shared_by
 // this primitive's inputs, which are already computed. It is made per call
 // unless PAGECHECK_REUSE_KERNEL_NODES asks to keep it (kernel_node.h): the key
 // holds everything the primitive keeps (kernel, shared memory, grid, template
-// arguments, stream). The outputs are zero-filled first. The split decode needs it (its arrival
-// counters start from the fill's value); the other kernels write every output
-// element and keep the fill until they are measured without it (libmlx
-// 0.32.4 gives an output without an initial value device memory as well:
-// ext/kernels/NOTES.md v22 item 7).
+// arguments, fill, stream). `fill` fills the outputs first (MLX's fill, a node
+// of its own: about 5.5 us of submit a call on the H200); without it they
+// hold whatever their buffers held.
 void run_kernel(
     const KernelSpec& spec,
     int shared_bytes,
@@ -130,6 +129,7 @@ void run_kernel(
     std::vector<mx::array> outputs,
     std::tuple<int, int, int> grid,
     const TemplateArgs& template_args,
+    std::optional<float> fill,
     mx::Stream stream) {
   std::vector<mx::Shape> shapes;
   std::vector<mx::Dtype> dtypes;
@@ -141,16 +141,29 @@ void run_kernel(
     const auto [grid_x, grid_y, grid_z] = grid;
     return std::string(spec.stem) + ":" + std::to_string(shared_bytes) + ":" + std::to_string(grid_x) + "," +
         std::to_string(grid_y) + "," + std::to_string(grid_z) + ":" + template_args_key(template_args) + ":" +
-        std::to_string(stream.index);
+        (fill ? std::to_string(*fill) : "none") + ":" + std::to_string(stream.index);
   };
   eval_kernel_node(
       key,
       [&] {
         return kernel_for(spec, shared_bytes)(
-            inputs, shapes, dtypes, grid, {kGpuThreadsPerBlock, 1, 1}, template_args, 0.0f, false, stream);
+            inputs, shapes, dtypes, grid, {kGpuThreadsPerBlock, 1, 1}, template_args, fill, false, stream);
       },
       inputs, outputs);
 }
+
+// The fill of the kernels that write every output element (the single-pass
+// decode and the prefills; a context of 0 writes zeros): none on CUDA, where
+// the kernel harness runs every schedule into NaN-poisoned outputs and finds
+// every element written (ext/kernels/NOTES.md v23), so MLX's fill would be a
+// node for nothing. The Metal mirrors keep it: they have never run.
+#ifdef __APPLE__
+const std::optional<float> kWholeOutputFill = 0.0f;
+#else
+const std::optional<float> kWholeOutputFill = std::nullopt;
+#endif
+// The split decode's scratch is zero-filled first: its arrival counters start from the fill's value.
+constexpr float kSplitScratchFill = 0.0f;
 
 // The split kernel writes the attention output into its scratch (one fill,
 // one launch): the output array is a row-contiguous view of that region.
@@ -333,11 +346,12 @@ void eval_attention_gpu(
       {"SCALE_NEGATIVE", sign_bit(shape.scale)}};
   switch (plan.schedule) {
     case GpuSchedule::kDecode:
-      run_kernel(kDecode, plan.shared_bytes, paged_inputs, {outputs[0]}, {grid_x, 1, 1}, decode_args, stream);
+      run_kernel(kDecode, plan.shared_bytes, paged_inputs, {outputs[0]}, {grid_x, 1, 1}, decode_args,
+                 kWholeOutputFill, stream);
       return;
     case GpuSchedule::kSplitDecode:
       run_kernel(kDecodeSplit, plan.shared_bytes, paged_inputs, {outputs[1]}, {grid_x, plan.splits, 1}, decode_args,
-                 stream);
+                 kSplitScratchFill, stream);
       view_split_output(outputs[1], plan.out_begin_words, outputs[0]);
       return;
     case GpuSchedule::kPrefillMma:
@@ -349,7 +363,7 @@ void eval_attention_gpu(
                   {"TABLE", table_kind},
                   {"SCALE_BITS", magnitude_bits(shape.scale)},
                   {"SCALE_NEGATIVE", sign_bit(shape.scale)}},
-                 stream);
+                 kWholeOutputFill, stream);
       return;
     case GpuSchedule::kPrefillWgmma: {
       // The geometry the other kernels read from their inputs' shapes, as ints.
@@ -373,7 +387,7 @@ void eval_attention_gpu(
           [&] {
             return mx::fast::precompiled_cuda_kernel(
                 wgmma->name, wgmma->image, paged_inputs, {outputs[0].shape()}, {dtype}, geometry, {grid_x, 1, 1},
-                {plan.threads, 1, 1}, plan.shared_bytes, 0.0f, true, stream);
+                {plan.threads, 1, 1}, plan.shared_bytes, kWholeOutputFill, true, stream);
           },
           paged_inputs, out);
       return;
@@ -386,7 +400,7 @@ void eval_attention_gpu(
                   {"TABLE", table_kind},
                   {"SCALE_BITS", magnitude_bits(shape.scale)},
                   {"SCALE_NEGATIVE", sign_bit(shape.scale)}},
-                 stream);
+                 kWholeOutputFill, stream);
       return;
   }
   throw std::logic_error("pagecheck: unknown GPU schedule");
