@@ -25,7 +25,7 @@ a sequence of allocations and writes as one step.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import mlx.core as mx
 
@@ -40,6 +40,23 @@ def _dtype_label(dtype: mx.Dtype) -> str:
     return str(dtype).rsplit(".", 1)[-1]
 
 
+# The free pages as a persistent stack: (page id, the rest) pairs ending in None, the next page handed out on
+# top. A pop or a push makes one pair and never changes an old one, so a checkpoint keeps the stack itself
+# (O(1)): every layer's append takes a checkpoint at every decode step, and a copy of a list of thousands of
+# freed pages there cost microseconds a layer (ext/kernels/NOTES.md v23 item 8).
+FreeStack = Optional[tuple[int, "FreeStack"]]
+
+
+def _stack_ids(stack: FreeStack) -> list[int]:
+    """The stack's page ids, bottom first: the last one is handed out next."""
+    ids = []
+    while stack is not None:
+        page_id, stack = stack
+        ids.append(page_id)
+    ids.reverse()
+    return ids
+
+
 class PoolCheckpoint(NamedTuple):
     """Everything `rollback` needs to put a pool back; storage arrays are shared, not copied.
     (A NamedTuple: immutable like a frozen dataclass, and several times cheaper to build, which
@@ -48,7 +65,8 @@ class PoolCheckpoint(NamedTuple):
     keys: mx.array | None
     values: mx.array | None
     num_pages: int
-    free_page_ids: tuple[int, ...]
+    free_pages: FreeStack
+    num_free_pages: int
     reused_page_allocations: int
     storage_growths: int
     copied_pages_on_growth: int
@@ -66,7 +84,8 @@ class TinyKvPagedPool:
         self._keys: mx.array | None = None
         self._values: mx.array | None = None
         self._num_pages = 0
-        self._free: list[int] = []
+        self._free: FreeStack = None
+        self._num_free = 0
         self._free_set: set[int] = set()
         self.reused_page_allocations = 0
         self.storage_growths = 0
@@ -81,12 +100,12 @@ class TinyKvPagedPool:
 
     @property
     def num_free_pages(self) -> int:
-        return len(self._free)
+        return self._num_free
 
     @property
     def free_page_ids(self) -> list[int]:
         """Free ids in reuse order reversed: the last one is handed out next."""
-        return list(self._free)
+        return _stack_ids(self._free)
 
     @property
     def used_page_ids(self) -> list[int]:
@@ -123,8 +142,9 @@ class TinyKvPagedPool:
 
     # -- allocation ---------------------------------------------------------
     def allocate_page(self) -> int:
-        if self._free:
-            page_id = self._free.pop()
+        if self._free is not None:
+            page_id, self._free = self._free
+            self._num_free -= 1
             self._free_set.remove(page_id)
             self.reused_page_allocations += 1
             return page_id
@@ -138,7 +158,8 @@ class TinyKvPagedPool:
         self._check_issued(page_id)
         if page_id in self._free_set:
             raise ValueError(f"Page {page_id} is already free")
-        self._free.append(page_id)
+        self._free = (page_id, self._free)
+        self._num_free += 1
         self._free_set.add(page_id)
 
     def is_live(self, page_id: int) -> bool:
@@ -273,7 +294,8 @@ class TinyKvPagedPool:
             keys=self._keys,
             values=self._values,
             num_pages=self._num_pages,
-            free_page_ids=tuple(self._free),
+            free_pages=self._free,
+            num_free_pages=self._num_free,
             reused_page_allocations=self.reused_page_allocations,
             storage_growths=self.storage_growths,
             copied_pages_on_growth=self.copied_pages_on_growth,
@@ -289,8 +311,10 @@ class TinyKvPagedPool:
         self._keys = checkpoint.keys
         self._values = checkpoint.values
         self._num_pages = checkpoint.num_pages
-        self._free = list(checkpoint.free_page_ids)
-        self._free_set = set(checkpoint.free_page_ids)
+        if checkpoint.free_pages is not self._free:
+            self._free = checkpoint.free_pages
+            self._num_free = checkpoint.num_free_pages
+            self._free_set = set(_stack_ids(self._free))
         self.reused_page_allocations = checkpoint.reused_page_allocations
         self.storage_growths = checkpoint.storage_growths
         self.copied_pages_on_growth = checkpoint.copied_pages_on_growth

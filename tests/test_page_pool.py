@@ -248,3 +248,23 @@ def test_rollback_restores_ids_counters_storage_and_contents(rng: np.random.Gene
     assert pool_state(pool) != before
     pool.rollback(checkpoint)
     assert pool_state(pool) == before
+
+
+def test_a_checkpoint_shares_the_free_pages_and_a_rollback_restores_their_order() -> None:
+    # Every layer's append takes a checkpoint at every decode step: it keeps the free pages as they are (no copy
+    # of a list that grows with freed pages), and a rollback puts back the same ids, order and liveness.
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    ids = [pool.allocate_page() for _ in range(50)]
+    for page_id in ids[:40:3]:
+        pool.free_page(page_id)
+    free_before, live_before = pool.free_page_ids, [pool.is_live(i) for i in ids]
+    checkpoint = pool.checkpoint()
+    assert checkpoint.free_pages is pool.checkpoint().free_pages  # shared, not copied
+    taken = [pool.allocate_page() for _ in range(5)]
+    assert taken == free_before[::-1][:5]
+    pool.free_page(ids[1])
+    pool.rollback(checkpoint)
+    assert pool.free_page_ids == free_before and pool.num_free_pages == len(free_before)
+    assert [pool.is_live(i) for i in ids] == live_before
+    assert [pool.allocate_page() for _ in range(len(free_before))] == free_before[::-1]
+    assert pool.num_free_pages == 0 and pool.allocate_page() == len(ids)
