@@ -14,9 +14,11 @@
 #               child processes that import the installed package, which
 #               the PYTHONPATH install here does not give them. TESTS names
 #               other files, PYTEST_ARGS adds options. FILE_LIMIT seconds per
-#               file, 180 by default (on a fresh machine the op tests
+#               file, 240 by default (on a fresh machine the op tests
 #               JIT-compile every kernel variant they run: 120 s was too
-#               little for test_ext_paged_attention.py); TESTS_LIMIT for the
+#               little for test_ext_paged_attention.py, and
+#               test_gpu_attention.py, 61 s alone, also runs three child
+#               processes that compile their own variants); TESTS_LIMIT for the
 #               step, 480 by default, so `tests` needs a device call of its own
 #   invariants  the invariants suite with --pagecheck-device gpu
 #   tolerance   the tolerance sweep with --device gpu, reports in LOGDIR/tolerance
@@ -54,7 +56,7 @@ export GPU_TESTS
 for name in "$@"; do
   case $name in
     tests) step tests ${TESTS_LIMIT:-480} bash -c 'for f in ${TESTS:-$GPU_TESTS}; do
-             echo "## $f"; timeout ${FILE_LIMIT:-180} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} "$f" 2>&1 | tail -n 40
+             echo "## $f"; timeout ${FILE_LIMIT:-240} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} "$f" 2>&1 | tail -n 40
              echo "## $f exit ${PIPESTATUS[0]}"; done' ;;
     invariants) step invariants 200 python3 -m pytest -q -n 8 --pyargs pagecheck.invariants --pagecheck-device gpu --pagecheck-subject impl ;;
     tolerance) step tolerance 300 python3 -m pagecheck.cli tolerance --device gpu --out "$out/tolerance" ;;
