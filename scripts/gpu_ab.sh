@@ -4,8 +4,10 @@
 # cost is judged only against the build before it, run beside it.
 #
 #   bash scripts/gpu_ab.sh OUTDIR OTHER_TREE [ROUNDS]
+#   bash scripts/gpu_ab.sh OUTDIR --env NAME=VALUE [ROUNDS]
 #
-# B is this checkout. A is OTHER_TREE laid over a copy of this checkout (so files that .gitignore keeps out
+# With --env both are this checkout, built once: A runs as the environment has it, B with NAME=VALUE set
+# (an experiment's switch, such as PAGECHECK_REUSE_KERNEL_NODES=1). Otherwise B is this checkout. A is OTHER_TREE laid over a copy of this checkout (so files that .gitignore keeps out
 # of a carried folder, like reports/render, come from here); make it with
 #   mkdir abtree && git archive REV | tar -x -C abtree
 # and leave it untracked in the checkout so the device call carries it (and delete it before committing). Run with MLX's CUDA back-end
@@ -17,27 +19,48 @@
 # PROFILE_ARGS override the defaults (qwen3-0.6b, gpu, 16, 8, 1024,4096, the trace's own; DEVICE=cpu with
 # MODEL=qwen3-tiny runs the script's logic on a CPU). Logs and serve-bench outputs go under OUTDIR.
 set -uo pipefail
-out=${1:?usage: gpu_ab.sh OUTDIR OTHER_TREE [ROUNDS]}
-other=${2:?usage: gpu_ab.sh OUTDIR OTHER_TREE [ROUNDS]}
-rounds=${3:-3}
+usage="usage: gpu_ab.sh OUTDIR OTHER_TREE [ROUNDS] | gpu_ab.sh OUTDIR --env NAME=VALUE [ROUNDS]"
+out=${1:?$usage}
+other=${2:?$usage}
+b_env=()  # the environment setting B runs with (--env), else none
+if [ "$other" = --env ]; then
+  setting=${3:?$usage}
+  if [[ ! $setting =~ ^[A-Za-z_][A-Za-z0-9_]*=.*$ ]]; then
+    echo "gpu_ab.sh: --env takes NAME=VALUE, got '$setting'" >&2
+    exit 2
+  fi
+  b_env=("$setting")
+  rounds=${4:-3}
+else
+  rounds=${3:-3}
+fi
+if [[ ! $rounds =~ ^[1-9][0-9]*$ ]]; then
+  echo "gpu_ab.sh: ROUNDS must be a positive integer, got '$rounds'" >&2
+  exit 2
+fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-other=$(cd "$other" && pwd) || exit 2
+[ ${#b_env[@]} -eq 0 ] && { other=$(cd "$other" && pwd) || exit 2; }
 cd "$(dirname "$0")/.."
 here=$(pwd)
 export PYTHONUNBUFFERED=1
 model=${MODEL:-qwen3-0.6b}
 device=${DEVICE:-gpu}
 work=$(mktemp -d "${TMPDIR:-/tmp}/pagecheck-ab.XXXXXX")
-echo "a: $other laid over this checkout; b: this checkout; $rounds rounds, $model on $device"
-
-# The two trees: B is this checkout; A is a copy of it with OTHER_TREE laid over it. Build outputs stay out.
-mkdir -p "$work/a/tree"
-tar -C "$here" --exclude=./build --exclude='./*.egg-info' --exclude=./.venv --exclude=./.devwhl \
-  --exclude="./${other#"$here"/}" -cf - . | tar -C "$work/a/tree" -xf -
-cp -r "$other"/. "$work/a/tree/"
-rm -rf "$work/a/tree/build" "$work/a/tree"/*.egg-info
-for build in a b; do
+if [ ${#b_env[@]} -eq 0 ]; then
+  echo "a: $other laid over this checkout; b: this checkout; $rounds rounds, $model on $device"
+  # The two trees: B is this checkout; A is a copy of it with OTHER_TREE laid over it. Build outputs stay out.
+  mkdir -p "$work/a/tree"
+  tar -C "$here" --exclude=./build --exclude='./*.egg-info' --exclude=./.venv --exclude=./.devwhl \
+    --exclude="./${other#"$here"/}" -cf - . | tar -C "$work/a/tree" -xf -
+  cp -r "$other"/. "$work/a/tree/"
+  rm -rf "$work/a/tree/build" "$work/a/tree"/*.egg-info
+  builds="a b"
+else
+  echo "a: this checkout; b: this checkout with ${b_env[0]}; $rounds rounds, $model on $device"
+  builds="b"  # one build, which A runs too
+fi
+for build in $builds; do
   tree=$([ "$build" = a ] && echo "$work/a/tree" || echo "$here")
   begun=$SECONDS
   python3 -m pip install --no-build-isolation --no-deps --target "$work/$build/site" "$tree" \
@@ -57,13 +80,16 @@ for round in $(seq 1 "$rounds"); do
   order="a b"
   [ $((round % 2)) -eq 0 ] && order="b a"
   for build in $order; do
-    site="$work/$build/site${PYTHONPATH:+:$PYTHONPATH}"
+    # --env: one install serves both; B adds its setting to the environment.
+    installed=$([ ${#b_env[@]} -eq 0 ] && echo "$build" || echo b)
+    run=(env PYTHONPATH="$work/$installed/site${PYTHONPATH:+:$PYTHONPATH}")
+    [ "$build" = b ] && run+=("${b_env[@]}")
     echo "## round $round, build $build"
     # shellcheck disable=SC2086
-    PYTHONPATH=$site timeout 300 python3 -m pagecheck.bench.serving_profile "${profile_flags[@]}" ${PROFILE_ARGS:-} \
+    "${run[@]}" timeout 300 python3 -m pagecheck.bench.serving_profile "${profile_flags[@]}" ${PROFILE_ARGS:-} \
       > "$out/profile_${build}_$round.log" 2>&1
     grep -E '^(decode step|graph of)' "$out/profile_${build}_$round.log" | cut -c1-110
-    PYTHONPATH=$site timeout 600 python3 -m pagecheck.commands.serve_bench "${serve_flags[@]}" \
+    "${run[@]}" timeout 600 python3 -m pagecheck.commands.serve_bench "${serve_flags[@]}" \
       --out "$out/serve_${build}_$round" > "$out/serve_${build}_$round.log" 2>&1
     echo "serve-bench exit $?"
   done
