@@ -12,7 +12,6 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
-#include <variant>
 
 #include "common/buffer_views.h"
 #include "common/gpu_plan.h"
@@ -137,14 +136,11 @@ void run_kernel(
     shapes.push_back(out.shape());
     dtypes.push_back(out.dtype());
   }
-  const auto key = [&] {
-    const auto [grid_x, grid_y, grid_z] = grid;
-    return std::string(spec.stem) + ":" + std::to_string(shared_bytes) + ":" + std::to_string(grid_x) + "," +
-        std::to_string(grid_y) + "," + std::to_string(grid_z) + ":" + template_args_key(template_args) + ":" +
-        (fill ? std::to_string(*fill) : "none") + ":" + std::to_string(stream.index);
-  };
   eval_kernel_node(
-      key,
+      [&] {
+        return kernel_node_key(spec.stem, grid, {kGpuThreadsPerBlock, 1, 1}, shared_bytes, template_args, fill, {},
+                               stream);
+      },
       [&] {
         return kernel_for(spec, shared_bytes)(
             inputs, shapes, dtypes, grid, {kGpuThreadsPerBlock, 1, 1}, template_args, fill, false, stream);
@@ -372,18 +368,12 @@ void eval_attention_gpu(
           static_cast<int>(inputs[0].shape(2)), static_cast<int>(inputs[0].shape(3)),
           static_cast<int>(inputs[1].shape(0)), static_cast<int>(inputs[1].shape(1)),
           static_cast<int>(inputs[1].shape(2)), static_cast<int>(inputs[3].shape(1))};
-      // The key holds what the primitive keeps: the variant, the geometry scalars, grid, block, stream.
-      const auto key = [&] {
-        std::string text = wgmma->name + ":" + std::to_string(grid_x) + ":" + std::to_string(plan.threads) + ":" +
-            std::to_string(plan.shared_bytes) + ":" + std::to_string(stream.index) + ":";
-        for (const mx::fast::ScalarArg& value : geometry) {
-          text += std::to_string(std::get<int>(value)) + ",";
-        }
-        return text;
-      };
       std::vector<mx::array> out{outputs[0]};
       eval_kernel_node(
-          key,
+          [&] {
+            return kernel_node_key(wgmma->name, {grid_x, 1, 1}, {plan.threads, 1, 1}, plan.shared_bytes, {},
+                                   kWholeOutputFill, geometry, stream);
+          },
           [&] {
             return mx::fast::precompiled_cuda_kernel(
                 wgmma->name, wgmma->image, paged_inputs, {outputs[0].shape()}, {dtype}, geometry, {grid_x, 1, 1},

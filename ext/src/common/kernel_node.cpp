@@ -32,9 +32,21 @@ bool reuse_kernel_nodes() {
   throw std::invalid_argument("pagecheck: PAGECHECK_REUSE_KERNEL_NODES='" + value + "' must be 0 or 1");
 }
 
-std::string template_args_key(const KernelTemplateArgs& args) {
-  std::string key;
-  for (const auto& [name, value] : args) {
+std::string kernel_node_key(const std::string& kernel,
+                            std::tuple<int, int, int> grid,
+                            std::tuple<int, int, int> threadgroup,
+                            int shared_bytes,
+                            const KernelTemplateArgs& template_args,
+                            std::optional<float> fill,
+                            const std::vector<mx::fast::ScalarArg>& scalars,
+                            const mx::Stream& stream) {
+  const auto triple = [](std::tuple<int, int, int> t) {
+    return std::to_string(std::get<0>(t)) + "," + std::to_string(std::get<1>(t)) + "," +
+        std::to_string(std::get<2>(t));
+  };
+  std::string key = kernel + ":" + triple(grid) + ":" + triple(threadgroup) + ":" + std::to_string(shared_bytes) +
+      ":" + (fill ? std::to_string(*fill) : "none") + ":" + std::to_string(stream.index) + ":";
+  for (const auto& [name, value] : template_args) {
     key += name + "=";
     if (const int* number = std::get_if<int>(&value)) {
       key += std::to_string(*number);
@@ -45,6 +57,10 @@ std::string template_args_key(const KernelTemplateArgs& args) {
       key += "dtype" + std::to_string(static_cast<int>(dtype.val())) + "/" + std::to_string(dtype.size());
     }
     key += ";";
+  }
+  key += ":";
+  for (const mx::fast::ScalarArg& value : scalars) {
+    std::visit([&key](auto scalar) { key += std::to_string(scalar) + ","; }, value);
   }
   return key;
 }

@@ -7,23 +7,25 @@
 // 14.4 us a call against 4.7 for a plain one-line custom kernel
 // (ext/kernels/NOTES.md v23).
 //
-// With PAGECHECK_REUSE_KERNEL_NODES=1 the primitive is made once per key (the
-// kernel, its template arguments, launch geometry, output fill and stream)
-// and kept for the process (up to 1,024 keys), so later calls only evaluate
-// it. This is an
-// experiment, off by default: a cache of this kind crashed at evaluation on
-// the H200 once (NOTES v3 item 4, cause not found), and it has not run on a
-// GPU since. Any other value than unset, empty, 0 or 1 is a ValueError
-// naming it.
+// With PAGECHECK_REUSE_KERNEL_NODES=1 the primitive is made once per key
+// (kernel_node_key: everything the primitive keeps besides its source) and
+// kept for the process (up to 1,024 keys), so later calls only evaluate it.
+// This is an experiment, off by default: a cache of this kind crashed at
+// evaluation on the H200 once (NOTES v3 item 4, cause not found), and it has
+// not run on a GPU since. Any other value than unset, empty, 0 or 1 is a
+// ValueError naming it.
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "mlx/array.h"
 #include "mlx/fast.h"
+#include "mlx/stream.h"
 
 namespace pagecheck {
 
@@ -32,8 +34,17 @@ using KernelTemplateArgs = std::vector<std::pair<std::string, mlx::core::fast::T
 // Whether PAGECHECK_REUSE_KERNEL_NODES asks for reuse (read at every call; std::invalid_argument for a bad value).
 bool reuse_kernel_nodes();
 
-// A text naming template arguments for a key: "name=value;..." (a dtype by its enum value and size).
-std::string template_args_key(const KernelTemplateArgs& args);
+// The key of a kernel's primitive: what MLX keeps in it besides the source (which `kernel` names: a
+// kernel's name carries the sources' digest) — launch geometry, shared memory, template arguments, output
+// fill, scalar arguments and stream.
+std::string kernel_node_key(const std::string& kernel,
+                            std::tuple<int, int, int> grid,
+                            std::tuple<int, int, int> threadgroup,
+                            int shared_bytes,
+                            const KernelTemplateArgs& template_args,
+                            std::optional<float> fill,
+                            const std::vector<mlx::core::fast::ScalarArg>& scalars,
+                            const mlx::core::Stream& stream);
 
 // Evaluates a kernel primitive into `outputs` with `inputs` on the GPU: `make()` returns the kernel
 // function's lazy outputs for these inputs (their primitive is the one evaluated). With reuse on, the

@@ -42,16 +42,8 @@ void LazyCudaKernel::run(const std::vector<mx::array>& inputs,
   }
   // The kernel function builds a graph node around MLX's CustomKernel primitive; running that primitive
   // directly on these inputs and outputs launches the kernel inside the current evaluation.
-  const auto key = [&] {
-    const auto [grid_x, grid_y, grid_z] = grid;
-    const auto [block_x, block_y, block_z] = threadgroup;
-    return stem_ + ":" + std::to_string(grid_x) + "," + std::to_string(grid_y) + "," + std::to_string(grid_z) +
-        ":" + std::to_string(block_x) + "," + std::to_string(block_y) + "," + std::to_string(block_z) + ":" +
-        template_args_key(template_args) + ":" + (init_value ? std::to_string(*init_value) : "none") + ":" +
-        std::to_string(stream.index);
-  };
   eval_kernel_node(
-      key,
+      [&] { return kernel_node_key(stem_, grid, threadgroup, 0, template_args, init_value, {}, stream); },
       [&] { return kernel()(inputs, shapes, dtypes, grid, threadgroup, template_args, init_value, false, stream); },
       inputs, outputs);
 }
