@@ -8,6 +8,11 @@ there the whole module is skipped with that reason.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -130,15 +135,25 @@ def test_dense_attention_on_gpu_under_shapeless_compile() -> None:
             np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-6, atol=1e-6)
 
 
+def run_child(script: str, env_changes: dict[str, str | None], timeout: int) -> subprocess.CompletedProcess:
+    """`script` in a Python process of its own, from the repository root (so it imports this module as
+    tests.test_gpu_attention), with `env_changes` applied to this environment (None removes a name)."""
+    env = dict(os.environ)
+    for name, value in env_changes.items():
+        env.pop(name, None)
+        if value is not None:
+            env[name] = value
+    return subprocess.run([sys.executable, "-c", script], env=env, cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=timeout)
+
+
 WGMMA_IMAGE_CHILD = """
-import numpy as np
 from pagecheck import ext
 from pagecheck.gpu import kernels as gpu_kernels
-from pagecheck.reference.layouts import random_layout
 from pagecheck.reference.tolerance import compare
+from tests.test_gpu_attention import layout_for
 _, image, image_format = ext.gpu_prefill_wgmma_kernel("bfloat16", 64, 64, 2, 2, True, 0, 0x3E000000, False)
-layout = random_layout(np.random.default_rng(2), context_lens=(0, 3, 70, 650), page_size=16, num_queries=3,
-                       num_q_heads=8, num_kv_heads=2, head_dim=64, dtype="bfloat16", mask="causal")
+layout = layout_for(2, "bfloat16", (0, 3, 70, 650), 16, 3, 4, 64, "causal")
 got = gpu_kernels.paged_attention(**layout.as_mx(), schedule="paged_prefill_wgmma", poison_output=True)
 result = compare(got, layout.reference_output(), layout.dtype)
 print(image_format, image[:4].hex(), result.passed)
@@ -149,19 +164,11 @@ print(image_format, image[:4].hex(), result.passed)
 def test_the_warpgroup_prefill_image_is_a_cubin_unless_ptx_is_asked(asked: str | None, image_format: str,
                                                                       magic: str) -> None:
     # The environment is read at a variant's first use, so each format runs in a process of its own.
-    import os
-    import subprocess
-    import sys
-
     from pagecheck import ext
 
     if not ext.gpu_warpgroup_mma():
         pytest.skip("the warpgroup prefill needs a GPU of compute capability 9.0")
-    env = {k: v for k, v in os.environ.items() if k != "PAGECHECK_WGMMA_IMAGE"}
-    if asked is not None:
-        env["PAGECHECK_WGMMA_IMAGE"] = asked
-    done = subprocess.run([sys.executable, "-c", WGMMA_IMAGE_CHILD], env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = run_child(WGMMA_IMAGE_CHILD, {"PAGECHECK_WGMMA_IMAGE": asked}, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     got_format, head, passed = done.stdout.split()[-3:]
     assert got_format == image_format
@@ -171,19 +178,14 @@ def test_the_warpgroup_prefill_image_is_a_cubin_unless_ptx_is_asked(asked: str |
 
 REUSED_NODES_CHILD = """
 import mlx.core as mx
-import numpy as np
 from pagecheck import ext, impl
-from pagecheck.reference.layouts import random_layout
 from pagecheck.reference.tolerance import compare
+from tests.test_gpu_attention import CASES, layout_for
 assert ext.reuse_kernel_nodes()
 failures = []
-cases = [("bfloat16", (0, 1, 37, 300), 16, 1, 4, 128, None), ("bfloat16", (9000,), 128, 1, 4, 128, None),
-         ("bfloat16", (0, 40, 333), 16, 40, 2, 128, "causal"), ("float32", (20, 300), 5, 20, 4, 5, "causal")]
 for seed in (1, 2):  # a second layout per case: the kept primitives run on other inputs
-    for dtype, contexts, page_size, num_queries, group, head_dim, mask in cases:
-        layout = random_layout(np.random.default_rng(seed), context_lens=contexts, page_size=page_size,
-                               num_queries=num_queries, num_q_heads=2 * group, num_kv_heads=2, head_dim=head_dim,
-                               dtype=dtype, mask=mask)
+    for case in (CASES[0], CASES[3], CASES[5], CASES[6]):  # decode, split decode, both prefill families
+        layout = layout_for(seed, *case)
         for _ in range(3):
             with mx.stream(mx.gpu):
                 got = impl.paged_attention(**layout.as_mx())
@@ -191,7 +193,7 @@ for seed in (1, 2):  # a second layout per case: the kept primitives run on othe
             result = compare(got, layout.reference_output(), layout.dtype)
             if not result.passed:
                 failures.append(layout.describe())
-print(*failures[:3], sep="\n")
+print(*failures[:3], sep="\\n")
 print("failures", len(failures))
 """
 
@@ -199,13 +201,7 @@ print("failures", len(failures))
 def test_kept_kernel_primitives_match_the_reference() -> None:
     # PAGECHECK_REUSE_KERNEL_NODES=1 keeps each kernel's MLX primitive across calls (an experiment: such a
     # cache crashed once on the H200), so it runs in a process of its own: a crash fails this test only.
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, PAGECHECK_REUSE_KERNEL_NODES="1")
-    done = subprocess.run([sys.executable, "-c", REUSED_NODES_CHILD], env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = run_child(REUSED_NODES_CHILD, {"PAGECHECK_REUSE_KERNEL_NODES": "1"}, timeout=600)
     assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-3000:]}"
     assert done.stdout.strip().splitlines()[-1] == "failures 0", done.stdout[-2000:]
 
