@@ -10,10 +10,11 @@
 // With PAGECHECK_REUSE_KERNEL_NODES=1 the primitive is made once per key
 // (kernel_node_key: everything the primitive keeps besides its source) and
 // kept for the process (up to 1,024 keys), so later calls only evaluate it.
-// This is an experiment, off by default: a cache of this kind crashed at
-// evaluation on the H200 once (NOTES v3 item 4, cause not found), and it has
-// not run on a GPU since. Any other value than unset, empty, 0 or 1 is a
-// ValueError naming it.
+// Off by default: on the H200 it is correct (tests/test_gpu_attention.py's
+// kept-primitives test) and cuts a plain kernel's submit about in half, but
+// the attention op's submit is MLX's evaluation, not the making, and a
+// decode step of the serving model was no faster with it (NOTES v24 item 3).
+// Any other value than unset, empty, 0 or 1 is a ValueError naming it.
 #pragma once
 
 #include <functional>
