@@ -62,6 +62,10 @@ def test_a_checkouts_compiled_extension_is_not_staged(tmp_path: Path) -> None:
     root = stage_copy(submission, tmp_path / "staged")
     staged = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
     assert staged == sorted(sources)
+    # A run that builds nothing (sandbox:tiny-llm:PATH outside grading) imports the checkout as it is.
+    root = stage_copy(submission, tmp_path / "as_it_is", keep_compiled=True)
+    staged = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    assert staged == sorted([*sources, *leftovers])
 
 
 def _nest(top: Path, depth: int) -> None:

@@ -317,6 +317,44 @@ def test_output_flood_is_capped_and_costs_nothing_else(sandbox: tuple[Subject, S
     assert "more bytes of worker output dropped" in log.read_text()
 
 
+LISTS_ITS_FOLDER = """
+import os
+
+def paged_attention(*args):
+    here = os.path.dirname(os.path.abspath(__file__))
+    return sorted(os.path.relpath(os.path.join(root, name), here)
+                  for root, dirs, files in os.walk(here) for name in dirs + files if name != "__pycache__")
+"""
+
+
+@pytest.mark.parametrize("kind", ["package", "tiny-llm"])
+def test_a_sandbox_subject_is_staged_without_following_links(tmp_path: Path, kind: str) -> None:
+    """sandbox:SPEC outside grading stages the subject as grading does: a link to a file or a folder outside
+    it is left out, not followed (followed, a link to a secret put the secret where the student's code reads
+    it, and a link to / walked the whole disk)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("the grader's secret")
+    top = tmp_path / "subject" / ("src" if kind == "tiny-llm" else "")
+    package = top / "tiny_llm" if kind == "tiny-llm" else top
+    package.mkdir(parents=True)
+    # A tiny-llm checkout's paged_attention lives in tiny_llm/attention.py (its __init__ is never run).
+    (package / "__init__.py").write_text("" if kind == "tiny-llm" else LISTS_ITS_FOLDER)
+    if kind == "tiny-llm":
+        (package / "attention.py").write_text(LISTS_ITS_FOLDER)
+    (package / "notes.txt").write_text("the student's own file")
+    (package / "secret.txt").symlink_to(outside / "secret.txt")
+    (package / "outside_folder").symlink_to(outside, target_is_directory=True)
+    spec = f"tiny-llm:{tmp_path / 'subject'}" if kind == "tiny-llm" else str(package)
+    try:
+        subject = load_subject(f"sandbox:{spec}")
+        listed = subject.get("paged_attention")()
+    finally:
+        close_sessions()
+    assert "notes.txt" in listed and "__init__.py" in listed
+    assert not {"secret.txt", "outside_folder"} & set(listed), listed
+
+
 def test_subject_that_does_not_load_is_a_subject_error(tmp_path: Path) -> None:
     path = tmp_path / "broken.py"
     path.write_text("import reference.subject\n")

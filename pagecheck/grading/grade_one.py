@@ -121,17 +121,10 @@ def _worker_findings(passes: list[PassOutcome], student_dirs: list[str], secret:
     return sorted(findings)
 
 
-def worker_spec(submission: Submission, staged: Path) -> str:
-    """The subject spec inside the worker, where the staged folder is SCRATCH/submission. Every kind is a
-    path, and the loader puts what it imports from on sys.path itself."""
-    inside = f"{SCRATCH_PLACEHOLDER}/{SUBMISSION_DIR}"
-    root = submission.staged_root(staged)
-    if submission.kind == "tiny-llm":
-        return f"tiny-llm:{inside}/{root.name}"
-    if submission.kind == "file":
-        return f"{inside}/{root.name}"
-    # A package by its __init__.py, so that its name never means a built-in subject (a package named impl).
-    return f"{inside}/{root.name}/__init__.py"
+def worker_spec(submission: Submission) -> str:
+    """The subject spec inside the worker, where the staged folder is SCRATCH/submission (the loader puts what
+    it imports from on sys.path itself)."""
+    return submission.spec_in(f"{SCRATCH_PLACEHOLDER}/{SUBMISSION_DIR}")
 
 
 def _incidents(passes: list[PassOutcome], student_dirs: list[str], secret: str) -> list[dict[str, str]]:
@@ -168,7 +161,7 @@ def grade_submission(
         build = build_extension(staged, root, command, limits=build_limits, worker_limits=plan.worker_limits,
                                 log_path=logs / "build.log", hide_paths=hide, live=live)  # fmt: skip
 
-    spec = worker_spec(submission, staged)
+    spec = worker_spec(submission)
 
     def run_pass(seed: SuitePassSeed) -> PassOutcome:
         worker = WorkerSettings(

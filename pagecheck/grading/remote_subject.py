@@ -38,6 +38,7 @@ from typing import Any
 
 from pagecheck.grading import wire
 from pagecheck.grading.launcher import SCRATCH_PLACEHOLDER, SUBMISSION_DIR
+from pagecheck.grading.submission import Submission, SubmissionFilesError, stage_copy
 from pagecheck.grading.worker_process import (
     SandboxStartError,
     WorkerIncident,
@@ -487,31 +488,37 @@ def _own_subject_settings(inner: str) -> WorkerSettings:
 
 
 def _standalone_settings(inner: str) -> tuple[WorkerSettings, str | None]:
+    """The worker settings of `sandbox:SPEC` outside grading: a built-in subject as it is, anything else staged
+    as grading stages a submission (stage_copy: no links followed, the same limits) into a temporary folder,
+    compiled files included since nothing is built here."""
     if inner in BUILT_IN_SUBJECTS:
         return _own_subject_settings(inner), None
+    submission = _standalone_submission(inner)
     staging = tempfile.mkdtemp(prefix="pagecheck-stage-")
+    try:
+        stage_copy(submission, Path(staging) / "staged", keep_compiled=True)
+    except (SubmissionFilesError, OSError) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise SubjectError(f"subject spec={SANDBOX_PREFIX + inner!r}: {exc}") from None
+    spec = submission.spec_in(f"{SCRATCH_PLACEHOLDER}/{SUBMISSION_DIR}")
+    return WorkerSettings(spec=spec, copy_in=str(Path(staging) / "staged")), staging
+
+
+def _standalone_submission(inner: str) -> Submission:
     if inner.startswith(TINY_LLM_PREFIX):
-        source = Path(inner[len(TINY_LLM_PREFIX) :]).expanduser().resolve() / "src"
-        if not source.is_dir():
-            raise SubjectError(f"subject spec={SANDBOX_PREFIX + inner!r}: {source} is not a folder")
-        shutil.copytree(source, Path(staging) / "src", symlinks=False, ignore=shutil.ignore_patterns("__pycache__"))
-        spec = f"{TINY_LLM_PREFIX}{SCRATCH_PLACEHOLDER}/{SUBMISSION_DIR}"
+        path, kind = Path(inner[len(TINY_LLM_PREFIX) :]).expanduser().resolve(), "tiny-llm"
+        if not (path / "src").is_dir():
+            raise SubjectError(f"subject spec={SANDBOX_PREFIX + inner!r}: {path / 'src'} is not a folder")
     elif inner.endswith(".py"):
-        source = Path(inner).expanduser().resolve()
-        if not source.is_file():
-            raise SubjectError(f"subject spec={SANDBOX_PREFIX + inner!r}: {source} is not a file")
-        shutil.copy(source, Path(staging) / source.name)
-        spec = f"{SCRATCH_PLACEHOLDER}/{SUBMISSION_DIR}/{source.name}"
+        path, kind = Path(inner).expanduser().resolve(), "file"
+        if not path.is_file():
+            raise SubjectError(f"subject spec={SANDBOX_PREFIX + inner!r}: {path} is not a file")
     elif (Path(inner).expanduser() / "__init__.py").is_file():
-        source = Path(inner).expanduser().resolve()
-        shutil.copytree(source, Path(staging) / source.name, symlinks=False,
-                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
-        # By its __init__.py, so that a package named like a built-in subject is the package (load_subject).
-        spec = f"{SCRATCH_PLACEHOLDER}/{SUBMISSION_DIR}/{source.name}/__init__.py"
+        path, kind = Path(inner).expanduser().resolve(), "package"
     else:
         raise SubjectError(f"subject spec={SANDBOX_PREFIX + inner!r}: inside the sandbox give a .py file, a "
                            f"package folder, tiny-llm:PATH, or one of {BUILT_IN_SUBJECTS}")  # fmt: skip
-    return WorkerSettings(spec=spec, copy_in=staging), staging
+    return Submission(name=path.name, path=path, kind=kind)
 
 
 def load_sandbox_subject(spec: str) -> Subject:

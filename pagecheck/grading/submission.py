@@ -69,6 +69,13 @@ class Submission:
         """The directory whose top-level modules the subject's imports resolve to first."""
         return self.staged_root(staged) / "src" if self.kind == "tiny-llm" else staged
 
+    def spec_in(self, folder: str) -> str:
+        """The subject spec of a staged copy (stage_copy) seen at `folder`: every kind is a path, a package by
+        its __init__.py, so that its name never means a built-in subject (a package named impl)."""
+        if self.kind == "tiny-llm":
+            return f"tiny-llm:{folder}/{self.path.name}"
+        return f"{folder}/{self.path.name}" + ("/__init__.py" if self.kind == "package" else "")
+
     def student_spec(self) -> str:
         """The --pagecheck-subject spec of the submission as given, valid from any directory (a package by
         its __init__.py, so its name never means a built-in subject)."""
@@ -119,8 +126,10 @@ def load_submissions(paths: list[str]) -> list[Submission]:
     return [found[name] for name in sorted(found)]
 
 
-def graded_files(submission: Submission) -> list[tuple[str, Path]]:
+def graded_files(submission: Submission, keep_compiled: bool = False) -> list[tuple[str, Path]]:
     """(path relative to the staged root, source file) for every file that is staged and graded, sorted.
+    Links are never followed or listed. A tiny-llm checkout's compiled files (COMPILED_SUFFIXES) are left out
+    unless `keep_compiled` (a run that builds nothing and imports the checkout as it is).
     SubmissionFilesError for a folder that cannot be listed or nests deeper than MAX_FOLDER_DEPTH."""
     if submission.kind == "file":
         _checked_size(repr(submission.path.name), submission.path.stat)
@@ -149,7 +158,7 @@ def graded_files(submission: Submission) -> list[tuple[str, Path]]:
                                                f"{MAX_FOLDER_DEPTH} folders deep")
                 folders.append((path, depth + 1))
             elif is_file and path.suffix != ".pyc":
-                if submission.kind == "tiny-llm" and path.suffix in COMPILED_SUFFIXES:
+                if submission.kind == "tiny-llm" and not keep_compiled and path.suffix in COMPILED_SUFFIXES:
                     continue
                 total += _checked_size(_shown_path(prefix, path, top), partial(entry.stat, follow_symlinks=False))
                 found.append((prefix + path.relative_to(top).as_posix(), path))
@@ -187,18 +196,19 @@ def _digest_file(digest: Any, relative: str, path: Path) -> None:
         raise SubmissionFilesError(f"file {relative!r} cannot be read: {exc.strerror or exc}") from None
 
 
-def stage_copy(submission: Submission, staged: Path) -> Path:
-    """Copy what is graded into `staged` (which must not exist) and return the subject's root there."""
+def stage_copy(submission: Submission, staged: Path, keep_compiled: bool = False) -> Path:
+    """Copy what is graded (graded_files) into `staged` (which must not exist) and return the subject's root
+    there."""
     staged.mkdir(parents=True)
     root = submission.staged_root(staged)
     if submission.kind == "file":
         shutil.copy2(submission.path, root)
         return root
-    for relative, source in graded_files(submission):
+    for relative, source in graded_files(submission, keep_compiled):
         target = root / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            shutil.copy2(source, target)
+            shutil.copy2(source, target, follow_symlinks=False)  # listed as a file: never a link's target
         except OSError as exc:
             raise SubmissionFilesError(f"file {relative!r} cannot be copied: {exc.strerror or exc}") from None
     return root
