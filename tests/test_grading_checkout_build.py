@@ -163,3 +163,24 @@ def test_the_digest_streams_files_to_the_same_value(tmp_path: Path) -> None:
     for name in ("__init__.py", "a.py"):
         whole.update(name.encode() + b"\0" + (package / name).read_bytes() + b"\0")
     assert content_digest(Submission(name="pkg", path=package, kind=find_kind(package))) == whole.hexdigest()
+
+
+def test_links_are_neither_graded_nor_staged_nor_digested(tmp_path: Path) -> None:
+    """A submission's links to a file or folder outside it (a secret of the grader's, a big tree) are left out
+    of the listing, the staged copy and the digest: the trusted grader never reads through them."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("the grader's secret")
+    checkout = tmp_path / "tiny-llm"
+    package = checkout / "src" / "tiny_llm"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    submission = Submission(name="links", path=checkout, kind=find_kind(checkout))
+    digest = content_digest(submission)
+    (package / "secret.txt").symlink_to(outside / "secret.txt")
+    (package / "outside").symlink_to(outside, target_is_directory=True)
+    assert [relative for relative, _ in graded_files(submission)] == ["src/tiny_llm/__init__.py"]
+    root = stage_copy(submission, tmp_path / "staged")
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == ["src", "src/tiny_llm",
+                                                                                 "src/tiny_llm/__init__.py"]
+    assert content_digest(submission) == digest
