@@ -14,12 +14,15 @@
 # (PERCALL_LIMIT, KERNEL_LIMIT, SERVE_LIMIT, PROFILE_LIMIT seconds) and prints
 # its exit status. VERIFY=LOGDIR (a gpu_verify.sh run of the same build, an
 # earlier device call: both do not fit one) adds its verdicts to the goals;
-# for steps run in calls of their own, end_to_end_goals takes --verify again.
+# for steps run in calls of their own, end_to_end_goals takes --verify again. ARCHIVE=FILE.tgz packs
+# OUTDIR into one file at the end, for a device call that returns only a few files (OUTDIR outside $OUT,
+# ARCHIVE inside it).
 set -uo pipefail
 out=${1:?usage: gpu_end_to_end.sh OUTDIR}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)  # absolute: the steps run from elsewhere
 if [ -n "${VERIFY:-}" ]; then VERIFY=$(cd "$VERIFY" && pwd) || exit 2; fi
+if [ -n "${ARCHIVE:-}" ]; then ARCHIVE=$(cd "$(dirname "$ARCHIVE")" && pwd)/$(basename "$ARCHIVE") || exit 2; fi
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 start=$SECONDS
@@ -44,8 +47,12 @@ step serve "${SERVE_LIMIT:-480}" python3 -m pagecheck.commands.serve_bench --dev
   --batch 8 --prompt-lens 1024,4096 --rounds 2 --out "$out/serve"
 grep -A6 '^| variant' "$out/serve.log"
 grep 'each round' "$out/serve.log"
+grep -E 'decode steps [0-9]+ alone' "$out/serve.log"  # each variant's steps alone and beside a prefill chunk
 step profile "${PROFILE_LIMIT:-150}" python3 -m pagecheck.bench.serving_profile --batch 8 --context 2048 --steps 20
 grep -E '^(decode step|graph of)' "$out/profile.log"
 step prefill_profile "${PROFILE_LIMIT:-150}" python3 -m pagecheck.bench.serving_profile --phase prefill --context 2048 --steps 20
 grep -E '^(prefill chunk|graph of)' "$out/prefill_profile.log"
 python3 -m pagecheck.gpu.end_to_end_goals "$out" ${VERIFY:+--verify "$VERIFY"}
+if [ -n "${ARCHIVE:-}" ]; then
+  tar czf "$ARCHIVE" -C "$(dirname "$out")" "$(basename "$out")" && echo "== archived $out in $ARCHIVE"
+fi
