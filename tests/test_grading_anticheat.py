@@ -71,6 +71,29 @@ def test_unparsable_file_gives_no_findings() -> None:
     assert kinds(f"{SIGNATURE}\n    return (\n") == []
 
 
+@pytest.mark.parametrize("nested", ["x = " + "+".join(["1"] * 200_000), "x = " + "-" * 200_000 + "1"],
+                         ids=["binary-operators", "unary-operators"])
+def test_a_file_nested_past_the_parser_is_flagged_unscanned_not_a_crash(nested: str) -> None:
+    """The grader's parser gives up (RecursionError, or MemoryError for its own stack) on nesting a worker that
+    raised its recursion limit may still compile: the scan says it could not read the file."""
+    findings = scan_source(f"import mlx.core as mx\n{nested}\n", "deep.py")
+    assert [(f.file, f.kind) for f in findings] == [("deep.py", "unscanned")]
+    assert "nested too deep" in findings[0].detail
+
+
+def test_a_chain_of_attributes_past_the_recursion_limit_is_read() -> None:
+    chain = "query" + ".T" * 2500
+    assert kinds(f"import mlx.core as mx\n{SIGNATURE}\n    {chain}\n"
+                 f"    return mx.fast.scaled_dot_product_attention(query, query, query, scale=1.0)\n") == ["sdpa_call"]
+
+
+def test_bytes_are_decoded_by_the_files_coding_declaration() -> None:
+    """A Latin-1 file decoded as UTF-8 has U+FFFD in its identifiers, a SyntaxError that would hide its calls."""
+    source = (f"# -*- coding: latin-1 -*-\nimport mlx.core as mx\n{SIGNATURE}\n    caf\u00e9 = query\n"
+              f"    return mx.fast.scaled_dot_product_attention(caf\u00e9, query, query, scale=1.0)\n")
+    assert [f.kind for f in scan_source(source.encode("latin-1"), "attention.py")] == ["sdpa_call"]
+
+
 def test_importing_the_grader_code_is_found_anywhere() -> None:
     source = "import numpy as np\nfrom pagecheck.reference.subject import paged_attention\nimport pagecheck.impl.kv_cache\n"
     assert [(f.kind, f.line) for f in scan_source(source, "attention.py")] == [("project_import", 2), ("project_import", 3)]

@@ -110,9 +110,11 @@ EXPECTED: dict[str, Expected] = {
     "odd___pkg": Expected("load-failed", NOTHING, "0", "0"),  # Python cannot import a package of that name
     "deep_folders": Expected("load-failed", NOTHING, "0", "0"),  # refused before staging, the run goes on
     "big_file": Expected("load-failed", NOTHING, "0", "0"),  # refused unread, the run goes on
+    # A module the grader's parser cannot read (its scan once crashed the grading): full points, flagged.
+    "deep_expression": Expected("ok", EVERYTHING, "20", "15", "unscanned"),
     f"{LONG_NAME[:87]}-{'x' * 12}": Expected("ok", NOTHING, "0", "0"),  # the hash is checked separately
 }
-HONEST = ("correct", "cast_pool", "kill_parent", "fill_disk", "flood")
+HONEST = ("correct", "cast_pool", "kill_parent", "fill_disk", "flood", "deep_expression")
 INTERRUPTED = ("correct", "segfault", "starter")
 
 
@@ -130,6 +132,9 @@ def build_gallery(where: Path) -> list[Path]:
     shutil.copytree(CORRECT, big)
     with open(big / "src" / "tiny_llm" / "weights.bin", "wb") as file:
         file.truncate(MAX_FILE_BYTES + 1)
+    nested = where / "deep_expression"  # correct/, with a module nested past the grader's parser, never imported
+    shutil.copytree(CORRECT, nested)
+    (nested / "src" / "tiny_llm" / "generated_table.py").write_text("TOTAL = " + "+".join(["1"] * 200_000) + "\n")
     source = (HOSTILE / "odd_names.py").read_bytes()
     (where / f"{LONG_NAME}.py").write_bytes(source)
     package = _odd_package(where)
@@ -149,7 +154,8 @@ def gallery_paths(where: Path) -> list[Path]:
     paths = [CORRECT, FIXTURES / "starter", FIXTURES / "needs_extension"]
     paths += [where / overlay.name for overlay in sorted(OVERLAYS.iterdir())]
     paths += sorted(p for p in HOSTILE.iterdir() if p.name != "odd_names.py" and p.name != "__pycache__")
-    return [*paths, where / "deep_folders", where / "big_file", where / f"{LONG_NAME}.py", _odd_package(where)]
+    return [*paths, where / "deep_folders", where / "big_file", where / "deep_expression", where / f"{LONG_NAME}.py",
+            _odd_package(where)]
 
 
 def grade(paths: list[Path], out: Path, *extra: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

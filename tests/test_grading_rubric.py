@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from pagecheck.invariants.course import BEYOND_COURSE_MARK, CLAUSE_SCOPES, COURSE_MARK
-from pagecheck.grading.rubric import Clause, load_rubric, parse_rubric
+from pagecheck.grading.rubric import FINDING_KINDS, Clause, load_rubric, parse_rubric
 from pagecheck.grading.scoreboard import protections_line, render_csv, render_markdown, score_result, scores_for
 from tests.grading_results import result_document
 
@@ -230,8 +231,10 @@ def test_default_rubric_zeroes_the_course_rules_and_only_the_beyond_total_for_th
     rubric = load_rubric()
     assert {kind: rubric.anticheat[kind] for kind in rubric.anticheat} == {
         "sdpa_call": "zero", "dense_gather": "zero", "sdpa_trap": "zero", "project_import": "zero",
-        "page_join": "zero-beyond", "gather_trap": "zero-beyond", "tamper": "flag",
+        "page_join": "zero-beyond", "gather_trap": "zero-beyond", "tamper": "flag", "unscanned": "flag",
     }  # fmt: skip
+    # A rubric that does not name unscanned flags it: the grader's blind spot costs a student nothing.
+    assert parse_rubric({"points": {"context_len": 10}}, "t").anticheat["unscanned"] == "flag"
 
 
 def test_grades_list_the_protections_that_were_off() -> None:
@@ -244,3 +247,9 @@ def test_grades_list_the_protections_that_were_off() -> None:
     assert protections_line(documents[:1]) == "Sandbox: every protection was on."
     rubric = _rubric(beyond_course={"lazy_tail": 1})
     assert line in render_markdown(scores_for(documents, rubric), ["lazy_tail"], rubric, sandbox=line)
+
+
+def test_the_results_schema_knows_every_finding_kind() -> None:
+    schema = json.loads((Path(__file__).resolve().parent.parent / "reports" / "schema" / "grade.schema.json").read_text())
+    kinds = schema["properties"]["findings"]["items"]["properties"]["kind"]["enum"]
+    assert sorted(kinds) == sorted(FINDING_KINDS)

@@ -20,6 +20,13 @@ Anywhere in the submission, a third:
                     every check. A package of that name inside the submission
                     is the student's own and does not count.
 
+And for a reviewer:
+
+    unscanned     a .py file whose syntax tree the grader cannot build
+                  (nesting deeper than its parser takes, where a worker
+                  that raised its own recursion limit may still compile it):
+                  nothing in it was read, so the scan says so
+
 The scan is a heuristic for a reviewer, not a proof: it sees only the
 submission's own files and direct calls. The sandboxed worker's tripwires
 (tripwires.py) back it up at run time, whatever the names in the source:
@@ -77,12 +84,15 @@ def _aliases(tree: ast.Module) -> dict[str, str]:
 
 
 def _dotted(node: ast.expr, aliases: dict[str, str]) -> str | None:
-    if isinstance(node, ast.Name):
-        return aliases.get(node.id, node.id)
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value, aliases)
-        return None if base is None else f"{base}.{node.attr}"
-    return None
+    """`a.b.c` with `a` resolved through the imports, or None for anything but names and attributes. A loop, not
+    recursion: a chain of attributes may be as deep as the parser takes, past Python's recursion limit."""
+    attributes = []
+    while isinstance(node, ast.Attribute):
+        attributes.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([aliases.get(node.id, node.id), *reversed(attributes)])
 
 
 def _names_pages(node: ast.AST) -> bool:
@@ -132,12 +142,15 @@ def _imported_modules(tree: ast.Module) -> Iterator[tuple[str, int]]:
             yield node.module, node.lineno
 
 
-def scan_source(source: str, where: str, own_packages: frozenset[str] = frozenset()) -> list[Finding]:
-    """Findings in one file; `own_packages` are top-level names the submission itself provides."""
+def scan_source(source: str | bytes, where: str, own_packages: frozenset[str] = frozenset()) -> list[Finding]:
+    """Findings in one file; `own_packages` are top-level names the submission itself provides. Bytes are
+    decoded as Python decodes a module (its coding declaration, else UTF-8)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return []  # the suite reports a file that does not import; nothing to read here
+        return []  # Python cannot compile it either: the suite reports a file that does not import
+    except (RecursionError, MemoryError) as exc:  # the parser's own depth limits (MemoryError: its stack)
+        return [Finding(where, 0, "unscanned", f"its syntax tree is nested too deep to build ({type(exc).__name__})")]
     aliases = _aliases(tree)
     findings: set[Finding] = set()
     for function in _reachable_functions(tree):
@@ -165,5 +178,5 @@ def scan_submission(root: Path, relative_to: Path, import_root: Path) -> list[Fi
     for path in files:
         # Printable: a file name need not be UTF-8, and the name ends up in feedback and grades.
         where = path.relative_to(relative_to).as_posix().encode("utf-8", "replace").decode("utf-8")
-        findings.extend(scan_source(path.read_text(encoding="utf-8", errors="replace"), where, own))
+        findings.extend(scan_source(path.read_bytes(), where, own))
     return findings

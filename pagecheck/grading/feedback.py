@@ -45,6 +45,8 @@ FINDING_TEXT = {
     "pages into one array.",
     "project_import": "A submission must not use the grader's own code.",
     "tamper": "A submission must not reach for the grader's objects.",
+    "unscanned": "The grader could not read this file's syntax tree, so a reviewer will read it instead; it costs "
+    "no points.",
 }
 
 

@@ -31,7 +31,9 @@ SCORINGS = ("all-or-nothing", "fraction")
 # worker's objects).
 COURSE_FINDINGS = ("sdpa_call", "dense_gather", "sdpa_trap", "project_import")
 BEYOND_FINDINGS = ("page_join", "gather_trap", "tamper")
-FINDING_KINDS = (*COURSE_FINDINGS, *BEYOND_FINDINGS)
+# Findings that say what the grader could not see, for a reviewer: flagged by default, costing no points.
+REVIEW_FINDINGS = ("unscanned",)
+FINDING_KINDS = (*COURSE_FINDINGS, *BEYOND_FINDINGS, *REVIEW_FINDINGS)
 # zero: both totals become 0; zero-beyond: the total beyond the course becomes 0, course clauses keep their
 # points; flag: listed on the scoreboard and in the feedback only.
 ACTIONS = ("zero", "zero-beyond", "flag")
@@ -137,7 +139,8 @@ def parse_rubric(document: dict[str, Any], source: str) -> Rubric:
     scoring = document.get("scoring", "all-or-nothing")
     if scoring not in SCORINGS:
         raise ValueError(f"rubric {source}: scoring={scoring!r} must be one of {SCORINGS}")
-    actions = {kind: "zero" if kind in COURSE_FINDINGS else "zero-beyond" for kind in FINDING_KINDS}
+    actions = {kind: "zero" if kind in COURSE_FINDINGS else "flag" if kind in REVIEW_FINDINGS else "zero-beyond"
+               for kind in FINDING_KINDS}
     for kind, action in document.get("anticheat", {}).items():
         if kind not in FINDING_KINDS:
             raise ValueError(f"rubric {source}: anticheat.{kind} is not one of {FINDING_KINDS}")
