@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from pagecheck.invariants.catalog import INVARIANTS, check_invariant_id
@@ -17,6 +22,31 @@ DEFAULT_MAX_PROCESSES = 64
 TRUSTED_MEMORY_HEADROOM = 4 * GIB
 # MLX computes on several threads, and RLIMIT_CPU counts them all.
 CPU_SECONDS_PER_WALL_SECOND = 4
+# What decides a result besides the submission and the run's options: the suite, its oracles and the grader
+# (their source), and the libraries that compute the subject's outputs and draw its inputs.
+GRADER_PACKAGES = ("pagecheck.invariants", "pagecheck.reference", "pagecheck.grading")
+GRADER_LIBRARIES = ("mlx", "numpy", "hypothesis")
+SOURCE_SUFFIXES = (".py", ".toml")
+
+
+def source_fingerprint(roots: list[Path]) -> str:
+    """sha256 over every .py and .toml file below `roots` (path and bytes, in order; caches left out)."""
+    digest = hashlib.sha256()
+    for index, root in enumerate(roots):
+        for path in sorted(root.rglob("*")):
+            if path.suffix in SOURCE_SUFFIXES and "__pycache__" not in path.parts and path.is_file():
+                digest.update(f"{index}/{path.relative_to(root).as_posix()}\0".encode())
+                digest.update(path.read_bytes())
+                digest.update(b"\0")
+    return digest.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def grader_fingerprint() -> str:
+    """This grader's code and libraries, short: a finished result graded by another is graded again."""
+    roots = [Path(importlib.import_module(name).__file__).parent for name in GRADER_PACKAGES]
+    versions = ",".join(f"{name}={metadata.version(name)}" for name in GRADER_LIBRARIES)
+    return hashlib.sha256(f"{source_fingerprint(roots)}|{versions}".encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -64,6 +94,7 @@ class GradePlan:
     def settings(self) -> dict[str, Any]:
         """Everything that changes a result: a finished result with other settings is graded again."""
         return {
+            "grader": grader_fingerprint(),
             "secret_fingerprint": fingerprint(self.secret),
             "invariants": self.invariants,
             "profile": self.profile,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 FORMAT = "pagecheck-grade"
-VERSION = 2  # 2: each check carries its scope (course or beyond_course)
+VERSION = 3  # 2: each check carries its scope (course or beyond_course); 3: settings carry the grader's fingerprint
 RESULTS_DIR = "results"
 
 
