@@ -184,3 +184,17 @@ def test_links_are_neither_graded_nor_staged_nor_digested(tmp_path: Path) -> Non
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == ["src", "src/tiny_llm",
                                                                                  "src/tiny_llm/__init__.py"]
     assert content_digest(submission) == digest
+
+
+def test_a_checkout_whose_src_is_a_link_is_refused(tmp_path: Path) -> None:
+    """A checkout's src/ may not stand for another folder (another student's checkout, say): nothing is staged."""
+    other = tmp_path / "other" / "src"
+    (other / "tiny_llm").mkdir(parents=True)
+    (other / "tiny_llm" / "__init__.py").write_text("")
+    checkout = tmp_path / "tiny-llm"
+    checkout.mkdir()
+    (checkout / "src").symlink_to(other, target_is_directory=True)
+    submission = Submission(name="linked", path=checkout, kind=find_kind(checkout))
+    for step in (graded_files, content_digest):
+        with pytest.raises(SubmissionFilesError, match="folder 'src' is a link"):
+            step(submission)

@@ -136,6 +136,8 @@ def graded_files(submission: Submission, keep_compiled: bool = False) -> list[tu
         return [(submission.path.name, submission.path)]
     top = submission.path / "src" if submission.kind == "tiny-llm" else submission.path
     prefix = "src/" if submission.kind == "tiny-llm" else ""
+    if top.is_symlink():  # its files would be another folder's, wherever the link points
+        raise SubmissionFilesError(f"folder {prefix.rstrip('/')!r} is a link; the graded files must be the checkout's own")
     found = []
     total = 0
     folders = [(top, 0)]  # a stack of (folder, depth below top): no recursion
