@@ -70,18 +70,19 @@ class Submission:
         return self.staged_root(staged) / "src" if self.kind == "tiny-llm" else staged
 
     def spec_in(self, folder: str) -> str:
-        """The subject spec of a staged copy (stage_copy) seen at `folder`: every kind is a path, a package by
-        its __init__.py, so that its name never means a built-in subject (a package named impl)."""
-        if self.kind == "tiny-llm":
-            return f"tiny-llm:{folder}/{self.path.name}"
-        return f"{folder}/{self.path.name}" + ("/__init__.py" if self.kind == "package" else "")
+        """The subject spec of a staged copy (stage_copy) seen at `folder`."""
+        return self._spec_at(f"{folder}/{self.path.name}")
 
     def student_spec(self) -> str:
-        """The --pagecheck-subject spec of the submission as given, valid from any directory (a package by
-        its __init__.py, so its name never means a built-in subject)."""
+        """The --pagecheck-subject spec of the submission as given, valid from any directory."""
+        return self._spec_at(str(self.path))
+
+    def _spec_at(self, path: str) -> str:
+        """The spec of this kind of submission at `path`: every kind is a path, a package by its __init__.py, so
+        that its name never means a built-in subject (a package named impl)."""
         if self.kind == "tiny-llm":
-            return f"tiny-llm:{self.path}"
-        return str(self.path) if self.kind == "file" else str(self.path / "__init__.py")
+            return f"tiny-llm:{path}"
+        return path + ("/__init__.py" if self.kind == "package" else "")
 
 
 def submission_name(path: Path) -> str:
