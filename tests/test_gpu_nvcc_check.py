@@ -213,7 +213,23 @@ def test_the_warpgroup_prefill_probe_compiles_for_sm90a(tmp_path):
     probe = Path(gpu_kernels.__file__).resolve().parent / "probes" / "prefill_wgmma_probe.cu"
     result = subprocess.run(
         [NVCC, "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", f"-I{gpu_kernels.KERNEL_DIR}",
-         "-Xptxas", "-v", "-c", str(probe), "-o", str(tmp_path / "probe.o")],
+         f"-I{probe.parent}", "-Xptxas", "-v", "-c", str(probe), "-o", str(tmp_path / "probe.o")],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "spill" in result.stderr and not re.search(r"[1-9]\d* bytes spill", result.stderr), result.stderr[-3000:]
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH: the CUDA toolkit's compiler checks the kernels "
+                    "without a GPU")
+@pytest.mark.parametrize("warps", [4, 8])
+def test_the_split_decode_probe_compiles_for_sm90a_without_spills(tmp_path, warps):
+    # scripts/gpu_decode_probe.sh builds this program on the device at both block sizes; it includes the split
+    # decode's body as the op does, so a kernel change that breaks it (or spills at 8 warps) shows here.
+    probes = Path(gpu_kernels.__file__).resolve().parent / "probes"
+    result = subprocess.run(
+        [NVCC, "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", f"-I{gpu_kernels.KERNEL_DIR}",
+         f"-I{probes}", f"-DPAGECHECK_DECODE_WARPS={warps}", "-Xptxas", "-v", "-c",
+         str(probes / "decode_split_probe.cu"), "-o", str(tmp_path / "probe.o")],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "spill" in result.stderr and not re.search(r"[1-9]\d* bytes spill", result.stderr), result.stderr[-3000:]

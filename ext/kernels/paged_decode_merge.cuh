@@ -13,7 +13,14 @@
 
 namespace pagecheck {
 
+// Warps per decode block. The extension's launches take 4; the standalone
+// probe (pagecheck/gpu/probes/decode_split_probe.cu) may compile with another
+// count through PAGECHECK_DECODE_WARPS.
+#ifdef PAGECHECK_DECODE_WARPS
+constexpr int DECODE_WARPS = PAGECHECK_DECODE_WARPS;
+#else
 constexpr int DECODE_WARPS = 4;
+#endif
 constexpr int DECODE_THREADS = DECODE_WARPS * WARP_LANES;
 
 // The block's merged state for one (row, dim).

@@ -28,6 +28,7 @@
 #include "paged_mma.cuh"
 #include "paged_bulk_copy.cuh"
 #include "paged_wgmma.cuh"
+#include "probe_layout.h"
 
 namespace {
 
@@ -47,7 +48,8 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) probe_kernel(
 #include "paged_prefill_wgmma.cu"
 }
 
-using bf16 = __nv_bfloat16;
+using probe::bf16;
+using probe::check;
 using Kernel = void (*)(const bf16*, const bf16*, const bf16*, const int32_t*, const int32_t*, bf16*, int, int, int,
                         int, int, int, int, int);
 
@@ -62,23 +64,6 @@ struct Variant {
 const Variant VARIANTS[] = {
     PROBE_VARIANT(128, 3, 2), PROBE_VARIANT(128, 2, 2), PROBE_VARIANT(64, 3, 2),
     PROBE_VARIANT(64, 3, 3), PROBE_VARIANT(64, 4, 3), PROBE_VARIANT(64, 3, 1),
-};
-
-bool check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(status));
-    std::exit(1);
-  }
-  return true;
-}
-
-float round_bf16(float x) {
-  return __bfloat162float(__float2bfloat16(x));
-}
-
-struct SampledRow {
-  int request_idx, q_head_idx, query_idx;
-  std::vector<double> out;  // float64 reference
 };
 
 }  // namespace
@@ -102,92 +87,25 @@ int main(int argc, char** argv) {
   const int group = num_q_heads / num_kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
 
-  // ---- Layout: shuffled pages, NaN in every slot no request owns --------------------------
-  const int pages_per_request = (context + page_size - 1) / page_size;
-  const int max_pages = pages_per_request + 1;
-  const int num_pages = batch * pages_per_request + 5;
-  std::mt19937 rng(1234);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  const size_t query_elems = static_cast<size_t>(batch) * num_q_heads * num_queries * D;
-  const size_t pool_elems = static_cast<size_t>(num_pages) * num_kv_heads * page_size * D;
-  std::vector<float> query(query_elems), keys(pool_elems, NAN), values(pool_elems, NAN);
-  for (float& x : query) x = round_bf16(uniform(rng));
-  std::vector<int> page_order(num_pages);
-  for (int i = 0; i < num_pages; ++i) page_order[i] = i;
-  std::shuffle(page_order.begin(), page_order.end(), rng);
-  std::vector<int> table(static_cast<size_t>(batch) * max_pages, -1), context_lens(batch);
-  for (int request_idx = 0; request_idx < batch; ++request_idx) {
-    context_lens[request_idx] = (batch > 2 && request_idx == batch - 1) ? 0 : context - (request_idx % 3) * 7;
-    for (int page_idx = 0; page_idx < pages_per_request; ++page_idx) {
-      table[request_idx * max_pages + page_idx] = page_order[request_idx * pages_per_request + page_idx];
-    }
-  }
-  auto slot_offset = [&](int request_idx, int kv_head_idx, int pos) {
-    const int page_id = table[request_idx * max_pages + pos / page_size];
-    return ((static_cast<size_t>(page_id) * num_kv_heads + kv_head_idx) * page_size + pos % page_size) * D;
+  // ---- Layout (probe_layout.h) and the reference on sampled rows ------------------------------
+  const probe::Layout g = probe::make_layout(batch, num_q_heads, num_kv_heads, num_queries, context, page_size, D);
+  const std::vector<int>& context_lens = g.context_lens;
+  std::mt19937 rng(4321);
+  struct SampledRow {
+    int request_idx, q_head_idx, query_idx;
+    std::vector<double> out;
   };
-  for (int request_idx = 0; request_idx < batch; ++request_idx) {
-    for (int pos = 0; pos < context_lens[request_idx]; ++pos) {
-      for (int kv_head_idx = 0; kv_head_idx < num_kv_heads; ++kv_head_idx) {
-        const size_t base = slot_offset(request_idx, kv_head_idx, pos);
-        for (int d = 0; d < D; ++d) {
-          keys[base + d] = round_bf16(2.0f * uniform(rng));
-          values[base + d] = round_bf16(uniform(rng));
-        }
-      }
-    }
-  }
-
-  // ---- Reference on sampled rows (causal, aligned to the end of the context) -------------
   std::vector<SampledRow> rows;
   for (int t = 0; t < samples; ++t) {
-    SampledRow row{static_cast<int>(rng() % batch), static_cast<int>(rng() % num_q_heads),
-                   t == 0 ? 0 : (t == 1 ? num_queries - 1 : static_cast<int>(rng() % num_queries)),
-                   std::vector<double>(D, 0.0)};
-    const int kv_head_idx = row.q_head_idx / group;
-    const int key_limit = row.query_idx + context_lens[row.request_idx] - num_queries;
-    const float* q = &query[((static_cast<size_t>(row.request_idx) * num_q_heads + row.q_head_idx) * num_queries +
-                             row.query_idx) * D];
-    std::vector<double> weights(std::max(key_limit + 1, 0));
-    double max_score = -INFINITY, total = 0.0;
-    for (int pos = 0; pos <= key_limit; ++pos) {
-      const float* k = &keys[slot_offset(row.request_idx, kv_head_idx, pos)];
-      double dot = 0.0;
-      for (int d = 0; d < D; ++d) dot += static_cast<double>(q[d]) * k[d];
-      weights[pos] = dot * scale;
-      max_score = std::max(max_score, weights[pos]);
-    }
-    for (int pos = 0; pos <= key_limit; ++pos) {
-      weights[pos] = std::exp(weights[pos] - max_score);
-      total += weights[pos];
-    }
-    for (int pos = 0; pos <= key_limit; ++pos) {
-      const float* v = &values[slot_offset(row.request_idx, kv_head_idx, pos)];
-      for (int d = 0; d < D; ++d) row.out[d] += weights[pos] / total * v[d];
-    }
-    rows.push_back(std::move(row));
+    const int request_idx = static_cast<int>(rng() % batch), q_head_idx = static_cast<int>(rng() % num_q_heads);
+    const int query_idx = t == 0 ? 0 : (t == 1 ? num_queries - 1 : static_cast<int>(rng() % num_queries));
+    rows.push_back({request_idx, q_head_idx, query_idx, g.reference_row(request_idx, q_head_idx, query_idx, scale)});
   }
-
-  // ---- Device buffers ------------------------------------------------------------------------
-  auto to_bf16 = [](const std::vector<float>& x) {
-    std::vector<bf16> y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) y[i] = __float2bfloat16(x[i]);
-    return y;
-  };
-  const std::vector<bf16> query_h = to_bf16(query), keys_h = to_bf16(keys), values_h = to_bf16(values);
-  bf16 *query_d, *keys_d, *values_d, *out_d;
-  int32_t *table_d, *lens_d;
-  check(cudaMalloc(&query_d, query_elems * 2), "cudaMalloc");
-  check(cudaMalloc(&keys_d, pool_elems * 2), "cudaMalloc");
-  check(cudaMalloc(&values_d, pool_elems * 2), "cudaMalloc");
+  const probe::DeviceLayout device = probe::upload(g);
+  const size_t query_elems = g.query.size();
+  const int num_pages = g.num_pages, max_pages = g.max_pages;
+  bf16* out_d;
   check(cudaMalloc(&out_d, query_elems * 2), "cudaMalloc");
-  check(cudaMalloc(&table_d, table.size() * 4), "cudaMalloc");
-  check(cudaMalloc(&lens_d, batch * 4), "cudaMalloc");
-  check(cudaMemcpy(query_d, query_h.data(), query_elems * 2, cudaMemcpyHostToDevice), "copy query");
-  check(cudaMemcpy(keys_d, keys_h.data(), pool_elems * 2, cudaMemcpyHostToDevice), "copy keys");
-  check(cudaMemcpy(values_d, values_h.data(), pool_elems * 2, cudaMemcpyHostToDevice), "copy values");
-  check(cudaMemcpy(table_d, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "copy table");
-  check(cudaMemcpy(lens_d, context_lens.data(), batch * 4, cudaMemcpyHostToDevice), "copy lens");
 
   double flops = 0.0;
   for (int request_idx = 0; request_idx < batch; ++request_idx) {
@@ -214,7 +132,7 @@ int main(int argc, char** argv) {
     check(cudaMemset(out_d, 0xff, query_elems * 2), "fill out");
     auto launch = [&]() {
       variant.kernel<<<blocks, 128 * variant.warpgroups, shared_bytes>>>(
-          query_d, keys_d, values_d, table_d, lens_d, out_d, batch, num_q_heads, num_queries, D, num_pages,
+          device.query, device.keys, device.values, device.table, device.context_lens, out_d, batch, num_q_heads, num_queries, D, num_pages,
           num_kv_heads, page_size, max_pages);
     };
     launch();
@@ -224,8 +142,7 @@ int main(int argc, char** argv) {
     double max_error = 0.0;
     int bad = 0;
     for (const SampledRow& row : rows) {
-      const size_t base = ((static_cast<size_t>(row.request_idx) * num_q_heads + row.q_head_idx) * num_queries +
-                           row.query_idx) * D;
+      const size_t base = g.query_offset(row.request_idx, row.q_head_idx, row.query_idx);
       for (int d = 0; d < D; ++d) {
         const double error = std::fabs(static_cast<double>(__bfloat162float(first[base + d])) - row.out[d]);
         bad += !(error <= TOLERANCE);

@@ -1,0 +1,214 @@
+// decode_split_probe: the split decode (paged_decode_split.cu, tensor-core
+// walk) as a standalone CUDA program, for tuning its plan without the
+// extension. Each variant (ring stages) runs at every split count given, on
+// one paged layout (probe_layout.h: shuffled pages, NaN in every unused
+// slot), is checked against a float64 host reference, timed with CUDA events,
+// and run a second time to be compared bit for bit. bfloat16, D 128, L 1,
+// scale 1 / sqrt(D), through the block table.
+//
+// Two times per line: `kernel`, the mean of events around each launch (the
+// scratch's counters reset by a memset before each, outside the events), and
+// `with fill`, back-to-back launches each after a memset of the whole scratch
+// (what the op's fill does, as a memset rather than a kernel).
+//
+// The block's warp count is the compile definition PAGECHECK_DECODE_WARPS
+// (paged_decode_merge.cuh, default 4); the launch takes DECODE_THREADS.
+//
+//   nvcc -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -I ext/kernels \
+//        [-DPAGECHECK_DECODE_WARPS=8] pagecheck/gpu/probes/decode_split_probe.cu -o decode_split_probe
+//   ./decode_split_probe B H_Q H_KV CONTEXT PAGE SPLITS[,SPLITS...] [REPS] [VARIANT]
+//
+// Exit status 0 when every run agreed with the reference and with itself, 2
+// otherwise, 1 on bad arguments or a CUDA error.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda/std/limits>
+#include <cstring>
+#include <string>
+#include "paged_common.cuh"
+#include "paged_mma.cuh"
+#include "paged_bulk_copy.cuh"
+#include "paged_decode_merge.cuh"
+#include "paged_decode_walk.cuh"
+#include "paged_decode_mma_walk.cuh"
+#include "paged_decode_walker.cuh"
+#include "paged_decode_split_scratch.cuh"
+#include "probe_layout.h"
+
+namespace {
+
+using probe::bf16;
+using probe::check;
+
+constexpr int HEAD_DIM_ARG = 128;
+constexpr int SCALE_BITS_ARG = 0x3db504f3;  // 1 / sqrt(128) as float32 bits
+constexpr double TOLERANCE = 2e-2;  // absolute, on outputs of magnitude <= 1 (bfloat16 output rounding)
+
+// The shape arguments the kernel body reads through .data(), as MLX passes them.
+struct Shape4 {
+  int dims[4];
+  __device__ const int* data() const { return dims; }
+};
+
+template <typename T, int HEAD_DIM, int MMA_STAGES, bool MMA_SWIZZLE>
+__global__ void probe_kernel(const T* query, const T* key_pages, const T* value_pages, const int32_t* block_table,
+                             const int32_t* context_lens, float* scratch, Shape4 query_shape, Shape4 key_pages_shape,
+                             Shape4 block_table_shape) {
+  constexpr int ROWS = 16;
+  constexpr bool CAUSAL = true;
+  constexpr bool MMA = true;
+  constexpr bool MMA_BULK = false;
+  constexpr int TABLE = 0;
+  constexpr int SCALE_BITS = SCALE_BITS_ARG;
+  constexpr bool SCALE_NEGATIVE = false;
+#include "paged_decode_split.cu"
+}
+
+using Kernel = void (*)(const bf16*, const bf16*, const bf16*, const int32_t*, const int32_t*, float*, Shape4, Shape4,
+                        Shape4);
+
+struct Variant {
+  const char* name;
+  Kernel kernel;
+  int shared_bytes;
+};
+
+#define PROBE_VARIANT(S, SW)                                                                        \
+  Variant {                                                                                         \
+    "s" #S "_sw" #SW, probe_kernel<bf16, HEAD_DIM_ARG, S, SW>,                                     \
+        pagecheck::DecodeMmaLayout<bf16, HEAD_DIM_ARG, S, false, SW>::SHARED_BYTES                \
+  }
+const Variant VARIANTS[] = {PROBE_VARIANT(3, true), PROBE_VARIANT(2, true), PROBE_VARIANT(4, true),
+                            PROBE_VARIANT(3, false)};
+
+std::vector<int> parse_splits(const char* text) {
+  std::vector<int> splits;
+  std::string item;
+  for (const char* c = text;; ++c) {
+    if (*c == ',' || *c == '\0') {
+      const int value = std::atoi(item.c_str());
+      if (value < 1 || value > pagecheck::MAX_MERGED_SPLITS) return {};
+      splits.push_back(value);
+      item.clear();
+      if (*c == '\0') break;
+    } else {
+      item += *c;
+    }
+  }
+  return splits;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 7) {
+    std::fprintf(stderr, "usage: %s B H_Q H_KV CONTEXT PAGE SPLITS[,SPLITS...] [REPS] [VARIANT]\n", argv[0]);
+    return 1;
+  }
+  const int batch = std::atoi(argv[1]), num_q_heads = std::atoi(argv[2]), num_kv_heads = std::atoi(argv[3]);
+  const int context = std::atoi(argv[4]), page_size = std::atoi(argv[5]);
+  const std::vector<int> split_counts = parse_splits(argv[6]);
+  const int reps = argc > 7 ? std::atoi(argv[7]) : 50;
+  const char* only = argc > 8 ? argv[8] : "";
+  if (batch < 1 || num_kv_heads < 1 || num_q_heads % num_kv_heads != 0 || num_q_heads / num_kv_heads > 16 ||
+      context < 1 || page_size < 1 || reps < 1 || split_counts.empty()) {
+    std::fprintf(stderr, "need B >= 1, H_Q a multiple of H_KV (at most 16 times), CONTEXT, PAGE, REPS >= 1, "
+                         "SPLITS in [1, %d]\n", pagecheck::MAX_MERGED_SPLITS);
+    return 1;
+  }
+  constexpr int D = HEAD_DIM_ARG;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const probe::Layout g = probe::make_layout(batch, num_q_heads, num_kv_heads, 1, context, page_size, D);
+  const probe::DeviceLayout device = probe::upload(g);
+  const long long rows = static_cast<long long>(batch) * num_q_heads;
+  std::vector<std::vector<double>> reference(rows);
+  for (long long row = 0; row < rows; ++row) {
+    reference[row] = g.reference_row(static_cast<int>(row / num_q_heads), static_cast<int>(row % num_q_heads), 0,
+                                     scale);
+  }
+  const Shape4 query_shape{{batch, num_q_heads, 1, D}};
+  const Shape4 key_pages_shape{{g.num_pages, num_kv_heads, page_size, D}};
+  const Shape4 block_table_shape{{batch, g.max_pages, 0, 0}};
+  const int blocks = batch * num_kv_heads;  // one chunk of 16 rows holds a kv head's (at most 16) query rows
+  const double kv_bytes = 4.0 * num_kv_heads * D *
+      [&] { double n = 0; for (int c : g.context_lens) n += c; return n; }();
+
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  int failures = 0, max_shared = 0;
+  check(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), "device attribute");
+  for (const Variant& variant : VARIANTS) {
+    if (only[0] != '\0' && std::strstr(variant.name, only) == nullptr) continue;
+    if (variant.shared_bytes > max_shared) {
+      std::printf("SKIP warps%d %s: %d bytes of shared memory, the device allows %d\n", pagecheck::DECODE_WARPS,
+                  variant.name, variant.shared_bytes, max_shared);
+      continue;
+    }
+    check(cudaFuncSetAttribute(variant.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, variant.shared_bytes),
+          "shared memory attribute");
+    for (const int splits : split_counts) {
+      const pagecheck::SplitScratch layout = pagecheck::split_scratch(rows, splits, D, blocks, 2);
+      float* scratch = nullptr;
+      check(cudaMalloc(&scratch, layout.total_words * 4), "cudaMalloc");
+      const size_t counter_bytes = (layout.base + 1 - layout.counters) * 4;
+      auto launch = [&]() {
+        variant.kernel<<<dim3(blocks, splits), pagecheck::DECODE_THREADS, variant.shared_bytes>>>(
+            device.query, device.keys, device.values, device.table, device.context_lens, scratch, query_shape,
+            key_pages_shape, block_table_shape);
+      };
+      std::vector<bf16> outputs[2] = {std::vector<bf16>(rows * D), std::vector<bf16>(rows * D)};
+      double max_error = 0.0;
+      int bad = 0;
+      float kernel_ms = 0.0f, fill_ms = 0.0f;
+      for (int round = 0; round < 2; ++round) {
+        // NaN everywhere but the counters: an output element the kernel leaves unwritten shows.
+        check(cudaMemset(scratch, 0xff, layout.total_words * 4), "poison scratch");
+        check(cudaMemset(scratch + layout.counters, 0, counter_bytes), "reset counters");
+        launch();
+        check(cudaGetLastError(), variant.name);
+        check(cudaDeviceSynchronize(), variant.name);
+        check(cudaMemcpy(outputs[round].data(), scratch + layout.out_begin, rows * D * 2, cudaMemcpyDeviceToHost),
+              "copy out");
+        if (round == 1) {
+          for (int i = 0; i < reps; ++i) {
+            check(cudaMemsetAsync(scratch + layout.counters, 0, counter_bytes), "reset counters");
+            check(cudaEventRecord(start), "event");
+            launch();
+            check(cudaEventRecord(stop), "event");
+            check(cudaEventSynchronize(stop), variant.name);
+            float ms = 0.0f;
+            check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+            kernel_ms += ms;
+          }
+          check(cudaEventRecord(start), "event");
+          for (int i = 0; i < reps; ++i) {
+            check(cudaMemsetAsync(scratch, 0, layout.total_words * 4), "fill scratch");
+            launch();
+          }
+          check(cudaEventRecord(stop), "event");
+          check(cudaEventSynchronize(stop), variant.name);
+          check(cudaEventElapsedTime(&fill_ms, start, stop), "elapsed");
+        }
+      }
+      for (long long row = 0; row < rows; ++row) {
+        for (int d = 0; d < D; ++d) {
+          const double error =
+              std::fabs(static_cast<double>(__bfloat162float(outputs[0][row * D + d])) - reference[row][d]);
+          bad += !(error <= TOLERANCE);
+          max_error = std::isnan(error) ? INFINITY : std::max(max_error, error);
+        }
+      }
+      const bool repeatable = std::memcmp(outputs[0].data(), outputs[1].data(), rows * D * 2) == 0;
+      const double us = 1000.0 * kernel_ms / reps;
+      std::printf("%s warps%d %s splits%d B%d ctx%d page%d: kernel %.1f us (%.2f TB/s) with fill %.1f us "
+                  "max_err %.3g bad %d repeatable %d\n",
+                  bad || !repeatable ? "FAIL" : "PASS", pagecheck::DECODE_WARPS, variant.name, splits, batch,
+                  context, page_size, us, kv_bytes / us * 1e-6, 1000.0 * fill_ms / reps, max_error, bad,
+                  static_cast<int>(repeatable));
+      failures += bad || !repeatable;
+      check(cudaFree(scratch), "cudaFree");
+    }
+  }
+  return failures ? 2 : 0;
+}
