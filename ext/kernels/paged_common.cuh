@@ -305,6 +305,12 @@ struct DecodeBlock {
   __device__ __forceinline__ QueryRow row(int r, bool causal) const {
     return query_row(geo, request_idx, kv_head_idx, row_begin + r, context_len, causal);
   }
+
+  // How many of the block's rows exist: rows 0 .. live_rows - 1 are valid
+  // and the rest are not (row r is valid iff row_begin + r < geo.rows).
+  __device__ __forceinline__ int live_rows(int rows_per_block) const {
+    return min(rows_per_block, geo.rows - row_begin);
+  }
 };
 
 __device__ __forceinline__ DecodeBlock decode_block(

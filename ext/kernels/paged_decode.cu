@@ -38,13 +38,13 @@ walk_decode_block<Walker>(
     block, query, key_pages, value_pages, block_table, scale_of(SCALE_BITS, SCALE_NEGATIVE), 0, 1, shared);
 
 // ---- Normalise and store this block's rows ------------------------------------------
+// Only the live rows: the walk may leave the others unpublished.
 const typename Layout::Merge merge(shared);
-for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += blockDim.x) {
+const int live_rows = block.live_rows(ROWS);
+for (int idx = threadIdx.x; idx < live_rows * HEAD_DIM; idx += blockDim.x) {
   const int r = idx / HEAD_DIM;
   const int dim = idx % HEAD_DIM;
   const QueryRow row = block.row(r, CAUSAL);
-  if (row.valid) {
-    const MergedState s = merge.merged(r, dim);
-    out[row.offset + dim] = from_float<T>(s.sum > 0.0f ? s.acc / s.sum : 0.0f);
-  }
+  const MergedState s = merge.merged(r, dim);
+  out[row.offset + dim] = from_float<T>(s.sum > 0.0f ? s.acc / s.sum : 0.0f);
 }

@@ -26,12 +26,12 @@ decode_walk<T, HEAD_DIM, ROWS, CAUSAL>(
     merge, thread_index_in_simdgroup, simdgroup_index_in_threadgroup);
 
 // ---- Normalise and store this block's rows ------------------------------------------
-for (int idx = int(thread_index_in_threadgroup); idx < ROWS * HEAD_DIM; idx += DECODE_THREADS) {
+// Only the live rows (rows row_begin + r < geo.rows, a prefix of the block's).
+const int live_rows = min(ROWS, geo.rows - row_begin);
+for (int idx = int(thread_index_in_threadgroup); idx < live_rows * HEAD_DIM; idx += DECODE_THREADS) {
   const int r = idx / HEAD_DIM;
   const int dim = idx % HEAD_DIM;
   const QueryRow row = query_row(geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
-  if (row.valid) {
-    const MergedState s = merged_state<ROWS, Layout::ACC_ELEMS>(merge, r, dim);
-    out[row.offset + dim] = static_cast<T>(s.sum > 0.0f ? s.acc / s.sum : 0.0f);
-  }
+  const MergedState s = merged_state<ROWS, Layout::ACC_ELEMS>(merge, r, dim);
+  out[row.offset + dim] = static_cast<T>(s.sum > 0.0f ? s.acc / s.sum : 0.0f);
 }

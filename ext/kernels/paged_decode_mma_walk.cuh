@@ -197,21 +197,30 @@ __device__ void decode_walk_mma(
   auto compute = [&](int local, const TileFragments& f) {
     const PageTile tile = tile_of(local);
 
-    // Scores: 16 rows x 16 keys as two n-tiles of 8 keys.
+    // Scores: 16 rows x 16 keys as two n-tiles of 8 keys. Each n-tile sums
+    // its even and odd k-chunks in two accumulators, added at the end: four
+    // independent mma chains of QK_CHUNKS / 2 instead of two of QK_CHUNKS, so
+    // the walk waits on half as many dependent mma latencies a tile.
     float score[2][4];
+    float score_odd[2][4];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
       for (int part = 0; part < 4; ++part) {
         score[nt][part] = 0.0f;
+        score_odd[nt][part] = 0.0f;
       }
 #pragma unroll
       for (int kc = 0; kc + 1 < L::QK_CHUNKS; kc += 2) {
         mma_16816(score[nt], q_frag[kc], f.key[nt][kc / 2][0], f.key[nt][kc / 2][1], T{});
-        mma_16816(score[nt], q_frag[kc + 1], f.key[nt][kc / 2][2], f.key[nt][kc / 2][3], T{});
+        mma_16816(score_odd[nt], q_frag[kc + 1], f.key[nt][kc / 2][2], f.key[nt][kc / 2][3], T{});
       }
       if constexpr (L::QK_CHUNKS % 2 == 1) {
         mma_16816(score[nt], q_frag[L::QK_CHUNKS - 1], f.key_tail[nt][0], f.key_tail[nt][1], T{});
+      }
+#pragma unroll
+      for (int part = 0; part < 4; ++part) {
+        score[nt][part] += score_odd[nt][part];
       }
     }
 
@@ -253,10 +262,15 @@ __device__ void decode_walk_mma(
   wait_async<0>();
 
   // ---- Publish each warp's state; the ring's bytes are reused ----------------------
+  // Rows 8..15 only where some of them exist (upper_rows): the epilogues read
+  // the block's live rows alone (DecodeBlock::live_rows).
   __syncthreads();
   typename L::Merge merge(shared);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
+    if (half == 1 && !upper_rows) {
+      break;
+    }
     const int row = group_idx + 8 * half;
     const float total = group_sum<4>(run_sum[half]);
 #pragma unroll

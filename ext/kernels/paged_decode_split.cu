@@ -53,20 +53,20 @@ walk_decode_block<Walker>(
     block, query, key_pages, value_pages, block_table, scale_of(SCALE_BITS, SCALE_NEGATIVE), split_idx, num_splits,
     shared);
 
-// ---- Store the unnormalised partial state --------------------------------------------
+// ---- Store the unnormalised partial state of the live rows ------------------------------
+// (Only rows 0 .. live_rows - 1 exist; the walk may leave the others unpublished.)
 const typename Layout::Merge merge(shared);
-for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += blockDim.x) {
+const int live_rows = block.live_rows(ROWS);
+for (int idx = threadIdx.x; idx < live_rows * HEAD_DIM; idx += blockDim.x) {
   const int r = idx / HEAD_DIM;
   const int dim = idx % HEAD_DIM;
   const QueryRow row = block.row(r, CAUSAL);
-  if (row.valid) {
-    const MergedState s = merge.merged(r, dim);
-    float* entry = partial + ((row.offset / HEAD_DIM) * num_splits + split_idx) * ENTRY;
-    entry[dim] = s.acc;
-    if (dim == 0) {
-      entry[HEAD_DIM] = s.max;
-      entry[HEAD_DIM + 1] = s.sum;
-    }
+  const MergedState s = merge.merged(r, dim);
+  float* entry = partial + ((row.offset / HEAD_DIM) * num_splits + split_idx) * ENTRY;
+  entry[dim] = s.acc;
+  if (dim == 0) {
+    entry[HEAD_DIM] = s.max;
+    entry[HEAD_DIM + 1] = s.sum;
   }
 }
 
@@ -91,11 +91,8 @@ __threadfence();
 float* weights = reinterpret_cast<float*>(shared); // [ROWS][MAX_MERGED_SPLITS]
 float* inv_totals = weights + ROWS * MAX_MERGED_SPLITS; // [ROWS]
 const int lane_idx = threadIdx.x % WARP_LANES;
-for (int r = threadIdx.x / WARP_LANES; r < ROWS; r += DECODE_WARPS) {
+for (int r = threadIdx.x / WARP_LANES; r < live_rows; r += DECODE_WARPS) {
   const QueryRow row = block.row(r, CAUSAL);
-  if (!row.valid) {
-    continue;
-  }
   const float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY;
   float split_max[MAX_MERGED_SPLITS / WARP_LANES];
   float row_max = NEG_INF;
@@ -129,13 +126,10 @@ constexpr int VEC = HEAD_DIM % 4 == 0 ? 4 : 1;
 constexpr int GROUPS = HEAD_DIM / VEC;
 constexpr int MERGE_LOADS = 16;
 using Vec = typename MergeLoad<VEC>::type;
-for (int idx = threadIdx.x; idx < ROWS * GROUPS; idx += blockDim.x) {
+for (int idx = threadIdx.x; idx < live_rows * GROUPS; idx += blockDim.x) {
   const int r = idx / GROUPS;
   const int dim = (idx % GROUPS) * VEC;
   const QueryRow row = block.row(r, CAUSAL);
-  if (!row.valid) {
-    continue;
-  }
   const float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY + dim;
   const float* row_weights = weights + r * MAX_MERGED_SPLITS;
   float acc[VEC];

@@ -40,18 +40,18 @@ decode_walk<T, HEAD_DIM, ROWS, CAUSAL>(
     merge, thread_index_in_simdgroup, simdgroup_index_in_threadgroup);
 
 // ---- Store the unnormalised partial state --------------------------------------------
-for (int idx = int(thread_index_in_threadgroup); idx < ROWS * HEAD_DIM; idx += DECODE_THREADS) {
+// Only the live rows (rows row_begin + r < geo.rows, a prefix of the block's).
+const int live_rows = min(ROWS, geo.rows - row_begin);
+for (int idx = int(thread_index_in_threadgroup); idx < live_rows * HEAD_DIM; idx += DECODE_THREADS) {
   const int r = idx / HEAD_DIM;
   const int dim = idx % HEAD_DIM;
   const QueryRow row = query_row(geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
-  if (row.valid) {
-    const MergedState s = merged_state<ROWS, Layout::ACC_ELEMS>(merge, r, dim);
-    device float* entry = partial + ((row.offset / HEAD_DIM) * num_splits + split_idx) * ENTRY;
-    entry[dim] = s.acc;
-    if (dim == 0) {
-      entry[HEAD_DIM] = s.max;
-      entry[HEAD_DIM + 1] = s.sum;
-    }
+  const MergedState s = merged_state<ROWS, Layout::ACC_ELEMS>(merge, r, dim);
+  device float* entry = partial + ((row.offset / HEAD_DIM) * num_splits + split_idx) * ENTRY;
+  entry[dim] = s.acc;
+  if (dim == 0) {
+    entry[HEAD_DIM] = s.max;
+    entry[HEAD_DIM + 1] = s.sum;
   }
 }
 
@@ -71,11 +71,8 @@ atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_de
 // 1. Simdgroup w takes rows w, w + DECODE_WARPS, ...: the splits' weights and
 //    the row's 1 / sum of weighted sums.
 const int lane_idx = int(thread_index_in_simdgroup);
-for (int r = int(simdgroup_index_in_threadgroup); r < ROWS; r += DECODE_WARPS) {
+for (int r = int(simdgroup_index_in_threadgroup); r < live_rows; r += DECODE_WARPS) {
   const QueryRow row = query_row(geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
-  if (!row.valid) {
-    continue;
-  }
   const device float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY;
   float split_max[MAX_MERGED_SPLITS / WARP_LANES];
   float row_max = -INFINITY;
@@ -106,13 +103,10 @@ threadgroup_barrier(mem_flags::mem_threadgroup);
 constexpr int VEC = HEAD_DIM % 4 == 0 ? 4 : 1;
 constexpr int GROUPS = HEAD_DIM / VEC;
 constexpr int MERGE_LOADS = 16;
-for (int idx = int(thread_index_in_threadgroup); idx < ROWS * GROUPS; idx += DECODE_THREADS) {
+for (int idx = int(thread_index_in_threadgroup); idx < live_rows * GROUPS; idx += DECODE_THREADS) {
   const int r = idx / GROUPS;
   const int dim = (idx % GROUPS) * VEC;
   const QueryRow row = query_row(geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
-  if (!row.valid) {
-    continue;
-  }
   const device float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY + dim;
   float4 acc = float4(0.0f);
   for (int first = 0; first < num_splits; first += MERGE_LOADS) {

@@ -295,6 +295,14 @@ __device__ __forceinline__ void copy_position_rows(
   }
 }
 
+// 2^x by the special-function unit alone (results below 2^-126 flush to 0,
+// which no softmax weight can tell apart from 0).
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Moves the running max of this lane's row `half` (0: row group, 1: group + 8)
 // to `new_max` (scaled, base 2, shared by the row's 4 lanes): rescales the
 // row's running sum and, when some lane's max moved, its output accumulators
@@ -362,7 +370,8 @@ __device__ __forceinline__ void copy_key_tile(
 // `upper_rows` (the same in every lane) says whether rows 8..15 hold any query
 // row: a decode block of G * L <= 8 rows leaves them empty, and their half of
 // the work is skipped (their weights are 0). The output is rescaled only when
-// some row's max moved, which after the first tiles is rare.
+// some row's max moved, which after the first tiles is rare. Exponentials are
+// exp2_ftz: the special-function unit alone, no denormal range steps.
 template <int S_TILES, int O_TILES>
 __device__ __forceinline__ void fragment_softmax(
     float (&score)[S_TILES][4],
@@ -398,13 +407,13 @@ __device__ __forceinline__ void fragment_softmax(
       }
     }
     const float base = move_running_max(out_acc, run_max, run_sum, half, fmaxf(run_max[half], group_max<4>(tile_max)),
-                                        [](float x) { return exp2f(x); });
+                                        [](float x) { return exp2_ftz(x); });
 #pragma unroll
     for (int nt = 0; nt < S_TILES; ++nt) {
 #pragma unroll
       for (int col = 0; col < 2; ++col) {
         float& value = score[nt][2 * half + col];
-        value = exp2f(value - base);
+        value = exp2_ftz(value - base);
         run_sum[half] += value;
       }
     }

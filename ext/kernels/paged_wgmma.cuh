@@ -132,14 +132,6 @@ __device__ __forceinline__ void turn_pass(int barrier_id) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(barrier_id), "n"(2 * WARPGROUP_THREADS) : "memory");
 }
 
-// 2^x by the special-function unit alone (results below 2^-126 flush to 0,
-// which no softmax weight can tell apart from 0).
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // One online-softmax step on the raw score fragments of a warp's 16 rows (as
 // fragment_softmax in paged_mma.cuh, at fewer instructions per score): the
 // tile's extreme raw score is found first (the maximum when the scale is

@@ -6,8 +6,9 @@
 // and run a second time to be compared bit for bit. bfloat16, D 128, L 1,
 // scale 1 / sqrt(D), through the block table.
 //
-// Two times per line: `kernel`, the mean of events around each launch (the
-// scratch's counters reset by a memset before each, outside the events), and
+// Two times per line: `kernel`, the mean of events around each launch (before
+// each, outside the events, a memset of the scratch's counters and one of a
+// buffer twice the L2's size, so that no launch finds K/V in L2), and
 // `with fill`, back-to-back launches each after a memset of the whole scratch
 // (what the op's fill does, as a memset rather than a kernel).
 //
@@ -136,7 +137,10 @@ int main(int argc, char** argv) {
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "event");
   check(cudaEventCreate(&stop), "event");
-  int failures = 0, max_shared = 0;
+  int failures = 0, max_shared = 0, l2_bytes = 0;
+  check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), "device attribute");
+  void* l2_flush = nullptr;
+  check(cudaMalloc(&l2_flush, 2 * static_cast<size_t>(l2_bytes)), "cudaMalloc");
   check(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), "device attribute");
   for (const Variant& variant : VARIANTS) {
     if (only[0] != '\0' && std::strstr(variant.name, only) == nullptr) continue;
@@ -173,6 +177,7 @@ int main(int argc, char** argv) {
         if (round == 1) {
           for (int i = 0; i < reps; ++i) {
             check(cudaMemsetAsync(scratch + layout.counters, 0, counter_bytes), "reset counters");
+            check(cudaMemsetAsync(l2_flush, i & 0xff, 2 * static_cast<size_t>(l2_bytes)), "flush L2");
             check(cudaEventRecord(start), "event");
             launch();
             check(cudaEventRecord(stop), "event");
