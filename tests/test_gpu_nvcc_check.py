@@ -208,7 +208,7 @@ def test_the_warpgroup_prefill_compiles_for_sm90a_without_spills_or_serialized_m
 @pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH: the CUDA toolkit's compiler checks the kernels "
                     "without a GPU")
 def test_the_warpgroup_prefill_probe_compiles_for_sm90a(tmp_path):
-    # scripts/gpu_prefill_probe.sh builds this program on the device; it includes the kernel body as the op
+    # `scripts/gpu_probe.sh prefill` builds this program on the device; it includes the kernel body as the op
     # does, so a kernel change that breaks it shows here, before any device time is spent.
     probe = Path(gpu_kernels.__file__).resolve().parent / "probes" / "prefill_wgmma_probe.cu"
     result = subprocess.run(
@@ -223,7 +223,7 @@ def test_the_warpgroup_prefill_probe_compiles_for_sm90a(tmp_path):
                     "without a GPU")
 @pytest.mark.parametrize("warps", [4, 8])
 def test_the_split_decode_probe_compiles_for_sm90a_without_spills(tmp_path, warps):
-    # scripts/gpu_decode_probe.sh builds this program on the device at both block sizes; it includes the split
+    # `scripts/gpu_probe.sh decode` builds this program on the device at both block sizes; it includes the split
     # decode's body as the op does, so a kernel change that breaks it (or spills at 8 warps) shows here.
     probes = Path(gpu_kernels.__file__).resolve().parent / "probes"
     result = subprocess.run(

@@ -19,6 +19,8 @@
 //        [-DPAGECHECK_DECODE_WARPS=8] pagecheck/gpu/probes/decode_split_probe.cu -o decode_split_probe
 //   ./decode_split_probe B H_Q H_KV CONTEXT PAGE SPLITS[,SPLITS...] [REPS] [VARIANT]
 //
+// `scripts/gpu_probe.sh decode` builds both block sizes and runs them at the
+// decode benchmark's shapes.
 // Exit status 0 when every run agreed with the reference and with itself, 2
 // otherwise, 1 on bad arguments or a CUDA error.
 #include <cuda_bf16.h>

@@ -11,7 +11,7 @@
 //        pagecheck/gpu/probes/prefill_wgmma_probe.cu -o prefill_wgmma_probe
 //   ./prefill_wgmma_probe B H_Q H_KV L CONTEXT PAGE [REPS] [SAMPLES] [VARIANT]
 //
-// scripts/gpu_prefill_probe.sh builds and runs it at the benchmark's shapes.
+// `scripts/gpu_probe.sh prefill` builds and runs it at the benchmark's shapes.
 // Exit status 0 when every variant agreed with the reference and with
 // itself, 2 otherwise, 1 on bad arguments or a CUDA error.
 #include <cuda_bf16.h>
