@@ -6,11 +6,14 @@
 // and run a second time to be compared bit for bit. bfloat16, D 128, L 1,
 // scale 1 / sqrt(D), through the block table.
 //
-// Two times per line: `kernel`, the mean of events around each launch (before
-// each, outside the events, a memset of the scratch's counters and one of a
-// buffer twice the L2's size, so that no launch finds K/V in L2), and
-// `with fill`, back-to-back launches each after a memset of the whole scratch
-// (what the op's fill does, as a memset rather than a kernel).
+// Two times per line:
+// - `kernel`: the mean of events around each launch. Before each, outside the
+//   events, a memset of the scratch's counters and one of a buffer twice the
+//   L2's size, so that no launch finds K/V in L2. The events also hold the
+//   launch: a few us more than the kernel's own duration in Nsight Compute.
+// - `with fill`: back-to-back launches, each after a memset of the whole
+//   scratch (what the op's fill does, as a memset rather than a kernel); K/V
+//   that fit in L2 may stay there between launches.
 //
 // The block's warp count is the compile definition PAGECHECK_DECODE_WARPS
 // (paged_decode_merge.cuh, default 4); the launch takes DECODE_THREADS.
