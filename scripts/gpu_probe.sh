@@ -9,7 +9,8 @@
 # prefill: the warpgroup prefill (pagecheck/gpu/probes/prefill_wgmma_probe.cu), at the prefill benchmark's two
 #          shapes, the same at pages of 16, then layouts whose tiles cross pages or end mid-tile.
 # decode:  the split decode (pagecheck/gpu/probes/decode_split_probe.cu), built for blocks of 4 and of 8 warps,
-#          at B 1 long and short over a range of split counts, two batched shapes, pages of 5.
+#          at B 1 long and short over a range of split counts, three batched shapes, pages of 5; split count 0
+#          is the single-pass decode.
 # VARIANT keeps the variants whose name contains it (prefill: wg2_kt128_s3, wg3_kt64_s3, ...; decode:
 # s3_swtrue, s2_swtrue, ...). Writes OUTDIR/probe.log.
 set -uo pipefail
@@ -17,9 +18,10 @@ kind=${1:-}
 case $kind in
   prefill) builds=(""); shapes=("1 32 8 512 4096 128 50 32" "4 32 8 2048 8192 128 10 32" "1 32 8 512 4096 16 20 32"
              "4 32 8 2048 8192 16 5 16" "3 32 8 300 1000 5 3 48" "3 32 8 333 2000 16 3 48" "3 32 8 77 203 128 3 48") ;;
-  # B H_Q H_KV CONTEXT PAGE SPLITS REPS; a build per block size.
+  # B H_Q H_KV CONTEXT PAGE SPLITS REPS (splits 0: the single-pass kernel); a build per block size.
   decode) builds=(4 8); shapes=("1 32 8 16384 128 8,12,16,20,24,32 50" "1 32 8 4096 128 4,8,12,16 50"
-            "16 32 8 16384 128 1,2,3 10" "64 32 8 4096 128 1,2 10" "3 32 8 1000 5 1,3,7 10") ;;
+            "16 32 8 1024 128 0,1,2 50" "16 32 8 16384 128 0,1,2,3 10" "64 32 8 4096 128 0,1,2 10"
+            "3 32 8 1000 5 0,1,3,7 10") ;;
   *) echo "usage: gpu_probe.sh prefill|decode [OUTDIR] [VARIANT]" >&2; exit 1 ;;
 esac
 out=${2:-/tmp/${kind}_probe}

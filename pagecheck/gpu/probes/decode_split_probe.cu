@@ -1,6 +1,7 @@
 // decode_split_probe: the split decode (paged_decode_split.cu, tensor-core
 // walk) as a standalone CUDA program, for tuning its plan without the
-// extension. Each variant (ring stages) runs at every split count given, on
+// extension; split count 0 runs the single-pass decode (paged_decode.cu) on
+// the same walk. Each variant (ring stages) runs at every split count given, on
 // one paged layout (probe_layout.h: shuffled pages, NaN in every unused
 // slot), is checked against a float64 host reference, timed with CUDA events,
 // and run a second time to be compared bit for bit. bfloat16, D 128, L 1,
@@ -70,18 +71,36 @@ __global__ void probe_kernel(const T* query, const T* key_pages, const T* value_
 #include "paged_decode_split.cu"
 }
 
+// The single-pass decode (paged_decode.cu) on the same walk: split count 0.
+template <typename T, int HEAD_DIM, int MMA_STAGES, bool MMA_SWIZZLE>
+__global__ void one_pass_kernel(const T* query, const T* key_pages, const T* value_pages, const int32_t* block_table,
+                                const int32_t* context_lens, T* out, Shape4 query_shape, Shape4 key_pages_shape,
+                                Shape4 block_table_shape) {
+  constexpr int ROWS = 16;
+  constexpr bool CAUSAL = true;
+  constexpr bool MMA = true;
+  constexpr bool MMA_BULK = false;
+  constexpr int TABLE = 0;
+  constexpr int SCALE_BITS = SCALE_BITS_ARG;
+  constexpr bool SCALE_NEGATIVE = false;
+#include "paged_decode.cu"
+}
+
 using Kernel = void (*)(const bf16*, const bf16*, const bf16*, const int32_t*, const int32_t*, float*, Shape4, Shape4,
                         Shape4);
+using OnePassKernel = void (*)(const bf16*, const bf16*, const bf16*, const int32_t*, const int32_t*, bf16*, Shape4,
+                               Shape4, Shape4);
 
 struct Variant {
   const char* name;
   Kernel kernel;
+  OnePassKernel one_pass;
   int shared_bytes;
 };
 
 #define PROBE_VARIANT(S, SW)                                                                        \
   Variant {                                                                                         \
-    "s" #S "_sw" #SW, probe_kernel<bf16, HEAD_DIM_ARG, S, SW>,                                     \
+    "s" #S "_sw" #SW, probe_kernel<bf16, HEAD_DIM_ARG, S, SW>, one_pass_kernel<bf16, HEAD_DIM_ARG, S, SW>, \
         pagecheck::DecodeMmaLayout<bf16, HEAD_DIM_ARG, S, false, SW>::SHARED_BYTES                \
   }
 const Variant VARIANTS[] = {PROBE_VARIANT(3, true), PROBE_VARIANT(2, true), PROBE_VARIANT(4, true),
@@ -93,7 +112,7 @@ std::vector<int> parse_splits(const char* text) {
   for (const char* c = text;; ++c) {
     if (*c == ',' || *c == '\0') {
       const int value = std::atoi(item.c_str());
-      if (value < 1 || value > pagecheck::MAX_MERGED_SPLITS) return {};
+      if (value < 0 || value > pagecheck::MAX_MERGED_SPLITS) return {};
       splits.push_back(value);
       item.clear();
       if (*c == '\0') break;
@@ -119,7 +138,7 @@ int main(int argc, char** argv) {
   if (batch < 1 || num_kv_heads < 1 || num_q_heads % num_kv_heads != 0 || num_q_heads / num_kv_heads > 16 ||
       context < 1 || page_size < 1 || reps < 1 || split_counts.empty()) {
     std::fprintf(stderr, "need B >= 1, H_Q a multiple of H_KV (at most 16 times), CONTEXT, PAGE, REPS >= 1, "
-                         "SPLITS in [1, %d]\n", pagecheck::MAX_MERGED_SPLITS);
+                         "SPLITS in [0, %d] (0: the single-pass kernel)\n", pagecheck::MAX_MERGED_SPLITS);
     return 1;
   }
   constexpr int D = HEAD_DIM_ARG;
@@ -156,15 +175,24 @@ int main(int argc, char** argv) {
     }
     check(cudaFuncSetAttribute(variant.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, variant.shared_bytes),
           "shared memory attribute");
+    check(cudaFuncSetAttribute(variant.one_pass, cudaFuncAttributeMaxDynamicSharedMemorySize, variant.shared_bytes),
+          "shared memory attribute");
     for (const int splits : split_counts) {
-      const pagecheck::SplitScratch layout = pagecheck::split_scratch(rows, splits, D, blocks, 2);
+      // Split count 0 runs the single-pass kernel, which writes the same out region of the same scratch.
+      const pagecheck::SplitScratch layout = pagecheck::split_scratch(rows, std::max(splits, 1), D, blocks, 2);
       float* scratch = nullptr;
       check(cudaMalloc(&scratch, layout.total_words * 4), "cudaMalloc");
       const size_t counter_bytes = (layout.base + 1 - layout.counters) * 4;
       auto launch = [&]() {
-        variant.kernel<<<dim3(blocks, splits), pagecheck::DECODE_THREADS, variant.shared_bytes>>>(
-            device.query, device.keys, device.values, device.table, device.context_lens, scratch, query_shape,
-            key_pages_shape, block_table_shape);
+        if (splits == 0) {
+          variant.one_pass<<<blocks, pagecheck::DECODE_THREADS, variant.shared_bytes>>>(
+              device.query, device.keys, device.values, device.table, device.context_lens,
+              reinterpret_cast<bf16*>(scratch + layout.out_begin), query_shape, key_pages_shape, block_table_shape);
+        } else {
+          variant.kernel<<<dim3(blocks, splits), pagecheck::DECODE_THREADS, variant.shared_bytes>>>(
+              device.query, device.keys, device.values, device.table, device.context_lens, scratch, query_shape,
+              key_pages_shape, block_table_shape);
+        }
       };
       std::vector<bf16> outputs[2] = {std::vector<bf16>(rows * D), std::vector<bf16>(rows * D)};
       double max_error = 0.0;
@@ -211,9 +239,10 @@ int main(int argc, char** argv) {
       }
       const bool repeatable = std::memcmp(outputs[0].data(), outputs[1].data(), rows * D * 2) == 0;
       const double us = 1000.0 * kernel_ms / reps;
-      std::printf("%s warps%d %s splits%d B%d ctx%d page%d: kernel %.1f us (%.2f TB/s) with fill %.1f us "
+      const std::string plan = splits == 0 ? std::string("one pass") : "splits" + std::to_string(splits);
+      std::printf("%s warps%d %s %s B%d ctx%d page%d: kernel %.1f us (%.2f TB/s) with fill %.1f us "
                   "max_err %.3g bad %d repeatable %d\n",
-                  bad || !repeatable ? "FAIL" : "PASS", pagecheck::DECODE_WARPS, variant.name, splits, batch,
+                  bad || !repeatable ? "FAIL" : "PASS", pagecheck::DECODE_WARPS, variant.name, plan.c_str(), batch,
                   context, page_size, us, kv_bytes / us * 1e-6, 1000.0 * fill_ms / reps, max_error, bad,
                   static_cast<int>(repeatable));
       failures += bad || !repeatable;
