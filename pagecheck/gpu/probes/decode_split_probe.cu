@@ -57,17 +57,20 @@ struct Shape4 {
   __device__ const int* data() const { return dims; }
 };
 
+// The template arguments of both kernel bodies that the probe fixes: 16-row
+// tensor-core blocks, causal, cp.async rings, the block table, scale 1 / sqrt(128).
+constexpr int ROWS = 16;
+constexpr bool CAUSAL = true;
+constexpr bool MMA = true;
+constexpr bool MMA_BULK = false;
+constexpr int TABLE = 0;
+constexpr int SCALE_BITS = SCALE_BITS_ARG;
+constexpr bool SCALE_NEGATIVE = false;
+
 template <typename T, int HEAD_DIM, int MMA_STAGES, bool MMA_SWIZZLE>
 __global__ void probe_kernel(const T* query, const T* key_pages, const T* value_pages, const int32_t* block_table,
                              const int32_t* context_lens, float* scratch, Shape4 query_shape, Shape4 key_pages_shape,
                              Shape4 block_table_shape) {
-  constexpr int ROWS = 16;
-  constexpr bool CAUSAL = true;
-  constexpr bool MMA = true;
-  constexpr bool MMA_BULK = false;
-  constexpr int TABLE = 0;
-  constexpr int SCALE_BITS = SCALE_BITS_ARG;
-  constexpr bool SCALE_NEGATIVE = false;
 #include "paged_decode_split.cu"
 }
 
@@ -76,13 +79,6 @@ template <typename T, int HEAD_DIM, int MMA_STAGES, bool MMA_SWIZZLE>
 __global__ void one_pass_kernel(const T* query, const T* key_pages, const T* value_pages, const int32_t* block_table,
                                 const int32_t* context_lens, T* out, Shape4 query_shape, Shape4 key_pages_shape,
                                 Shape4 block_table_shape) {
-  constexpr int ROWS = 16;
-  constexpr bool CAUSAL = true;
-  constexpr bool MMA = true;
-  constexpr bool MMA_BULK = false;
-  constexpr int TABLE = 0;
-  constexpr int SCALE_BITS = SCALE_BITS_ARG;
-  constexpr bool SCALE_NEGATIVE = false;
 #include "paged_decode.cu"
 }
 

@@ -132,8 +132,8 @@ int main(int argc, char** argv) {
     check(cudaMemset(out_d, 0xff, query_elems * 2), "fill out");
     auto launch = [&]() {
       variant.kernel<<<blocks, 128 * variant.warpgroups, shared_bytes>>>(
-          device.query, device.keys, device.values, device.table, device.context_lens, out_d, batch, num_q_heads, num_queries, D, num_pages,
-          num_kv_heads, page_size, max_pages);
+          device.query, device.keys, device.values, device.table, device.context_lens, out_d, batch, num_q_heads,
+          num_queries, D, num_pages, num_kv_heads, page_size, max_pages);
     };
     launch();
     check(cudaGetLastError(), variant.name);
