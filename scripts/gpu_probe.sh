@@ -12,7 +12,9 @@
 #          at B 1 long and short over a range of split counts, three batched shapes, pages of 5; split count 0
 #          is the single-pass decode.
 # VARIANT keeps the variants whose name contains it (prefill: wg2_kt128_s3, wg3_kt64_s3, ...; decode:
-# s3_swtrue, s2_swtrue, ...). Writes OUTDIR/probe.log.
+# s3_swtrue, s2_swtrue, ...). KERNELS=DIR compiles against another copy of ext/kernels (an earlier build's, from
+# `git archive REV ext/kernels`), for an A/B in one machine start. PAGECHECK_PROBE_SPARE_PAGES=N passes through to the
+# decode probe (table columns past the longest context, 1 by default). Writes OUTDIR/probe.log.
 set -uo pipefail
 kind=${1:-}
 case $kind in
@@ -29,9 +31,11 @@ only=${3:-}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+kernels=${KERNELS:-ext/kernels}
+[ -f "$kernels/paged_common.cuh" ] || { echo "gpu_probe.sh: KERNELS=$kernels holds no paged_common.cuh" >&2; exit 2; }
 declare -A source_of=([prefill]=pagecheck/gpu/probes/prefill_wgmma_probe.cu [decode]=pagecheck/gpu/probes/decode_split_probe.cu)
 for warps in "${builds[@]}"; do
-  "$nvcc" -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -I ext/kernels ${warps:+-DPAGECHECK_DECODE_WARPS=$warps} \
+  "$nvcc" -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -I "$kernels" ${warps:+-DPAGECHECK_DECODE_WARPS=$warps} \
     "${source_of[$kind]}" -o "$out/${kind}_probe$warps" || exit 1
 done
 status=0

@@ -32,9 +32,9 @@ def test_the_probe_launcher_refuses_an_unknown_probe(tmp_path):
     ("decode", "pagecheck/gpu/probes/decode_split_probe.cu",
      [["-DPAGECHECK_DECODE_WARPS=4"], ["-DPAGECHECK_DECODE_WARPS=8"]]),
 ])
-def test_the_probe_launcher_builds_the_named_probe_for_sm90a(tmp_path, kind, source, defines):
-    # A stand-in nvcc records each command line and writes an empty executable, so the launcher's builds can
-    # be checked here; its runs then fail (the stand-in programs exit 3) and the launcher says which.
+def _stand_in_nvcc(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A stand-in nvcc first on PATH: it records each command line in the returned log and writes an empty
+    executable that exits 3, so the launcher's builds can be checked here and its runs fail visibly."""
     fake = tmp_path / "bin" / "nvcc"
     fake.parent.mkdir()
     log = tmp_path / "nvcc.log"
@@ -42,8 +42,17 @@ def test_the_probe_launcher_builds_the_named_probe_for_sm90a(tmp_path, kind, sou
                     '  [ "$1" = -o ] && out=$2; shift\ndone\nprintf "#!/bin/sh\\nexit 3\\n" > "$out"\n'
                     'chmod +x "$out"\n' % log)
     fake.chmod(0o755)
+    return {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}, log
+
+
+@pytest.mark.parametrize("kind, source, defines", [
+    ("prefill", "pagecheck/gpu/probes/prefill_wgmma_probe.cu", [[]]),
+    ("decode", "pagecheck/gpu/probes/decode_split_probe.cu",
+     [["-DPAGECHECK_DECODE_WARPS=4"], ["-DPAGECHECK_DECODE_WARPS=8"]]),
+])
+def test_the_probe_launcher_builds_the_named_probe_for_sm90a(tmp_path, kind, source, defines):
+    env, log = _stand_in_nvcc(tmp_path)
     out = tmp_path / "out"
-    env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_probe.sh"), kind, str(out)],
                             capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 2, result.stdout + result.stderr  # every run failed, and the launcher said so
@@ -55,3 +64,26 @@ def test_the_probe_launcher_builds_the_named_probe_for_sm90a(tmp_path, kind, sou
         assert "arch=compute_90a,code=sm_90a" in words and "ext/kernels" in words
         assert [w for w in words if w.startswith("-D")] == wanted
     assert "exit 3" in (out / "probe.log").read_text()
+
+
+def test_the_probe_launcher_compiles_against_the_kernels_it_is_given(tmp_path):
+    # KERNELS=DIR (an earlier build's ext/kernels, for an A/B) replaces ext/kernels on the include path.
+    env, log = _stand_in_nvcc(tmp_path)
+    other = tmp_path / "abtree" / "ext" / "kernels"
+    other.mkdir(parents=True)
+    (other / "paged_common.cuh").write_text("// stand-in\n")
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_probe.sh"), "prefill", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=120, env={**env, "KERNELS": str(other)})
+    assert result.returncode == 2, result.stdout + result.stderr
+    words = log.read_text().split()
+    assert words[words.index("-I") + 1] == str(other)
+    assert "ext/kernels" not in words
+
+
+def test_the_probe_launcher_refuses_a_kernels_folder_without_the_kernels(tmp_path):
+    env, log = _stand_in_nvcc(tmp_path)
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_probe.sh"), "decode", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=60, env={**env, "KERNELS": str(tmp_path)})
+    assert result.returncode == 2
+    assert f"KERNELS={tmp_path} holds no paged_common.cuh" in result.stderr
+    assert not log.exists()  # nothing compiled

@@ -23,6 +23,11 @@
 //        [-DPAGECHECK_DECODE_WARPS=8] pagecheck/gpu/probes/decode_split_probe.cu -o decode_split_probe
 //   ./decode_split_probe B H_Q H_KV CONTEXT PAGE SPLITS[,SPLITS...] [REPS] [VARIANT]
 //
+// The block table has one column more than the longest context needs (-1
+// entries); PAGECHECK_PROBE_SPARE_PAGES=N sets how many (0: each row exactly
+// its pages, as the op's benchmark builds it, where the walk's guess of the
+// context before it is read holds: paged_decode_mma_walk.cuh).
+//
 // `scripts/gpu_probe.sh decode` builds both block sizes and runs them at the
 // decode benchmark's shapes.
 // Exit status 0 when every run agreed with the reference and with itself, 2
@@ -30,6 +35,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda/std/limits>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include "paged_common.cuh"
@@ -139,7 +145,16 @@ int main(int argc, char** argv) {
   }
   constexpr int D = HEAD_DIM_ARG;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  const probe::Layout g = probe::make_layout(batch, num_q_heads, num_kv_heads, 1, context, page_size, D);
+  // Table columns past the longest context's pages (-1 entries): PAGECHECK_PROBE_SPARE_PAGES, 1 by default; 0 lays
+  // the table out as the op's benchmark does, each row exactly its context's pages.
+  const char* spare_env = std::getenv("PAGECHECK_PROBE_SPARE_PAGES");
+  const int spare_pages = spare_env != nullptr ? std::atoi(spare_env) : 1;
+  if (spare_pages < 0) {
+    std::fprintf(stderr, "PAGECHECK_PROBE_SPARE_PAGES must be >= 0, got %d\n", spare_pages);
+    return 1;
+  }
+  const probe::Layout g =
+      probe::make_layout(batch, num_q_heads, num_kv_heads, 1, context, page_size, D, spare_pages);
   const probe::DeviceLayout device = probe::upload(g);
   const long long rows = static_cast<long long>(batch) * num_q_heads;
   std::vector<std::vector<double>> reference(rows);
@@ -236,10 +251,10 @@ int main(int argc, char** argv) {
       const bool repeatable = std::memcmp(outputs[0].data(), outputs[1].data(), rows * D * 2) == 0;
       const double us = 1000.0 * kernel_ms / reps;
       const std::string plan = splits == 0 ? std::string("one pass") : "splits" + std::to_string(splits);
-      std::printf("%s warps%d %s %s B%d ctx%d page%d: kernel %.1f us (%.2f TB/s) with fill %.1f us "
+      std::printf("%s warps%d %s %s B%d ctx%d page%d spare%d: kernel %.1f us (%.2f TB/s) with fill %.1f us "
                   "max_err %.3g bad %d repeatable %d\n",
                   bad || !repeatable ? "FAIL" : "PASS", pagecheck::DECODE_WARPS, variant.name, plan.c_str(), batch,
-                  context, page_size, us, kv_bytes / us * 1e-6, 1000.0 * fill_ms / reps, max_error, bad,
+                  context, page_size, spare_pages, us, kv_bytes / us * 1e-6, 1000.0 * fill_ms / reps, max_error, bad,
                   static_cast<int>(repeatable));
       failures += bad || !repeatable;
       check(cudaFree(scratch), "cudaFree");

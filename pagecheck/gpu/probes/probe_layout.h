@@ -80,10 +80,10 @@ struct Layout {
 };
 
 inline Layout make_layout(int batch, int num_q_heads, int num_kv_heads, int num_queries, int context, int page_size,
-                          int head_dim, unsigned seed = 1234) {
+                          int head_dim, int spare_pages = 1, unsigned seed = 1234) {
   Layout g{batch, num_q_heads, num_kv_heads, num_queries, page_size, head_dim, 0, 0, {}, {}, {}, {}, {}};
   const int pages_per_request = (context + page_size - 1) / page_size;
-  g.max_pages = pages_per_request + 1;
+  g.max_pages = pages_per_request + spare_pages;
   g.num_pages = batch * pages_per_request + 5;
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
