@@ -266,8 +266,13 @@ def test_every_call_is_checked_for_changed_inputs(graded: Path) -> None:
     assert failed == {"head_dims", "inputs_unchanged"}
 
 
+def _stat_fields(proc: Path) -> list[str]:
+    """/proc/PID/stat's fields after the command name (field 3, the state, first)."""
+    return (proc / "stat").read_text().rsplit(")", 1)[1].split()
+
+
 def _parent(proc: Path) -> int:
-    return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    return int(_stat_fields(proc)[1])
 
 
 def _processes(uid: int | None = None, markers: tuple[bytes, ...] = ()) -> list[int]:
@@ -299,7 +304,7 @@ def _lasting(find, seconds: float = 5.0) -> list[int]:
         seen = set()
         for pid in find():
             try:
-                seen.add((pid, (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19]))
+                seen.add((pid, _stat_fields(Path("/proc") / str(pid))[19]))  # field 22, the start time
             except (OSError, IndexError):
                 continue
         return seen

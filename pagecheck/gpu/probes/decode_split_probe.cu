@@ -25,8 +25,7 @@
 //
 // The block table has one column more than the longest context needs (-1
 // entries); PAGECHECK_PROBE_SPARE_PAGES=N sets how many (0: each row exactly
-// its pages, as the op's benchmark builds it, where the walk's guess of the
-// context before it is read holds: paged_decode_mma_walk.cuh).
+// its pages, as the op's benchmark builds it).
 //
 // `scripts/gpu_probe.sh decode` builds both block sizes and runs them at the
 // decode benchmark's shapes.
@@ -148,11 +147,13 @@ int main(int argc, char** argv) {
   // Table columns past the longest context's pages (-1 entries): PAGECHECK_PROBE_SPARE_PAGES, 1 by default; 0 lays
   // the table out as the op's benchmark does, each row exactly its context's pages.
   const char* spare_env = std::getenv("PAGECHECK_PROBE_SPARE_PAGES");
-  const int spare_pages = spare_env != nullptr ? std::atoi(spare_env) : 1;
-  if (spare_pages < 0) {
-    std::fprintf(stderr, "PAGECHECK_PROBE_SPARE_PAGES must be >= 0, got %d\n", spare_pages);
+  char* spare_end = nullptr;
+  const long spare_value = spare_env != nullptr ? std::strtol(spare_env, &spare_end, 10) : 1;
+  if (spare_env != nullptr && (spare_end == spare_env || *spare_end != '\0' || spare_value < 0 || spare_value > 1024)) {
+    std::fprintf(stderr, "PAGECHECK_PROBE_SPARE_PAGES must be an integer in 0..1024, got '%s'\n", spare_env);
     return 1;
   }
+  const int spare_pages = static_cast<int>(spare_value);
   const probe::Layout g =
       probe::make_layout(batch, num_q_heads, num_kv_heads, 1, context, page_size, D, spare_pages);
   const probe::DeviceLayout device = probe::upload(g);
