@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import mlx.core as mx
 
-from pagecheck.impl.page_pool import TinyKvPagedPool, check_kv_pair, is_int
+from pagecheck.impl.page_pool import PoolCheckpoint, TinyKvPagedPool, check_kv_pair, is_int
 from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
 from pagecheck.impl.paged_metadata import PagedKvMetadata
 
@@ -26,7 +26,8 @@ SLOT_ROWS_CACHE_SIZE = 16
 
 
 @lru_cache(maxsize=SLOT_ROWS_CACHE_SIZE)
-def _slot_rows(slots: tuple[int, ...]) -> mx.array:
+def slot_rows(slots: tuple[int, ...]) -> mx.array:
+    """int32 [len(slots)] of these slot ids, one array per distinct tuple (kept across the layers of a step)."""
     return mx.array(slots, dtype=mx.int32)
 
 
@@ -106,38 +107,65 @@ class BatchingKvCache:
     def _append_tokens(
         self, pool: TinyKvPagedPool, active: list[tuple[int, TinyKvPagedCache]], keys: mx.array, values: mx.array
     ) -> None:
-        """One token per active request: positions claimed in slot order, then one write for all of them.
-        All or nothing: on a failure every claimed position is given back (rewind(1) undoes exactly one
-        claim, page included) and the pool is rolled back, which is cheaper than a checkpoint per request
-        for the one-token case that every decode step and layer takes."""
+        """One token per active request: positions claimed in slot order, then one write for all of them."""
+        positions, pool_before = self._claim_one_token_each(pool, active)
+        try:
+            slots = tuple(slot for slot, _ in active)
+            # [B, H_kv, 1, D] is already the pool's token-row layout (B rows of one token).
+            key_rows, value_rows = keys, values
+            if len(slots) != keys.shape[0]:
+                rows = slot_rows(slots)
+                key_rows, value_rows = mx.take(key_rows, rows, axis=0), mx.take(value_rows, rows, axis=0)
+            pool.write_token_rows([page for page, _ in positions], [slot for _, slot in positions], key_rows, value_rows)
+        except BaseException:
+            self._give_back_tokens(pool, active, pool_before)
+            raise
+
+    @staticmethod
+    def _claim_one_token_each(
+        pool: TinyKvPagedPool, active: list[tuple[int, TinyKvPagedCache]]
+    ) -> tuple[list[tuple[int, int]], PoolCheckpoint]:
+        """Claim the next position of every active request, in slot order: ((page id, slot) of each, the pool
+        before). All or nothing: _give_back_tokens undoes the claims, which is cheaper than a checkpoint per
+        request for the one-token case that every decode step and layer takes."""
         pool_before = pool.checkpoint()
         positions: list[tuple[int, int]] = []
         try:
             for _, cache in active:
                 positions.append(cache.claim_token_slot())
-            slots = tuple(slot for slot, _ in active)
-            # [B, H_kv, 1, D] is already the pool's token-row layout (B rows of one token).
-            key_rows, value_rows = keys, values
-            if len(slots) != keys.shape[0]:
-                rows = _slot_rows(slots)
-                key_rows, value_rows = mx.take(key_rows, rows, axis=0), mx.take(value_rows, rows, axis=0)
-            pool.write_token_rows([page for page, _ in positions], [slot for _, slot in positions], key_rows, value_rows)
         except BaseException:
             for _, cache in reversed(active[: len(positions)]):
                 cache.rewind(1)
             pool.rollback(pool_before)
             raise
+        return positions, pool_before
+
+    @staticmethod
+    def _give_back_tokens(
+        pool: TinyKvPagedPool, active: list[tuple[int, TinyKvPagedCache]], pool_before: PoolCheckpoint
+    ) -> None:
+        """Undo _claim_one_token_each: rewind(1) gives back exactly one claim (its page included), then the
+        pool returns to its checkpoint."""
+        for _, cache in reversed(active):
+            cache.rewind(1)
+        pool.rollback(pool_before)
 
     def _check_batch(
         self, keys: mx.array, values: mx.array, mask_length: int | None
     ) -> list[tuple[int, TinyKvPagedCache]]:
         check_kv_pair(keys, values, ("keys", "values"))
-        if keys.ndim != 4 or keys.shape[0] != self.max_active_requests:
+        return self._check_batch_shape(tuple(keys.shape), keys.dtype, values.dtype, mask_length)
+
+    def _check_batch_shape(
+        self, shape: tuple[int, ...], dtype: mx.Dtype, value_dtype: mx.Dtype, mask_length: int | None
+    ) -> list[tuple[int, TinyKvPagedCache]]:
+        """The batch checks of keys/values shaped `shape` with these dtypes; the active (slot, cache) pairs."""
+        if len(shape) != 4 or shape[0] != self.max_active_requests:
             raise ValueError(
-                f"keys shape={tuple(keys.shape)} must be [B, H_kv, L, D] with B = max_active_requests="
+                f"keys shape={tuple(shape)} must be [B, H_kv, L, D] with B = max_active_requests="
                 f"{self.max_active_requests}"
             )
-        length = keys.shape[2]
+        length = shape[2]
         if mask_length is not None and (not is_int(mask_length) or mask_length != length):
             raise ValueError(f"mask_length={mask_length!r} must be None or the chunk length L={length}")
         active = [(slot, cache) for slot, cache in enumerate(self._requests) if cache is not None]
@@ -155,7 +183,7 @@ class BatchingKvCache:
                     f"slot {slot} would hold {cache.offset + length} tokens, over max_seq_len={self.max_seq_len}"
                 )
         # Rows share shape and dtype, so one row's geometry checks them all against the pool.
-        pool.check_chunk_shape((1, *keys.shape[1:]), keys.dtype, values.dtype)
+        pool.check_chunk_shape((1, *shape[1:]), dtype, value_dtype)
         return active
 
     def _metadata(self, pool: TinyKvPagedPool, mask: mx.array | str | None) -> PagedKvMetadata:

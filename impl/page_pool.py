@@ -234,16 +234,7 @@ class TinyKvPagedPool:
         [B, H_kv, 1, D], a prefill chunk's [1, H_kv, L, D]) in one storage update: token t of row r goes to
         slot slots[r * T + t] of live page page_ids[r * T + t]."""
         check_kv_pair(keys, values)
-        if (keys.ndim != 4 or keys.shape[0] * keys.shape[2] != len(page_ids) or len(slots) != len(page_ids)
-                or not page_ids):
-            raise ValueError(
-                f"keys shape={tuple(keys.shape)} must be [R, H_kv, T, D] with R * T = len(page_ids)={len(page_ids)} "
-                f"= len(slots)={len(slots)} >= 1"
-            )
-        # The checks of a one-token chunk [1, H_kv, 1, D] (the rows' geometry), without slicing them out.
-        self.check_chunk_shape((1, keys.shape[1], 1, keys.shape[3]), keys.dtype, values.dtype)
-        self._check_token_positions(page_ids, slots)
-        index = page_write.token_row_index(tuple(page_ids), tuple(slots), keys.shape[1], keys.shape[2])
+        index = self.token_rows_index(page_ids, slots, tuple(keys.shape), keys.dtype, values.dtype)
         # Only creating the storage changes the pool before both updates are built, so only then is there
         # anything to roll back.
         before = self.checkpoint() if self._keys is None or self._values is None else None
@@ -257,6 +248,39 @@ class TinyKvPagedPool:
                 self.rollback(before)
             raise
         self._keys, self._values = new_keys, new_values
+
+    def token_rows_index(
+        self, page_ids: list[int], slots: list[int], shape: tuple[int, ...], dtype: mx.Dtype, value_dtype: mx.Dtype
+    ) -> page_write.TokenRowIndex:
+        """write_token_rows' checks of rows shaped `shape` [R, H_kv, T, D] with these key and value dtypes at
+        these positions, then the storage index they go to (page_write.token_row_index). Changes nothing: a
+        caller that builds the write itself (serving's compiled decode step) hands its result to
+        replace_storage."""
+        if (len(shape) != 4 or shape[0] * shape[2] != len(page_ids) or len(slots) != len(page_ids)
+                or not page_ids):
+            raise ValueError(
+                f"keys shape={tuple(shape)} must be [R, H_kv, T, D] with R * T = len(page_ids)={len(page_ids)} "
+                f"= len(slots)={len(slots)} >= 1"
+            )
+        # The checks of a one-token chunk [1, H_kv, 1, D] (the rows' geometry), without slicing them out.
+        self.check_chunk_shape((1, shape[1], 1, shape[3]), dtype, value_dtype)
+        self._check_token_positions(page_ids, slots)
+        return page_write.token_row_index(tuple(page_ids), tuple(slots), shape[1], shape[2])
+
+    def replace_storage(self, keys: mx.array, values: mx.array) -> None:
+        """Take `keys` / `values` as the storage: the result of a write built over the current storage
+        (page_write.write_token_rows at an index token_rows_index gave), so of the same shape and dtype."""
+        storage = self.storage
+        if storage is None:
+            raise ValueError("replace_storage: the pool has no page storage to replace")
+        check_kv_pair(keys, values, ("keys", "values"))
+        for name, new, old in (("keys", keys, storage[0]), ("values", values, storage[1])):
+            if new.shape != old.shape or new.dtype != old.dtype:
+                raise ValueError(
+                    f"{name} shape={tuple(new.shape)} dtype={_dtype_label(new.dtype)} must match the storage it "
+                    f"replaces, shape={tuple(old.shape)} dtype={_dtype_label(old.dtype)}"
+                )
+        self._keys, self._values = keys, values
 
     def _check_token_positions(self, page_ids: list[int], slots: list[int]) -> None:
         """Every page id live, every slot inside a page, no position named twice. A decode step writes one

@@ -119,4 +119,19 @@ for build in ("a", "b"):
     serve = (f"{statistics.median(steps):.2f} ({', '.join(f'{s:.1f}' for s in steps)}), "
              f"{statistics.median(rates):.1f}" if steps else "none")
     print(f"{build}      {profile:<50}{serve}")
+print("\nserve-bench decode steps by company, each round: steps, median ms (build + submit + wait medians)")
+for build in ("a", "b"):
+    for r in range(1, rounds + 1):
+        path = out / f"serve_{build}_{r}" / "serve_bench.json"
+        if not path.exists():
+            continue
+        groups = json.loads(path.read_text())["variants"]["paged"]["metrics"].get("decode_steps_by_company", {})
+        parts = []
+        for name, group in groups.items():
+            if not group.get("steps"):
+                continue
+            split = "+".join(f"{group[key]:.2f}" for key in ("median_build_ms", "median_submit_ms", "median_wait_ms")
+                             if group.get(key) is not None)
+            parts.append(f"{name} {group['steps']}, {group['median_ms']:.2f}" + (f" ({split})" if split else ""))
+        print(f"{build} round {r}: " + "; ".join(parts))
 EOF

@@ -61,6 +61,11 @@ class StepRecord:
     usage: KvUsage
     traffic: KvTraffic  # totals so far
     table_builds: int  # block tables built so far (paged storage)
+    # Parts of decode_seconds: building the step's graph on the host, MLX's submit of it (mx.async_eval; 0
+    # without overlap, where the read-back evaluates it), and waiting for sampled tokens (read-backs).
+    decode_build_seconds: float = 0.0
+    decode_submit_seconds: float = 0.0
+    decode_wait_seconds: float = 0.0
 
 
 @dataclass
@@ -175,13 +180,16 @@ class _Scheduler:
         self._admit(waiting)
         self.read_back_seconds = 0.0
         prefill_tokens, prefill_seconds = self._prefill()
-        decode_batch, decode_seconds = self._decode()
+        decode_batch, decode_seconds, build_seconds, submit_seconds = self._decode()
         decode_seconds += self.read_back_seconds
         return StepRecord(
             prefill_tokens=prefill_tokens,
             prefill_seconds=prefill_seconds,
             decode_batch=decode_batch,
             decode_seconds=decode_seconds,
+            decode_build_seconds=build_seconds,
+            decode_submit_seconds=submit_seconds,
+            decode_wait_seconds=self.read_back_seconds if decode_batch else 0.0,
             admitted=len(self.admitted),
             usage=self.kv.usage(),
             traffic=KvTraffic(self.traffic.repack_bytes, self.traffic.gather_bytes),
@@ -221,14 +229,16 @@ class _Scheduler:
                 self.decoding[request.slot] = request
         return tokens, seconds
 
-    def _decode(self) -> tuple[int, float]:
-        """One decode step; returns (requests decoded, seconds spent here other than reading tokens back)."""
+    def _decode(self) -> tuple[int, float, float, float]:
+        """One decode step; returns (requests decoded, seconds spent here other than reading tokens back, and of
+        those the graph's build and its submit)."""
         if not self.decoding:
-            return 0, 0.0
+            return 0, 0.0, 0.0, 0.0
         started = time.perf_counter()
         rows = [self.decoding.get(slot) for slot in range(self.batch_size)]
         hidden = self.model(self._input_tokens(rows), self._offsets(rows), self.kv.decode_caches, self.traffic)
         sampled = mx.argmax(self.model.logits(hidden[:, -1]), axis=-1).astype(mx.int32)
+        graph_built = time.perf_counter()
         if self.overlap:
             mx.async_eval(sampled)
         built = time.perf_counter()
@@ -246,7 +256,8 @@ class _Scheduler:
             self.read_back()
         # Every read_back's wait (on the previous step, or on this one without overlap) reaches the step's
         # decode time through read_back_seconds, in step().
-        return sum(r is not None for r in rows), (built - started) + (finished - waited)
+        decoded = sum(r is not None for r in rows)
+        return decoded, (built - started) + (finished - waited), graph_built - started, built - graph_built
 
     def _input_tokens(self, rows: list[Request | None]) -> mx.array:
         """int32 [batch, 1]: each row's newest token, taken on the device from the step in flight if unread."""

@@ -14,7 +14,10 @@ after, traced once per layer shape: the same operations as the eager path
 (bit-for-bit the same outputs, tests/test_qwen3_model.py), with one Python call
 for each half instead of one per operation, which halves the host time those
 operations take to build. `compile_decode=False` keeps every step eager, for
-comparison.
+comparison. On the paged path with the serving stack's step batches
+(serving/step_batching_cache.py), a decode step is instead one compiled call
+over every layer, K/V writes included (serving/paged_decode_step.py);
+`whole_step=False` keeps the layer-by-layer build there too.
 
 Prefill chunks stay eager. Compiled, they were far slower on the H200 (a
 prefill profile the eager model ran in about 11 s had not finished in 55 s;
@@ -34,19 +37,26 @@ import mlx.core as mx
 
 from pagecheck.serving.kv_traffic import KvTraffic
 from pagecheck.serving.model_config import Qwen3Config
+from pagecheck.serving.paged_decode_step import PagedDecodeStep, takes_caches
 from pagecheck.serving.quantized import embedding_lookup, quantized_linear
 from pagecheck.serving.qwen3_attention import attend, check_attention_path, output_projection, project_qkv
 from pagecheck.serving.qwen3_weights import Qwen3LayerWeights, Qwen3Weights
 
 
 class Qwen3Model:
-    def __init__(self, weights: Qwen3Weights, attention_path: str = "paged", compile_decode: bool = True) -> None:
+    def __init__(
+        self, weights: Qwen3Weights, attention_path: str = "paged", compile_decode: bool = True,
+        whole_step: bool = True,
+    ) -> None:
         check_attention_path(attention_path)
-        if not isinstance(compile_decode, bool):
-            raise ValueError(f"compile_decode must be a bool, got {compile_decode!r}")
+        for name, value in (("compile_decode", compile_decode), ("whole_step", whole_step)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be a bool, got {value!r}")
         self.weights = weights
         self.attention_path = attention_path
         self._compiled = _CompiledLayerHalves(weights) if compile_decode else None
+        use_step = compile_decode and whole_step and attention_path == "paged"
+        self._whole_step = PagedDecodeStep(weights, attention_inputs, layer_output) if use_step else None
 
     @property
     def config(self) -> Qwen3Config:
@@ -71,6 +81,8 @@ class Qwen3Model:
         traffic = KvTraffic() if traffic is None else traffic
         config = self.config
         compiled = self._compiled if tokens.shape[1] == 1 and isinstance(offsets, mx.array) else None
+        if compiled is not None and self._whole_step is not None and takes_caches(caches):
+            return self._whole_step(tokens, offsets, caches)
         hidden = embedding_lookup(tokens, self.weights.embed_tokens)
         for index, (layer, cache) in enumerate(zip(self.weights.layers, caches)):
             if compiled is None:

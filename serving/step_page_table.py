@@ -15,8 +15,9 @@ import mlx.core as mx
 
 class StepPageTable:
     def __init__(self) -> None:
-        # (rows, context_lens, (block_table, context_lens arrays)) of each distinct table built this step.
-        self._tables: list[tuple[list[tuple[int, ...]], list[int], tuple[mx.array, mx.array]]] = []
+        # (rows, context_lens, width step, (block_table, context_lens arrays)) of each distinct table built
+        # this step.
+        self._tables: list[tuple[list[tuple[int, ...]], list[int], int, tuple[mx.array, mx.array]]] = []
         self.builds = 0
         # One tuple object per distinct page-id row made this step (shared_row).
         self._rows: dict[tuple[int, ...], tuple[int, ...]] = {}
@@ -31,19 +32,23 @@ class StepPageTable:
         rows that are one object compare in O(1) in `arrays`."""
         return self._rows.setdefault(row, row)
 
-    def arrays(self, rows: Sequence[Sequence[int]], context_lens: list[int]) -> tuple[mx.array, mx.array]:
-        """(block_table int32 [B, widest row] padded with -1, context_lens int32 [B]).
+    def arrays(
+        self, rows: Sequence[Sequence[int]], context_lens: list[int], width_step: int = 1
+    ) -> tuple[mx.array, mx.array]:
+        """(block_table int32 [B, width] padded with -1, context_lens int32 [B]), where width is the widest
+        row rounded up to a multiple of `width_step` (a compiled step keeps one trace per width).
 
         Rows given as tuples (TinyKvPagedCache.page_id_tuple) are compared and kept without a copy; rows
         from shared_row compare by identity."""
         rows = [row if isinstance(row, tuple) else tuple(row) for row in rows]
         # Whole-list comparison runs in C; a step holds one table per phase, so the scan is short.
-        for seen_rows, seen_lens, tables in self._tables:
-            if seen_lens == context_lens and seen_rows == rows:
+        for seen_rows, seen_lens, seen_step, tables in self._tables:
+            if seen_step == width_step and seen_lens == context_lens and seen_rows == rows:
                 return tables
-        width = max((len(row) for row in rows), default=0)
+        widest = max((len(row) for row in rows), default=0)
+        width = -(-widest // width_step) * width_step
         block_table = mx.array([list(row) + [-1] * (width - len(row)) for row in rows], dtype=mx.int32)
         tables = (block_table, mx.array(context_lens, dtype=mx.int32))
-        self._tables.append((rows, list(context_lens), tables))
+        self._tables.append((rows, list(context_lens), width_step, tables))
         self.builds += 1
         return tables

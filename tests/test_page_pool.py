@@ -268,3 +268,35 @@ def test_a_checkpoint_shares_the_free_pages_and_a_rollback_restores_their_order(
     assert [pool.is_live(i) for i in ids] == live_before
     assert [pool.allocate_page() for _ in range(len(free_before))] == free_before[::-1]
     assert pool.num_free_pages == 0 and pool.allocate_page() == len(ids)
+
+
+def test_a_write_built_elsewhere_goes_through_token_rows_index_and_replace_storage(rng) -> None:
+    # serving's compiled decode step: the pool checks the positions and gives the index, the caller writes
+    # the rows, and the pool takes the written storage.
+    from pagecheck.impl import page_write
+
+    pool = _pool_of_written_pages(rng, 2)
+    rows, _ = random_chunk(rng, 1)
+    before = pool_state(pool)
+    with pytest.raises(ValueError, match="name one position twice"):
+        pool.token_rows_index([0, 0], [1, 1], (2, HEADS, 1, HEAD_DIM), mx.float32, mx.float32)
+    with pytest.raises(ValueError, match="is free"):
+        freed = pool.allocate_page()
+        pool.free_page(freed)
+        pool.token_rows_index([freed], [0], (1, HEADS, 1, HEAD_DIM), mx.float32, mx.float32)
+    with pytest.raises(ValueError, match="does not match the existing page storage"):
+        pool.token_rows_index([1], [0], (1, HEADS + 1, 1, HEAD_DIM), mx.float32, mx.float32)
+    index = pool.token_rows_index([1], [2], (1, HEADS, 1, HEAD_DIM), mx.float32, mx.float32)
+    keys, values = pool.storage
+    with pytest.raises(ValueError, match="must match the storage it replaces"):
+        pool.replace_storage(keys[:1], values[:1])
+    pool.replace_storage(page_write.write_token_rows(keys, index, rows), page_write.write_token_rows(values, index, rows))
+    written_key, _ = pool.read_page(1)
+    assert np.array_equal(to_numpy(written_key)[0, :, 2], to_numpy(rows)[0, :, 0])
+    assert pool_state(pool)[0] == before[0] + 1  # the page allocated and freed above is the only new one
+
+
+def test_replace_storage_needs_storage() -> None:
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    with pytest.raises(ValueError, match="no page storage to replace"):
+        pool.replace_storage(mx.zeros((4, HEADS, PAGE_SIZE, HEAD_DIM)), mx.zeros((4, HEADS, PAGE_SIZE, HEAD_DIM)))

@@ -194,3 +194,15 @@ def test_waiting_for_the_queued_decode_step_is_decode_time_even_inside_a_prefill
     assert any(reads_inside_prefill), "the trace never read a decode step back during a prefill chunk"
     assert [step.prefill_seconds for step in result.steps] == [0.0] * len(result.steps)
     assert sum(step.decode_seconds for step in result.steps) == len(reads_inside_prefill) - 1
+
+
+def test_a_step_table_width_is_the_widest_row_rounded_up_to_the_width_step() -> None:
+    from pagecheck.serving.step_page_table import StepPageTable
+
+    table = StepPageTable()
+    narrow, _ = table.arrays([(4, 5, 6), (7,)], [10, 2])
+    wide, lens = table.arrays([(4, 5, 6), (7,)], [10, 2], width_step=4)
+    assert narrow.tolist() == [[4, 5, 6], [7, -1, -1]]
+    assert wide.tolist() == [[4, 5, 6, -1], [7, -1, -1, -1]] and lens.tolist() == [10, 2]
+    assert table.arrays([(4, 5, 6), (7,)], [10, 2], width_step=4)[0] is wide
+    assert table.builds == 2

@@ -12,7 +12,8 @@ the share of held token slots that held no token, over all steps.
 `decode_steps_by_company` splits the decode steps into those that ran alone
 and those that shared their scheduler step with a prefill chunk (whose wait
 for the device work queued before the chunk counts as decode time), each with
-its count, median milliseconds and mean batch.
+its count, median milliseconds and mean batch, and the medians of a step's
+parts: building its graph, MLX's submit, and waiting for sampled tokens.
 """
 
 from __future__ import annotations
@@ -34,10 +35,18 @@ def _rate(count: int, seconds: float) -> float | None:
 
 def _decode_steps(steps: list[Any]) -> dict[str, Any]:
     decoding = [step for step in steps if step.decode_batch]
+
+    def median_ms(part: str) -> float | None:
+        return _percentile([1000 * getattr(step, part) for step in decoding], 50)
+
     return {
         "steps": len(decoding),
-        "median_ms": _percentile([1000 * step.decode_seconds for step in decoding], 50),
+        "median_ms": median_ms("decode_seconds"),
         "mean_batch": sum(step.decode_batch for step in decoding) / len(decoding) if decoding else None,
+        # Where a step's time goes (medians of each part, so they need not add up to median_ms).
+        "median_build_ms": median_ms("decode_build_seconds"),
+        "median_submit_ms": median_ms("decode_submit_seconds"),
+        "median_wait_ms": median_ms("decode_wait_seconds"),
     }
 
 

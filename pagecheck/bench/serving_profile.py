@@ -13,7 +13,8 @@ result; then the graph's primitives by kind and a cProfile of one graph
 build. A program for finding what to fix, not a benchmark of record
 (serve-bench is that):
 
-    python -m pagecheck.bench.serving_profile [--model qwen3-0.6b] [--batch 8] [--context 2048] [--variant paged] [--eager]
+    python -m pagecheck.bench.serving_profile [--model qwen3-0.6b] [--batch 8] [--context 2048] [--variant paged]
+        [--eager | --layer-halves]
     python -m pagecheck.bench.serving_profile --phase prefill [--chunk 128] [--context 2048]
 """
 
@@ -99,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="tokens per timed prompt chunk with --phase prefill (default: serve-bench's prefill step)")
     parser.add_argument("--eager", action="store_true",
                         help="build decode steps op by op, without the model's compiled layer halves")
+    parser.add_argument("--layer-halves", action="store_true",
+                        help="build paged decode steps layer by layer (two compiled halves a layer) instead of "
+                             "as one compiled step")
     parser.add_argument("--cpu", action="store_true")
     args = parser.parse_args(argv)
     for name in ("batch", "context", "steps", "page_size", "prefill_chunk", "chunk"):
@@ -108,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         mx.set_default_device(mx.cpu)
     config = model_config(args.model, args.layers)
     dtype = getattr(mx, args.dtype)
-    model = Qwen3Model(random_qwen3_weights(config, seed=0, dtype=dtype), args.variant, compile_decode=not args.eager)
+    model = Qwen3Model(random_qwen3_weights(config, seed=0, dtype=dtype), args.variant, compile_decode=not args.eager,
+                       whole_step=not args.layer_halves)
     kv = serving_kv_for(args.variant, config.num_layers, args.batch,
                         2 * config.num_kv_heads * config.head_dim * dtype.size, args.page_size)
     traffic = KvTraffic()
@@ -124,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
     position = args.context
     setting = (f"{config.name} ({config.num_layers} layers), {args.variant}, page {args.page_size}, {args.dtype}, "
-               f"{'eager' if args.eager else 'compiled'} decode")
+               f"{'eager' if args.eager else 'compiled layer halves' if args.layer_halves else 'compiled'} decode")
     if args.phase == "prefill":
         # The warm-up chunks, the timed ones, and one each for the graph and the profile.
         chunks = WARMUP_STEPS + args.steps + 2
