@@ -14,17 +14,19 @@ after, traced once per layer shape: the same operations as the eager path
 (bit-for-bit the same outputs, tests/test_qwen3_model.py), with one Python call
 for each half instead of one per operation, which halves the host time those
 operations take to build. `compile_decode=False` keeps every step eager, for
-comparison. On the paged path with the serving stack's step batches
-(serving/step_batching_cache.py), a decode step is instead one compiled call
-over every layer, K/V writes included (serving/paged_decode_step.py);
-`whole_step=False` keeps the layer-by-layer build there too.
+comparison. On the paged path with the serving stack's step caches
+(serving/step_batching_cache.py, serving/step_paged_cache.py), a decode step
+and a full prefill chunk are instead one compiled call over every layer, K/V
+writes included (serving/paged_step.py); `whole_step=False` keeps the
+layer-by-layer build there too.
 
-Prefill chunks stay eager. Compiled, they were far slower on the H200 (a
-prefill profile the eager model ran in about 11 s had not finished in 55 s;
-ext/kernels/NOTES.md v15): a trace is shape-specialized, so the SwiGLU
-product, compiled shapeless to serve every chunk length with one kernel, is
-fused anew inside each trace, and on the GPU a new fused kernel is a JIT
-compile.
+Otherwise prefill chunks run eager. Their layer halves compiled per chunk were
+far slower on the H200 (a prefill profile the eager model ran in about 11 s had
+not finished in 55 s; ext/kernels/NOTES.md v15): a trace is shape-specialized
+(the chunk's int offset was a constant of it), so every chunk traced anew, and
+on the GPU a new fused kernel is a JIT compile. The whole-step trace takes the
+offsets as an array and is kept per chunk length, table width step and storage
+size.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import mlx.core as mx
 
 from pagecheck.serving.kv_traffic import KvTraffic
 from pagecheck.serving.model_config import Qwen3Config
-from pagecheck.serving.paged_decode_step import PagedDecodeStep, takes_caches
+from pagecheck.serving import paged_step
 from pagecheck.serving.quantized import embedding_lookup, quantized_linear
 from pagecheck.serving.qwen3_attention import attend, check_attention_path, output_projection, project_qkv
 from pagecheck.serving.qwen3_weights import Qwen3LayerWeights, Qwen3Weights
@@ -56,7 +58,7 @@ class Qwen3Model:
         self.attention_path = attention_path
         self._compiled = _CompiledLayerHalves(weights) if compile_decode else None
         use_step = compile_decode and whole_step and attention_path == "paged"
-        self._whole_step = PagedDecodeStep(weights, attention_inputs, layer_output) if use_step else None
+        self._whole_step = paged_step.CompiledPagedStep(weights, attention_inputs, layer_output) if use_step else None
 
     @property
     def config(self) -> Qwen3Config:
@@ -80,9 +82,9 @@ class Qwen3Model:
             raise ValueError(f"caches has {len(caches)} entries; the model has {self.config.num_layers} layers")
         traffic = KvTraffic() if traffic is None else traffic
         config = self.config
-        compiled = self._compiled if tokens.shape[1] == 1 and isinstance(offsets, mx.array) else None
-        if compiled is not None and self._whole_step is not None and takes_caches(caches):
+        if self._whole_step is not None and paged_step.takes(tokens, offsets, caches):
             return self._whole_step(tokens, offsets, caches)
+        compiled = self._compiled if tokens.shape[1] == 1 and isinstance(offsets, mx.array) else None
         hidden = embedding_lookup(tokens, self.weights.embed_tokens)
         for index, (layer, cache) in enumerate(zip(self.weights.layers, caches)):
             if compiled is None:

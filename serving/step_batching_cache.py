@@ -7,42 +7,24 @@ one method that builds the batch's block table; tests/test_serving_variants.py
 counts builds per step, so a renamed hook shows up as a failing test rather
 than as silently rebuilt tables.
 
-A decode step compiled as one call (serving/paged_decode_step.py) writes the
-layer's K/V inside its graph, so it appends in two halves: `claim_decode_tokens`
-runs the one-token append's checks and claims (nothing written yet), and
-either `finish_decode_claim` takes the written storage or
-`abandon_decode_claim` gives every claim back.
+A decode step compiled as one call (serving/paged_step.py) writes the layer's
+K/V inside its graph, so it appends in two halves (serving/step_claim.py):
+`claim_tokens` runs the one-token append's checks and claims, then
+`finish_claim` or `abandon_claim`. An empty slot's storage row repeats the
+first active row's position and K/V, so the write keeps the batch's shape
+whatever the slots hold and writes every position with one value.
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import mlx.core as mx
 
 from pagecheck.impl import page_write
 from pagecheck.impl.kv_cache import BatchingKvCache, slot_rows
-from pagecheck.impl.page_pool import PoolCheckpoint, TinyKvPagedPool
-from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
+from pagecheck.impl.page_pool import TinyKvPagedPool
 from pagecheck.impl.paged_metadata import PagedKvMetadata
+from pagecheck.serving.step_claim import StepClaim
 from pagecheck.serving.step_page_table import StepPageTable
-
-
-class DecodeClaim(NamedTuple):
-    """One layer's positions for a decode step's token, claimed before the step's graph writes them."""
-
-    pool: TinyKvPagedPool
-    active: list[tuple[int, TinyKvPagedCache]]
-    pool_before: PoolCheckpoint
-    # Where the B rows of K/V [B, H_kv, 1, D] go in storage. An empty slot's row repeats the first active
-    # row's position and its K/V is that row's (`rows`), so the write keeps the shape [B, ...] whatever
-    # the slots hold and writes every position with one value.
-    index: page_write.TokenRowIndex
-    rows: mx.array | None  # int32 [B], the K/V row each storage row takes; None: every row its own
-    key_storage: mx.array
-    value_storage: mx.array
-    block_table: mx.array
-    context_lens: mx.array
 
 
 class StepBatchingKvCache(BatchingKvCache):
@@ -73,11 +55,10 @@ class StepBatchingKvCache(BatchingKvCache):
         lens = [0 if cache is None else cache.offset for cache in slots]
         return self._table.arrays(rows, lens, width_step)
 
-    def claim_decode_tokens(self, shape: tuple[int, ...], dtype: mx.Dtype, width_step: int = 1) -> DecodeClaim:
-        """update_and_fetch_paged's checks and claims for one token per active request, with keys and values
+    def claim_tokens(self, shape: tuple[int, ...], dtype: mx.Dtype, width_step: int = 1) -> StepClaim:
+        """update_and_fetch_paged's checks and claims for one token per active request, for keys and values
         shaped `shape` [B, H_kv, 1, D] of `dtype` that the caller has not built yet; the table's width is a
-        multiple of `width_step`. Until finish_decode_claim or abandon_decode_claim, the claimed tokens count
-        in the caches but their K/V is not in storage."""
+        multiple of `width_step`."""
         if len(shape) != 4 or shape[2] != 1:
             raise ValueError(f"keys shape={tuple(shape)} must be [B, H_kv, 1, D]: a decode claim is one token a row")
         active = self._check_batch_shape(shape, dtype, dtype, 1)
@@ -91,8 +72,8 @@ class StepBatchingKvCache(BatchingKvCache):
             index = pool.token_rows_index(pages, slots, (len(active), *shape[1:]), dtype, dtype)
             rows = None
             if len(active) != shape[0]:
-                # Each storage row b takes K/V row source[b]: its own where slot b is active, else the first
-                # active slot's, written again at that slot's position.
+                # Storage row b takes K/V row source[b]: its own where slot b is active, else the first active
+                # slot's, written again at that slot's position.
                 by_slot = dict(zip((slot for slot, _ in active), positions))
                 first = active[0][0]
                 source = tuple(slot if slot in by_slot else first for slot in range(shape[0]))
@@ -104,13 +85,14 @@ class StepBatchingKvCache(BatchingKvCache):
         except BaseException:
             self._give_back_tokens(pool, active, pool_before)
             raise
-        return DecodeClaim(pool, active, pool_before, index, rows, storage[0], storage[1], block_table, context_lens)
+        return StepClaim(pool, (active, pool_before), index, rows, storage[0], storage[1], block_table, context_lens)
 
-    def finish_decode_claim(self, claim: DecodeClaim, keys: mx.array, values: mx.array) -> None:
-        """Take the storage the step's graph wrote at the claim's index (pages [capacity, H_kv, page, D])."""
+    def finish_claim(self, claim: StepClaim, keys: mx.array, values: mx.array) -> None:
+        """Take the storage the step's graph wrote at the claim's index."""
         claim.pool.replace_storage(keys, values)
         self.HD = (keys.shape[1], keys.shape[3])
 
-    def abandon_decode_claim(self, claim: DecodeClaim) -> None:
+    def abandon_claim(self, claim: StepClaim) -> None:
         """Give back every token of the claim, and its pages, as if it had never been made."""
-        self._give_back_tokens(claim.pool, claim.active, claim.pool_before)
+        active, pool_before = claim.undo
+        self._give_back_tokens(claim.pool, active, pool_before)

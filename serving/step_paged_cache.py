@@ -2,7 +2,10 @@
 
 Its appends (prefill chunks) write the whole chunk in one storage update per
 tensor (TinyKvPagedPool.write_token_rows) instead of one per page; positions,
-pages and the all-or-nothing rule are TinyKvPagedCache's.
+pages and the all-or-nothing rule are TinyKvPagedCache's. A prefill chunk
+compiled as one call (serving/paged_step.py) appends in two halves instead
+(serving/step_claim.py): `claim_tokens`, then `finish_claim` or
+`abandon_claim`.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import mlx.core as mx
 from pagecheck.impl.page_pool import TinyKvPagedPool
 from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
 from pagecheck.impl.paged_metadata import PagedKvMetadata
+from pagecheck.serving.step_claim import StepClaim
 from pagecheck.serving.step_page_table import StepPageTable
 
 
@@ -48,3 +52,31 @@ class StepPagedKvCache(TinyKvPagedCache):
             page_size=self.pool.page_size,
             mask=mask,
         )
+
+    def claim_tokens(self, shape: tuple[int, ...], dtype: mx.Dtype, width_step: int = 1) -> StepClaim:
+        """append's checks and claims for a chunk of keys and values shaped `shape` [1, H_kv, L, D] of `dtype`
+        that the caller has not built yet; the table's width is a multiple of `width_step`."""
+        self._pool.check_chunk_shape(tuple(shape), dtype, dtype)
+        pool_before, cache_before = self._pool.checkpoint(), self.checkpoint()
+        try:
+            if self._pool.storage is None:
+                raise ValueError("the pool has no page storage yet; the request's first chunk writes it")
+            page_ids, slots = self.claim_token_slots(shape[2])
+            index = self._pool.token_rows_index(page_ids, slots, tuple(shape), dtype, dtype)
+            keys, values = self._pool.storage  # after the claims: a new page may have grown it
+            block_table, context_lens = self._table.arrays([self.page_id_tuple], [self.offset], width_step)
+        except BaseException:
+            self._pool.rollback(pool_before)
+            self.rollback(cache_before)
+            raise
+        return StepClaim(self._pool, (pool_before, cache_before), index, None, keys, values, block_table, context_lens)
+
+    def finish_claim(self, claim: StepClaim, keys: mx.array, values: mx.array) -> None:
+        """Take the storage the step's graph wrote at the claim's index."""
+        claim.pool.replace_storage(keys, values)
+
+    def abandon_claim(self, claim: StepClaim) -> None:
+        """Put the pool and this cache back as they were before the claim."""
+        pool_before, cache_before = claim.undo
+        self._pool.rollback(pool_before)
+        self.rollback(cache_before)

@@ -1,4 +1,4 @@
-"""The decode step compiled as one call (serving/paged_decode_step.py) against the layer-by-layer build.
+"""The decode step compiled as one call (serving/paged_step.py) against the layer-by-layer build.
 
 Both build the same operations, so the logits must agree bit for bit, and the
 caches and pools must end in the same state. A step is all or nothing: a
@@ -11,7 +11,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-import pagecheck.serving.paged_decode_step as paged_decode_step
+import pagecheck.serving.paged_step as paged_step
 from pagecheck.serving.qwen3 import Qwen3Model
 from pagecheck.serving.serving_kv import PagedServingKv
 from pagecheck.serving.step_batching_cache import StepBatchingKvCache
@@ -86,11 +86,11 @@ def shapes_of(layer_inputs) -> tuple[int, int]:
 def traces_and_calls(monkeypatch) -> tuple[list, list]:
     """Record the shapes of every trace of the step's graph and of every step's compiled call."""
     traces, calls = [], []
-    original_graph = paged_decode_step.PagedDecodeStep._graph
-    monkeypatch.setattr(paged_decode_step.PagedDecodeStep, "_graph",
+    original_graph = paged_step.CompiledPagedStep._graph
+    monkeypatch.setattr(paged_step.CompiledPagedStep, "_graph",
                         lambda self, tokens, offsets, layer_inputs: traces.append(shapes_of(layer_inputs))
                         or original_graph(self, tokens, offsets, layer_inputs))
-    original_call = paged_decode_step.PagedDecodeStep.__init__
+    original_call = paged_step.CompiledPagedStep.__init__
 
     def init(self, *args):
         original_call(self, *args)
@@ -98,7 +98,7 @@ def traces_and_calls(monkeypatch) -> tuple[list, list]:
         self._compiled = lambda tokens, offsets, layer_inputs: calls.append(shapes_of(layer_inputs)) or compiled(
             tokens, offsets, layer_inputs)
 
-    monkeypatch.setattr(paged_decode_step.PagedDecodeStep, "__init__", init)
+    monkeypatch.setattr(paged_step.CompiledPagedStep, "__init__", init)
     return traces, calls
 
 
@@ -115,12 +115,12 @@ def test_the_step_traces_once_per_table_width_and_storage_size(monkeypatch) -> N
 
 
 def test_the_table_width_is_a_multiple_of_the_width_step(monkeypatch) -> None:
-    monkeypatch.setattr(paged_decode_step, "WIDTH_STEP_TOKENS", 2 * PAGE_SIZE)
+    monkeypatch.setattr(paged_step, "WIDTH_STEP_TOKENS", 2 * PAGE_SIZE)
     _, calls = traces_and_calls(monkeypatch)
     model, kv, lengths = prefilled(True)
     decode(model, kv, lengths, 6)  # slot 0 holds 8..13 tokens with each step's token: 2, 3, 3, 3, 4, 4 pages
     assert [width for width, _ in calls] == [2, 4, 4, 4, 4, 4]
-    monkeypatch.setattr(paged_decode_step, "WIDTH_STEP_TOKENS", 512)
+    monkeypatch.setattr(paged_step, "WIDTH_STEP_TOKENS", 512)
     _, calls = traces_and_calls(monkeypatch)
     model, kv, lengths = prefilled(True)
     decode(model, kv, lengths, 2)
@@ -140,9 +140,9 @@ def test_a_step_that_fails_leaves_every_layer_as_it_was(monkeypatch, where) -> N
     if where == "claim":
         # The last layer's claim fails after every other layer has claimed.
         last = kv.decode_caches[-1]
-        monkeypatch.setattr(last, "claim_decode_tokens", fail)
+        monkeypatch.setattr(last, "claim_tokens", fail)
     else:
-        monkeypatch.setattr(paged_decode_step, "check_paged_inputs", fail)
+        monkeypatch.setattr(paged_step, "check_paged_inputs", fail)
     kv.table.start_step()
     with pytest.raises(ValueError, match="injected failure"):
         model(mx.array([[1], [1], [1]], dtype=mx.int32), mx.array(lengths, dtype=mx.int32), kv.decode_caches)
@@ -164,15 +164,77 @@ def test_a_claim_checks_the_shape_and_gives_nothing_without_storage() -> None:
     batch = kv.decode_caches[0]
     config = SERVING_CONFIG
     with pytest.raises(ValueError, match=r"must be \[B, H_kv, 1, D\]"):
-        batch.claim_decode_tokens((BATCH, config.num_kv_heads, 2, config.head_dim), mx.float32)
+        batch.claim_tokens((BATCH, config.num_kv_heads, 2, config.head_dim), mx.float32)
     with pytest.raises(ValueError, match="max_active_requests=3"):
-        batch.claim_decode_tokens((2, config.num_kv_heads, 1, config.head_dim), mx.float32)
+        batch.claim_tokens((2, config.num_kv_heads, 1, config.head_dim), mx.float32)
     offsets = [cache.offset for cache in kv.caches(0)]
     empty = PagedServingKv(1, 1, 4, PAGE_SIZE)
     empty.open_request(0, 8)
     empty.admit_to_decode(0, 0)
     with pytest.raises(ValueError, match="no page storage yet"):
-        empty.decode_caches[0].claim_decode_tokens((1, config.num_kv_heads, 1, config.head_dim), mx.float32)
+        empty.decode_caches[0].claim_tokens((1, config.num_kv_heads, 1, config.head_dim), mx.float32)
     assert empty.caches(0)[0].offset == 0 and empty.pools[0].num_pages == 0
     assert [cache.offset for cache in kv.caches(0)] == offsets
     assert isinstance(batch, StepBatchingKvCache)
+
+
+def prefill_logits(whole_step: bool, chunk: int, prompt_len: int = 21) -> tuple[list[mx.array], PagedServingKv]:
+    """A second request prefilled in chunks of `chunk` after a first one gave the pools their storage."""
+    weights = serving_weights()
+    config = weights.config
+    model = Qwen3Model(weights, "paged", whole_step=whole_step)
+    kv = PagedServingKv(config.num_layers, BATCH, 2 * config.num_kv_heads * config.head_dim * 4, PAGE_SIZE)
+    model(mx.array([PROMPTS[0]], dtype=mx.int32), 0, kv.open_request(0, 64))
+    caches = kv.open_request(1, 64)
+    prompt = [(7 * i + 3) % config.vocab_size for i in range(prompt_len)]
+    out = []
+    for start in range(0, prompt_len, chunk):
+        kv.table.start_step()
+        hidden = model(mx.array([prompt[start : start + chunk]], dtype=mx.int32), start, caches)
+        out.append(model.logits(hidden))
+        mx.eval(out[-1])
+    return out, kv
+
+
+def test_full_prefill_chunks_run_as_one_compiled_call_equal_to_the_layer_by_layer_build(monkeypatch) -> None:
+    monkeypatch.setattr(paged_step, "CHUNK_MULTIPLE", 4)
+    traces, calls = traces_and_calls(monkeypatch)
+    ours, our_kv = prefill_logits(True, 8)
+    # Chunks of 8, 8 and 5 tokens: the two full ones compile (one trace each: the storage grew), the last
+    # runs layer by layer.
+    assert len(calls) == 2 and len(traces) == len(set(calls))
+    theirs, their_kv = prefill_logits(False, 8)
+    for index, (mine, reference) in enumerate(zip(ours, theirs)):
+        assert mx.array_equal(mine, reference).item(), f"prefill chunk {index} differs"
+    assert_same_state(kv_state(our_kv), kv_state(their_kv))
+
+
+def test_a_prefill_chunk_that_fails_leaves_every_layer_as_it_was(monkeypatch) -> None:
+    monkeypatch.setattr(paged_step, "CHUNK_MULTIPLE", 4)
+    _, kv = prefill_logits(True, 8, prompt_len=8)
+    before = kv_state(kv)
+    model = Qwen3Model(serving_weights(), "paged")
+    last = kv.caches(1)[-1]
+
+    def fail(*args, **kwargs):
+        raise ValueError("injected failure")
+
+    monkeypatch.setattr(last, "claim_tokens", fail)
+    with pytest.raises(ValueError, match="injected failure"):
+        model(mx.array([[1] * 8], dtype=mx.int32), 8, kv.caches(1))
+    assert_same_state(kv_state(kv), before)
+
+
+def test_a_served_trace_gives_the_same_tokens_with_compiled_chunks(monkeypatch) -> None:
+    from pagecheck.serving.batch import batch_generate
+    from tests.serving_fixtures import PREFILL_STEP, short_trace
+
+    monkeypatch.setattr(paged_step, "CHUNK_MULTIPLE", PREFILL_STEP)
+    traces, calls = traces_and_calls(monkeypatch)
+    outputs = []
+    for whole_step in (True, False):
+        model = Qwen3Model(serving_weights(), "paged", whole_step=whole_step)
+        result = batch_generate(model, short_trace(), batch_size=BATCH, prefill_step=PREFILL_STEP, page_size=PAGE_SIZE)
+        outputs.append(result.outputs)
+    assert outputs[0] == outputs[1]
+    assert calls, "the compiled step ran"
