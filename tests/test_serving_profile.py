@@ -7,10 +7,13 @@ import pytest
 from pagecheck.bench import serving_profile
 
 
-@pytest.mark.parametrize("mode", ["compiled", "eager"])
+MODE_FLAGS = {"compiled": [], "compiled layer halves": ["--layer-halves"], "eager": ["--eager"]}
+
+
+@pytest.mark.parametrize("mode", list(MODE_FLAGS))
 def test_a_small_profile_reports_spans_and_the_step_graph(capsys, mode: str) -> None:
     argv = ["--model", "qwen3-tiny", "--layers", "2", "--batch", "2", "--context", "20", "--steps", "2",
-            "--prefill-chunk", "20", "--cpu"] + (["--eager"] if mode == "eager" else [])
+            "--prefill-chunk", "20", "--cpu"] + MODE_FLAGS[mode]
     assert serving_profile.main(argv) == 0
     out = capsys.readouterr().out
     assert f"{mode} decode, batch 2" in out
