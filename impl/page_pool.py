@@ -254,7 +254,7 @@ class TinyKvPagedPool:
     ) -> page_write.TokenRowIndex:
         """write_token_rows' checks of rows shaped `shape` [R, H_kv, T, D] with these key and value dtypes at
         these positions, then the storage index they go to (page_write.token_row_index). Changes nothing: a
-        caller that builds the write itself (serving's compiled decode step) hands its result to
+        caller that builds the write itself (serving's compiled step, serving/paged_step.py) hands its result to
         replace_storage."""
         if (len(shape) != 4 or shape[0] * shape[2] != len(page_ids) or len(slots) != len(page_ids)
                 or not page_ids):

@@ -271,7 +271,7 @@ def test_a_checkpoint_shares_the_free_pages_and_a_rollback_restores_their_order(
 
 
 def test_a_write_built_elsewhere_goes_through_token_rows_index_and_replace_storage(rng) -> None:
-    # serving's compiled decode step: the pool checks the positions and gives the index, the caller writes
+    # serving's compiled step: the pool checks the positions and gives the index, the caller writes
     # the rows, and the pool takes the written storage.
     from pagecheck.impl import page_write
 

@@ -50,7 +50,9 @@ def decode(model: Qwen3Model, kv: PagedServingKv, lengths: list[int], steps: int
 def kv_state(kv: PagedServingKv) -> list:
     """Every pool's counts, free ids and storage, every open cache's pages and offset."""
     pools = [(pool.num_pages, pool.free_page_ids, pool.storage) for pool in kv.pools]
-    caches = [(cache.page_ids, cache.page_lens, cache.offset) for rid in kv.open_request_ids for cache in kv.caches(rid)]
+    caches = [
+        (cache.page_ids, cache.page_lens, cache.offset) for rid in kv.open_request_ids for cache in kv.caches(rid)
+    ]
     return [pools, caches]
 
 
