@@ -257,7 +257,8 @@ class _Scheduler:
         # Every read_back's wait (on the previous step, or on this one without overlap) reaches the step's
         # decode time through read_back_seconds, in step().
         decoded = sum(r is not None for r in rows)
-        return decoded, (built - started) + (finished - waited), graph_built - started, built - graph_built
+        submit = built - graph_built if self.overlap else 0.0
+        return decoded, (built - started) + (finished - waited), graph_built - started, submit
 
     def _input_tokens(self, rows: list[Request | None]) -> mx.array:
         """int32 [batch, 1]: each row's newest token, taken on the device from the step in flight if unread."""

@@ -246,3 +246,5 @@ def test_compile_decode_must_be_a_bool() -> None:
 
     with pytest.raises(ValueError, match="compile_decode must be a bool, got 1"):
         Qwen3Model(serving_weights(), "paged", compile_decode=1)
+    with pytest.raises(ValueError, match="whole_step must be a bool, got 'yes'"):
+        Qwen3Model(serving_weights(), "paged", whole_step="yes")

@@ -206,3 +206,27 @@ def test_a_step_table_width_is_the_widest_row_rounded_up_to_the_width_step() -> 
     assert wide.tolist() == [[4, 5, 6, -1], [7, -1, -1, -1]] and lens.tolist() == [10, 2]
     assert table.arrays([(4, 5, 6), (7,)], [10, 2], width_step=4)[0] is wide
     assert table.builds == 2
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_decode_step_splits_into_build_submit_and_wait(overlap: bool) -> None:
+    from pagecheck.bench.serving_metrics import serving_metrics
+
+    result = batch_generate(
+        serving_model("paged"), short_trace(), batch_size=BATCH_SIZE, prefill_step=PREFILL_STEP,
+        page_size=PAGE_SIZE, overlap=overlap,
+    )
+    for step in result.steps:
+        parts = step.decode_build_seconds + step.decode_submit_seconds + step.decode_wait_seconds
+        assert parts <= step.decode_seconds + 1e-9
+        if step.decode_batch:
+            assert step.decode_build_seconds > 0
+        else:
+            assert parts == 0
+        if not overlap:
+            assert step.decode_submit_seconds == 0  # the read-back evaluates the step
+    groups = serving_metrics(result, SERVING_CONFIG.num_layers)["decode_steps_by_company"]
+    for group in groups.values():
+        if group["steps"]:
+            assert group["median_build_ms"] > 0 and group["median_wait_ms"] >= 0
+            assert group["median_submit_ms"] >= 0 if overlap else group["median_submit_ms"] == 0
