@@ -134,9 +134,7 @@ class BatchingKvCache:
             for _, cache in active:
                 positions.append(cache.claim_token_slot())
         except BaseException:
-            for _, cache in reversed(active[: len(positions)]):
-                cache.rewind(1)
-            pool.rollback(pool_before)
+            BatchingKvCache._give_back_tokens(pool, active[: len(positions)], pool_before)
             raise
         return positions, pool_before
 

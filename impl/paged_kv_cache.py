@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import mlx.core as mx
 
-from pagecheck.impl.page_pool import TinyKvPagedPool, is_int
+from pagecheck.impl.page_pool import PoolCheckpoint, TinyKvPagedPool, is_int
 from pagecheck.impl.paged_metadata import PagedKvMetadata
 
 __all__ = ["CacheCheckpoint", "PagedKvMetadata", "TinyKvPagedCache", "TinyKvPagedPool"]
@@ -122,9 +122,13 @@ class TinyKvPagedCache:
         try:
             self._write_chunk(key, value)
         except BaseException:
-            self._pool.rollback(pool_before)
-            self.rollback(cache_before)
+            self._restore(pool_before, cache_before)
             raise
+
+    def _restore(self, pool_before: PoolCheckpoint, cache_before: CacheCheckpoint) -> None:
+        """Put the pool and this cache back to checkpoints taken before a failed append."""
+        self._pool.rollback(pool_before)
+        self.rollback(cache_before)
 
     def _write_chunk(self, key: mx.array, value: mx.array) -> None:
         written = 0

@@ -38,6 +38,7 @@ import mlx.core as mx
 
 from pagecheck import ext
 from pagecheck.impl import page_write
+from pagecheck.impl.page_pool import TinyKvPagedPool
 from pagecheck.reference.validation import check_paged_inputs
 from pagecheck.serving.model_config import Qwen3Config
 from pagecheck.serving.quantized import embedding_lookup
@@ -63,11 +64,12 @@ class _QueryShape(NamedTuple):
     dtype: mx.Dtype
 
 
-def _has_storage(cache: Any) -> bool:
+def _pool_of(cache: Any) -> TinyKvPagedPool | None:
+    """The page pool a step cache writes to (a batch's: its first active request's), None if it has none."""
     if isinstance(cache, StepBatchingKvCache):
         active = cache.active_request_ids
-        return bool(active) and cache.request(active[0]).pool.storage is not None
-    return isinstance(cache, StepPagedKvCache) and cache.pool.storage is not None
+        return cache.request(active[0]).pool if active else None
+    return cache.pool if isinstance(cache, StepPagedKvCache) else None
 
 
 def takes(tokens: mx.array, offsets: int | mx.array, caches: Sequence[Any]) -> bool:
@@ -80,7 +82,10 @@ def takes(tokens: mx.array, offsets: int | mx.array, caches: Sequence[Any]) -> b
         kind = StepPagedKvCache
     else:
         return False
-    return bool(caches) and all(isinstance(cache, kind) and _has_storage(cache) for cache in caches)
+    return bool(caches) and all(
+        isinstance(cache, kind) and (pool := _pool_of(cache)) is not None and pool.storage is not None
+        for cache in caches
+    )
 
 
 class CompiledPagedStep:
@@ -101,7 +106,7 @@ class CompiledPagedStep:
         claims: list[StepClaim] = []
         try:
             for cache in caches:
-                width_step = -(-WIDTH_STEP_TOKENS // _page_size(cache))
+                width_step = -(-WIDTH_STEP_TOKENS // _pool_of(cache).page_size)
                 claims.append(cache.claim_tokens(shape, self._weights.dtype, width_step))
             checked: set[tuple[int, int, tuple[int, ...]]] = set()
             for claim in claims:
@@ -141,8 +146,3 @@ class CompiledPagedStep:
             written.append((keys, values))
         return mx.fast.rms_norm(hidden, weights.final_norm, config.rms_norm_eps), written
 
-
-def _page_size(cache: Any) -> int:
-    if isinstance(cache, StepBatchingKvCache):
-        return cache.request(cache.active_request_ids[0]).pool.page_size
-    return cache.pool.page_size

@@ -66,8 +66,7 @@ class StepPagedKvCache(TinyKvPagedCache):
             keys, values = self._pool.storage  # after the claims: a new page may have grown it
             block_table, context_lens = self._table.arrays([self.page_id_tuple], [self.offset], width_step)
         except BaseException:
-            self._pool.rollback(pool_before)
-            self.rollback(cache_before)
+            self._restore(pool_before, cache_before)
             raise
         return StepClaim(self._pool, (pool_before, cache_before), index, None, keys, values, block_table, context_lens)
 
@@ -77,6 +76,4 @@ class StepPagedKvCache(TinyKvPagedCache):
 
     def abandon_claim(self, claim: StepClaim) -> None:
         """Put the pool and this cache back as they were before the claim."""
-        pool_before, cache_before = claim.undo
-        self._pool.rollback(pool_before)
-        self.rollback(cache_before)
+        self._restore(*claim.undo)
