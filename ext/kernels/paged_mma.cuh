@@ -304,11 +304,40 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 }
 
 // Moves the running max of this lane's row `half` (0: row group, 1: group + 8)
-// to `new_max` (scaled, base 2, shared by the row's 4 lanes): rescales the
-// row's running sum and, when some lane's max moved, its output accumulators
-// (after the first tiles that is rare). Returns the base the tile's weights
-// are taken against: the new max, or 0 while it is still -inf. `exp2` is the
-// exponential the caller's softmax uses.
+// to `new_max` (scaled, base 2, shared by the row's 4 lanes) and rescales the
+// row's running sum; `rescale` gets the factor the row's output accumulators
+// take (rescale_rows): exactly 1 where the max stays. Returns the base the
+// tile's weights are taken against: the new max, or 0 while it is still -inf.
+// `exp2` is the exponential the caller's softmax uses.
+template <typename Exp2>
+__device__ __forceinline__ float next_running_max(
+    float (&run_max)[2],
+    float (&run_sum)[2],
+    int half,
+    float new_max,
+    Exp2 exp2,
+    float& rescale) {
+  const float base = usable_max(new_max);
+  rescale = new_max == run_max[half] ? 1.0f : exp2(run_max[half] - base);
+  run_max[half] = new_max;
+  run_sum[half] *= rescale;
+  return base;
+}
+
+// Multiplies row `half`'s output accumulators by `rescale`, skipped when no
+// lane's max moved (after the first tiles that is rare).
+template <int O_TILES>
+__device__ __forceinline__ void rescale_rows(float (&out_acc)[O_TILES][4], int half, float rescale) {
+  if (__any_sync(ALL_LANES, rescale != 1.0f)) {
+#pragma unroll
+    for (int nt = 0; nt < O_TILES; ++nt) {
+      out_acc[nt][2 * half] *= rescale;
+      out_acc[nt][2 * half + 1] *= rescale;
+    }
+  }
+}
+
+// next_running_max, then rescale_rows at once.
 template <int O_TILES, typename Exp2>
 __device__ __forceinline__ float move_running_max(
     float (&out_acc)[O_TILES][4],
@@ -317,17 +346,9 @@ __device__ __forceinline__ float move_running_max(
     int half,
     float new_max,
     Exp2 exp2) {
-  const float base = usable_max(new_max);
-  const float rescale = exp2(run_max[half] - base);
-  run_max[half] = new_max;
-  run_sum[half] *= rescale;
-  if (__any_sync(ALL_LANES, rescale != 1.0f)) {
-#pragma unroll
-    for (int nt = 0; nt < O_TILES; ++nt) {
-      out_acc[nt][2 * half] *= rescale;
-      out_acc[nt][2 * half + 1] *= rescale;
-    }
-  }
+  float rescale;
+  const float base = next_running_max(run_max, run_sum, half, new_max, exp2, rescale);
+  rescale_rows(out_acc, half, rescale);
   return base;
 }
 

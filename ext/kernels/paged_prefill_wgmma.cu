@@ -27,11 +27,12 @@
 // arrived on by cp.async completion) and free (every thread is done reading
 // it), so no block-wide barrier ties the warpgroups together.
 // The warpgroups take turns on the tensor cores (named barriers, turn_wait /
-// turn_pass): in its turn a warpgroup issues O += P V for the previous tile
-// and S = Q K^T for this one, then runs this tile's softmax
+// turn_pass): in its turn a warpgroup issues S = Q K^T for this tile and
+// O += P V for the previous one, then runs this tile's softmax
 // (warpgroup_softmax, without the causal and length cut where every row sees
-// the whole tile) while the next warpgroup's products run. Under the causal
-// mask the walk stops after the last key the block's last row can see.
+// the whole tile) as soon as the scores land, while its own O += P V and the
+// next warpgroup's products run. Under the causal mask the walk stops after
+// the last key the block's last row can see.
 // Launch: 128 * WARPGROUPS threads per block, blocks = B * H_kv * ceil(G * L
 // / (64 * WARPGROUPS)), dynamic shared memory (2 * STAGES * KEY_TILE +
 // WARPGROUPS * 64) * HEAD_DIM * sizeof(T) + 16 * STAGES + 1024 (the ring, the
@@ -126,7 +127,7 @@ float run_max[2] = {NEG_INF, NEG_INF};
 float run_sum[2] = {0.0f, 0.0f};
 
 // S = Q K^T for the warpgroup's 64 rows and the KEY_TILE keys of ring stage
-// `stage`, issued and committed, not waited for.
+// `stage`, issued, not committed.
 auto issue_scores = [&](float (&score)[S_TILES][4], int stage) {
   const unsigned long long stage_k = wgmma_descriptor_at(k_desc, stage * STAGE_BYTES);
   wgmma_fence();
@@ -138,7 +139,6 @@ auto issue_scores = [&](float (&score)[S_TILES][4], int stage) {
         wgmma_descriptor_at(stage_k, ((kc / 4) * KEY_TILE * 64 + (kc % 4) * 16) * ELEM_BYTES);
     wgmma_ss<0>(score, desc_q, desc_k, kc > 0, T{});
   }
-  wgmma_commit();
 };
 
 // The weights in `score` as the A fragments of O = P V: the score
@@ -155,7 +155,7 @@ auto pack_weights = [&](const float (&score)[S_TILES][4]) {
 };
 
 // O += P V for the packed weights and the values of ring stage `stage`,
-// issued and committed, not waited for.
+// issued, not committed.
 auto issue_values = [&](int stage) {
   const unsigned long long stage_v = wgmma_descriptor_at(v_desc, stage * STAGE_BYTES);
   wgmma_fence();
@@ -163,27 +163,32 @@ auto issue_values = [&](int stage) {
   for (int kc = 0; kc < PV_CHUNKS; ++kc) {
     wgmma_rs<1>(out_acc, p_frag[kc], wgmma_descriptor_at(stage_v, kc * 16 * 64 * ELEM_BYTES), 1, T{});
   }
-  wgmma_commit();
 };
 
-// One online-softmax step; tiles that every row sees whole skip the cut.
-auto softmax = [&](float (&score)[S_TILES][4], const PageTile& tile) {
+// One online-softmax step, leaving the output accumulators' factors in
+// `rescale`; tiles that every row sees whole skip the cut.
+auto softmax = [&](float (&score)[S_TILES][4], float (&rescale)[2], const PageTile& tile) {
   if (tile.count == KEY_TILE && tile.pos_begin + KEY_TILE - 1 <= first_row_limit) {
-    warpgroup_softmax<false, POSITIVE_SCALE>(score, out_acc, run_max, run_sum, warp, tile, score_scale);
+    warpgroup_softmax<false, POSITIVE_SCALE>(score, rescale, run_max, run_sum, warp, tile, score_scale);
   } else {
-    warpgroup_softmax<true, POSITIVE_SCALE>(score, out_acc, run_max, run_sum, warp, tile, score_scale);
+    warpgroup_softmax<true, POSITIVE_SCALE>(score, rescale, run_max, run_sum, warp, tile, score_scale);
   }
 };
 
 // ---- Walk the key tiles -----------------------------------------------------------------
 // Step t (0..num_tiles) of a warpgroup: in its turn on the tensor cores it
-// issues O += P V for tile t - 1 and S = Q K^T for tile t, hands the turn to
-// the next warpgroup, waits for both, and runs tile t's softmax while the
-// next warpgroup's products run. Stage t % STAGES is read once its full
-// barrier completes; tile t - 1's stage is freed after its values are used,
-// and refilled with tile t + STAGES - 1 at the end of the step, once every
-// thread has freed it (so the ring needs STAGES >= 3 for the copies to stay
-// a step ahead of the slowest warpgroup).
+// issues S = Q K^T for tile t, then O += P V for tile t - 1 (each its own
+// commit group), and hands the turn to the next warpgroup. Once the scores
+// have landed it runs tile t's softmax while its own O += P V and the next
+// warpgroup's products still run; then it waits for O += P V, rescales O by
+// the softmax's factors and packs tile t's weights. Stage t % STAGES is read
+// once its full barrier completes; tile t - 1's stage is freed after its
+// values are used, and refilled with tile t + STAGES - 1 at the end of the
+// step, once every thread has freed it (so the ring needs STAGES >= 3 for the
+// copies to stay a step ahead of the slowest warpgroup). The first step (no
+// values yet) and the last (no scores) are separate calls of the step, so
+// that no product is issued on a branch: ptxas serializes every wgmma of a
+// kernel whose commit groups differ between paths.
 constexpr bool TURNS = WARPGROUPS > 1;
 const int my_turn = 1 + group;
 const int next_turn = 1 + (group + 1) % WARPGROUPS;
@@ -197,11 +202,11 @@ if (TURNS && num_tiles > 0 && group == WARPGROUPS - 1) {
   // The last warpgroup hands warpgroup 0 its first turn.
   turn_pass(next_turn);
 }
-// A block with no key to see (context 0) takes no turn: nobody would hand it one.
-for (int step = 0; num_tiles > 0 && step <= num_tiles; ++step) {
+// scores: tile `step` exists (every step but the last); values: tile step - 1 does (every step but the first).
+// Each call passes constants, so every instance is straight-line code.
+auto walk_step = [&](int step, bool scores, bool values) {
   const int stage = step % STAGES;
   const int prior_stage = (step + STAGES - 1) % STAGES;
-  const bool scores = step < num_tiles;
   if (scores) {
     barrier_wait(stage_full + stage, (step / STAGES) % 2);
     fence_async_shared();
@@ -210,24 +215,37 @@ for (int step = 0; num_tiles > 0 && step <= num_tiles; ++step) {
   if (TURNS) {
     turn_wait(my_turn);
   }
-  if (step > 0) {
-    issue_values(prior_stage);
-  }
   if (scores) {
     issue_scores(score, stage);
+    wgmma_commit();
+  }
+  if (values) {
+    issue_values(prior_stage);
+    wgmma_commit();
   }
   // Every turn is handed on but the last warpgroup's last, which warpgroup 0 never waits for.
-  if (TURNS && !(step == num_tiles && group == WARPGROUPS - 1)) {
+  if (TURNS && (scores || group != WARPGROUPS - 1)) {
     turn_pass(next_turn);
+  }
+  float rescale[2];
+  if (scores) {
+    // The scores were committed first: O += P V may still run.
+    if (values) {
+      wgmma_wait<1>();
+    } else {
+      wgmma_wait<0>();
+    }
+    hold_registers(score);
+    softmax(score, rescale, tile_of(step));
   }
   wgmma_wait<0>();
   hold_registers(out_acc);
-  if (step > 0) {
+  if (values) {
     barrier_arrive(stage_free + prior_stage);
   }
   if (scores) {
-    hold_registers(score);
-    softmax(score, tile_of(step));
+    rescale_rows(out_acc, 0, rescale[0]);
+    rescale_rows(out_acc, 1, rescale[1]);
     pack_weights(score);
   }
   const int refill = step + STAGES - 1;
@@ -237,6 +255,14 @@ for (int step = 0; num_tiles > 0 && step <= num_tiles; ++step) {
     }
     issue(refill);
   }
+};
+// A block with no key to see (context 0) takes no turn: nobody would hand it one.
+if (num_tiles > 0) {
+  walk_step(0, true, false);
+  for (int step = 1; step < num_tiles; ++step) {
+    walk_step(step, true, true);
+  }
+  walk_step(num_tiles, false, true);
 }
 
 // ---- Normalise and store -------------------------------------------------------------

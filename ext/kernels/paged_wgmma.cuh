@@ -132,6 +132,11 @@ __device__ __forceinline__ void turn_pass(int barrier_id) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(barrier_id), "n"(2 * WARPGROUP_THREADS) : "memory");
 }
 
+// How far (base 2, scaled) a tile's max may pass the running max before the
+// running max moves: weights up to 2^8 lose nothing in bfloat16 or float16 and
+// sum safely in float32.
+constexpr float RESCALE_SLACK = 8.0f;
+
 // One online-softmax step on the raw score fragments of a warp's 16 rows (as
 // fragment_softmax in paged_mma.cuh, at fewer instructions per score): the
 // tile's extreme raw score is found first (the maximum when the scale is
@@ -142,11 +147,14 @@ __device__ __forceinline__ void turn_pass(int barrier_id) {
 // run over PARTS interleaved partials each, so that no chain of dependent
 // instructions is longer than S_TILES * 2 / PARTS; the two rows' steps are
 // interleaved the same way. run_max is kept in scaled base-2 units, shared by
-// the 4 lanes of a group; run_sum per lane.
-template <bool MASK, bool POSITIVE, int S_TILES, int O_TILES>
+// the 4 lanes of a group; run_sum per lane. The running max moves only where a
+// tile's passes it by more than RESCALE_SLACK. The output accumulators are not
+// touched (a product into them may still be running): `rescale` gets each
+// row's factor for them (rescale_rows, once that product has completed).
+template <bool MASK, bool POSITIVE, int S_TILES>
 __device__ __forceinline__ void warpgroup_softmax(
     float (&score)[S_TILES][4],
-    float (&out_acc)[O_TILES][4],
+    float (&rescale)[2],
     float (&run_max)[2],
     float (&run_sum)[2],
     const WarpRows& warp,
@@ -189,8 +197,13 @@ __device__ __forceinline__ void warpgroup_softmax(
       e = POSITIVE ? fmaxf(e, extreme[half][part]) : fminf(e, extreme[half][part]);
     }
     e = POSITIVE ? group_max<4>(e) : -group_max<4>(-e);
-    base[half] = move_running_max(out_acc, run_max, run_sum, half, fmaxf(run_max[half], e * score_scale),
-                                  [](float x) { return exp2_ftz(x); });
+    // The running max moves only when the tile's exceeds it by more than
+    // RESCALE_SLACK, so O and the sum are rarely rescaled after the first tile;
+    // until then the weights stay below 2^RESCALE_SLACK.
+    const float tile_max = e * score_scale;
+    const float new_max = tile_max > run_max[half] + RESCALE_SLACK ? tile_max : run_max[half];
+    base[half] = next_running_max(run_max, run_sum, half, new_max, [](float x) { return exp2_ftz(x); },
+                                  rescale[half]);
   }
   float sums[2][PARTS] = {};
 #pragma unroll
