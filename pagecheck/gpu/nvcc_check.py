@@ -99,9 +99,9 @@ SERIALIZED = "wgmma.mma_async instructions are serialized"
 WGMMA_STAGES = 3
 
 
-def wrap(variant: Variant, compact: bool = True) -> str:
-    """The translation unit MLX would build for this variant (`compact=False`: from the files as written);
-    for the warpgroup prefill, the one the op builds."""
+def wrap(variant: Variant, compact: bool = True, prelude: str = PRELUDE) -> str:
+    """The translation unit MLX would build for this variant (`compact=False`: from the files as written),
+    after `prelude`; for the warpgroup prefill, the one the op builds."""
     if variant.stem == WGMMA_STEM:
         from pagecheck import ext
 
@@ -124,7 +124,7 @@ def wrap(variant: Variant, compact: bool = True) -> str:
         constants.append(f"  constexpr {kind} {key} = {text};")
     signature = ",\n".join(params)
     return (
-        f"{PRELUDE}\n{header}\nnamespace mlx::core::cu {{\n"
+        f"{prelude}\n{header}\nnamespace mlx::core::cu {{\n"
         f"__global__ void kernel_under_test(\n{signature}) {{\n"
         + "\n".join(constants)
         + f"\n{body}\n}}\n}}\n"
