@@ -45,6 +45,10 @@ step() {
   local rc=$?
   echo "== $name: exit $rc after $((SECONDS - start)) s"
   tail -n "${TAIL:-12}" "$out/$name.log"
+  # The op's own line when the warpgroup prefill does not compile: the step then measured its fallback.
+  if grep -q "the warpgroup prefill kernel did not compile" "$out/$name.log"; then
+    echo "== $name: WARNING: the warpgroup prefill did not compile; this step ran the fallback prefill"
+  fi
 }
 
 GPU_TESTS="tests/test_gpu_attention.py tests/test_gpu_launcher.py tests/test_gpu_plan_agreement.py

@@ -181,3 +181,30 @@ def test_verification_goals_read_gpu_verify_logs(tmp_path: Path) -> None:
     (alone / "harness.json").write_text(json.dumps([{"passed": True}] * 3))
     invariants, _, harness = verification_goals([tmp_path, alone])
     assert invariants["met"] is True and harness["met"] is True and harness["ours"] == 3
+
+
+def test_a_run_whose_warpgroup_prefill_fell_back_judges_no_goal(tmp_path: Path, capsys) -> None:
+    from pagecheck.gpu import end_to_end_goals
+
+    # The judge looks for the op's own line: the C++ source must still print it.
+    dispatch = Path(__file__).resolve().parents[1] / "ext" / "src" / "common" / "gpu_dispatch.cpp"
+    assert end_to_end_goals.FALLBACK_MARK in dispatch.read_text()
+
+    verify = tmp_path / "verify"
+    verify.mkdir()
+    (verify / "invariants.log").write_text("....\n204 passed in 48.77s\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    assert end_to_end_goals.main([str(run), "--verify", str(verify)]) == 0
+    judged = json.loads((run / "end_to_end.json").read_text())
+    assert [g["met"] for g in judged["goals"] if g["goal"].startswith("invariants")] == [True]
+    assert judged["prefill_fallback_logs"] == []
+
+    (verify / "tolerance.log").write_text(
+        "pagecheck: the warpgroup prefill kernel did not compile, so prefills run paged_prefill_mma from now on: x\n")
+    assert end_to_end_goals.main([str(run), "--verify", str(verify)]) == 0
+    judged = json.loads((run / "end_to_end.json").read_text())
+    assert all(g["met"] is None for g in judged["goals"])
+    assert judged["prefill_fallback_logs"] == [str(verify / "tolerance.log")]
+    out = capsys.readouterr().out
+    assert "0 of" in out and "No goal is judged" in out and "tolerance.log" in out

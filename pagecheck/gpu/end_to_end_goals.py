@@ -21,6 +21,11 @@ numbers are missing is "not measured", never met:
   (tolerance/tolerance.json) and every kernel harness case (harness.json,
   written only by a run that finished).
 
+A run in which the op's warpgroup prefill did not compile (the op then runs its
+fallback prefill for the rest of the process and says so once on stderr) is not
+a run of the build: if any step's log in DIR or a LOGDIR holds that line, no
+goal is judged, and the table names the logs.
+
     python -m pagecheck.gpu.end_to_end_goals DIR [--verify LOGDIR ...]
 """
 
@@ -42,6 +47,8 @@ SINGLE_SHAPE = (1, 16384)
 SERVE_SPEEDUP = 1.3
 SERVE_STEP_MS = 8.0
 SERVE_PAGED, SERVE_GATHER = "paged", "paged_gather"
+# The line the op prints once when the warpgroup prefill does not compile (ext/src/common/gpu_dispatch.cpp).
+FALLBACK_MARK = "the warpgroup prefill kernel did not compile"
 
 
 def verdict(goal: str, shape: str, ours: float | None, theirs: float | None, limit: float,
@@ -157,7 +164,22 @@ def verification_goals(folders: list[Path]) -> list[dict[str, Any]]:
     ]
 
 
-def render(goals: list[dict[str, Any]]) -> str:
+def fallback_logs(folders: list[Path]) -> list[Path]:
+    """The step logs (*.log, one level deep) in which the op fell back from the warpgroup prefill."""
+    found = []
+    for folder in folders:
+        for log in sorted(folder.glob("*.log")):
+            if FALLBACK_MARK in log.read_text(errors="replace"):
+                found.append(log)
+    return found
+
+
+def unjudged(goals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The goals with every verdict withdrawn ("not measured")."""
+    return [{**g, "met": None} for g in goals]
+
+
+def render(goals: list[dict[str, Any]], fallbacks: list[Path] | None = None) -> str:
     def number(value: float | None) -> str:
         return "-" if value is None else f"{value:,.1f}"
 
@@ -170,6 +192,9 @@ def render(goals: list[dict[str, Any]]) -> str:
                      f"{g['unit']} | {ratio} | {g['limit']} | {met} |")
     met = sum(g["met"] is True for g in goals)
     lines += ["", f"{met} of {len(goals)} goals met."]
+    if fallbacks:
+        lines += ["", "No goal is judged: the warpgroup prefill did not compile, so the op ran its fallback "
+                      "prefill in " + ", ".join(str(log) for log in fallbacks) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -191,8 +216,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--verify {logdir} is not a directory")
     goals = (percall_goals(load(folder / "percall.json")) + kernel_goals(load(folder / "bench_gpu.json"))
              + serving_goals(load(folder / "serve" / "serve_bench.json")) + verification_goals(args.verify))
-    (folder / "end_to_end.json").write_text(json.dumps({"goals": goals}, indent=1))
-    markdown = render(goals)
+    fallbacks = fallback_logs([folder, *args.verify])
+    if fallbacks:
+        goals = unjudged(goals)
+    (folder / "end_to_end.json").write_text(json.dumps(
+        {"goals": goals, "prefill_fallback_logs": [str(log) for log in fallbacks]}, indent=1))
+    markdown = render(goals, fallbacks)
     (folder / "end_to_end.md").write_text(markdown)
     print(markdown)
     return 0
