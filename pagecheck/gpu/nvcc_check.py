@@ -28,6 +28,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from pagecheck.gpu.kernels import KERNELS, STREAM_PROBE, KernelSource, scale_bits
 
@@ -241,6 +242,20 @@ def compile_one(
     return variant, True, summary
 
 
+def report(results: Iterable[tuple[Variant, bool, str]], total: int, compiler: str = "") -> int:
+    """Prints a line per (variant, compiled, text) as each arrives (text: a summary, or the log of a failure)
+    and the count; the exit status: 1 where one failed."""
+    failures = 0
+    for done, (variant, ok, text) in enumerate(results, 1):
+        if ok:
+            print(f"ok    [{done}/{total}] {variant.label}" + (f": {text}" if text else ""))
+        else:
+            failures += 1
+            print(f"FAIL  [{done}/{total}] {variant.label}\n{text}")
+    print(f"{total - failures}/{total} variants compiled" + (f" with {compiler}" if compiler else ""))
+    return 1 if failures else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
@@ -254,16 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         print("nvcc not found on PATH")
         return 2
     chosen = [v for v in variants() if args.filter in v.label]
-    failures = 0
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
-        for variant, ok, text in pool.map(lambda v: compile_one(nvcc, v, Path(tmp), args.digest), chosen):
-            if ok:
-                print(f"ok    {variant.label}: {text}")
-            else:
-                failures += 1
-                print(f"FAIL  {variant.label}\n{text}")
-    print(f"{len(chosen) - failures}/{len(chosen)} variants compiled")
-    return 1 if failures else 0
+        return report(pool.map(lambda v: compile_one(nvcc, v, Path(tmp), args.digest), chosen), len(chosen))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from pagecheck.gpu.nvcc_check import PRELUDE, WGMMA_STEM, Variant, variants, wrap
+from pagecheck.gpu.nvcc_check import PRELUDE, WGMMA_STEM, Variant, report, variants, wrap
 
 # nvcc_check's prelude for NVRTC: the fixed-width integers from libcu++.
 NVRTC_PRELUDE = PRELUDE.replace(
@@ -128,16 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     nvrtc = Nvrtc(setup)
     chosen = [v for v in variants() if args.filter in v.label]
     print(f"NVRTC {nvrtc.version()} ({setup.library}), {len(chosen)} variants")
-    failures = 0
     with ThreadPoolExecutor(args.jobs) as pool:
-        for done, (variant, ok, log) in enumerate(pool.map(lambda v: check(nvrtc, v), chosen), 1):
-            if ok:
-                print(f"ok    [{done}/{len(chosen)}] {variant.label}")
-            else:
-                failures += 1
-                print(f"FAIL  [{done}/{len(chosen)}] {variant.label}\n{log}")
-    print(f"{len(chosen) - failures}/{len(chosen)} variants compiled with NVRTC")
-    return 1 if failures else 0
+        return report(((v, ok, "" if ok else log) for v, ok, log in pool.map(lambda v: check(nvrtc, v), chosen)),
+                      len(chosen), "NVRTC")
 
 
 if __name__ == "__main__":
