@@ -247,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     if why_not:
         print(why_not)
         return gpu_program.CANNOT_RUN
+    from pagecheck import ext
+
+    # True on a device with warpgroup MMA until the warpgroup prefill fails to compile; the op then runs its
+    # fallback prefill for the rest of the process, and the runs pinned to it are skipped below.
+    warpgroup_prefill = ext.gpu_warpgroup_mma()
     rng = np.random.default_rng(args.seed)
     dtypes = args.dtypes.split(",")
     kinds = {"decode": decode_cases, "prefill": prefill_cases}
@@ -272,6 +277,11 @@ def main(argv: list[str] | None = None) -> int:
             big = [Outcome("big pool", "error", None, False, repr(err), float("nan"), float("nan"), 0.0)]
         print_table(big)
         outcomes += big
+    if warpgroup_prefill and not ext.gpu_warpgroup_mma():
+        outcomes.append(Outcome("warpgroup prefill", PREFILL_WGMMA, None, False,
+                                "did not compile: the prefill runs above after the failure took the fallback "
+                                "kernel, and its pinned runs were skipped", float("nan"), float("nan"), 0.0))
+        print_table(outcomes[-1:])
     failed = [o for o in outcomes if not o.passed]
     gpu_program.write_json(args.json, [asdict(o) for o in outcomes])
     print(f"{len(outcomes) - len(failed)}/{len(outcomes)} checks passed")
