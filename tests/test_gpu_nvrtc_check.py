@@ -26,8 +26,8 @@ nvrtc = nvrtc_check.Nvrtc(nvrtc_check.find_nvrtc())
 json.dump([[label, *nvrtc.compile("unit", source, arch)] for label, arch, source in json.load(sys.stdin)], sys.stdout)
 """
 
-# The form the warpgroup prefill's walk first took (ext/kernels/NOTES.md v28): nvcc compiles it, NVRTC's JIT mode
-# takes the lambda's call operator for a host function.
+# A generic lambda in a kernel: nvcc compiles it, NVRTC's JIT mode takes the lambda's call operator for a host
+# function.
 GENERIC_LAMBDA = """
 struct Yes { static constexpr int value = 1; };
 __global__ void kernel(int* out) {

@@ -94,9 +94,10 @@ __device__ __forceinline__ void bulk_copy(
 }
 
 // The box of a 2-D tensor map at (col, row) (its inner and outer coordinates)
-// into shared memory, in the map's swizzle, completing `bytes` of the
-// barrier's expected transaction count. `tensor_map` is the generic address
-// of a CUtensorMap kernel parameter (__grid_constant__).
+// into shared memory, in the map's swizzle; the box's bytes complete that
+// much of the barrier's expected transaction count (barrier_expect_bytes).
+// `tensor_map` is the generic address of a CUtensorMap kernel parameter
+// (__grid_constant__).
 __device__ __forceinline__ void tensor_copy_2d(
     void* shared_dst, const void* tensor_map, int col, int row, unsigned long long* barrier) {
   asm volatile(

@@ -2,8 +2,8 @@
 
 nvcc (pagecheck.gpu.nvcc_check) and NVRTC do not accept the same programs: NVRTC compiles in JIT mode, where a
 function without an execution space is a host function and an error. A generic lambda's call operator is one:
-nvcc compiled such a warpgroup prefill, NVRTC rejected it on the H200, and the op ran its fallback prefill
-instead (ext/kernels/NOTES.md v28). This program runs every variant of nvcc_check through NVRTC's front end
+nvcc compiles a kernel holding one, NVRTC rejects it, and where that kernel is the warpgroup prefill the op
+quietly runs its fallback prefill. This program runs every variant of nvcc_check through NVRTC's front end
 (PTX for compute_90, compute_90a for the warpgroup prefill, -std=c++17 as the op passes it): the warpgroup
 prefill's translation unit exactly as the op builds it, the other kernels wrapped as nvcc_check wraps them, with
 `<cuda/std/cstdint>` in place of `<cstdint>`, which NVRTC does not ship.
