@@ -3,6 +3,14 @@
 # the op's kernel header goes to MLX as a file.
 # The layers are pagecheck.<folder> only once installed (pyproject's package-dir), so the checkout is
 # installed into $PROJ (fresh each run) and the commands run from outside it, with the tests copied beside.
+# Called by both scripts' `step` on each step's log: a warning where the op printed its one line saying the
+# warpgroup prefill did not compile (ext/src/common/gpu_dispatch.cpp; pagecheck.gpu.end_to_end_goals looks for
+# the same words): from then on that process ran the fallback prefill.
+warn_prefill_fallback() {
+  if grep -q "the warpgroup prefill kernel did not compile" "$2"; then
+    echo "== $1: WARNING: the warpgroup prefill did not compile; this step ran the fallback prefill"
+  fi
+}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 PROJ=${PROJ:-/tmp/pagecheck-proj}
 rm -rf "$PROJ" && mkdir -p "$PROJ"

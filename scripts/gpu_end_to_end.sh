@@ -34,10 +34,7 @@ step() {
   timeout "$limit" "$@" > "$out/$name.log" 2>&1
   local rc=$?
   echo "== $name: exit $rc after $((SECONDS - begun)) s (at $((SECONDS - start)) s)"
-  # The op's own line when the warpgroup prefill does not compile: the step then measured its fallback.
-  if grep -q "the warpgroup prefill kernel did not compile" "$out/$name.log"; then
-    echo "== $name: WARNING: the warpgroup prefill did not compile; this step ran the fallback prefill"
-  fi
+  warn_prefill_fallback "$name" "$out/$name.log"  # scripts/gpu_checkout.sh
 }
 
 . scripts/gpu_checkout.sh  # the GPU's name; the checkout installed into $PROJ, which is now the directory

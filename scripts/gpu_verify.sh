@@ -45,10 +45,7 @@ step() {
   local rc=$?
   echo "== $name: exit $rc after $((SECONDS - start)) s"
   tail -n "${TAIL:-12}" "$out/$name.log"
-  # The op's own line when the warpgroup prefill does not compile: the step then measured its fallback.
-  if grep -q "the warpgroup prefill kernel did not compile" "$out/$name.log"; then
-    echo "== $name: WARNING: the warpgroup prefill did not compile; this step ran the fallback prefill"
-  fi
+  warn_prefill_fallback "$name" "$out/$name.log"  # scripts/gpu_checkout.sh
 }
 
 GPU_TESTS="tests/test_gpu_attention.py tests/test_gpu_launcher.py tests/test_gpu_plan_agreement.py

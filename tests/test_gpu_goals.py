@@ -189,6 +189,9 @@ def test_a_run_whose_warpgroup_prefill_fell_back_judges_no_goal(tmp_path: Path, 
     # The judge looks for the op's own line: the C++ source must still print it.
     dispatch = Path(__file__).resolve().parents[1] / "ext" / "src" / "common" / "gpu_dispatch.cpp"
     assert end_to_end_goals.FALLBACK_MARK in dispatch.read_text()
+    # and the GPU scripts' step warning looks for the same words.
+    checkout = dispatch.parents[3] / "scripts" / "gpu_checkout.sh"
+    assert f'grep -q "{end_to_end_goals.FALLBACK_MARK}"' in checkout.read_text()
 
     verify = tmp_path / "verify"
     verify.mkdir()
