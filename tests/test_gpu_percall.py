@@ -48,6 +48,37 @@ def test_a_measurement_has_every_variant_in_both_modes_and_a_verdict() -> None:
     table = percall.render(document)
     assert "chained us" in table
     assert table.count(f"| 1 | {2 * percall.PAGE_SIZE} |") == 4  # three variants and the verdict
+    # Untraced (no GPU clock here), the GPU columns say so instead of inventing a figure.
+    assert all(row.gpu_busy_us is None and row.most_at_once is None for row in rows)
+    assert table.count("| - | - |") == 3
+
+
+def test_a_traced_measurement_reports_what_the_trace_saw(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = 2
+    ran: list[int] = []
+
+    def fake_events(run):  # two calls' kernels; the second call's started inside the first's
+        before = len(ran)
+        run()
+        ran.append(before)
+        return [("k", 0.0, 10.0), ("k", 4.0, 14.0)]
+
+    monkeypatch.setattr(percall.gpu_clock, "kernel_events", fake_events)
+    rows = percall.measure(1, percall.PAGE_SIZE, calls=calls, repeats=1, trace=True)
+    assert len(ran) == 3  # one traced evaluation a variant
+    for row in rows:
+        assert row.gpu_busy_us == pytest.approx(20.0 / calls)
+        assert row.gpu_occupied_us == pytest.approx(14.0 / calls)
+        assert row.most_at_once == 2
+    document = {"calls": calls, "repeats": 1, "rows": [row.__dict__ for row in rows]}
+    document["goals"] = percall.judge(document["rows"])
+    assert percall.render(document).count("| 10.0 / 7.0 | 2 |") == 3
+
+
+def test_a_trace_that_saw_no_kernel_reports_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(percall.gpu_clock, "kernel_events", lambda run: (run(), [])[1])
+    found = percall.trace_back_to_back(lambda q: q + 1, mx.zeros((1, 1, 1, 4)), calls=2)
+    assert found == {"gpu_busy_us": None, "gpu_occupied_us": None, "most_at_once": None}
 
 
 def test_every_variant_computes_the_attention_it_times() -> None:

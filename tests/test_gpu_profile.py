@@ -47,6 +47,14 @@ def test_occupied_time_of_disjoint_kernels_is_their_sum():
     assert gpu_clock.occupied([]) == 0.0
 
 
+def test_most_at_once_counts_kernels_running_at_one_instant():
+    # b and c both start inside a; d starts as c ends (not together); e runs alone.
+    events = [("a", 0.0, 10.0), ("b", 1.0, 4.0), ("c", 2.0, 5.0), ("d", 5.0, 6.0), ("e", 20.0, 21.0)]
+    assert gpu_clock.most_at_once(events) == 3
+    assert gpu_clock.most_at_once([("a", 0.0, 1.0), ("b", 1.0, 2.0)]) == 1
+    assert gpu_clock.most_at_once([]) == 0
+
+
 def test_summarize_without_kernels_says_so():
     assert gpu_clock.summarize([], calls=3) == {"kernels": {}, "busy_us": None, "occupied_us": None, "span_us": None}
     assert math.isnan(gpu_clock.occupied_seconds(gpu_clock.summarize([], calls=3)))

@@ -71,6 +71,16 @@ def occupied(events: list[Event]) -> float:
     return total if end is None else total + end - begin
 
 
+def most_at_once(events: list[Event]) -> int:
+    """The largest number of `events` running at one instant; one ending as another starts do not overlap."""
+    edges = sorted([(start, 1) for _, start, _ in events] + [(end, -1) for _, _, end in events])
+    running = most = 0
+    for _, step in edges:  # at a tie the end (-1) sorts before the start (+1)
+        running += step
+        most = max(most, running)
+    return most
+
+
 def occupied_seconds(summary: dict[str, Any]) -> float:
     """A summary's occupied time per call in seconds; NaN when the trace saw no kernel."""
     found = summary["occupied_us"]

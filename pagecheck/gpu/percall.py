@@ -9,7 +9,11 @@ are independent, as the goal defines them: MLX may run them side by side on
 the GPU, and side-by-side calls over the same K/V share the L2 cache. The
 `chained` column measures the same calls with each query taken from the
 previous call's output, so that they run one after another (as a model's
-layers do); it is reported beside the goal and does not change it. Variants:
+layers do); it is reported beside the goal and does not change it. Where
+torch can trace the GPU's clock (pagecheck.gpu.clock), one more evaluation
+of the independent calls is traced: the kernels' summed time per call
+(busy), the time at least one ran (occupied) and the most kernels that ran
+at once show whether a variant's calls ran side by side. Variants:
 
 - paged:      impl.paged_attention on the pages (validation, the op, its
               kernels), the same block table and context lengths every call
@@ -37,6 +41,7 @@ import mlx.core as mx
 from pagecheck import ext
 from pagecheck.impl.attention import paged_attention
 from pagecheck.impl.page_gather import gather_pages_dense
+from pagecheck.gpu import clock as gpu_clock
 from pagecheck.gpu import program as gpu_program
 from pagecheck.gpu.bench import InputSet
 
@@ -64,6 +69,12 @@ class PerCallRow:
     eval_us: float  # median over repeats of the evaluate half, per call
     best_wall_us: float  # the fastest repeat
     chained_us: float  # median over repeats of the wall per call when each call takes the previous output
+    # From one traced evaluation of the independent calls, where the GPU's clock can be read (else None):
+    # kernel time per call summed over kernels, the time per call at least one kernel ran, and the most
+    # kernels that ran at once (above 1: calls or their kernels ran side by side).
+    gpu_busy_us: float | None = None
+    gpu_occupied_us: float | None = None
+    most_at_once: int | None = None
 
 
 
@@ -115,8 +126,18 @@ def time_back_to_back(
     return built - start, time.perf_counter() - built
 
 
-def measure(batch: int, context: int, calls: int, repeats: int) -> list[PerCallRow]:
-    """One row per variant; the variants take turns in every repeat, so drift hits them alike."""
+def trace_back_to_back(call: Callable[[mx.array], mx.array], query: mx.array, calls: int) -> dict[str, Any]:
+    """One evaluation of `calls` independent calls on the GPU's clock: busy and occupied us per call, and the
+    most kernels that ran at once."""
+    events = gpu_clock.kernel_events(lambda: time_back_to_back(call, query, calls))
+    summary = gpu_clock.summarize(events, calls)
+    return {"gpu_busy_us": summary["busy_us"], "gpu_occupied_us": summary["occupied_us"],
+            "most_at_once": gpu_clock.most_at_once(events) if events else None}  # fmt: skip
+
+
+def measure(batch: int, context: int, calls: int, repeats: int, trace: bool = False) -> list[PerCallRow]:
+    """One row per variant; the variants take turns in every repeat, so drift hits them alike. With `trace`,
+    each variant's independent calls are also traced once on the GPU's clock (trace_back_to_back)."""
     inputs = make_inputs(batch, context)
     calls_of = variants(inputs)
     for _ in range(WARMUP_ROUNDS):
@@ -138,6 +159,7 @@ def measure(batch: int, context: int, calls: int, repeats: int) -> list[PerCallR
             eval_us=statistics.median(evaluate for _, evaluate in found) / calls * 1e6,
             best_wall_us=min(walls) / calls * 1e6,
             chained_us=statistics.median(chained[name]) / calls * 1e6,
+            **(trace_back_to_back(calls_of[name], inputs.query, calls) if trace else {}),
         ))  # fmt: skip
     return rows
 
@@ -164,13 +186,20 @@ def render(document: dict[str, Any]) -> str:
         f"## Wall per call, {document['calls']} back-to-back calls, one mx.eval (median of "
         f"{document['repeats']} repeats)",
         "",
-        "| B | context | variant | wall us | build us | eval us | best us | chained us |",
-        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| B | context | variant | wall us | build us | eval us | best us | chained us "
+        "| GPU busy / occupied us | most at once |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+
+    def number(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
     for r in document["rows"]:
-        chained = "-" if r.get("chained_us") is None else f"{r['chained_us']:.1f}"
+        gpu = "-" if r.get("gpu_busy_us") is None else f"{number(r['gpu_busy_us'])} / {number(r['gpu_occupied_us'])}"
+        at_once = "-" if r.get("most_at_once") is None else str(r["most_at_once"])
         lines.append(f"| {r['batch']} | {r['context']} | {r['variant']} | {r['wall_us']:.1f} | {r['build_us']:.1f} | "
-                     f"{r['eval_us']:.1f} | {r['best_wall_us']:.1f} | {chained} |")
+                     f"{r['eval_us']:.1f} | {r['best_wall_us']:.1f} | {number(r.get('chained_us'))} | {gpu} | "
+                     f"{at_once} |")
     lines += ["", "| B | context | paged us | MLX SDPA us | ratio | goal |", "| ---: | ---: | ---: | ---: | ---: | --- |"]
     for v in document["goals"]:
         ratio = "-" if v["ratio"] is None else f"{v['ratio']:.2f}"
@@ -181,10 +210,10 @@ def render(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_percall(shapes: tuple[tuple[int, int], ...], calls: int, repeats: int) -> dict[str, Any]:
+def run_percall(shapes: tuple[tuple[int, int], ...], calls: int, repeats: int, trace: bool = False) -> dict[str, Any]:
     rows: list[PerCallRow] = []
     for batch, context in shapes:
-        rows += measure(batch, context, calls, repeats)
+        rows += measure(batch, context, calls, repeats, trace)
         mx.clear_cache()
     document = {"calls": calls, "repeats": repeats, "rows": [asdict(r) for r in rows]}
     document["goals"] = judge(document["rows"])
@@ -206,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         if why_not:
             print(why_not)
             return gpu_program.CANNOT_RUN
-    document = run_percall(SHAPES, args.calls, args.repeats)
+    document = run_percall(SHAPES, args.calls, args.repeats, trace=not args.cpu and gpu_clock.available())
     markdown = render(document)
     print(markdown)
     gpu_program.write_json(args.json, document)
