@@ -90,3 +90,40 @@ def test_every_variant_computes_the_attention_it_times() -> None:
     for name, call in percall.variants(inputs).items():
         result = compare(call(inputs.query), want, "bfloat16")
         assert result.passed, f"{name}: {result.summary()}"
+
+
+def test_pinned_split_counts_add_launcher_variants_and_no_goal() -> None:
+    inputs = percall.make_inputs(1, percall.PAGE_SIZE)
+    names = list(percall.variants(inputs, pinned_splits=(1, 2)))
+    assert names[:2] == ["launcher[splits=1]", "launcher[splits=2]"]
+    assert set(names[2:]) == {percall.PAGED, "paged[op]", percall.BASELINE}
+    rows = [{"batch": 1, "context": 128, "variant": name, "wall_us": 1.0} for name in names]
+    (verdict,) = percall.judge(rows)  # the goal still compares paged with MLX SDPA only
+    assert verdict["ratio"] == pytest.approx(1.0)
+
+
+MOST_SPLITS = int(percall.ext.gpu_plan_constants()["max_splits"])
+
+
+@pytest.mark.parametrize("text, message", [("0", f"'0' must be an int in 1..{MOST_SPLITS}"),
+                                           ("1,x", "'x' must be an int"),
+                                           (str(MOST_SPLITS + 1), f"must be an int in 1..{MOST_SPLITS}")])
+def test_bad_split_counts_are_named(text: str, message: str) -> None:
+    with pytest.raises(percall.argparse.ArgumentTypeError, match=message):
+        percall.parse_splits(text)
+    assert percall.parse_splits("2,1,2") == (2, 1)
+
+
+def test_pinned_splits_refuse_the_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        percall.main(["--cpu", "--pin-splits", "1"])
+    assert exited.value.code == 2
+    assert "needs the GPU" in capsys.readouterr().err
+
+
+def test_shapes_option_takes_batch_by_context(capsys: pytest.CaptureFixture[str]) -> None:
+    assert percall.main(["--cpu", "--shapes", "1x256", "--calls", "2", "--repeats", "1"]) == 0
+    table = capsys.readouterr().out
+    assert "| 1 | 256 | paged |" in table and "| 16 | 1024 |" not in table
+    with pytest.raises(SystemExit):
+        percall.main(["--cpu", "--shapes", "1x100"])

@@ -20,11 +20,15 @@ at once show whether a variant's calls ran side by side. Variants:
 - paged[op]:  ext.paged_attention alone (no Python validation)
 - mlx_sdpa:   mx.fast.scaled_dot_product_attention on K/V gathered into
               dense [B, H_kv, S, D] beforehand
+- launcher[splits=N] (only with --pin-splits N,...): the same kernels run
+              by the Python launcher (pagecheck.gpu.kernels) with the decode
+              split count pinned to N, to compare plans; no goal applies
 
 Shapes: the issue's five (B, context) pairs, H_q 32, H_kv 8, D 128, bfloat16,
 pages of 128 in a shuffled order. A program, not a test:
 
-    python -m pagecheck.gpu.percall [--json PATH] [--calls 60] [--repeats 7]
+    python -m pagecheck.gpu.percall [--json PATH] [--calls 60] [--repeats 7] [--shapes 16x16384]
+                                    [--pin-splits 1,2]
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from pagecheck.impl.attention import paged_attention
 from pagecheck.impl.page_gather import gather_pages_dense
 from pagecheck.gpu import clock as gpu_clock
 from pagecheck.gpu import program as gpu_program
+from pagecheck.gpu.profile import parse_shapes
 from pagecheck.gpu.bench import InputSet
 
 NUM_Q_HEADS = 32
@@ -95,11 +100,18 @@ def make_inputs(batch: int, context: int, seed: int = 0) -> InputSet:
     return InputSet(query, key_pages, value_pages, table, lens, dense_k, dense_v)
 
 
-def variants(inputs: InputSet) -> dict[str, Callable[[mx.array], mx.array]]:
-    """Each variant as a function of the query [B, H_q, 1, D]; its output has the query's shape and dtype."""
+def variants(inputs: InputSet, pinned_splits: tuple[int, ...] = ()) -> dict[str, Callable[[mx.array], mx.array]]:
+    """Each variant as a function of the query [B, H_q, 1, D]; its output has the query's shape and dtype.
+    `pinned_splits` adds the launcher with each split count pinned (GPU only)."""
     scale = HEAD_DIM**-0.5
     s = inputs
-    return {
+    pinned = {}
+    for splits in pinned_splits:
+        from pagecheck.gpu import kernels as gpu_kernels  # launches through mx.fast.cuda_kernel: GPU only
+
+        pinned[f"launcher[splits={splits}]"] = lambda q, splits=splits: gpu_kernels.paged_attention(
+            q, s.key_pages, s.value_pages, s.block_table, s.context_lens, PAGE_SIZE, scale=scale, splits=splits)
+    return pinned | {
         PAGED: lambda q: paged_attention(q, s.key_pages, s.value_pages, s.block_table, s.context_lens, PAGE_SIZE,
                                          scale=scale),
         "paged[op]": lambda q: ext.paged_attention(q, s.key_pages, s.value_pages, s.block_table, s.context_lens,
@@ -135,11 +147,13 @@ def trace_back_to_back(call: Callable[[mx.array], mx.array], query: mx.array, ca
             "most_at_once": gpu_clock.most_at_once(events) if events else None}  # fmt: skip
 
 
-def measure(batch: int, context: int, calls: int, repeats: int, trace: bool = False) -> list[PerCallRow]:
+def measure(
+    batch: int, context: int, calls: int, repeats: int, trace: bool = False, pinned_splits: tuple[int, ...] = ()
+) -> list[PerCallRow]:
     """One row per variant; the variants take turns in every repeat, so drift hits them alike. With `trace`,
     each variant's independent calls are also traced once on the GPU's clock (trace_back_to_back)."""
     inputs = make_inputs(batch, context)
-    calls_of = variants(inputs)
+    calls_of = variants(inputs, pinned_splits)
     for _ in range(WARMUP_ROUNDS):
         for call in calls_of.values():
             time_back_to_back(call, inputs.query, calls)
@@ -210,14 +224,29 @@ def render(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_percall(shapes: tuple[tuple[int, int], ...], calls: int, repeats: int, trace: bool = False) -> dict[str, Any]:
+def run_percall(
+    shapes: tuple[tuple[int, int], ...], calls: int, repeats: int, trace: bool = False,
+    pinned_splits: tuple[int, ...] = (),
+) -> dict[str, Any]:
     rows: list[PerCallRow] = []
     for batch, context in shapes:
-        rows += measure(batch, context, calls, repeats, trace)
+        rows += measure(batch, context, calls, repeats, trace, pinned_splits)
         mx.clear_cache()
     document = {"calls": calls, "repeats": repeats, "rows": [asdict(r) for r in rows]}
     document["goals"] = judge(document["rows"])
     return document
+
+
+def parse_splits(text: str) -> tuple[int, ...]:
+    """'1,2' -> (1, 2): split counts to pin, each in 1..the planner's most."""
+    most = int(ext.gpu_plan_constants()["max_splits"])
+    found = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item.isdigit() or not 1 <= int(item) <= most:
+            raise argparse.ArgumentTypeError(f"split count {item!r} must be an int in 1..{most}")
+        found.append(int(item))
+    return tuple(dict.fromkeys(found))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,8 +255,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", default=None)
     parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
+    parser.add_argument("--shapes", type=lambda text: tuple(parse_shapes(text)), default=SHAPES,
+                        help="B x context pairs, comma-separated (default: the issue's five)")
+    parser.add_argument("--pin-splits", type=parse_splits, default=(),
+                        help="also time the Python launcher with each of these decode split counts (GPU only)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (host costs only; no goal applies)")
     args = parser.parse_args(argv)
+    if args.cpu and args.pin_splits:
+        parser.error("--pin-splits launches CUDA kernels: it needs the GPU, not --cpu")
     if args.cpu:
         mx.set_default_device(mx.cpu)
     else:
@@ -235,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         if why_not:
             print(why_not)
             return gpu_program.CANNOT_RUN
-    document = run_percall(SHAPES, args.calls, args.repeats, trace=not args.cpu and gpu_clock.available())
+    document = run_percall(args.shapes, args.calls, args.repeats, trace=not args.cpu and gpu_clock.available(),
+                           pinned_splits=args.pin_splits)
     markdown = render(document)
     print(markdown)
     gpu_program.write_json(args.json, document)
