@@ -29,6 +29,43 @@ def test_a_small_profile_reports_spans_and_the_step_graph(capsys, mode: str) -> 
     assert counts["PagedAttention"] == "2" and counts["Scatter"] == "4"
 
 
+def test_an_overlapped_profile_waits_for_the_previous_step(capsys) -> None:
+    argv = ["--model", "qwen3-tiny", "--layers", "2", "--batch", "2", "--context", "20", "--steps", "3",
+            "--prefill-chunk", "20", "--overlap", "--cpu"]
+    assert serving_profile.main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"decode step \(each overlapped with the previous one, whose result it waits for\): build "
+                     r"[\d.]+ ms, submit [\d.]+ ms, wait [\d.]+ ms", out), out
+    per_step = re.search(r"per step, build \+ submit \+ wait ms: (.*)", out).group(1).split(", ")
+    assert len(per_step) == 3 and per_step[0].endswith("+0.0")  # the first step has no previous step to await
+
+
+def test_overlapped_steps_each_await_the_one_before(monkeypatch) -> None:
+    built: list[object] = []
+    awaited: list[object] = []
+
+    def build():
+        built.append(serving_profile.mx.array(len(built)))
+        return built[-1]
+
+    monkeypatch.setattr(serving_profile.mx, "async_eval", lambda result: None)
+    monkeypatch.setattr(serving_profile.mx, "eval", lambda result: awaited.append(result))
+    assert len(serving_profile.time_steps(build, 3, overlap=True)) == 3
+    # Steps 0 and 1 awaited inside the loop (by steps 1 and 2), step 2 after it.
+    assert [id(a) for a in awaited] == [id(b) for b in built]
+    awaited.clear()
+    built.clear()
+    serving_profile.time_steps(build, 2)
+    assert [id(a) for a in awaited] == [id(b) for b in built]
+
+
+def test_overlap_is_for_decode_steps(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        serving_profile.main(["--model", "qwen3-tiny", "--phase", "prefill", "--overlap", "--cpu"])
+    assert exit_.value.code == 2
+    assert "--overlap applies to --phase decode" in capsys.readouterr().err
+
+
 def test_a_prefill_profile_times_chunks_over_a_cached_context(capsys) -> None:
     argv = ["--model", "qwen3-tiny", "--layers", "2", "--context", "20", "--steps", "2", "--prefill-chunk", "20",
             "--phase", "prefill", "--chunk", "8", "--cpu"]

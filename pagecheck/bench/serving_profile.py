@@ -10,11 +10,15 @@ scheduler runs a chunk (the chunk's hidden states evaluated). Per step or
 chunk it reports three host-clock spans, medians over the steps: building the
 graph, MLX's submit (until `mx.async_eval` returns), and the wait for the
 result; then the graph's primitives by kind and a cProfile of one graph
-build. A program for finding what to fix, not a benchmark of record
-(serve-bench is that):
+build. With `--overlap` each decode step is built and submitted while the
+previous one is still on the device, and its wait is for that previous
+step's tokens, as serve-bench's scheduler runs them: where MLX's submit
+itself waits on work in flight, it shows here and not in the default mode.
+A program for finding what to fix, not a benchmark of record (serve-bench
+is that):
 
     python -m pagecheck.bench.serving_profile [--model qwen3-0.6b] [--batch 8] [--context 2048] [--variant paged]
-        [--eager | --layer-halves]
+        [--eager | --layer-halves] [--overlap]
     python -m pagecheck.bench.serving_profile --phase prefill [--chunk 128] [--context 2048]
 """
 
@@ -45,25 +49,37 @@ PROFILE_ROWS = 25
 PHASES = ("decode", "prefill")
 
 
-def time_steps(build: Callable[[], mx.array], steps: int) -> list[tuple[float, float, float]]:
-    """(build, submit, wait) seconds of each of `steps` calls of `build`, evaluated one by one."""
+def time_steps(build: Callable[[], mx.array], steps: int, overlap: bool = False) -> list[tuple[float, float, float]]:
+    """(build, submit, wait) seconds of each of `steps` calls of `build`, evaluated one by one; with `overlap`
+    each call's wait is for the previous call's result (the first call's is 0), the last one's awaited after."""
     spans = []
+    previous: mx.array | None = None
     for _ in range(steps):
         start = time.perf_counter()
         result = build()
         built = time.perf_counter()
         mx.async_eval(result)
         submitted = time.perf_counter()
-        mx.eval(result)
+        if overlap:
+            if previous is not None:
+                mx.eval(previous)
+            previous = result
+        else:
+            mx.eval(result)
         spans.append((built - start, submitted - built, time.perf_counter() - submitted))
+    if previous is not None:
+        mx.eval(previous)
     return spans
 
 
-def report(label: str, what: str, build: Callable[[], mx.array], steps: int, num_layers: int) -> None:
+def report(
+    label: str, what: str, build: Callable[[], mx.array], steps: int, num_layers: int, overlap: bool = False
+) -> None:
     """Times `steps` builds, then prints the spans, one build's graph by kind and a profile of another."""
-    spans = time_steps(build, steps)
+    spans = time_steps(build, steps, overlap)
     builds, submits, waits = zip(*spans)
-    print(f"{label}: build {statistics.median(builds) * 1e3:.2f} ms, submit {statistics.median(submits) * 1e3:.2f} ms, "
+    mode = " (each overlapped with the previous one, whose result it waits for)" if overlap else ""
+    print(f"{label}{mode}: build {statistics.median(builds) * 1e3:.2f} ms, submit {statistics.median(submits) * 1e3:.2f} ms, "
           f"wait {statistics.median(waits) * 1e3:.2f} ms, total {statistics.median(map(sum, spans)) * 1e3:.2f} ms "
           f"(medians of {steps})")
     print(f"per {what}, build + submit + wait ms: " + ", ".join("+".join(f"{t * 1e3:.1f}" for t in s) for s in spans))
@@ -103,8 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layer-halves", action="store_true",
                         help="build paged decode steps layer by layer (two compiled halves a layer) instead of "
                              "as one compiled step")
+    parser.add_argument("--overlap", action="store_true",
+                        help="submit each decode step while the previous one runs and wait for that one's tokens, "
+                             "as serve-bench's scheduler does")
     parser.add_argument("--cpu", action="store_true")
     args = parser.parse_args(argv)
+    if args.overlap and args.phase != "decode":
+        parser.error("--overlap applies to --phase decode (a prefill chunk is awaited before the next)")
     for name in ("batch", "context", "steps", "page_size", "prefill_chunk", "chunk"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -165,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             build().tolist()
             print(f"warm-up step {warmup} at {time.perf_counter() - began:.1f} s", flush=True)
         print(f"{setting}, batch {args.batch}, context {args.context}, device {mx.default_device()}")
-        report("decode step", "step", build, args.steps, config.num_layers)
+        report("decode step", "step", build, args.steps, config.num_layers, args.overlap)
     kv.close_all()
     return 0
 
