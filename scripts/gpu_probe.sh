@@ -7,8 +7,7 @@
 #   bash scripts/gpu_probe.sh prefill|decode [OUTDIR] [VARIANT]
 #
 # prefill: the warpgroup prefill (pagecheck/gpu/probes/prefill_wgmma_probe.cu), at the prefill benchmark's two
-#          shapes, the same at pages of 16, then layouts whose tiles cross pages or end mid-tile; built as the op
-#          runs it and with the tensor-copy experiment (PAGECHECK_PREFILL_TMA, variants named ..._tma).
+#          shapes, the same at pages of 16, then layouts whose tiles cross pages or end mid-tile.
 # decode:  the split decode (pagecheck/gpu/probes/decode_split_probe.cu), built for blocks of 4 and of 8 warps,
 #          at B 1 long and short over a range of split counts, three batched shapes, pages of 5; split count 0
 #          is the single-pass decode.
@@ -19,8 +18,7 @@
 set -uo pipefail
 kind=${1:-}
 case $kind in
-  # A build per ring copy: cp.async by every thread (""), and tensor copies of whole in-page tiles (tma).
-  prefill) builds=("" tma); shapes=("1 32 8 512 4096 128 50 32" "4 32 8 2048 8192 128 10 32" "1 32 8 512 4096 16 20 32"
+  prefill) builds=(""); shapes=("1 32 8 512 4096 128 50 32" "4 32 8 2048 8192 128 10 32" "1 32 8 512 4096 16 20 32"
              "4 32 8 2048 8192 16 5 16" "3 32 8 300 1000 5 3 48" "3 32 8 333 2000 16 3 48" "3 32 8 77 203 128 3 48") ;;
   # B H_Q H_KV CONTEXT PAGE SPLITS REPS (splits 0: the single-pass kernel); a build per block size.
   decode) builds=(4 8); shapes=("1 32 8 16384 128 8,12,16,20,24,32 50" "1 32 8 4096 128 4,8,12,16 50"
@@ -36,17 +34,8 @@ nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 kernels=${KERNELS:-ext/kernels}
 [ -f "$kernels/paged_common.cuh" ] || { echo "gpu_probe.sh: KERNELS=$kernels holds no paged_common.cuh" >&2; exit 2; }
 declare -A source_of=([prefill]=pagecheck/gpu/probes/prefill_wgmma_probe.cu [decode]=pagecheck/gpu/probes/decode_split_probe.cu)
-# The compile definition of each build: the decode's block size, or the prefill's tensor-copy experiment.
-define_of() {
-  case $1 in
-    "") ;;
-    tma) echo "-DPAGECHECK_PREFILL_TMA" ;;
-    *) echo "-DPAGECHECK_DECODE_WARPS=$1" ;;
-  esac
-}
 for warps in "${builds[@]}"; do
-  # shellcheck disable=SC2046
-  "$nvcc" -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -I "$kernels" $(define_of "$warps") \
+  "$nvcc" -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -I "$kernels" ${warps:+-DPAGECHECK_DECODE_WARPS=$warps} \
     "${source_of[$kind]}" -o "$out/${kind}_probe$warps" || exit 1
 done
 status=0

@@ -207,15 +207,14 @@ def test_the_warpgroup_prefill_compiles_for_sm90a_without_spills_or_serialized_m
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH: the CUDA toolkit's compiler checks the kernels "
                     "without a GPU")
-@pytest.mark.parametrize("define", [[], ["-DPAGECHECK_PREFILL_TMA"]], ids=["cp.async", "tensor-copies"])
-def test_the_warpgroup_prefill_probe_compiles_for_sm90a(tmp_path, define):
-    # `scripts/gpu_probe.sh prefill` builds this program on the device, as the op runs the kernel and with the
-    # tensor-copy experiment; it includes the kernel body as the op does, so a kernel change that breaks it (or
-    # spills, or makes ptxas serialize the warpgroup MMAs) shows here, before any device time is spent.
+def test_the_warpgroup_prefill_probe_compiles_for_sm90a(tmp_path):
+    # `scripts/gpu_probe.sh prefill` builds this program on the device; it includes the kernel body as the op
+    # does, so a kernel change that breaks it (or spills, or makes ptxas serialize the warpgroup MMAs) shows
+    # here, before any device time is spent.
     probe = Path(gpu_kernels.__file__).resolve().parent / "probes" / "prefill_wgmma_probe.cu"
     result = subprocess.run(
         [NVCC, "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", f"-I{gpu_kernels.KERNEL_DIR}",
-         f"-I{probe.parent}", *define, "-Xptxas", "-v", "-c", str(probe), "-o", str(tmp_path / "probe.o")],
+         f"-I{probe.parent}", "-Xptxas", "-v", "-c", str(probe), "-o", str(tmp_path / "probe.o")],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "spill" in result.stderr and not re.search(r"[1-9]\d* bytes spill", result.stderr), result.stderr[-3000:]

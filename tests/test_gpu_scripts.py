@@ -28,7 +28,7 @@ def test_the_probe_launcher_refuses_an_unknown_probe(tmp_path):
 
 
 @pytest.mark.parametrize("kind, source, defines", [
-    ("prefill", "pagecheck/gpu/probes/prefill_wgmma_probe.cu", [[], ["-DPAGECHECK_PREFILL_TMA"]]),
+    ("prefill", "pagecheck/gpu/probes/prefill_wgmma_probe.cu", [[]]),
     ("decode", "pagecheck/gpu/probes/decode_split_probe.cu",
      [["-DPAGECHECK_DECODE_WARPS=4"], ["-DPAGECHECK_DECODE_WARPS=8"]]),
 ])
@@ -46,7 +46,7 @@ def _stand_in_nvcc(tmp_path: Path) -> tuple[dict[str, str], Path]:
 
 
 @pytest.mark.parametrize("kind, source, defines", [
-    ("prefill", "pagecheck/gpu/probes/prefill_wgmma_probe.cu", [[], ["-DPAGECHECK_PREFILL_TMA"]]),
+    ("prefill", "pagecheck/gpu/probes/prefill_wgmma_probe.cu", [[]]),
     ("decode", "pagecheck/gpu/probes/decode_split_probe.cu",
      [["-DPAGECHECK_DECODE_WARPS=4"], ["-DPAGECHECK_DECODE_WARPS=8"]]),
 ])

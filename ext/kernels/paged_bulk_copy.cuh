@@ -93,23 +93,6 @@ __device__ __forceinline__ void bulk_copy(
       : "memory");
 }
 
-// The box of a 2-D tensor map at (col, row) (its inner and outer coordinates)
-// into shared memory, in the map's swizzle; the box's bytes complete that
-// much of the barrier's expected transaction count (barrier_expect_bytes).
-// `tensor_map` is the generic address of a CUtensorMap kernel parameter
-// (__grid_constant__).
-__device__ __forceinline__ void tensor_copy_2d(
-    void* shared_dst, const void* tensor_map, int col, int row, unsigned long long* barrier) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-      "[%4];\n" ::"r"(shared_address(shared_dst)),
-      "l"(tensor_map),
-      "r"(col),
-      "r"(row),
-      "r"(shared_address(barrier))
-      : "memory");
-}
-
 // One tile's K and V rows into a ring stage, as the protocol above: rows
 // 0..TILE-1 are K's, TILE..2 TILE-1 V's, and row r goes to the thread with
 // `first + k * stride == r` (a warp: lane, 32; a block: thread, block size);

@@ -108,30 +108,6 @@ auto issue = [&](int tile_idx) {
   const PageTile tile = tile_of(tile_idx);
   T* stage_k = k_ring + stage * STAGE_ELEMS;
   T* stage_v = v_ring + stage * STAGE_ELEMS;
-#ifdef PAGECHECK_PREFILL_TMA
-  // Experiment, the standalone probe's only (its kernel passes key_map and value_map: 2-D tensor maps of the
-  // pools as [pages * H_kv * page_size rows, HEAD_DIM], boxes of 64 x KEY_TILE, 128-byte swizzle). A whole tile
-  // inside one mapped page travels as tensor copies, two 64-column blocks each of K and V, issued by thread 0
-  // with the stage's byte count; the other threads only arrive. Other tiles (partial, across pages, unmapped:
-  // their rows past the tile are zero-filled) are copied as below.
-  if (tile.count == KEY_TILE && tile.slot_begin + KEY_TILE <= geo.page_size) {
-    const int page_id = tile_page_id(geo, table_row, warp.request_idx, tile);
-    if (page_id >= 0) {
-      if (threadIdx.x == 0) {
-        barrier_expect_bytes(stage_full + stage, 2 * STAGE_BYTES);
-        const int row = static_cast<int>(page_offset(geo, page_id, warp.kv_head_idx) / HEAD_DIM) + tile.slot_begin;
-#pragma unroll
-        for (int block = 0; block < HEAD_DIM / 64; ++block) {
-          tensor_copy_2d(stage_k + block * KEY_TILE * 64, &key_map, block * 64, row, stage_full + stage);
-          tensor_copy_2d(stage_v + block * KEY_TILE * 64, &value_map, block * 64, row, stage_full + stage);
-        }
-      } else {
-        barrier_arrive(stage_full + stage);
-      }
-      return;
-    }
-  }
-#endif
   copy_key_tile<T, HEAD_DIM, KEY_TILE, Rows, THREADS>(geo, table_row, warp, tile, key_pages, value_pages, stage_k,
                                                      stage_v, vector_copy);
   if (vector_copy) {

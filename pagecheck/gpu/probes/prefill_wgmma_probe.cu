@@ -11,13 +11,9 @@
 //        pagecheck/gpu/probes/prefill_wgmma_probe.cu -o prefill_wgmma_probe
 //   ./prefill_wgmma_probe B H_Q H_KV L CONTEXT PAGE [REPS] [SAMPLES] [VARIANT]
 //
-// Built with -DPAGECHECK_PREFILL_TMA, whole in-page tiles travel by tensor
-// copies issued by one thread (the experiment in paged_prefill_wgmma.cu;
-// variant names end in _tma).
-// `scripts/gpu_probe.sh prefill` builds both and runs them at the benchmark's shapes.
+// `scripts/gpu_probe.sh prefill` builds and runs it at the benchmark's shapes.
 // Exit status 0 when every variant agreed with the reference and with
 // itself, 2 otherwise, 1 on bad arguments or a CUDA error.
-#include <cuda.h>  // CUtensorMap and its encoder's types (no driver library is linked)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda/std/limits>
@@ -40,14 +36,11 @@ constexpr int HEAD_DIM_ARG = 128;
 constexpr int SCALE_BITS_ARG = 0x3db504f3;  // 1 / sqrt(128) as float32 bits
 constexpr double TOLERANCE = 2e-2;  // absolute, on outputs of magnitude <= 1 (bfloat16 output rounding)
 
-// key_map, value_map: the pools as 2-D tensor maps (pool_tensor_map), read only by a build with
-// PAGECHECK_PREFILL_TMA (the tensor-copy experiment in paged_prefill_wgmma.cu).
 template <typename T, int HEAD_DIM, int KEY_TILE, int STAGES, int WARPGROUPS>
 __global__ void __launch_bounds__(128 * WARPGROUPS, 1) probe_kernel(
     const T* query, const T* key_pages, const T* value_pages, const int32_t* block_table,
     const int32_t* context_lens, T* out, int batch, int num_q_heads, int num_queries, int head_dim, int num_pages,
-    int num_kv_heads, int page_size, int max_pages, const __grid_constant__ CUtensorMap key_map,
-    const __grid_constant__ CUtensorMap value_map) {
+    int num_kv_heads, int page_size, int max_pages) {
   constexpr bool CAUSAL = true;
   constexpr int TABLE = 0;
   constexpr int SCALE_BITS = SCALE_BITS_ARG;
@@ -58,47 +51,7 @@ __global__ void __launch_bounds__(128 * WARPGROUPS, 1) probe_kernel(
 using probe::bf16;
 using probe::check;
 using Kernel = void (*)(const bf16*, const bf16*, const bf16*, const int32_t*, const int32_t*, bf16*, int, int, int,
-                        int, int, int, int, int, CUtensorMap, CUtensorMap);
-
-#ifdef PAGECHECK_PREFILL_TMA
-constexpr const char* BUILD = "_tma";
-#else
-constexpr const char* BUILD = "";
-#endif
-
-// A pool [pages, H_kv, page_size, D] as a 2-D tensor map of rows of D bfloat16, boxes of 64 columns (128 bytes,
-// the swizzle's span) by `box_rows` rows, 128-byte swizzle: the layout paged_wgmma.cuh's Sw128Rows holds. The
-// encoder comes from the driver through the runtime, so the probe links no driver library.
-CUtensorMap pool_tensor_map(const bf16* pool, long long rows, int box_rows) {
-  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static Encode encode = nullptr;
-  if (encode == nullptr) {
-    void* entry = nullptr;
-    cudaDriverEntryPointQueryResult found;
-    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000, cudaEnableDefault, &found),
-          "cuTensorMapEncodeTiled entry point");
-    if (found != cudaDriverEntryPointSuccess || entry == nullptr) {
-      std::fprintf(stderr, "cuTensorMapEncodeTiled not found in the driver\n");
-      std::exit(1);
-    }
-    encode = reinterpret_cast<Encode>(entry);
-  }
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(HEAD_DIM_ARG), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(HEAD_DIM_ARG) * 2};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult result = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(pool), dims, strides,
-                                 box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS) {
-    std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(result));
-    std::exit(1);
-  }
-  return map;
-}
+                        int, int, int, int, int);
 
 struct Variant {
   const char* name;
@@ -177,13 +130,10 @@ int main(int argc, char** argv) {
     check(cudaFuncSetAttribute(variant.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes),
           "shared memory attribute");
     check(cudaMemset(out_d, 0xff, query_elems * 2), "fill out");
-    const long long pool_rows = static_cast<long long>(num_pages) * num_kv_heads * page_size;
-    const CUtensorMap key_map = pool_tensor_map(device.keys, pool_rows, variant.key_tile);
-    const CUtensorMap value_map = pool_tensor_map(device.values, pool_rows, variant.key_tile);
     auto launch = [&]() {
       variant.kernel<<<blocks, 128 * variant.warpgroups, shared_bytes>>>(
           device.query, device.keys, device.values, device.table, device.context_lens, out_d, batch, num_q_heads,
-          num_queries, D, num_pages, num_kv_heads, page_size, max_pages, key_map, value_map);
+          num_queries, D, num_pages, num_kv_heads, page_size, max_pages);
     };
     launch();
     check(cudaGetLastError(), variant.name);
@@ -209,8 +159,8 @@ int main(int argc, char** argv) {
     check(cudaMemcpy(second.data(), out_d, query_elems * 2, cudaMemcpyDeviceToHost), "copy out");
     const bool repeatable = std::memcmp(first.data(), second.data(), query_elems * 2) == 0;
     const double us = 1000.0 * ms / reps;
-    std::printf("%s %s%s B%d L%d ctx%d page%d: %.1f us (%.0f TFLOP/s) max_err %.3g bad %d repeatable %d\n",
-                bad || !repeatable ? "FAIL" : "PASS", variant.name, BUILD, batch, num_queries, context, page_size, us,
+    std::printf("%s %s B%d L%d ctx%d page%d: %.1f us (%.0f TFLOP/s) max_err %.3g bad %d repeatable %d\n",
+                bad || !repeatable ? "FAIL" : "PASS", variant.name, batch, num_queries, context, page_size, us,
                 flops / us * 1e-6, max_error, bad, static_cast<int>(repeatable));
     failures += bad || !repeatable;
   }
