@@ -46,6 +46,7 @@ from pagecheck import ext
 from pagecheck.impl.attention import paged_attention
 from pagecheck.impl.page_gather import gather_pages_dense
 from pagecheck.gpu import clock as gpu_clock
+from pagecheck.gpu import kernels as gpu_kernels
 from pagecheck.gpu import program as gpu_program
 from pagecheck.gpu.profile import parse_shapes
 from pagecheck.gpu.bench import InputSet
@@ -105,12 +106,11 @@ def variants(inputs: InputSet, pinned_splits: tuple[int, ...] = ()) -> dict[str,
     `pinned_splits` adds the launcher with each split count pinned (GPU only)."""
     scale = HEAD_DIM**-0.5
     s = inputs
-    pinned = {}
-    for splits in pinned_splits:
-        from pagecheck.gpu import kernels as gpu_kernels  # launches through mx.fast.cuda_kernel: GPU only
-
-        pinned[f"launcher[splits={splits}]"] = lambda q, splits=splits: gpu_kernels.paged_attention(
+    pinned = {
+        f"launcher[splits={splits}]": lambda q, splits=splits: gpu_kernels.paged_attention(
             q, s.key_pages, s.value_pages, s.block_table, s.context_lens, PAGE_SIZE, scale=scale, splits=splits)
+        for splits in pinned_splits
+    }
     return pinned | {
         PAGED: lambda q: paged_attention(q, s.key_pages, s.value_pages, s.block_table, s.context_lens, PAGE_SIZE,
                                          scale=scale),
