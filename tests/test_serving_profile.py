@@ -81,8 +81,10 @@ def test_a_prefill_profile_times_chunks_over_a_cached_context(capsys) -> None:
     assert counts["PagedAttention"] == "2" and "ArgReduce" not in counts
 
 
-def test_sizes_must_be_positive(capsys) -> None:
+@pytest.mark.parametrize("option", ["--batch", "--context", "--steps", "--page-size", "--prefill-chunk", "--chunk",
+                                    "--layers"])
+def test_sizes_must_be_positive(capsys, option: str) -> None:
     with pytest.raises(SystemExit) as exit_:
-        serving_profile.main(["--model", "qwen3-tiny", "--chunk", "0", "--cpu"])
+        serving_profile.main(["--model", "qwen3-tiny", option, "0", "--cpu"])
     assert exit_.value.code == 2
-    assert "--chunk must be positive, got 0" in capsys.readouterr().err
+    assert f"argument {option}: 0 must be positive" in capsys.readouterr().err

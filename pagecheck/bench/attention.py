@@ -1,6 +1,6 @@
 """Decode-attention benchmark: a subject's paged attention against gather + dense and MLX's SDPA.
 
-A program, not a test: `python -m pagecheck.bench` prints a table and writes
+A program, not a test: `python -m pagecheck.bench.attention` prints a table and writes
 JSON. Every sample is a fresh process running one variant at one context
 (warm-up calls, then synchronized timed calls), so allocator and cache state
 never carry over between variants; the order of variants alternates between
@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pagecheck.arg_types import int_list
+from pagecheck.arg_types import int_list, positive_int
 
 VARIANTS = ("subject", "impl", "dense_gather", "mlx_sdpa")
 DEVICES = ("cpu", "gpu")
@@ -362,11 +362,11 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m pagecheck.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagecheck.bench.attention", description=__doc__.splitlines()[0])
     parser.add_argument("--contexts", type=int_list("contexts"), default=BenchConfig.contexts,
                         help="comma-separated context lengths (default 128,1024,4096)")
-    parser.add_argument("--repeats", type=int, default=BenchConfig.repeats, help="fresh processes per variant and context")
-    parser.add_argument("--iterations", type=int, default=BenchConfig.iterations, help="timed calls per process")
+    parser.add_argument("--repeats", type=positive_int, default=BenchConfig.repeats, help="fresh processes per variant and context")
+    parser.add_argument("--iterations", type=positive_int, default=BenchConfig.iterations, help="timed calls per process")
     parser.add_argument("--warmup", type=int, default=BenchConfig.warmup, help="untimed calls per process")
     parser.add_argument("--device", choices=DEVICES, default=BenchConfig.device)
     parser.add_argument("--subject", default=IMPL_SPEC, help="the subject whose paged_attention is timed (default impl)")

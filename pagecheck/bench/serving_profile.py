@@ -43,6 +43,7 @@ from pagecheck.serving.qwen3 import Qwen3Model
 from pagecheck.serving.qwen3_attention import ATTENTION_PATHS
 from pagecheck.serving.qwen3_weights import random_qwen3_weights
 from pagecheck.serving.serving_kv import DEFAULT_PAGE_SIZE, serving_kv_for
+from pagecheck.arg_types import positive_int
 
 WARMUP_STEPS = 3
 PROFILE_ROWS = 25
@@ -101,18 +102,22 @@ def report(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=sorted(QWEN3_CONFIGS), default="qwen3-0.6b")
-    parser.add_argument("--layers", type=int, default=None)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--context", type=int, default=2048)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--page-size", type=int, default=DEFAULT_PAGE_SIZE)
-    parser.add_argument("--prefill-chunk", type=int, default=512)
-    parser.add_argument("--variant", choices=ATTENTION_PATHS, default="paged")
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--model", choices=sorted(QWEN3_CONFIGS), default="qwen3-0.6b", help="model shape (default qwen3-0.6b)")
+    parser.add_argument("--layers", type=positive_int, default=None, help="layers of the model to run (default: all)")
+    parser.add_argument("--batch", type=positive_int, default=8, help="requests per decode step (default 8)")
+    parser.add_argument("--context", type=positive_int, default=2048,
+                        help="tokens each request holds before the timed steps (default 2048)")
+    parser.add_argument("--steps", type=positive_int, default=20, help="timed steps (default 20)")
+    parser.add_argument("--page-size", type=positive_int, default=DEFAULT_PAGE_SIZE,
+                        help=f"tokens per KV page (default {DEFAULT_PAGE_SIZE})")
+    parser.add_argument("--prefill-chunk", type=positive_int, default=512,
+                        help="tokens per chunk when filling the context before the timed steps (default 512)")
+    parser.add_argument("--variant", choices=ATTENTION_PATHS, default="paged", help="attention path (default paged)")
+    parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16",
+                        help="weights' and KV dtype (default bfloat16)")
     parser.add_argument("--phase", choices=PHASES, default="decode",
                         help="decode: batched decode steps; prefill: prompt chunks of one request")
-    parser.add_argument("--chunk", type=int, default=DEFAULT_PREFILL_STEP,
+    parser.add_argument("--chunk", type=positive_int, default=DEFAULT_PREFILL_STEP,
                         help="tokens per timed prompt chunk with --phase prefill (default: serve-bench's prefill step)")
     parser.add_argument("--eager", action="store_true",
                         help="build decode steps op by op, without the model's compiled layer halves")
@@ -122,13 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overlap", action="store_true",
                         help="submit each decode step while the previous one runs and wait for that one's tokens, "
                              "as serve-bench's scheduler does")
-    parser.add_argument("--cpu", action="store_true")
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU")
     args = parser.parse_args(argv)
     if args.overlap and args.phase != "decode":
         parser.error("--overlap applies to --phase decode (a prefill chunk is awaited before the next)")
-    for name in ("batch", "context", "steps", "page_size", "prefill_chunk", "chunk"):
-        if getattr(args, name) <= 0:
-            parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if args.cpu:
         mx.set_default_device(mx.cpu)
     config = model_config(args.model, args.layers)

@@ -80,7 +80,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "implementation (the reference row, unless the subject is impl), gather + dense attention\n"
         "(gather timed) and MLX SDPA on pre-gathered K/V, each in fresh processes, at several\n"
         "contexts, with each variant's output checked against the float64 reference (a wrong subject\n"
-        "is timed and marked). Writes bench.md, bench.json (the keys of `python -m pagecheck.bench`,\n"
+        "is timed and marked). Writes bench.md, bench.json (the keys of `python -m pagecheck.bench.attention`,\n"
         "plus speedups and a correctness verdict) and bench.svg (medians with their spread over\n"
         "processes). --compare adds the ratio to an earlier run (bench_compare.svg).\n\n"
         "With --device gpu on a CUDA machine it then times the GPU kernels themselves\n"

@@ -28,7 +28,7 @@ from pagecheck.serving.quantized import DEFAULT_BITS, DEFAULT_GROUP_SIZE
 from pagecheck.serving.qwen3_attention import ATTENTION_PATHS
 from pagecheck.serving.qwen3_weights import random_qwen3_weights
 from pagecheck.serving.serving_kv import DEFAULT_PAGE_SIZE, serving_kv_for
-from pagecheck.arg_types import int_list
+from pagecheck.arg_types import int_list, positive_int
 from pagecheck.commands import options
 from pagecheck.device import DeviceUnavailable, use_device
 from pagecheck.environment import collect_environment
@@ -54,16 +54,6 @@ DEFAULT_SEED = 0
 BASELINE = "paged"
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be positive")
-    return value
-
-
 def _length_range(text: str) -> tuple[int, int]:
     values = int_list("lengths")(text)
     if len(values) != 2 or values[0] > values[1]:
@@ -82,21 +72,21 @@ def _variants(text: str) -> tuple[str, ...]:
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=sorted(QWEN3_CONFIGS), default=None,
                         help="model dimensions (default: qwen3-tiny on cpu, qwen3-4b on gpu)")
-    parser.add_argument("--layers", type=_positive_int, default=None, metavar="N",
+    parser.add_argument("--layers", type=positive_int, default=None, metavar="N",
                         help="keep only the first N layers (default: all layers of --model)")
     parser.add_argument("--variants", type=_variants, default=("dense", "paged_gather", "paged"), metavar="V,V",
                         help="serving variants to run, from dense,paged_gather,paged (default: all three)")
-    parser.add_argument("--requests", type=_positive_int, default=COURSE_NUM_REQUESTS, metavar="N",
+    parser.add_argument("--requests", type=positive_int, default=COURSE_NUM_REQUESTS, metavar="N",
                         help="requests in the trace (default: %(default)s)")
     parser.add_argument("--prompt-lens", type=_length_range, default=COURSE_PROMPT_LENS, metavar="LOW,HIGH",
                         help="prompt lengths, drawn uniformly from LOW..HIGH (default: %(default)s, the course's)")
     parser.add_argument("--output-lens", type=_length_range, default=COURSE_OUTPUT_LENS, metavar="LOW,HIGH",
                         help="output lengths, drawn uniformly from LOW..HIGH (default: %(default)s, the course's)")
-    parser.add_argument("--batch", type=_positive_int, default=DEFAULT_BATCH_SIZE, metavar="N",
+    parser.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH_SIZE, metavar="N",
                         help="decode slots (default: %(default)s)")
-    parser.add_argument("--prefill-step", type=_positive_int, default=DEFAULT_PREFILL_STEP, metavar="N",
+    parser.add_argument("--prefill-step", type=positive_int, default=DEFAULT_PREFILL_STEP, metavar="N",
                         help="prompt tokens per prefill chunk (default: %(default)s)")
-    parser.add_argument("--page-size", type=_positive_int, default=DEFAULT_PAGE_SIZE, metavar="N",
+    parser.add_argument("--page-size", type=positive_int, default=DEFAULT_PAGE_SIZE, metavar="N",
                         help="tokens per KV page (default: %(default)s)")
     parser.add_argument("--dtype", choices=DTYPES, default=None,
                         help="activation and KV dtype (default: float32 on cpu, bfloat16 on gpu)")
@@ -104,7 +94,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="seed of the trace and of the random weights (default: %(default)s)")
     parser.add_argument("--kv-budget-bytes", type=int_list("kv-budget-bytes"), default=None, metavar="B,B",
                         help="also run the admission sweep: each variant under each KV byte budget")
-    parser.add_argument("--budget-slots", type=_positive_int, default=None, metavar="N",
+    parser.add_argument("--budget-slots", type=positive_int, default=None, metavar="N",
                         help="decode slots in the budget sweep (default: --requests, so only the budget limits)")
     parser.add_argument("--no-overlap", dest="overlap", action="store_false",
                         help="read every decode step's tokens back before building the next step "
@@ -113,7 +103,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="untimed run before each variant's timed one: two short requests, or the whole "
                         "trace, which compiles every GPU kernel variant the trace needs (default: short on "
                         "cpu, trace on gpu)")
-    parser.add_argument("--rounds", type=_positive_int, default=1, metavar="N",
+    parser.add_argument("--rounds", type=positive_int, default=1, metavar="N",
                         help="timed runs per variant, in rounds whose variant order alternates (as given, then "
                         "reversed); each variant's numbers are its median round's by decode tok/s, the lower "
                         "middle one for an even N, and every round's throughput is listed (default: %(default)s)")

@@ -26,6 +26,7 @@ import mlx.core as mx
 from pagecheck import ext
 from pagecheck.impl.attention import paged_attention
 from pagecheck.impl.page_write import token_row_index, write_token_rows
+from pagecheck.arg_types import positive_int
 
 BATCH = 8
 HIDDEN = 1024
@@ -143,8 +144,8 @@ def time_chain(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=280, help="nodes per chain (default 280: 10 per layer)")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--nodes", type=positive_int, default=280, help="nodes per chain (default 280: 10 per layer)")
+    parser.add_argument("--repeats", type=positive_int, default=7, help="timed chains per kind; the median is kept (default 7)")
     parser.add_argument("--kinds", default=None, help="comma-separated kinds (default: all)")
     args = parser.parse_args(argv)
     chains = _chains()

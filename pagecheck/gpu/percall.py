@@ -50,6 +50,7 @@ from pagecheck.gpu import kernels as gpu_kernels
 from pagecheck.gpu import program as gpu_program
 from pagecheck.gpu.profile import parse_shapes
 from pagecheck.gpu.bench import InputSet
+from pagecheck.arg_types import positive_int
 
 NUM_Q_HEADS = 32
 NUM_KV_HEADS = 8
@@ -251,10 +252,12 @@ def parse_splits(text: str) -> tuple[int, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--markdown", default=None)
-    parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
+    parser.add_argument("--json", default=None, help="also write the table's numbers here")
+    parser.add_argument("--markdown", default=None, help="also write the printed table here")
+    parser.add_argument("--calls", type=positive_int, default=DEFAULT_CALLS,
+                        help=f"independent calls per timed evaluation (default {DEFAULT_CALLS})")
+    parser.add_argument("--repeats", type=positive_int, default=DEFAULT_REPEATS,
+                        help=f"timed evaluations per variant and shape; the median is kept (default {DEFAULT_REPEATS})")
     parser.add_argument("--shapes", type=lambda text: tuple(parse_shapes(text)), default=SHAPES,
                         help="B x context pairs, comma-separated (default: the issue's five)")
     parser.add_argument("--pin-splits", type=parse_splits, default=(),

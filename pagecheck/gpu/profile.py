@@ -35,6 +35,7 @@ from pagecheck.gpu import bench as bench_gpu
 from pagecheck.gpu import kernels as gpu_kernels
 
 from pagecheck.gpu import program as gpu_program
+from pagecheck.arg_types import positive_int
 
 DEFAULT_SHAPES = "1x16384,16x1024,16x4096,16x16384,64x1024,64x4096,64x16384"
 
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default="paged,mlx_sdpa", metavar="NAME,...",
                         help="which calls to trace: paged, 'paged[pages in order]', 'paged[bulk copies]', "
                              "'paged[bulk copies in order]', 'paged[ext op]', mlx_sdpa (default paged,mlx_sdpa)")
-    parser.add_argument("--calls", type=int, default=200, help="chained calls per trace (default 200)")
+    parser.add_argument("--calls", type=positive_int, default=200, help="chained calls per trace (default 200)")
     parser.add_argument("--json", default=None, help="also write the summaries here")
     args = parser.parse_args(argv)
     if args.calls < 1:

@@ -32,7 +32,7 @@ from pagecheck.gpu import bench as bench_gpu
 from pagecheck.gpu import kernels as gpu_kernels
 
 from pagecheck.gpu import program as gpu_program
-from pagecheck.arg_types import int_list
+from pagecheck.arg_types import int_list, positive_int
 from pagecheck.gpu.profile import in_order_table, parse_shapes
 
 PROBE_SOURCE = gpu_kernels.STREAM_PROBE
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", type=int_list("stages", least=PLAN_CONSTANTS["min_mma_stages"]),
                         default=(2, 3, 4), metavar="N,N",
                         help="ring depths of the two ring modes (default 2,3,4)")
-    parser.add_argument("--calls", type=int, default=50, help="chained calls per measurement (default 50)")
+    parser.add_argument("--calls", type=positive_int, default=50, help="chained calls per measurement (default 50)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.calls < 1:
