@@ -71,10 +71,10 @@ def empty_buffer_cache() -> None:
 def run_variant(weights: Qwen3Weights, variant: str, trace: ServeTrace, settings: ServeSettings) -> dict[str, Any]:
     """Metrics of one variant on the trace, plus its greedy tokens; an exception becomes an 'error' entry.
     The run starts from an empty buffer cache (empty_buffer_cache)."""
-    return _serve(weights, variant, trace, settings, {})
+    return serve_variant(weights, variant, trace, settings, {})
 
 
-def _serve(
+def serve_variant(
     weights: Qwen3Weights, variant: str, trace: ServeTrace, settings: ServeSettings, models: dict[str, Qwen3Model]
 ) -> dict[str, Any]:
     """One timed run of `variant` from an empty buffer cache, as an entry (metrics and tokens, or 'error').
@@ -122,17 +122,30 @@ def run_variants(
     starting: Callable[[str], None] | None = None,
     rounds: int = 1,
 ) -> dict[str, dict[str, Any]]:
+    """Each variant's entry (run_rounds), every variant served in this process: a variant's model is made and
+    warmed up once, before its first run, and kept for its later rounds. Every run (a first run's warm-up
+    included) starts from an empty buffer cache (empty_buffer_cache)."""
+    models: dict[str, Qwen3Model] = {}
+    return run_rounds(variants, lambda variant: serve_variant(weights, variant, trace, settings, models), report,
+                      starting, rounds)
+
+
+def run_rounds(
+    variants: tuple[str, ...],
+    serve: Callable[[str], dict[str, Any]],
+    report: Callable[[str, dict[str, Any]], None] | None = None,
+    starting: Callable[[str], None] | None = None,
+    rounds: int = 1,
+) -> dict[str, dict[str, Any]]:
     """Each variant's entry: its metrics and greedy tokens, or an 'error'.
 
-    `rounds` timed runs per variant, in rounds that alternate the order (round_orders); a variant warms up
-    once, before its first run. The entry is the median round's (median_round), and with more than one
-    round it lists every round's ROUND_FIELDS under "rounds", in run order. Every run (a first run's warm-up
-    included) starts from an empty buffer cache (empty_buffer_cache). `starting(variant)` comes before
-    each run, `report(variant, entry)` after it. A variant that fails is not run again.
+    `rounds` timed runs per variant, each `serve(variant)`, in rounds that alternate the order
+    (round_orders). The entry is the median round's (median_round), and with more than one round it lists
+    every round's ROUND_FIELDS under "rounds", in run order. `starting(variant)` comes before each run,
+    `report(variant, entry)` after it. A variant that fails is not run again.
     """
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds <= 0:
         raise ValueError(f"rounds must be a positive int, got {rounds!r}")
-    models: dict[str, Qwen3Model] = {}
     done: dict[str, list[dict[str, Any]]] = {variant: [] for variant in variants}
     failed: dict[str, dict[str, Any]] = {}
     for order in round_orders(variants, rounds):
@@ -141,7 +154,7 @@ def run_variants(
                 continue
             if starting is not None:
                 starting(variant)
-            entry = _serve(weights, variant, trace, settings, models)
+            entry = serve(variant)
             if "error" in entry:
                 failed[variant] = entry
             else:

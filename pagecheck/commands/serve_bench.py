@@ -6,6 +6,8 @@ same command runs the full model on a GPU (`--device gpu`); on the CPU it
 defaults to qwen3-tiny, which keeps the KV geometry of qwen3-0.6b and shrinks
 the rest so the whole trace takes minutes. `--kv-budget-bytes` adds a sweep:
 under a fixed KV byte budget, how many requests each variant admits at once.
+Each variant is served in a fresh worker process of its own, so none runs on
+what another left behind (`--isolation shared` serves them all in this one).
 
 Writes serve_bench.json (the record) and serve_bench.md, and prints the table.
 Also runs as `python -m pagecheck.serve_bench`.
@@ -35,6 +37,7 @@ from pagecheck.environment import collect_environment
 from pagecheck.exit_codes import ExitCode
 from pagecheck.reports.render.serve_bench import render_serve_bench
 from pagecheck.reports.document import SCHEMA_VERSION, default_report_dir, write_json
+from pagecheck.bench.serving_processes import ServeSpec, run_variants_in_processes
 from pagecheck.bench.serving_run import (
     WARM_UPS,
     ServeSettings,
@@ -52,6 +55,7 @@ DEFAULT_DTYPE = {"cpu": "float32", "gpu": "bfloat16"}
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_SEED = 0
 BASELINE = "paged"
+ISOLATIONS = ("process", "shared")
 
 
 def _length_range(text: str) -> tuple[int, int]:
@@ -107,6 +111,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="timed runs per variant, in rounds whose variant order alternates (as given, then "
                         "reversed); each variant's numbers are its median round's by decode tok/s, the lower "
                         "middle one for an even N, and every round's throughput is listed (default: %(default)s)")
+    parser.add_argument("--isolation", choices=ISOLATIONS, default="process",
+                        help="process: every variant in a fresh worker process of its own, for all its rounds, so "
+                        "no variant runs on the caches and heap another left behind; shared: every variant in "
+                        "this process, one after another (default: %(default)s)")
     options.add_device_option(parser)
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="directory for serve_bench.json and serve_bench.md, created if missing "
@@ -137,7 +145,7 @@ def _minimum_budget(args: argparse.Namespace, config: Any, dtype: mx.Dtype, trac
 
 def serve_document(
     *, device: str, seed: int, config: Any, settings: ServeSettings, dtype: mx.Dtype, trace: Any,
-    runs: dict[str, dict[str, Any]], rounds: int = 1,
+    runs: dict[str, dict[str, Any]], rounds: int = 1, isolation: str = "shared",
 ) -> dict[str, Any]:
     """The serve_bench.json record (reports/schema/serve_bench.schema.json) of finished variant runs."""
     return {
@@ -151,7 +159,7 @@ def serve_document(
             "batch_size": settings.batch_size, "prefill_step": settings.prefill_step,
             "page_size": settings.page_size, "dtype": str(dtype).rsplit(".", 1)[-1],
             "bits": DEFAULT_BITS, "group_size": DEFAULT_GROUP_SIZE, "overlap": settings.overlap,
-            "warm_up": settings.warm_up, "rounds": rounds,
+            "warm_up": settings.warm_up, "rounds": rounds, "isolation": isolation,
         },
         "trace": trace.describe(),
         "variants": {variant: {k: v for k, v in entry.items() if k != "outputs"} for variant, entry in runs.items()},
@@ -176,11 +184,16 @@ def run(args: argparse.Namespace) -> int:
               f"request; use at least {_minimum_budget(args, config, dtype, trace)}", file=sys.stderr)
         return ExitCode.USAGE
 
-    _progress(f"building {config.name} ({config.num_layers} layers) with seeded random weights")
-    weights = random_qwen3_weights(config, seed=args.seed, dtype=dtype)
     warm_up = args.warm_up or ("trace" if args.device == "gpu" else "short")
     settings = ServeSettings(args.batch, args.prefill_step, args.page_size, overlap=args.overlap, warm_up=warm_up)
     _progress(f"trace {trace.sha256[:16]}: {len(trace.requests)} requests, {trace.prompt_tokens} prompt tokens")
+    weights_of: list[Any] = []
+
+    def weights() -> Any:
+        if not weights_of:
+            _progress(f"building {config.name} ({config.num_layers} layers) with seeded random weights")
+            weights_of.append(random_qwen3_weights(config, seed=args.seed, dtype=dtype))
+        return weights_of[0]
 
     def report_variant(variant: str, entry: dict[str, Any]) -> None:
         if "error" in entry:
@@ -198,14 +211,21 @@ def run(args: argparse.Namespace) -> int:
         else:
             _progress(f"{variant}: {timed}")
 
-    runs = run_variants(weights, args.variants, trace, settings, report_variant, start_variant, rounds=args.rounds)
+    if args.isolation == "process":
+        _progress(f"each variant in a worker process of its own, which builds {config.name} ({config.num_layers} "
+                  "layers) with the seeded random weights")
+        spec = ServeSpec(args.device, config, args.seed, str(dtype).rsplit(".", 1)[-1], trace, settings)
+        runs = run_variants_in_processes(spec, args.variants, report_variant, start_variant, rounds=args.rounds)
+    else:
+        runs = run_variants(weights(), args.variants, trace, settings, report_variant, start_variant,
+                            rounds=args.rounds)
     document = serve_document(device=args.device, seed=args.seed, config=config, settings=settings,
-                              dtype=dtype, trace=trace, runs=runs, rounds=args.rounds)
+                              dtype=dtype, trace=trace, runs=runs, rounds=args.rounds, isolation=args.isolation)
     if args.kv_budget_bytes:
         document["budget_slots"] = args.budget_slots or args.requests
         sweep_settings = replace(settings, batch_size=document["budget_slots"])
         document["budget_sweep"] = run_budget_sweep(
-            weights, args.variants, trace, args.kv_budget_bytes, sweep_settings,
+            weights(), args.variants, trace, args.kv_budget_bytes, sweep_settings,
             lambda row: _progress(f"budget {row['kv_budget_bytes']} {row['variant']}: "
                                   f"{row.get('max_concurrent_requests', 'ERROR')} at once"),
         )

@@ -106,6 +106,11 @@ def decode_company_lines(document: dict[str, Any]) -> list[str]:
     return lines
 
 
+# How the variants shared processes; records from before the setting existed say nothing.
+ISOLATION_PHRASES = {"process": ", each variant in a worker process of its own",
+                     "shared": ", every variant in one process (--isolation shared)"}
+
+
 def _rounds_phrase(rounds: int) -> str:
     if rounds == 1:
         return ""
@@ -147,7 +152,8 @@ def render_serve_bench(document: dict[str, Any]) -> str:
         f"page size {settings['page_size']}, decode steps "
         f"{'pipelined' if settings.get('overlap', True) else 'read back one by one (--no-overlap)'}, "
         f"warm-up {WARM_UPS[settings.get('warm_up', 'short')]}"
-        + _rounds_phrase(settings.get("rounds", 1)),
+        + _rounds_phrase(settings.get("rounds", 1))
+        + ISOLATION_PHRASES.get(settings.get("isolation"), ""),
         f"- **Created:** {document['created']}",
         "",
         variants_table(document),
