@@ -10,6 +10,7 @@ import argparse
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -211,3 +212,62 @@ def test_a_run_whose_warpgroup_prefill_fell_back_judges_no_goal(tmp_path: Path, 
     assert judged["prefill_fallback_logs"] == [str(verify / "tolerance.log")]
     out = capsys.readouterr().out
     assert "0 of" in out and "No goal is judged" in out and "tolerance.log" in out
+
+
+def _serve_document(**changes: Any) -> dict[str, Any]:
+    """A serve_bench.json of the serving goal's run (qwen3-0.6b on the GPU, 16 requests of 1k-4k, batch 8)."""
+    def metrics(decode: float, output: float, step: float) -> dict[str, Any]:
+        return {"decode_tokens_per_s": decode, "output_tokens_per_s": output, "decode_step_ms": {"median": step}}
+
+    document = {
+        "device": "gpu", "model": {"name": "qwen3-0.6b", "num_layers": 28}, "settings": {"batch_size": 8},
+        "trace": {"num_requests": 16, "prompt_lens": [1215, 3637, 2048]},
+        "variants": {"dense": {"metrics": metrics(168.6, 108.5, 17.0)},
+                     "paged_gather": {"metrics": metrics(208.5, 105.4, 15.0)},
+                     "paged": {"metrics": metrics(375.0, 159.0, 8.4)}},
+    }
+    for key, value in changes.items():
+        section, _, field = key.partition("__")
+        document[section] = {**document[section], field: value} if field else value
+    return document
+
+
+def test_serving_goals_are_judged_only_on_the_goals_own_run() -> None:
+    from pagecheck.gpu.end_to_end_goals import serve_mismatches, serving_goals
+
+    judged = serving_goals(_serve_document())
+    assert [g["met"] for g in judged] == [True, True, True, True, False]  # 8.4 ms misses the 8 ms step goal
+    assert serve_mismatches(_serve_document()) == []
+    for changes, words in [({"device": "cpu"}, "device cpu (the goal's: gpu)"),
+                           ({"model__name": "qwen3-tiny"}, "model qwen3-tiny (the goal's: qwen3-0.6b)"),
+                           ({"model__num_layers": 4}, "layers 4 (the goal's: 28)"),
+                           ({"trace__num_requests": 4}, "requests 4 (the goal's: 16)"),
+                           ({"settings__batch_size": 4}, "batch 4 (the goal's: 8)"),
+                           ({"trace__prompt_lens": [128, 1024]}, "prompts 128..1024 tokens (the goal's: within 1024..4096)")]:
+        other = serving_goals(_serve_document(**changes))
+        assert len(other) == len(judged) and all(g["met"] is None for g in other), changes
+        assert words in other[0]["note"], (changes, other[0]["note"])
+
+
+def test_every_goal_shape_is_listed_and_a_missing_or_cpu_one_is_not_judged() -> None:
+    from pagecheck.gpu import percall
+    from pagecheck.gpu.end_to_end_goals import kernel_goals, percall_goals
+    from pagecheck.gpu.goals import BATCHED_DECODE_SHAPES, PERCALL_SHAPES
+
+    rows = [{"batch": b, "context": c, "variant": v, "wall_us": us}
+            for b, c in PERCALL_SHAPES[:2] for v, us in (("paged", 30.0), ("mlx_sdpa", 40.0))]
+    on_gpu = percall_goals({"device": "gpu", "goals": percall.judge(rows)})
+    assert [g["shape"] for g in on_gpu] == [f"B {b} x {c}" for b, c in PERCALL_SHAPES]
+    assert [g["met"] for g in on_gpu] == [True, True, None, None, None]  # three shapes not run
+    assert [v["met"] for v in percall.judge(rows, "cpu")] == [None, None]
+    on_cpu = percall_goals({"device": "cpu", "goals": percall.judge(rows, "cpu")})
+    assert all(g["met"] is None and "not the GPU" in g["note"] for g in on_cpu)
+    assert "not judged (CPU)" in percall.render({"device": "cpu", "calls": 1, "repeats": 1, "rows": [],
+                                                 "goals": percall.judge(rows, "cpu")})
+
+    nothing = kernel_goals(None)
+    assert len(nothing) == 1 + len(BATCHED_DECODE_SHAPES) + 2 and all(g["met"] is None for g in nothing)
+    one = [{"kind": "decode", "batch": 16, "queries": 1, "context": 1024, "variant": v, "kernel_us": us}
+           for v, us in (("paged[ext op]", 19.3), ("mlx_sdpa", 32.5))]
+    judged = kernel_goals({"rows": one})
+    assert [g["met"] for g in judged if g["goal"] == "decode kernel ahead of MLX SDPA"] == [True] + [None] * 5

@@ -69,6 +69,7 @@ from pagecheck.impl.page_gather import gather_pages_dense
 from pagecheck.gpu import clock as gpu_clock
 from pagecheck.gpu import kernels as gpu_kernels
 from pagecheck.gpu import program as gpu_program
+from pagecheck.gpu.goals import BATCHED_DECODE_SHAPES, SINGLE_SHAPE
 from pagecheck.arg_types import int_list
 
 NUM_Q_HEADS = 32
@@ -451,7 +452,7 @@ def print_rows(rows: list[Row]) -> None:
 
 
 # Every shape a decode goal names (pagecheck/gpu/goals.py).
-QUICK_DECODE_SHAPES = ((1, 16384), (16, 1024), (16, 4096), (16, 16384), (64, 1024), (64, 4096), (64, 16384))
+QUICK_DECODE_SHAPES = (SINGLE_SHAPE, *BATCHED_DECODE_SHAPES)
 
 
 def bench_shapes(quick: bool = False, only: str | None = None) -> list[tuple[str, int, int, int]]:

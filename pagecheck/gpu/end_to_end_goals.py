@@ -38,15 +38,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pagecheck.gpu.goals import PAGED_VARIANTS
+from pagecheck.gpu.goals import BATCHED_DECODE_SHAPES, PAGED_VARIANTS, PERCALL_SHAPES, SINGLE_SHAPE
 
 PERCALL_RATIO = 1.0
 PREFILL_CUDNN_RATIO = 1.2
 PREFILL_SHAPES = ((1, 512, 4096), (4, 2048, 8192))
-SINGLE_SHAPE = (1, 16384)
 SERVE_SPEEDUP = 1.3
 SERVE_STEP_MS = 8.0
 SERVE_PAGED, SERVE_GATHER = "paged", "paged_gather"
+# The serving goal's run: qwen3-0.6b (all 28 layers) on the GPU, 16 requests with prompts of 1k-4k tokens,
+# batch 8.
+SERVE_MODEL, SERVE_LAYERS, SERVE_REQUESTS, SERVE_PROMPTS, SERVE_BATCH = "qwen3-0.6b", 28, 16, (1024, 4096), 8
 # The line the op prints once when the warpgroup prefill does not compile (ext/src/common/gpu_dispatch.cpp).
 FALLBACK_MARK = "the warpgroup prefill kernel did not compile"
 
@@ -60,11 +62,23 @@ def verdict(goal: str, shape: str, ours: float | None, theirs: float | None, lim
             "limit": limit, "met": met}
 
 
+def withdrawn(goals: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
+    """The goals with their verdicts withdrawn ("not measured") and the reason noted."""
+    return [{**g, "met": None, "note": why} for g in goals]
+
+
 def percall_goals(document: dict[str, Any] | None) -> list[dict[str, Any]]:
-    if document is None:
-        return [verdict("wall per call <= 1.0x MLX SDPA", "-", None, None, PERCALL_RATIO, "us")]
-    return [verdict("wall per call <= 1.0x MLX SDPA", f"B {g['batch']} x {g['context']}", g["paged_us"],
-                    g["sdpa_us"], PERCALL_RATIO, "us") for g in document["goals"]]
+    """One goal per shape of PERCALL_SHAPES; a shape the run left out is not measured, and a run off the GPU
+    (percall --cpu) judges none."""
+    found = {} if document is None else {(g["batch"], g["context"]): g for g in document["goals"]}
+    goals = []
+    for batch, context in PERCALL_SHAPES:
+        g = found.get((batch, context), {})
+        goals.append(verdict("wall per call <= 1.0x MLX SDPA", f"B {batch} x {context}", g.get("paged_us"),
+                             g.get("sdpa_us"), PERCALL_RATIO, "us"))
+    if document is not None and document.get("device") != "gpu":
+        return withdrawn(goals, f"percall.json is from device {document.get('device')!r}, not the GPU")
+    return goals
 
 
 def _kernel_rows(document: dict[str, Any]) -> dict[tuple[str, int, int, int], dict[str, dict[str, Any]]]:
@@ -83,20 +97,17 @@ def _paged_kernel_us(variants: dict[str, dict[str, Any]]) -> float | None:
 
 
 def kernel_goals(document: dict[str, Any] | None) -> list[dict[str, Any]]:
-    if document is None:
-        return [verdict("decode kernel vs MLX SDPA", "-", None, None, 1.0, "us")]
-    shapes = _kernel_rows(document)
-    goals = []
-    for (kind, batch, queries, context), variants in sorted(shapes.items()):
-        sdpa = variants.get("mlx_sdpa", {}).get("kernel_us")
-        if kind == "decode" and (batch, context) == SINGLE_SHAPE:
-            goals.append(verdict("B 1 long decode kernel <= MLX SDPA", f"B {batch} x {context}",
-                                 _paged_kernel_us(variants), sdpa, 1.0, "us"))
-        elif kind == "decode" and batch >= 16 and context >= 1024:
-            paged = _paged_kernel_us(variants)
-            goal = verdict("decode kernel ahead of MLX SDPA", f"B {batch} x {context}", paged, sdpa, 1.0, "us")
-            goal["met"] = None if goal["ratio"] is None else goal["ratio"] < 1.0
-            goals.append(goal)
+    shapes = {} if document is None else _kernel_rows(document)
+    batch, context = SINGLE_SHAPE
+    variants = shapes.get(("decode", batch, 1, context), {})
+    goals = [verdict("B 1 long decode kernel <= MLX SDPA", f"B {batch} x {context}", _paged_kernel_us(variants),
+                     variants.get("mlx_sdpa", {}).get("kernel_us"), 1.0, "us")]
+    for batch, context in BATCHED_DECODE_SHAPES:
+        variants = shapes.get(("decode", batch, 1, context), {})
+        goal = verdict("decode kernel ahead of MLX SDPA", f"B {batch} x {context}", _paged_kernel_us(variants),
+                       variants.get("mlx_sdpa", {}).get("kernel_us"), 1.0, "us")
+        goal["met"] = None if goal["ratio"] is None else goal["ratio"] < 1.0
+        goals.append(goal)
     for batch, queries, context in PREFILL_SHAPES:
         variants = shapes.get(("prefill", batch, queries, context), {})
         goals.append(verdict("prefill kernel <= 1.2x cuDNN", f"B {batch}, L {queries}, ctx {context}",
@@ -105,7 +116,29 @@ def kernel_goals(document: dict[str, Any] | None) -> list[dict[str, Any]]:
     return goals
 
 
+def serve_mismatches(document: dict[str, Any]) -> list[str]:
+    """How a serve_bench.json's run differs from the serving goal's (empty when it is that run)."""
+    model, trace = document.get("model", {}), document.get("trace", {})
+    prompts = trace.get("prompt_lens") or [0]
+    found = {
+        "device": (document.get("device"), "gpu"),
+        "model": (model.get("name"), SERVE_MODEL),
+        "layers": (model.get("num_layers"), SERVE_LAYERS),
+        "requests": (trace.get("num_requests"), SERVE_REQUESTS),
+        "batch": (document.get("settings", {}).get("batch_size"), SERVE_BATCH),
+    }
+    mismatches = [f"{name} {ours} (the goal's: {goal})" for name, (ours, goal) in found.items() if ours != goal]
+    low, high = SERVE_PROMPTS
+    if not low <= min(prompts) <= max(prompts) <= high:
+        mismatches.append(f"prompts {min(prompts)}..{max(prompts)} tokens (the goal's: within {low}..{high})")
+    return mismatches
+
+
 def serving_goals(document: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The serving goals from serve-bench's record; a run other than the goal's (serve_mismatches) judges none."""
+    if document is not None and serve_mismatches(document):
+        why = "serve_bench.json is not the goal's run: " + ", ".join(serve_mismatches(document))
+        return withdrawn(serving_goals(None), why)
     variants = {} if document is None else document.get("variants", {})
     metrics = {name: entry.get("metrics") for name, entry in variants.items() if "metrics" in entry}
     paged, gather = metrics.get(SERVE_PAGED), metrics.get(SERVE_GATHER)
@@ -192,6 +225,8 @@ def render(goals: list[dict[str, Any]], fallbacks: list[Path] | None = None) -> 
                      f"{g['unit']} | {ratio} | {g['limit']} | {met} |")
     met = sum(g["met"] is True for g in goals)
     lines += ["", f"{met} of {len(goals)} goals met."]
+    notes = list(dict.fromkeys(g["note"] for g in goals if g.get("note")))
+    lines += [f"Not judged: {note}." for note in notes]
     if fallbacks:
         lines += ["", "No goal is judged: the warpgroup prefill did not compile, so the op ran its fallback "
                       "prefill in " + ", ".join(str(log) for log in fallbacks) + "."]

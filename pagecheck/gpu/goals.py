@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# Issue 21's shapes (B, context): the wall-per-call goal's five, and the six batched decode shapes whose
+# kernels must stay ahead of MLX SDPA's.
+PERCALL_SHAPES = ((1, 16384), (16, 1024), (16, 16384), (64, 1024), (64, 4096))
+BATCHED_DECODE_SHAPES = ((16, 1024), (16, 4096), (16, 16384), (64, 1024), (64, 4096), (64, 16384))
 CUDNN_SHAPES = ((64, 4096), (16, 16384))
 CUDNN_FRACTION = 0.9
 SINGLE_SHAPE = (1, 16384)
