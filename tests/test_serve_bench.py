@@ -138,7 +138,7 @@ def test_the_command_reports_its_warm_up_and_records_its_loop(tmp_path) -> None:
 
     common = ["--layers", "1", "--requests", "2", "--prompt-lens", "3,5", "--output-lens", "2,3", "--variants", "paged"]
     outputs = {}
-    for extra in ([], ["--no-overlap", "--warm-up", "trace", "--isolation", "shared"]):
+    for extra in ([], ["--no-overlap", "--warm-up", "trace", "--isolation", "process"]):
         out = tmp_path / ("stepwise" if extra else "pipelined")
         done = subprocess.run([sys.executable, "-m", "pagecheck.cli", "serve-bench", *common, *extra, "--out", str(out)],
                               capture_output=True, text=True, timeout=300)
@@ -148,12 +148,12 @@ def test_the_command_reports_its_warm_up_and_records_its_loop(tmp_path) -> None:
         document = json.loads((out / "serve_bench.json").read_text())
         assert document["settings"]["overlap"] is not bool(extra)
         assert document["settings"]["warm_up"] == ("trace" if extra else "short")
-        assert document["settings"]["isolation"] == ("shared" if extra else "process")
+        assert document["settings"]["isolation"] == ("process" if extra else "shared")
         loop = "read back one by one (--no-overlap)" if extra else "decode steps pipelined"
         assert loop in (out / "serve_bench.md").read_text()
-        isolation = "every variant in one process (--isolation shared)" if extra else "in a worker process of its own"
+        isolation = "each variant in a worker process of its own (--isolation process)" if extra else "every variant in one process"
         assert isolation in (out / "serve_bench.md").read_text()
-        assert ("building qwen3-tiny" in done.stderr) is bool(extra)  # workers build their own weights
+        assert ("building qwen3-tiny" in done.stderr) is not bool(extra)  # workers build their own weights
         outputs[bool(extra)] = document["variants"]["paged"]["metrics"]["output_tokens"]
     assert outputs[True] == outputs[False]
 

@@ -1,17 +1,20 @@
-"""Each serving variant in a process of its own: serve-bench's default isolation.
+"""Each serving variant in a process of its own (serve-bench's `--isolation process`).
 
-Runs of several variants in one process leave state behind for the next:
+Runs of several variants in one process can leave state behind for the next:
 MLX's CUDA graph and kernel caches, compiled traces, Python's heap and its
-collector's generations. On the H200 the paged variant's decode steps took
-about twice as long served after dense and paged + gather in one process as
-in a process of its own, with the buffer cache emptied before every run
-(ext/kernels/NOTES.md v16 item 4, v30). Here every variant gets one worker
-process for all its rounds, started with `spawn` (a fresh interpreter, no
-state copied from the parent); the worker rebuilds the seeded weights itself,
-warms up once, and answers each "run" with one timed run's entry. The rounds
-keep their alternating order across workers (serving_run.run_rounds), and a
-worker empties MLX's buffer cache after each run as well as before it, so an
-idle worker holds its weights and traces but no cached device memory.
+collector's generations (serving_run empties MLX's buffer cache before every
+run, which removes the largest such effect measured, ext/kernels/NOTES.md v16
+item 4). Here every variant gets one worker process for all its rounds,
+started with `spawn` (a fresh interpreter, no state copied from the parent), so
+that a variant's numbers cannot depend on what ran before it: the worker
+rebuilds the seeded weights itself, warms up once, and answers each "run" with
+one timed run's entry. The rounds keep their alternating order across workers
+(serving_run.run_rounds), and a worker empties MLX's buffer cache after each
+run as well as before it, so an idle worker holds its weights and traces but
+no cached device memory. Each worker compiles its own GPU kernels and warms
+up on its own, so a run takes longer than in one process (on the H200, three
+variants took 324 s for two rounds in workers, 86 s for one round in one
+process, with the same step medians: NOTES v30 item 5).
 
 A worker that dies (a device fault, the memory limit) yields an error entry
 naming its exit status; the other variants still run.

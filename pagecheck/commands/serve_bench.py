@@ -6,8 +6,8 @@ same command runs the full model on a GPU (`--device gpu`); on the CPU it
 defaults to qwen3-tiny, which keeps the KV geometry of qwen3-0.6b and shrinks
 the rest so the whole trace takes minutes. `--kv-budget-bytes` adds a sweep:
 under a fixed KV byte budget, how many requests each variant admits at once.
-Each variant is served in a fresh worker process of its own, so none runs on
-what another left behind (`--isolation shared` serves them all in this one).
+The variants take turns in this process; `--isolation process` serves each in
+a fresh worker process of its own instead.
 
 Writes serve_bench.json (the record) and serve_bench.md, and prints the table.
 Also runs as `python -m pagecheck.serve_bench`.
@@ -55,7 +55,7 @@ DEFAULT_DTYPE = {"cpu": "float32", "gpu": "bfloat16"}
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_SEED = 0
 BASELINE = "paged"
-ISOLATIONS = ("process", "shared")
+ISOLATIONS = ("shared", "process")
 
 
 def _length_range(text: str) -> tuple[int, int]:
@@ -111,10 +111,11 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="timed runs per variant, in rounds whose variant order alternates (as given, then "
                         "reversed); each variant's numbers are its median round's by decode tok/s, the lower "
                         "middle one for an even N, and every round's throughput is listed (default: %(default)s)")
-    parser.add_argument("--isolation", choices=ISOLATIONS, default="process",
-                        help="process: every variant in a fresh worker process of its own, for all its rounds, so "
-                        "no variant runs on the caches and heap another left behind; shared: every variant in "
-                        "this process, one after another (default: %(default)s)")
+    parser.add_argument("--isolation", choices=ISOLATIONS, default="shared",
+                        help="shared: every variant in this process, one after another; process: every variant in "
+                        "a fresh worker process of its own, for all its rounds, so that no variant runs on the "
+                        "caches and heap another left behind; each worker compiles its own GPU kernels, so the "
+                        "run takes longer (default: %(default)s)")
     options.add_device_option(parser)
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="directory for serve_bench.json and serve_bench.md, created if missing "

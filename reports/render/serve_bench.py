@@ -107,8 +107,8 @@ def decode_company_lines(document: dict[str, Any]) -> list[str]:
 
 
 # How the variants shared processes; records from before the setting existed say nothing.
-ISOLATION_PHRASES = {"process": ", each variant in a worker process of its own",
-                     "shared": ", every variant in one process (--isolation shared)"}
+ISOLATION_PHRASES = {"process": ", each variant in a worker process of its own (--isolation process)",
+                     "shared": ", every variant in one process"}
 
 
 def _rounds_phrase(rounds: int) -> str:
