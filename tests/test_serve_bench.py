@@ -265,3 +265,14 @@ def test_every_run_starts_from_an_empty_buffer_cache(monkeypatch) -> None:
     leave_buffers_cached()
     run = serving_run.run_variant(serving_weights(), "paged", small_trace(), SETTINGS)
     assert "metrics" in run and cached_at_start[-2] == ("warm", 0)
+
+
+def test_a_budget_too_small_for_the_largest_request_is_refused_before_any_model_is_built(capsys) -> None:
+    from pagecheck.commands import serve_bench
+    from pagecheck.exit_codes import ExitCode
+
+    code = serve_bench.main(["--layers", "1", "--requests", "2", "--kv-budget-bytes", "10,99999999"])
+    assert code == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "--kv-budget-bytes 10 cannot hold the trace's largest request; use at least " in err
+    assert "building" not in err

@@ -23,7 +23,6 @@ naming its exit status; the other variants still run.
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -66,7 +65,7 @@ def _worker(spec: ServeSpec, variant: str, conn: Connection) -> None:
     while conn.recv() is not None:
         entry = serve_variant(weights, variant, spec.trace, spec.settings, models)
         empty_buffer_cache()
-        conn.send((os.getpid(), entry))
+        conn.send(entry)
     conn.close()
 
 
@@ -78,7 +77,11 @@ class VariantProcesses:
         self._spec = spec
         self._context = multiprocessing.get_context("spawn")
         self._workers: dict[str, tuple[Any, Connection]] = {}
-        self.pids: dict[str, int] = {}  # the process each variant's runs answered from
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """The process id of each variant's worker, while the workers run."""
+        return {variant: process.pid for variant, (process, _) in self._workers.items()}
 
     def __enter__(self) -> VariantProcesses:
         return self
@@ -100,16 +103,15 @@ class VariantProcesses:
         process, conn = self._worker_for(variant)
         try:
             conn.send("run")
-            pid, entry = conn.recv()
+            entry = conn.recv()
         except (EOFError, OSError):
             process.join(STOP_SECONDS)
             return {"error": f"the {variant} worker process ended (exit status {process.exitcode}) before "
                              "answering; its output above says why"}
-        self.pids[variant] = pid
         return entry
 
     def close(self) -> None:
-        for process, conn in self._workers.values():
+        for _, conn in self._workers.values():
             try:
                 conn.send(None)
             except (OSError, ValueError):

@@ -16,6 +16,7 @@ Also runs as `python -m pagecheck.serve_bench`.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from dataclasses import asdict, replace
 from datetime import datetime, timezone
@@ -177,24 +178,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"pagecheck {NAME}: {exc}", file=sys.stderr)
         return ExitCode.DEVICE_UNAVAILABLE
     config = model_config(args.model or DEFAULT_MODEL[args.device], args.layers)
-    dtype = getattr(mx, args.dtype or DEFAULT_DTYPE[args.device])
+    dtype_name = args.dtype or DEFAULT_DTYPE[args.device]
+    dtype = getattr(mx, dtype_name)
     trace = course_trace(args.seed, config.vocab_size, num_requests=args.requests, prompt_lens=args.prompt_lens,
                          output_lens=args.output_lens)
-    if args.kv_budget_bytes and min(args.kv_budget_bytes) < _minimum_budget(args, config, dtype, trace):
-        print(f"pagecheck {NAME}: --kv-budget-bytes {min(args.kv_budget_bytes)} cannot hold the trace's largest "
-              f"request; use at least {_minimum_budget(args, config, dtype, trace)}", file=sys.stderr)
-        return ExitCode.USAGE
+    if args.kv_budget_bytes:
+        least = _minimum_budget(args, config, dtype, trace)
+        if min(args.kv_budget_bytes) < least:
+            print(f"pagecheck {NAME}: --kv-budget-bytes {min(args.kv_budget_bytes)} cannot hold the trace's largest "
+                  f"request; use at least {least}", file=sys.stderr)
+            return ExitCode.USAGE
 
     warm_up = args.warm_up or ("trace" if args.device == "gpu" else "short")
     settings = ServeSettings(args.batch, args.prefill_step, args.page_size, overlap=args.overlap, warm_up=warm_up)
     _progress(f"trace {trace.sha256[:16]}: {len(trace.requests)} requests, {trace.prompt_tokens} prompt tokens")
-    weights_of: list[Any] = []
 
+    @functools.cache
     def weights() -> Any:
-        if not weights_of:
-            _progress(f"building {config.name} ({config.num_layers} layers) with seeded random weights")
-            weights_of.append(random_qwen3_weights(config, seed=args.seed, dtype=dtype))
-        return weights_of[0]
+        """The seeded weights, built at the first call: a run whose variants all serve in workers needs none."""
+        _progress(f"building {config.name} ({config.num_layers} layers) with seeded random weights")
+        return random_qwen3_weights(config, seed=args.seed, dtype=dtype)
 
     def report_variant(variant: str, entry: dict[str, Any]) -> None:
         if "error" in entry:
@@ -215,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
     if args.isolation == "process":
         _progress(f"each variant in a worker process of its own, which builds {config.name} ({config.num_layers} "
                   "layers) with the seeded random weights")
-        spec = ServeSpec(args.device, config, args.seed, str(dtype).rsplit(".", 1)[-1], trace, settings)
+        spec = ServeSpec(args.device, config, args.seed, dtype_name, trace, settings)
         runs = run_variants_in_processes(spec, args.variants, report_variant, start_variant, rounds=args.rounds)
     else:
         runs = run_variants(weights(), args.variants, trace, settings, report_variant, start_variant,

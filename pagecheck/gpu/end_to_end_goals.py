@@ -62,9 +62,9 @@ def verdict(goal: str, shape: str, ours: float | None, theirs: float | None, lim
             "limit": limit, "met": met}
 
 
-def withdrawn(goals: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
-    """The goals with their verdicts withdrawn ("not measured") and the reason noted."""
-    return [{**g, "met": None, "note": why} for g in goals]
+def withdrawn(goals: list[dict[str, Any]], why: str | None = None) -> list[dict[str, Any]]:
+    """The goals with their verdicts withdrawn ("not measured"), and `why` noted on each where given."""
+    return [{**g, "met": None, **({"note": why} if why else {})} for g in goals]
 
 
 def percall_goals(document: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -136,9 +136,9 @@ def serve_mismatches(document: dict[str, Any]) -> list[str]:
 
 def serving_goals(document: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The serving goals from serve-bench's record; a run other than the goal's (serve_mismatches) judges none."""
-    if document is not None and serve_mismatches(document):
-        why = "serve_bench.json is not the goal's run: " + ", ".join(serve_mismatches(document))
-        return withdrawn(serving_goals(None), why)
+    mismatches = [] if document is None else serve_mismatches(document)
+    if mismatches:
+        return withdrawn(serving_goals(None), "serve_bench.json is not the goal's run: " + ", ".join(mismatches))
     variants = {} if document is None else document.get("variants", {})
     metrics = {name: entry.get("metrics") for name, entry in variants.items() if "metrics" in entry}
     paged, gather = metrics.get(SERVE_PAGED), metrics.get(SERVE_GATHER)
@@ -207,11 +207,6 @@ def fallback_logs(folders: list[Path]) -> list[Path]:
     return found
 
 
-def unjudged(goals: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The goals with every verdict withdrawn ("not measured")."""
-    return [{**g, "met": None} for g in goals]
-
-
 def render(goals: list[dict[str, Any]], fallbacks: list[Path] | None = None) -> str:
     def number(value: float | None) -> str:
         return "-" if value is None else f"{value:,.1f}"
@@ -253,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
              + serving_goals(load(folder / "serve" / "serve_bench.json")) + verification_goals(args.verify))
     fallbacks = fallback_logs([folder, *args.verify])
     if fallbacks:
-        goals = unjudged(goals)
+        goals = withdrawn(goals)  # render names the logs
     (folder / "end_to_end.json").write_text(json.dumps(
         {"goals": goals, "prefill_fallback_logs": [str(log) for log in fallbacks]}, indent=1))
     markdown = render(goals, fallbacks)
