@@ -52,7 +52,7 @@ GPU_TESTS="tests/test_gpu_attention.py tests/test_gpu_launcher.py tests/test_gpu
   tests/test_gpu_percall.py tests/test_gpu_profile.py tests/test_gpu_program.py tests/test_gpu_stream_probe.py
   tests/test_ext_*.py tests/test_impl_*.py tests/test_validated_inputs.py
   tests/test_quantized_embedding.py tests/test_qk_norm_rope.py tests/test_node_cost.py tests/test_qwen3_model.py tests/test_serving_*.py
-  tests/test_paged_step.py"
+  tests/test_paged_step.py tests/test_serve_bench.py"
 export GPU_TESTS
 . scripts/gpu_checkout.sh  # the GPU's name; the checkout installed into $PROJ, which is now the directory
 for name in "$@"; do

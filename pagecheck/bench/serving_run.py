@@ -63,7 +63,10 @@ def empty_buffer_cache() -> None:
     dense and paged + gather variants left over 100 GB cached, and the variant after them ran its decode
     steps at about 15 ms against 8-10 ms alone (ext/kernels/NOTES.md v16; the allocator cause is inferred
     from the cache sizes, not traced). Python's collector runs first, so arrays held only by reference
-    cycles are freed too."""
+    cycles are freed too. On CUDA the buffers of finished work reach the cache from MLX's completion
+    thread, after the work is done, so the default stream is synchronized before the cache is emptied:
+    otherwise they can land in it after mx.clear_cache."""
+    mx.synchronize()
     gc.collect()
     mx.clear_cache()
 
