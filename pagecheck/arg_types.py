@@ -20,17 +20,22 @@ def positive_int(text: str) -> int:
     return value
 
 
-def int_list(name: str, least: int = 1) -> Callable[[str], tuple[int, ...]]:
-    """A type for comma-separated integers, each at least `least` (e.g. --contexts 128,1024)."""
+def int_list(name: str, least: int = 1, most: int | None = None) -> Callable[[str], tuple[int, ...]]:
+    """A type for comma-separated integers, each in least..most (e.g. --contexts 128,1024); an error names
+    the first item out of range."""
 
     def parse(text: str) -> tuple[int, ...]:
         try:
             values = tuple(int(part) for part in text.split(","))
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name}={text!r} must be comma-separated integers") from None
-        if min(values) < least:
-            bound = "positive" if least == 1 else f"at least {least}"
-            raise argparse.ArgumentTypeError(f"{name}={text!r} must be {bound}")
+        bad = next((value for value in values if value < least or (most is not None and value > most)), None)
+        if bad is not None:
+            if most is not None:
+                bound = f"in {least}..{most}"
+            else:
+                bound = "positive" if least == 1 else f"at least {least}"
+            raise argparse.ArgumentTypeError(f"{name}={text!r} must be {bound}; {bad} is not")
         return values
 
     return parse

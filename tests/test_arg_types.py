@@ -31,7 +31,10 @@ def test_parsers_report_the_option_with_the_text(capsys) -> None:
 
 def test_int_list_bounds_each_value() -> None:
     assert int_list("stages", least=2)("2,3,4") == (2, 3, 4)
-    with pytest.raises(argparse.ArgumentTypeError, match="stages='1,3' must be at least 2"):
-        int_list("stages", least=2)("1,3")
+    with pytest.raises(argparse.ArgumentTypeError, match="stages='3,1' must be at least 2; 1 is not"):
+        int_list("stages", least=2)("3,1")
+    assert int_list("splits", most=4)("1,4") == (1, 4)
+    with pytest.raises(argparse.ArgumentTypeError, match=r"splits='2,5' must be in 1\.\.4; 5 is not"):
+        int_list("splits", most=4)("2,5")
     with pytest.raises(argparse.ArgumentTypeError, match="must be comma-separated integers"):
         int_list("contexts")("128,x")

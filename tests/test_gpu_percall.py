@@ -105,9 +105,10 @@ def test_pinned_split_counts_add_launcher_variants_and_no_goal() -> None:
 MOST_SPLITS = int(percall.ext.gpu_plan_constants()["max_splits"])
 
 
-@pytest.mark.parametrize("text, message", [("0", f"'0' must be an int in 1..{MOST_SPLITS}"),
-                                           ("1,x", "'x' must be an int"),
-                                           (str(MOST_SPLITS + 1), f"must be an int in 1..{MOST_SPLITS}")])
+@pytest.mark.parametrize("text, message", [("0", f"pin-splits='0' must be in 1..{MOST_SPLITS}; 0 is not"),
+                                           ("1,x", "pin-splits='1,x' must be comma-separated integers"),
+                                           (f"1,{MOST_SPLITS + 1}",
+                                            f"must be in 1..{MOST_SPLITS}; {MOST_SPLITS + 1} is not")])
 def test_bad_split_counts_are_named(text: str, message: str) -> None:
     with pytest.raises(percall.argparse.ArgumentTypeError, match=message):
         percall.parse_splits(text)

@@ -51,7 +51,7 @@ from pagecheck.gpu import program as gpu_program
 from pagecheck.gpu.profile import parse_shapes
 from pagecheck.gpu.bench import InputSet
 from pagecheck.gpu.goals import PERCALL_SHAPES
-from pagecheck.arg_types import positive_int
+from pagecheck.arg_types import int_list, positive_int
 
 NUM_Q_HEADS = 32
 NUM_KV_HEADS = 8
@@ -244,15 +244,9 @@ def run_percall(
 
 
 def parse_splits(text: str) -> tuple[int, ...]:
-    """'1,2' -> (1, 2): split counts to pin, each in 1..the planner's most."""
+    """'1,2' -> (1, 2): split counts to pin, each in 1..the planner's most, repeats dropped."""
     most = int(ext.gpu_plan_constants()["max_splits"])
-    found = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item.isdigit() or not 1 <= int(item) <= most:
-            raise argparse.ArgumentTypeError(f"split count {item!r} must be an int in 1..{most}")
-        found.append(int(item))
-    return tuple(dict.fromkeys(found))
+    return tuple(dict.fromkeys(int_list("pin-splits", most=most)(text)))
 
 
 def main(argv: list[str] | None = None) -> int:
