@@ -82,6 +82,19 @@ def test_the_whole_step_equals_the_layer_by_layer_build_bit_for_bit(slots) -> No
     assert_same_state(our_state, their_state)
 
 
+def test_a_partial_batch_gathers_its_inputs_once_not_in_every_layer() -> None:
+    from pagecheck.bench.graph import graph_primitives
+
+    model, kv, lengths = prefilled(True)  # slot 1 empty
+    mx.eval([pool.storage for pool in kv.pools])  # the step's graph alone is counted
+    kv.table.start_step()
+    hidden = model(mx.array([[7], [1], [8]], dtype=mx.int32), mx.array(lengths, dtype=mx.int32), kv.decode_caches)
+    assert model.config.num_layers > 1
+    # One gather of the tokens and one of the offsets (StepClaim.repeats), whatever the layer count.
+    assert graph_primitives(hidden)["Gather"] == 2
+    mx.eval(hidden)
+
+
 def shapes_of(layer_inputs) -> tuple[int, int]:
     """(block-table width, storage capacity in pages) of a step's first layer: what makes a trace."""
     keys, _, _, table, _ = layer_inputs[0]
