@@ -28,12 +28,14 @@
 #   bench       the GPU benchmark (BENCH_ARGS adds options)
 #   profile     each kernel's GPU time per chained call (PROFILE_ARGS adds
 #               options)
-# Each step prints its exit status and the tail of its log.
+# Each step prints its exit status and the tail of its log. ARCHIVE=FILE.tgz packs LOGDIR into one file at the
+# end, for a device call that returns only a few files (the tolerance sweep alone writes more than that).
 set -uo pipefail
 out=${1:?usage: gpu_verify.sh LOGDIR STEP...}
 shift
 mkdir -p "$out"
 out=$(cd "$out" && pwd)  # absolute: the steps run from elsewhere
+if [ -n "${ARCHIVE:-}" ]; then ARCHIVE=$(cd "$(dirname "$ARCHIVE")" && pwd)/$(basename "$ARCHIVE") || exit 2; fi
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 
@@ -68,3 +70,6 @@ for name in "$@"; do
     *) echo "unknown step $name" ;;
   esac
 done
+if [ -n "${ARCHIVE:-}" ]; then
+  tar czf "$ARCHIVE" -C "$(dirname "$out")" "$(basename "$out")" && echo "== archived $out in $ARCHIVE"
+fi
