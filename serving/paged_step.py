@@ -121,19 +121,21 @@ class CompiledPagedStep:
             for cache in caches:
                 width_step = -(-WIDTH_STEP_TOKENS // _pool_of(cache).page_size)
                 claims.append(cache.claim_tokens(shape, self._weights.dtype, width_step))
-            repeats = {claim.repeats for claim in claims}
-            if len(repeats) != 1:
-                raise ValueError(f"the layers' decode batches hold different slots (rows repeated: {sorted(repeats, key=str)})")
-            (repeat,) = repeats
-            if repeat is not None:
+            distinct = {claim.repeats for claim in claims}
+            if len(distinct) != 1:
+                raise ValueError(
+                    f"the layers' decode batches hold different slots (rows repeated: {sorted(distinct, key=str)})"
+                )
+            (repeats,) = distinct
+            if repeats is not None:
                 # An empty slot's row runs the first active row's token at its position (StepClaim.repeats).
-                rows = mx.array(repeat, dtype=mx.int32)
+                rows = mx.array(repeats, dtype=mx.int32)
                 tokens, offsets = mx.take(tokens, rows, axis=0), mx.take(offsets, rows, axis=0)
             checked: set[tuple[int, int, tuple[int, ...]]] = set()
             for claim in claims:
                 key = (id(claim.block_table), id(claim.context_lens), tuple(claim.key_storage.shape))
                 if key not in checked:
-                    _check_distinct_rows(query, claim, repeat)
+                    _check_distinct_rows(query, claim, repeats)
                     checked.add(key)
             layer_inputs = [
                 (claim.key_storage, claim.value_storage, claim.index, claim.block_table, claim.context_lens)

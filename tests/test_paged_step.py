@@ -145,7 +145,7 @@ def test_the_table_width_is_a_multiple_of_the_width_step(monkeypatch) -> None:
     assert [width for width, _ in calls] == [128, 128]
 
 
-@pytest.mark.parametrize("where", ["claim", "check"])
+@pytest.mark.parametrize("where", ["claim", "repeats", "check"])
 def test_a_step_that_fails_leaves_every_layer_as_it_was(monkeypatch, where) -> None:
     model, kv, lengths = prefilled(True)
     decode(model, kv, lengths, 1)
@@ -155,14 +155,21 @@ def test_a_step_that_fails_leaves_every_layer_as_it_was(monkeypatch, where) -> N
     def fail(*args, **kwargs):
         raise ValueError("injected failure")
 
+    message = "injected failure"
     if where == "claim":
         # The last layer's claim fails after every other layer has claimed.
         last = kv.decode_caches[-1]
         monkeypatch.setattr(last, "claim_tokens", fail)
+    elif where == "repeats":
+        # The last layer's batch says its empty slot repeats another row than the other layers' do.
+        last = kv.decode_caches[-1]
+        claim = last.claim_tokens
+        monkeypatch.setattr(last, "claim_tokens", lambda *args: claim(*args)._replace(repeats=(0, 0, 0)))
+        message = r"decode batches hold different slots \(rows repeated: \[\(0, 0, 0\), \(0, 0, 2\)\]\)"
     else:
         monkeypatch.setattr(paged_step, "check_paged_inputs", fail)
     kv.table.start_step()
-    with pytest.raises(ValueError, match="injected failure"):
+    with pytest.raises(ValueError, match=message):
         model(mx.array([[1], [1], [1]], dtype=mx.int32), mx.array(lengths, dtype=mx.int32), kv.decode_caches)
     assert [cache.offset for cache in kv.caches(0)] == offsets_before
     assert_same_state(kv_state(kv), before)
