@@ -3,7 +3,8 @@
 # kernel table and the serving table; then where a decode step's and a
 # 128-token prefill chunk's host time goes (serving_profile: build, submit,
 # wait, and the graph's nodes by kind; decode steps alone and each overlapped
-# with the previous one, as serve-bench runs them); last the goals, judged
+# with the previous one, as serve-bench runs them, and overlapped with 2 of the 8
+# slots active, as most of serve-bench's steps are); last the goals, judged
 # from the three tables.
 # Run on a CUDA machine with MLX's CUDA back-end importable (the staged
 # wheels installed; /work/shared/device/README.md):
@@ -11,7 +12,7 @@
 #   bash scripts/gpu_end_to_end.sh OUTDIR
 #
 # Writes OUTDIR/percall.{json,md}, bench_gpu.json (+ .log), serve/serve_bench.{json,md},
-# profile.log, profile_overlap.log, prefill_profile.log, end_to_end.{json,md}. Each step runs under a time limit
+# profile.log, profile_overlap.log, profile_partial.log, prefill_profile.log, end_to_end.{json,md}. Each step runs under a time limit
 # (PERCALL_LIMIT, KERNEL_LIMIT, SERVE_LIMIT, PROFILE_LIMIT seconds) and prints
 # its exit status. VERIFY=LOGDIR (a gpu_verify.sh run of the same build, an
 # earlier device call: both do not fit one) adds its verdicts to the goals;
@@ -55,6 +56,9 @@ grep -E '^(decode step|graph of)' "$out/profile.log"
 step profile_overlap "${PROFILE_LIMIT:-150}" python3 -m pagecheck.bench.serving_profile --batch 8 --context 2048 --steps 20 \
   --overlap
 grep -E '^decode step' "$out/profile_overlap.log"
+step profile_partial "${PROFILE_LIMIT:-150}" python3 -m pagecheck.bench.serving_profile --batch 8 --active 2 --context 2048 \
+  --steps 20 --overlap
+grep -E '^(decode step|graph of)' "$out/profile_partial.log"
 step prefill_profile "${PROFILE_LIMIT:-150}" python3 -m pagecheck.bench.serving_profile --phase prefill --context 2048 --steps 20
 grep -E '^(prefill chunk|graph of)' "$out/prefill_profile.log"
 python3 -m pagecheck.gpu.end_to_end_goals "$out" ${VERIFY:+--verify "$VERIFY"}

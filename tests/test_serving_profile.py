@@ -29,6 +29,26 @@ def test_a_small_profile_reports_spans_and_the_step_graph(capsys, mode: str) -> 
     assert counts["PagedAttention"] == "2" and counts["Scatter"] == "4"
 
 
+def test_a_partial_batch_profiles_its_empty_slots_too(capsys) -> None:
+    argv = ["--model", "qwen3-tiny", "--layers", "2", "--batch", "3", "--active", "1", "--context", "20",
+            "--steps", "2", "--prefill-chunk", "20", "--cpu"]
+    assert serving_profile.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "batch 3 (1 slots active), context 20" in out
+    graph = re.search(r"graph of one decode step: \d+ nodes, [\d.]+ per layer: (.*)", out)
+    counts = dict(re.findall(r"(\w+) (\d+)", graph.group(1)))
+    # The empty slots repeat the active row (serving/step_claim.py): its token and offset gathered once.
+    assert counts["Gather"] == "2" and counts["PagedAttention"] == "2"
+
+
+@pytest.mark.parametrize("argv, message", [(["--batch", "2", "--active", "3"], "--active 3 is more than --batch 2"),
+                                           (["--phase", "prefill", "--active", "1"], "--active applies to --phase decode")])
+def test_active_slots_are_checked(capsys, argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit):
+        serving_profile.main(argv + ["--cpu"])
+    assert message in capsys.readouterr().err
+
+
 def test_an_overlapped_profile_waits_for_the_previous_step(capsys) -> None:
     argv = ["--model", "qwen3-tiny", "--layers", "2", "--batch", "2", "--context", "20", "--steps", "3",
             "--prefill-chunk", "20", "--overlap", "--cpu"]

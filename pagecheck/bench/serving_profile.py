@@ -3,7 +3,9 @@
 `--phase decode` (the default) fills `--batch` decode slots with requests of
 `--context` tokens (prefilled in chunks of `--prefill-chunk`), then times
 `--steps` decode steps of the Qwen3 model the way the scheduler runs them
-(tokens and offsets in, greedy token out, read back to the host).
+(tokens and offsets in, greedy token out, read back to the host). With
+`--active N` only the first N slots hold a request and the others stay empty,
+as in most of serve-bench's steps (requests join and leave the batch).
 `--phase prefill` times `--steps` prompt chunks of `--chunk` tokens of one
 request whose first `--context` tokens are cached, the way serve-bench's
 scheduler runs a chunk (the chunk's hidden states evaluated). Per step or
@@ -18,7 +20,7 @@ A program for finding what to fix, not a benchmark of record (serve-bench
 is that):
 
     python -m pagecheck.bench.serving_profile [--model qwen3-0.6b] [--batch 8] [--context 2048] [--variant paged]
-        [--eager | --layer-halves] [--overlap]
+        [--eager | --layer-halves] [--overlap] [--active N]
     python -m pagecheck.bench.serving_profile --phase prefill [--chunk 128] [--context 2048]
 """
 
@@ -107,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=positive_int, default=8, help="requests per decode step (default 8)")
     parser.add_argument("--context", type=positive_int, default=2048,
                         help="tokens each request holds before the timed steps (default 2048)")
+    parser.add_argument("--active", type=positive_int, default=None,
+                        help="decode slots that hold a request, the first ones; the rest stay empty (default: all)")
     parser.add_argument("--steps", type=positive_int, default=20, help="timed steps (default 20)")
     parser.add_argument("--page-size", type=positive_int, default=DEFAULT_PAGE_SIZE,
                         help=f"tokens per KV page (default {DEFAULT_PAGE_SIZE})")
@@ -131,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.overlap and args.phase != "decode":
         parser.error("--overlap applies to --phase decode (a prefill chunk is awaited before the next)")
+    if args.active is not None and args.phase != "decode":
+        parser.error("--active applies to --phase decode")
+    if args.active is not None and args.active > args.batch:
+        parser.error(f"--active {args.active} is more than --batch {args.batch}")
+    active = args.batch if args.active is None else args.active
     if args.cpu:
         mx.set_default_device(mx.cpu)
     config = model_config(args.model, args.layers)
@@ -170,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{setting}, chunks of {args.chunk} after a context of {args.context}, device {mx.default_device()}")
         report("prefill chunk", "chunk", build, args.steps, config.num_layers)
     else:
-        for slot in range(args.batch):
+        for slot in range(active):
             prefill(slot, args.context + WARMUP_STEPS + args.steps + 2)
             kv.admit_to_decode(slot, slot)
 
@@ -178,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
             nonlocal position
             if kv.table is not None:
                 kv.table.start_step()
-            tokens = mx.array([[1 + slot] for slot in range(args.batch)], dtype=mx.int32)
-            offsets = mx.array([position] * args.batch, dtype=mx.int32)
+            # An empty slot feeds token 0 at offset 0, as the scheduler's does.
+            tokens = mx.array([[1 + slot if slot < active else 0] for slot in range(args.batch)], dtype=mx.int32)
+            offsets = mx.array([position if slot < active else 0 for slot in range(args.batch)], dtype=mx.int32)
             position += 1
             hidden = model(tokens, offsets, kv.decode_caches, traffic)
             return mx.argmax(model.logits(hidden[:, -1]), axis=-1)
@@ -187,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         for warmup in range(WARMUP_STEPS):
             build().tolist()
             print(f"warm-up step {warmup} at {time.perf_counter() - began:.1f} s", flush=True)
-        print(f"{setting}, batch {args.batch}, context {args.context}, device {mx.default_device()}")
+        occupancy = "" if active == args.batch else f" ({active} slots active)"
+        print(f"{setting}, batch {args.batch}{occupancy}, context {args.context}, device {mx.default_device()}")
         report("decode step", "step", build, args.steps, config.num_layers, args.overlap)
     kv.close_all()
     return 0
