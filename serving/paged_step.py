@@ -35,7 +35,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import mlx.core as mx
-import numpy as np
 
 from pagecheck import ext
 from pagecheck.impl import page_write
@@ -73,17 +72,6 @@ def _pool_of(cache: Any) -> TinyKvPagedPool | None:
     return cache.pool if isinstance(cache, StepPagedKvCache) else None
 
 
-def _check_distinct_rows(query: _QueryShape, claim: StepClaim, repeats: tuple[int, ...] | None) -> None:
-    """The claim's table and context lengths against its storage (reference/validation.py's rules), on the rows
-    that are their own: a repeated row is a copy of one of them, whose pages would otherwise count as aliased."""
-    table, lens = claim.block_table, claim.context_lens
-    if repeats is not None:
-        own = [row for row, source in enumerate(repeats) if source == row]
-        table, lens = np.asarray(table)[own], np.asarray(lens)[own]
-        query = query._replace(shape=(len(own), *query.shape[1:]))
-    check_paged_inputs(query, claim.key_storage, claim.value_storage, table, lens, claim.pool.page_size, "causal")
-
-
 def takes(tokens: mx.array, offsets: int | mx.array, caches: Sequence[Any]) -> bool:
     """True for a decode step (L 1, offsets an array) over step batches, or a prefill chunk of CHUNK_MULTIPLE
     tokens' multiple over a request's step caches, when every layer's pool already has storage."""
@@ -108,8 +96,7 @@ class CompiledPagedStep:
         self._compiled = mx.compile(self._graph)
 
     def __call__(self, tokens: mx.array, offsets: int | mx.array, caches: Sequence[Any]) -> mx.array:
-        """tokens int [B, L], offsets int32 [B] (or an int for B 1) -> final hidden states [B, L, hidden], normed.
-        The row of an empty decode slot is a copy of the first active row's (StepClaim.repeats)."""
+        """tokens int [B, L], offsets int32 [B] (or an int for B 1) -> final hidden states [B, L, hidden], normed."""
         config = self._weights.config
         batch, length = tokens.shape
         if not isinstance(offsets, mx.array):
@@ -121,24 +108,15 @@ class CompiledPagedStep:
             for cache in caches:
                 width_step = -(-WIDTH_STEP_TOKENS // _pool_of(cache).page_size)
                 claims.append(cache.claim_tokens(shape, self._weights.dtype, width_step))
-            distinct = {claim.repeats for claim in claims}
-            if len(distinct) != 1:
-                raise ValueError(
-                    f"the layers' decode batches hold different slots (rows repeated: {sorted(distinct, key=str)})"
-                )
-            (repeats,) = distinct
-            if repeats is not None:
-                # An empty slot's row runs the first active row's token at its position (StepClaim.repeats).
-                rows = mx.array(repeats, dtype=mx.int32)
-                tokens, offsets = mx.take(tokens, rows, axis=0), mx.take(offsets, rows, axis=0)
             checked: set[tuple[int, int, tuple[int, ...]]] = set()
             for claim in claims:
                 key = (id(claim.block_table), id(claim.context_lens), tuple(claim.key_storage.shape))
                 if key not in checked:
-                    _check_distinct_rows(query, claim, repeats)
+                    check_paged_inputs(query, claim.key_storage, claim.value_storage, claim.block_table,
+                                       claim.context_lens, claim.pool.page_size, "causal")
                     checked.add(key)
             layer_inputs = [
-                (claim.key_storage, claim.value_storage, claim.index, claim.block_table, claim.context_lens)
+                (claim.key_storage, claim.value_storage, claim.index, claim.rows, claim.block_table, claim.context_lens)
                 for claim in claims
             ]
             hidden, written = self._compiled(tokens.astype(mx.int32), offsets.astype(mx.int32), layer_inputs)
@@ -157,8 +135,10 @@ class CompiledPagedStep:
         weights, config = self._weights, self._weights.config
         hidden = embedding_lookup(tokens, weights.embed_tokens)
         written = []
-        for layer, (keys, values, index, table, lens) in zip(weights.layers, layer_inputs):
+        for layer, (keys, values, index, rows, table, lens) in zip(weights.layers, layer_inputs):
             query, key, value = self._attention_inputs(hidden, offsets, layer, config)
+            if rows is not None:
+                key, value = mx.take(key, rows, axis=0), mx.take(value, rows, axis=0)
             keys = page_write.write_token_rows(keys, index, key)
             values = page_write.write_token_rows(values, index, value)
             attended = ext.paged_attention(query, keys, values, table, lens, keys.shape[2], None, True)

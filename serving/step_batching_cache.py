@@ -10,11 +10,9 @@ than as silently rebuilt tables.
 A decode step compiled as one call (serving/paged_step.py) writes the layer's
 K/V inside its graph, so it appends in two halves (serving/step_claim.py):
 `claim_tokens` runs the one-token append's checks and claims, then
-`finish_claim` or `abandon_claim`. An empty slot's row repeats the first
-active row (the claim's `repeats`): its table row and context length here, its
-token and position in the step, so the step computes that row's K/V twice and
-writes the same values at one position. The batch keeps its shape whatever
-the slots hold, with no per-layer gather of K/V rows.
+`finish_claim` or `abandon_claim`. An empty slot's storage row repeats the
+first active row's position and K/V, so the write keeps the batch's shape
+whatever the slots hold and writes every position with one value.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from pagecheck.impl import page_write
-from pagecheck.impl.kv_cache import BatchingKvCache
+from pagecheck.impl.kv_cache import BatchingKvCache, slot_rows
 from pagecheck.impl.page_pool import TinyKvPagedPool
 from pagecheck.impl.paged_metadata import PagedKvMetadata
 from pagecheck.serving.step_claim import StepClaim
@@ -51,9 +49,8 @@ class StepBatchingKvCache(BatchingKvCache):
             mask=mask,
         )
 
-    def _table_arrays(self, width_step: int, repeats: tuple[int, ...] | None = None) -> tuple[mx.array, mx.array]:
-        """The shared table of the batch's slots; with `repeats`, row b is slot repeats[b]'s."""
-        slots = self._requests if repeats is None else [self._requests[slot] for slot in repeats]
+    def _table_arrays(self, width_step: int) -> tuple[mx.array, mx.array]:
+        slots = self._requests
         rows = [() if cache is None else cache.page_id_tuple for cache in slots]
         lens = [0 if cache is None else cache.offset for cache in slots]
         return self._table.arrays(rows, lens, width_step)
@@ -73,21 +70,22 @@ class StepBatchingKvCache(BatchingKvCache):
                 raise ValueError("the batch's pool has no page storage yet; prefill writes it first")
             pages, slots = [page for page, _ in positions], [slot for _, slot in positions]
             index = pool.token_rows_index(pages, slots, (len(active), *shape[1:]), dtype, dtype)
-            repeats = None
+            rows = None
             if len(active) != shape[0]:
-                # Row b is slot repeats[b]: itself where slot b is active, else the first active slot, whose
-                # position it writes again with the same K/V.
+                # Storage row b takes K/V row source[b]: its own where slot b is active, else the first active
+                # slot's, written again at that slot's position.
                 by_slot = dict(zip((slot for slot, _ in active), positions))
                 first = active[0][0]
-                repeats = tuple(slot if slot in by_slot else first for slot in range(shape[0]))
+                source = tuple(slot if slot in by_slot else first for slot in range(shape[0]))
                 index = page_write.token_row_index(
-                    tuple(by_slot[slot][0] for slot in repeats), tuple(by_slot[slot][1] for slot in repeats), shape[1]
+                    tuple(by_slot[slot][0] for slot in source), tuple(by_slot[slot][1] for slot in source), shape[1]
                 )
-            block_table, context_lens = self._table_arrays(width_step, repeats)
+                rows = slot_rows(source)
+            block_table, context_lens = self._table_arrays(width_step)
         except BaseException:
             self._give_back_tokens(pool, active, pool_before)
             raise
-        return StepClaim(pool, (active, pool_before), index, repeats, storage[0], storage[1], block_table, context_lens)
+        return StepClaim(pool, (active, pool_before), index, rows, storage[0], storage[1], block_table, context_lens)
 
     def finish_claim(self, claim: StepClaim, keys: mx.array, values: mx.array) -> None:
         """Take the storage the step's graph wrote at the claim's index."""

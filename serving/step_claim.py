@@ -24,9 +24,7 @@ class StepClaim(NamedTuple):
     undo: Any  # what abandon_claim needs to put the cache and the pool back (the cache's own business)
     # Where the R rows of T tokens of K/V [R, H_kv, T, D] go in storage (page_write.token_row_index).
     index: page_write.TokenRowIndex
-    # The batch row each row repeats (an empty decode slot repeats the first active row: its token, position and
-    # table row, hence its K/V); None: every row is its own.
-    repeats: tuple[int, ...] | None
+    rows: mx.array | None  # int32 [R], the K/V row each written row takes; None: every row its own
     key_storage: mx.array  # the storage to write into, [capacity, H_kv, page_size, D]
     value_storage: mx.array
     block_table: mx.array  # int32 [R, width], -1 padded: the metadata paged attention reads after the write

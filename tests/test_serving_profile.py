@@ -34,11 +34,12 @@ def test_a_partial_batch_profiles_its_empty_slots_too(capsys) -> None:
             "--steps", "2", "--prefill-chunk", "20", "--cpu"]
     assert serving_profile.main(argv) == 0
     out = capsys.readouterr().out
-    assert "batch 3 (1 slots active), context 20" in out
+    assert "batch 3 (1 slot active), context 20" in out
     graph = re.search(r"graph of one decode step: \d+ nodes, [\d.]+ per layer: (.*)", out)
     counts = dict(re.findall(r"(\w+) (\d+)", graph.group(1)))
-    # The empty slots repeat the active row (serving/step_claim.py): its token and offset gathered once.
-    assert counts["Gather"] == "2" and counts["PagedAttention"] == "2"
+    # Each layer attends once over the pages and writes its K and V rows; the empty slots' rows take the
+    # active row's K/V (serving/step_batching_cache.py), two gathers a layer.
+    assert counts["PagedAttention"] == "2" and counts["Scatter"] == "4" and counts["Gather"] == "4"
 
 
 @pytest.mark.parametrize("argv, message", [(["--batch", "2", "--active", "3"], "--active 3 is more than --batch 2"),

@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         for warmup in range(WARMUP_STEPS):
             build().tolist()
             print(f"warm-up step {warmup} at {time.perf_counter() - began:.1f} s", flush=True)
-        occupancy = "" if active == args.batch else f" ({active} slots active)"
+        occupancy = "" if active == args.batch else f" ({active} slot{'s' if active > 1 else ''} active)"
         print(f"{setting}, batch {args.batch}{occupancy}, context {args.context}, device {mx.default_device()}")
         report("decode step", "step", build, args.steps, config.num_layers, args.overlap)
     kv.close_all()
