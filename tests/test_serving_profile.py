@@ -10,36 +10,43 @@ from pagecheck.bench import serving_profile
 MODE_FLAGS = {"compiled": [], "compiled layer halves": ["--layer-halves"], "eager": ["--eager"]}
 
 
+def profile(capsys, *options: str) -> str:
+    """What a small CPU profile (qwen3-tiny, 2 layers, 20 cached tokens, 2 steps) prints; later options win."""
+    argv = ["--model", "qwen3-tiny", "--layers", "2", "--context", "20", "--steps", "2", "--prefill-chunk", "20",
+            "--cpu", *options]
+    assert serving_profile.main(argv) == 0
+    return capsys.readouterr().out
+
+
+def graph_counts(out: str, what: str) -> dict[str, int]:
+    """The printed graph of one `what` (decode step, prefill chunk): its nodes by kind, which sum to its total."""
+    graph = re.search(rf"graph of one {what}: (\d+) nodes, ([\d.]+) per layer: (.*)", out)
+    assert graph is not None, out
+    counts = {name: int(count) for name, count in re.findall(r"(\w+) (\d+)", graph.group(3))}
+    assert int(graph.group(1)) == sum(counts.values())
+    return counts
+
+
 @pytest.mark.parametrize("mode", list(MODE_FLAGS))
 def test_a_small_profile_reports_spans_and_the_step_graph(capsys, mode: str) -> None:
-    argv = ["--model", "qwen3-tiny", "--layers", "2", "--batch", "2", "--context", "20", "--steps", "2",
-            "--prefill-chunk", "20", "--cpu"] + MODE_FLAGS[mode]
-    assert serving_profile.main(argv) == 0
-    out = capsys.readouterr().out
+    out = profile(capsys, "--batch", "2", *MODE_FLAGS[mode])
     assert f"{mode} decode, batch 2" in out
     spans = re.search(r"decode step: build ([\d.]+) ms, submit ([\d.]+) ms, wait ([\d.]+) ms, total ([\d.]+) ms", out)
     assert spans is not None, out
     build, submit, wait, total = map(float, spans.groups())
     assert total > 0 and abs(build + submit + wait - total) < 0.05 * total + 0.02
-    graph = re.search(r"graph of one decode step: (\d+) nodes, ([\d.]+) per layer: (.*)", out)
-    assert graph is not None, out
-    counts = dict(re.findall(r"(\w+) (\d+)", graph.group(3)))
-    assert int(graph.group(1)) == sum(map(int, counts.values()))
+    counts = graph_counts(out, "decode step")
     # Both layers write their K and V rows (one scatter per tensor) and attend once over the pages.
-    assert counts["PagedAttention"] == "2" and counts["Scatter"] == "4"
+    assert counts["PagedAttention"] == 2 and counts["Scatter"] == 4
 
 
 def test_a_partial_batch_profiles_its_empty_slots_too(capsys) -> None:
-    argv = ["--model", "qwen3-tiny", "--layers", "2", "--batch", "3", "--active", "1", "--context", "20",
-            "--steps", "2", "--prefill-chunk", "20", "--cpu"]
-    assert serving_profile.main(argv) == 0
-    out = capsys.readouterr().out
+    out = profile(capsys, "--batch", "3", "--active", "1")
     assert "batch 3 (1 slot active), context 20" in out
-    graph = re.search(r"graph of one decode step: \d+ nodes, [\d.]+ per layer: (.*)", out)
-    counts = dict(re.findall(r"(\w+) (\d+)", graph.group(1)))
+    counts = graph_counts(out, "decode step")
     # Each layer attends once over the pages and writes its K and V rows; the empty slots' rows take the
     # active row's K/V (serving/step_batching_cache.py), two gathers a layer.
-    assert counts["PagedAttention"] == "2" and counts["Scatter"] == "4" and counts["Gather"] == "4"
+    assert counts["PagedAttention"] == 2 and counts["Scatter"] == 4 and counts["Gather"] == 4
 
 
 @pytest.mark.parametrize("argv, message", [(["--batch", "2", "--active", "3"], "--active 3 is more than --batch 2"),
@@ -88,18 +95,13 @@ def test_overlap_is_for_decode_steps(capsys) -> None:
 
 
 def test_a_prefill_profile_times_chunks_over_a_cached_context(capsys) -> None:
-    argv = ["--model", "qwen3-tiny", "--layers", "2", "--context", "20", "--steps", "2", "--prefill-chunk", "20",
-            "--phase", "prefill", "--chunk", "8", "--cpu"]
-    assert serving_profile.main(argv) == 0
-    out = capsys.readouterr().out
+    out = profile(capsys, "--phase", "prefill", "--chunk", "8")
     assert "chunks of 8 after a context of 20" in out
     spans = re.search(r"prefill chunk: build ([\d.]+) ms, submit ([\d.]+) ms, wait ([\d.]+) ms", out)
     assert spans is not None, out
-    graph = re.search(r"graph of one prefill chunk: (\d+) nodes, ([\d.]+) per layer: (.*)", out)
-    assert graph is not None, out
-    counts = dict(re.findall(r"(\w+) (\d+)", graph.group(3)))
+    counts = graph_counts(out, "prefill chunk")
     # One attention over the pages per layer, no sampling: a chunk's hidden states are the result.
-    assert counts["PagedAttention"] == "2" and "ArgReduce" not in counts
+    assert counts["PagedAttention"] == 2 and "ArgReduce" not in counts
 
 
 @pytest.mark.parametrize("option", ["--batch", "--context", "--steps", "--page-size", "--prefill-chunk", "--chunk",
