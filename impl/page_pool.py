@@ -162,6 +162,13 @@ class TinyKvPagedPool:
         self._num_free += 1
         self._free_set.add(page_id)
 
+    def unheld_page(self) -> int | None:
+        """A storage row no live cache holds, for a write whose values nothing will read: the free page
+        handed out next, else the first row past the issued pages; None when storage has neither."""
+        if self._free is not None:
+            return self._free[0]
+        return self._num_pages if self._num_pages < self.capacity else None
+
     def is_live(self, page_id: int) -> bool:
         """True for an id this pool issued and has not taken back."""
         return is_int(page_id) and 0 <= page_id < self._num_pages and page_id not in self._free_set

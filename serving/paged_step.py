@@ -19,8 +19,9 @@ claim of every layer is given back (`abandon_claim`): all or nothing.
 A trace is specialized to its inputs' shapes. The block table's width is
 rounded up to a multiple of WIDTH_STEP_TOKENS tokens' pages (padded with -1,
 which the kernels skip), so a context crossing a page boundary does not make
-a new trace; storage growth, a chunk length and a decode batch going from
-full to partial (or back) do. Each layer's storage is an input and its
+a new trace; storage growth and a chunk length do, and so does a partial
+decode batch in the rare step where its empty slots have no spare position
+to write to (serving/step_batching_cache.py). Each layer's storage is an input and its
 written storage an output, and nothing else holds the old storage when the
 step is evaluated, so MLX updates it in place (impl/page_write.py).
 

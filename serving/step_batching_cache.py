@@ -10,9 +10,13 @@ than as silently rebuilt tables.
 A decode step compiled as one call (serving/paged_step.py) writes the layer's
 K/V inside its graph, so it appends in two halves (serving/step_claim.py):
 `claim_tokens` runs the one-token append's checks and claims, then
-`finish_claim` or `abandon_claim`. An empty slot's storage row repeats the
-first active row's position and K/V, so the write keeps the batch's shape
-whatever the slots hold and writes every position with one value.
+`finish_claim` or `abandon_claim`. The write keeps the batch's shape whatever
+the slots hold: an empty slot's row goes to a spare position that nothing
+reads before it is written again (the slot after an active request's newest
+token in its tail page, else a page no request holds), so the step writes the
+batch's K/V as computed, with no per-layer gather. Only where no position is
+spare does an empty slot's row repeat the first active row's position and K/V
+(a gather of the K/V rows in every layer).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import mlx.core as mx
 from pagecheck.impl import page_write
 from pagecheck.impl.kv_cache import BatchingKvCache, slot_rows
 from pagecheck.impl.page_pool import TinyKvPagedPool
+from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
 from pagecheck.impl.paged_metadata import PagedKvMetadata
 from pagecheck.serving.step_claim import StepClaim
 from pagecheck.serving.step_page_table import StepPageTable
@@ -72,15 +77,22 @@ class StepBatchingKvCache(BatchingKvCache):
             index = pool.token_rows_index(pages, slots, (len(active), *shape[1:]), dtype, dtype)
             rows = None
             if len(active) != shape[0]:
-                # Storage row b takes K/V row source[b]: its own where slot b is active, else the first active
-                # slot's, written again at that slot's position.
                 by_slot = dict(zip((slot for slot, _ in active), positions))
-                first = active[0][0]
-                source = tuple(slot if slot in by_slot else first for slot in range(shape[0]))
+                spare = _spare_position(pool, active)
+                if spare is not None:
+                    # Storage row b takes K/V row b: at its position where slot b is active, else at the spare
+                    # position, where the empty rows' values (written in any order) are never read.
+                    targets = [by_slot.get(slot, spare) for slot in range(shape[0])]
+                else:
+                    # Storage row b takes K/V row source[b]: its own where slot b is active, else the first
+                    # active slot's, written again at that slot's position.
+                    first = active[0][0]
+                    source = tuple(slot if slot in by_slot else first for slot in range(shape[0]))
+                    targets = [by_slot[slot] for slot in source]
+                    rows = slot_rows(source)
                 index = page_write.token_row_index(
-                    tuple(by_slot[slot][0] for slot in source), tuple(by_slot[slot][1] for slot in source), shape[1]
+                    tuple(page for page, _ in targets), tuple(slot for _, slot in targets), shape[1]
                 )
-                rows = slot_rows(source)
             block_table, context_lens = self._table_arrays(width_step)
         except BaseException:
             self._give_back_tokens(pool, active, pool_before)
@@ -96,3 +108,16 @@ class StepBatchingKvCache(BatchingKvCache):
         """Give back every token of the claim, and its pages, as if it had never been made."""
         active, pool_before = claim.undo
         self._give_back_tokens(claim.pool, active, pool_before)
+
+
+def _spare_position(pool: TinyKvPagedPool, active: list[tuple[int, TinyKvPagedCache]]) -> tuple[int, int] | None:
+    """(page id, slot) that no cache reads before writing it again, once every active request has claimed its
+    token: the slot after a request's newest token in its tail page (the request writes it before its context
+    reaches it), else slot 0 of a page no request holds; None when every tail page is full and every storage
+    row is held."""
+    for _, cache in active:
+        used = cache.page_lens[-1]
+        if used < pool.page_size:
+            return cache.page_id_tuple[-1], used
+    page = pool.unheld_page()
+    return None if page is None else (page, 0)

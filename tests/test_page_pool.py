@@ -117,6 +117,19 @@ def test_reused_ids_do_not_grow_storage(rng: np.random.Generator) -> None:
     assert (pool.capacity, pool.storage_growths, pool.num_pages) == (4, 1, 4)
 
 
+def test_an_unheld_page_is_the_next_free_one_else_a_row_past_the_issued_pages(rng: np.random.Generator) -> None:
+    pool = TinyKvPagedPool(page_size=PAGE_SIZE)
+    assert pool.unheld_page() is None  # no storage yet
+    pool = _pool_of_written_pages(rng, 3)
+    assert (pool.capacity, pool.unheld_page()) == (4, 3)  # the storage row past the 3 issued pages
+    pool.write_page_slice(pool.allocate_page(), 0, *random_chunk(rng, 1))
+    assert (pool.capacity, pool.num_free_pages, pool.unheld_page()) == (4, 0, None)  # every row held
+    pool.free_page(1)
+    pool.free_page(2)
+    assert pool.unheld_page() == 2 == pool.allocate_page()  # the free page handed out next
+    assert pool.unheld_page() == 1 and pool.is_live(2) and not pool.is_live(1)
+
+
 def test_unwritten_slots_are_nan_and_written_ones_survive_growth(rng: np.random.Generator) -> None:
     pool = TinyKvPagedPool(page_size=PAGE_SIZE)
     key, value = random_chunk(rng, 2)

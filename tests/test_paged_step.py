@@ -14,6 +14,7 @@ import pytest
 import pagecheck.serving.paged_step as paged_step
 from pagecheck.serving.qwen3 import Qwen3Model
 from pagecheck.serving.serving_kv import PagedServingKv
+from pagecheck.serving import step_batching_cache
 from pagecheck.serving.step_batching_cache import StepBatchingKvCache
 from tests.serving_fixtures import PAGE_SIZE, SERVING_CONFIG, serving_weights
 
@@ -48,27 +49,43 @@ def decode(model: Qwen3Model, kv: PagedServingKv, lengths: list[int], steps: int
 
 
 def kv_state(kv: PagedServingKv) -> list:
-    """Every pool's counts, free ids and storage, every open cache's pages and offset."""
+    """Every pool's counts, free ids and storage, every open cache's pages and offset, and the K/V that every
+    open cache holds in each layer (its pages' written slots)."""
     pools = [(pool.num_pages, pool.free_page_ids, pool.storage) for pool in kv.pools]
     caches = [
         (cache.page_ids, cache.page_lens, cache.offset) for rid in kv.open_request_ids for cache in kv.caches(rid)
     ]
-    return [pools, caches]
+    held = []
+    for layer, pool in enumerate(kv.pools):
+        keys, values = pool.storage
+        for rid in kv.open_request_ids:
+            cache = kv.caches(rid)[layer]
+            held += [(keys[page, :, :used], values[page, :, :used]) for page, used in zip(cache.page_ids,
+                                                                                          cache.page_lens)]
+    return [pools, caches, held]
 
 
 def assert_same_state(ours: list, theirs: list) -> None:
-    (our_pools, our_caches), (their_pools, their_caches) = ours, theirs
+    """The same pages, counts and held K/V bit for bit. Storage no cache holds may differ: the whole step
+    writes an empty decode slot's row to such a position (serving/step_batching_cache.py)."""
+    (our_pools, our_caches, our_held), (their_pools, their_caches, their_held) = ours, theirs
     assert our_caches == their_caches
-    for (pages, free, storage), (their_pages, their_free, their_storage) in zip(our_pools, their_pools):
+    for (pages, free, _), (their_pages, their_free, _) in zip(our_pools, their_pools):
         assert (pages, free) == (their_pages, their_free)
-        for mine, theirs_ in zip(storage, their_storage):
-            assert mx.array_equal(mine, theirs_, equal_nan=True).item()
+    assert len(our_held) == len(their_held)
+    for mine, theirs_ in zip(our_held, their_held):
+        for tensor, their_tensor in zip(mine, theirs_):
+            assert mx.array_equal(tensor, their_tensor, equal_nan=True).item()
 
 
+@pytest.mark.parametrize("spare", [True, False], ids=["spare position", "no spare position"])
 @pytest.mark.parametrize("slots", [(0, 2), (0,)])
-def test_the_whole_step_equals_the_layer_by_layer_build_bit_for_bit(slots) -> None:
+def test_the_whole_step_equals_the_layer_by_layer_build_bit_for_bit(monkeypatch, slots, spare: bool) -> None:
     # Six steps cross a page boundary (pages of 4) in every row; slot 1 is empty, so the step writes a
-    # batch of three rows of which one repeats an active row's position.
+    # batch of three rows of which one goes to a spare position, or where none is (forced here) repeats an
+    # active row's position and K/V.
+    if not spare:
+        monkeypatch.setattr(step_batching_cache, "_spare_position", lambda pool, active: None)
     results = []
     for whole_step in (True, False):
         model, kv, lengths = prefilled(whole_step, slots)
@@ -77,6 +94,33 @@ def test_the_whole_step_equals_the_layer_by_layer_build_bit_for_bit(slots) -> No
     for step, (mine, reference) in enumerate(zip(ours, theirs)):
         assert mx.array_equal(mine, reference).item(), f"decode step {step} differs"
     assert_same_state(our_state, their_state)
+
+
+def test_the_spare_position_is_past_an_active_tail_else_on_an_unheld_page() -> None:
+    from types import SimpleNamespace
+
+    def cache(pages: tuple[int, ...], lens: list[int]) -> SimpleNamespace:
+        return SimpleNamespace(page_id_tuple=pages, page_lens=lens)
+
+    def pool(unheld: int | None) -> SimpleNamespace:
+        return SimpleNamespace(page_size=4, unheld_page=lambda: unheld)
+
+    spare = step_batching_cache._spare_position
+    full, roomy = cache((3, 5), [4, 4]), cache((7,), [2])
+    assert spare(pool(9), [(0, full), (2, roomy)]) == (7, 2)  # the slot after slot 2's newest token
+    assert spare(pool(9), [(0, full)]) == (9, 0)
+    assert spare(pool(None), [(0, full)]) is None
+
+
+def test_a_partial_batch_writes_its_empty_rows_without_gathering_them() -> None:
+    from pagecheck.bench.graph import graph_primitives
+
+    model, kv, lengths = prefilled(True)  # slot 1 empty
+    mx.eval([pool.storage for pool in kv.pools])  # the step's graph alone is counted
+    kv.table.start_step()
+    hidden = model(mx.array([[7], [1], [8]], dtype=mx.int32), mx.array(lengths, dtype=mx.int32), kv.decode_caches)
+    assert model.config.num_layers > 1 and "Gather" not in graph_primitives(hidden)
+    mx.eval(hidden)
 
 
 def shapes_of(layer_inputs) -> tuple[int, int]:
