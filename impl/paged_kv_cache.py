@@ -83,6 +83,11 @@ class TinyKvPagedCache:
         return len(self._page_ids)
 
     @property
+    def tail_len(self) -> int:
+        """Tokens in the tail page (0 without pages), without copying page_lens."""
+        return self._page_lens[-1] if self._page_lens else 0
+
+    @property
     def offset(self) -> int:
         """Tokens held (the context length)."""
         return self._offset
@@ -268,7 +273,7 @@ class TinyKvPagedCache:
         """The state to return to if the appends that follow fail (only appends may come in between)."""
         return CacheCheckpoint(
             num_pages=len(self._page_ids),
-            tail_len=self._page_lens[-1] if self._page_lens else 0,
+            tail_len=self.tail_len,
             offset=self._offset,
             block_tables=tuple(self._block_tables.items()),
         )

@@ -116,7 +116,7 @@ def _spare_position(pool: TinyKvPagedPool, active: list[tuple[int, TinyKvPagedCa
     reaches it), else slot 0 of a page no request holds; None when every tail page is full and every storage
     row is held."""
     for _, cache in active:
-        used = cache.page_lens[-1]
+        used = cache.tail_len
         if used < pool.page_size:
             return cache.page_id_tuple[-1], used
     page = pool.unheld_page()

@@ -100,7 +100,7 @@ def test_the_spare_position_is_past_an_active_tail_else_on_an_unheld_page() -> N
     from types import SimpleNamespace
 
     def cache(pages: tuple[int, ...], lens: list[int]) -> SimpleNamespace:
-        return SimpleNamespace(page_id_tuple=pages, page_lens=lens)
+        return SimpleNamespace(page_id_tuple=pages, tail_len=lens[-1])
 
     def pool(unheld: int | None) -> SimpleNamespace:
         return SimpleNamespace(page_size=4, unheld_page=lambda: unheld)
