@@ -93,8 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=positive_int, default=50, help="chained calls per measurement (default 50)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    if args.calls < 1:
-        parser.error(f"--calls must be at least 1, got {args.calls}")
     why_not = gpu_program.cannot_run(needs_gpu_clock=True)
     if why_not:
         print(why_not)
