@@ -12,7 +12,7 @@
 #   mkdir abtree && git archive REV | tar -x -C abtree
 # and leave it untracked in the checkout so the device call carries it (and delete it before committing). Run with MLX's CUDA back-end
 # importable (the staged wheels installed: PYTHONPATH holds them). Both builds are installed with pip
-# --target; then ROUNDS rounds (default 3), each running A then B, or B then A on even rounds, of:
+# --target (a tree of Python layers alone, with no ext/, setup.py or pyproject.toml, shares B's build); then ROUNDS rounds (default 3), each running A then B, or B then A on even rounds, of:
 #   serving_profile --batch 8 --context 2048 --steps 30   (build, submit and wait of a decode step)
 #   serve-bench, paged alone, one round                    (step median, decode tok/s)
 # and last the medians over the rounds per build. MODEL, DEVICE, REQUESTS, BATCH, PROMPT_LENS, OUTPUT_LENS,
@@ -56,6 +56,13 @@ if [ ${#b_env[@]} -eq 0 ]; then
   cp -r "$other"/. "$work/a/tree/"
   rm -rf "$work/a/tree/build" "$work/a/tree"/*.egg-info
   builds="a b"
+  # A tree of Python layers only (no ext/, setup.py or pyproject.toml) changes no compiled code: A then
+  # shares B's build, with OTHER_TREE's folders laid over the installed packages (pyproject's package-dir:
+  # FOLDER is pagecheck.FOLDER, pagecheck/ is pagecheck), and the extension is built once.
+  if [ ! -e "$other/ext" ] && [ ! -e "$other/setup.py" ] && [ ! -e "$other/pyproject.toml" ]; then
+    builds="b"
+    share_layers=1
+  fi
 else
   echo "a: this checkout; b: this checkout with ${b_env[0]}; $rounds rounds, $model on $device"
   builds="b"  # one build, which A runs too
@@ -69,6 +76,24 @@ for build in $builds; do
   echo "== build $build: exit $rc after $((SECONDS - begun)) s"
   [ "$rc" -eq 0 ] || { tail -n 20 "$out/build_$build.log"; exit 1; }
 done
+if [ -n "${share_layers:-}" ]; then
+  cp -r "$work/b/site" "$work/a/site"
+  for folder in "$other"/*/; do
+    name=$(basename "$folder")
+    target="$work/a/site/pagecheck/$name"
+    [ "$name" = pagecheck ] && target="$work/a/site/pagecheck"
+    if [ "$name" != pagecheck ] && [ ! -d "$target" ]; then
+      echo "gpu_ab.sh: $other/$name is not an installed layer (no $target); give a tree of layers" >&2
+      exit 2
+    fi
+    # A layer is replaced whole, so a module B added is not left beside A's; pagecheck/ holds the other
+    # layers' installed folders, so its files are laid over.
+    [ "$name" != pagecheck ] && rm -rf "$target" && mkdir -p "$target"
+    cp -r "$folder". "$target/"
+    find "$target" -name __pycache__ -prune -exec rm -rf {} +
+  done
+  echo "== build a: B's build with $other's layers laid over it"
+fi
 
 profile_flags=(--model "$model" --batch "${BATCH:-8}" --context 2048 --steps 30)
 [ "$device" = cpu ] && profile_flags+=(--cpu)
