@@ -60,14 +60,14 @@ export GPU_TESTS
 for name in "$@"; do
   case $name in
     # The step fails where any file does; its last lines name each file with its exit status and pytest's
-    # summary, so the tail printed after the step covers every file.
+    # summary, so the tail printed after the step covers every file. "$1" holds the current file's output.
     tests) TAIL=${TAIL:-40} step tests ${TESTS_LIMIT:-480} bash -c 'failed=0; summary=()
              for f in ${TESTS:-$GPU_TESTS}; do
-               echo "## $f"; timeout ${FILE_LIMIT:-240} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} "$f" 2>&1 | tail -n 40 > "$0"
-               rc=${PIPESTATUS[0]}; cat "$0"
-               echo "## $f exit $rc"; summary+=("$f: exit $rc, $(tail -n 1 "$0")"); [ "$rc" -eq 0 ] || failed=1
+               echo "## $f"; timeout ${FILE_LIMIT:-240} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} "$f" 2>&1 | tail -n 40 > "$1"
+               rc=${PIPESTATUS[0]}; cat "$1"
+               echo "## $f exit $rc"; summary+=("$f: exit $rc, $(tail -n 1 "$1")"); [ "$rc" -eq 0 ] || failed=1
              done
-             echo "## summary"; printf "%s\n" "${summary[@]}"; exit $failed' "$out/tests.file.log" ;;
+             echo "## summary"; printf "%s\n" "${summary[@]}"; exit $failed' _ "$out/tests.file.log" ;;
     invariants) step invariants 200 python3 -m pytest -q -n 8 --pyargs pagecheck.invariants --pagecheck-device gpu --pagecheck-subject impl ;;
     tolerance) step tolerance 300 python3 -m pagecheck.cli tolerance --device gpu --out "$out/tolerance" ;;
     harness) step harness ${HARNESS_LIMIT:-420} python3 -m pagecheck.gpu.harness --json "$out/harness.json" ;;
