@@ -11,6 +11,12 @@ warn_prefill_fallback() {
     echo "== $1: WARNING: the warpgroup prefill did not compile; this step ran the fallback prefill"
   fi
 }
+# Called by both scripts last: packs the log folder $1 into ARCHIVE (made absolute before the scripts' cd), where
+# ARCHIVE is set.
+archive_logs() {
+  [ -n "${ARCHIVE:-}" ] || return 0
+  tar czf "$ARCHIVE" -C "$(dirname "$1")" "$(basename "$1")" && echo "== archived $1 in $ARCHIVE"
+}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 PROJ=${PROJ:-/tmp/pagecheck-proj}
 rm -rf "$PROJ" && mkdir -p "$PROJ"

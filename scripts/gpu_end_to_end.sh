@@ -62,6 +62,4 @@ grep -E '^(decode step|graph of)' "$out/profile_partial.log"
 step prefill_profile "${PROFILE_LIMIT:-150}" python3 -m pagecheck.bench.serving_profile --phase prefill --context 2048 --steps 20
 grep -E '^(prefill chunk|graph of)' "$out/prefill_profile.log"
 python3 -m pagecheck.gpu.end_to_end_goals "$out" ${VERIFY:+--verify "$VERIFY"}
-if [ -n "${ARCHIVE:-}" ]; then
-  tar czf "$ARCHIVE" -C "$(dirname "$out")" "$(basename "$out")" && echo "== archived $out in $ARCHIVE"
-fi
+archive_logs "$out"  # scripts/gpu_checkout.sh

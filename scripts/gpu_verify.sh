@@ -76,6 +76,4 @@ for name in "$@"; do
     *) echo "unknown step $name" ;;
   esac
 done
-if [ -n "${ARCHIVE:-}" ]; then
-  tar czf "$ARCHIVE" -C "$(dirname "$out")" "$(basename "$out")" && echo "== archived $out in $ARCHIVE"
-fi
+archive_logs "$out"  # scripts/gpu_checkout.sh
