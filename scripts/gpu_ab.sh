@@ -49,19 +49,20 @@ device=${DEVICE:-gpu}
 work=$(mktemp -d "${TMPDIR:-/tmp}/pagecheck-ab.XXXXXX")
 if [ ${#b_env[@]} -eq 0 ]; then
   echo "a: $other laid over this checkout; b: this checkout; $rounds rounds, $model on $device"
-  # The two trees: B is this checkout; A is a copy of it with OTHER_TREE laid over it. Build outputs stay out.
-  mkdir -p "$work/a/tree"
-  tar -C "$here" --exclude=./build --exclude='./*.egg-info' --exclude=./.venv --exclude=./.devwhl \
-    --exclude="./${other#"$here"/}" -cf - . | tar -C "$work/a/tree" -xf -
-  cp -r "$other"/. "$work/a/tree/"
-  rm -rf "$work/a/tree/build" "$work/a/tree"/*.egg-info
-  builds="a b"
-  # A tree of Python layers only (no ext/, setup.py or pyproject.toml) changes no compiled code: A then
-  # shares B's build, with OTHER_TREE's folders laid over the installed packages (pyproject's package-dir:
-  # FOLDER is pagecheck.FOLDER, pagecheck/ is pagecheck), and the extension is built once.
   if [ ! -e "$other/ext" ] && [ ! -e "$other/setup.py" ] && [ ! -e "$other/pyproject.toml" ]; then
+    # A tree of Python layers only changes no compiled code: A shares B's build, with OTHER_TREE's folders
+    # laid over the installed packages after it (pyproject's package-dir: FOLDER is pagecheck.FOLDER,
+    # pagecheck/ is pagecheck), so the extension is built once.
     builds="b"
     share_layers=1
+  else
+    # The two trees: B is this checkout; A is a copy of it with OTHER_TREE laid over it. Build outputs stay out.
+    mkdir -p "$work/a/tree"
+    tar -C "$here" --exclude=./build --exclude='./*.egg-info' --exclude=./.venv --exclude=./.devwhl \
+      --exclude="./${other#"$here"/}" -cf - . | tar -C "$work/a/tree" -xf -
+    cp -r "$other"/. "$work/a/tree/"
+    rm -rf "$work/a/tree/build" "$work/a/tree"/*.egg-info
+    builds="a b"
   fi
 else
   echo "a: this checkout; b: this checkout with ${b_env[0]}; $rounds rounds, $model on $device"
@@ -77,7 +78,7 @@ for build in $builds; do
   [ "$rc" -eq 0 ] || { tail -n 20 "$out/build_$build.log"; exit 1; }
 done
 if [ -n "${share_layers:-}" ]; then
-  cp -r "$work/b/site" "$work/a/site"
+  mkdir -p "$work/a" && cp -r "$work/b/site" "$work/a/site"
   for folder in "$other"/*/; do
     name=$(basename "$folder")
     target="$work/a/site/pagecheck/$name"
