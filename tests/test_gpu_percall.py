@@ -111,8 +111,8 @@ MOST_SPLITS = int(percall.ext.gpu_plan_constants()["max_splits"])
                                             f"must be in 1..{MOST_SPLITS}; {MOST_SPLITS + 1} is not")])
 def test_bad_split_counts_are_named(text: str, message: str) -> None:
     with pytest.raises(percall.argparse.ArgumentTypeError, match=message):
-        percall.parse_splits(text)
-    assert percall.parse_splits("2,1,2") == (2, 1)
+        percall.split_counts("pin-splits")(text)
+    assert percall.split_counts("pin-splits")("2,1,2") == (2, 1)
 
 
 def test_pinned_splits_refuse_the_cpu(capsys: pytest.CaptureFixture[str]) -> None:

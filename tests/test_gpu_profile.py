@@ -106,3 +106,29 @@ def test_gpu_seconds_reads_the_traced_kernels_per_link(monkeypatch):
     monkeypatch.setattr(gpu_clock, "kernel_events", lambda run: [])
     assert bench_gpu.gpu_chain(link, 5)["busy_us"] is None
     assert math.isnan(bench_gpu.gpu_seconds(link, 5))  # no kernel seen: no GPU-clock figure
+
+
+def test_split_counts_are_bounded_by_the_planner_and_named():
+    most = int(gpu_profile.ext.gpu_plan_constants()["max_splits"])
+    assert gpu_profile.split_counts("splits")("16,1,16") == (16, 1)
+    with pytest.raises(argparse.ArgumentTypeError, match=f"splits='0' must be in 1..{most}; 0 is not"):
+        gpu_profile.split_counts("splits")("0")
+    with pytest.raises(argparse.ArgumentTypeError, match=f"{most + 1} is not"):
+        gpu_profile.split_counts("splits")(f"2,{most + 1}")
+
+
+def test_pinned_split_variants_are_traced_beside_the_chosen_ones():
+    names = gpu_profile.variants((1, 16))
+    assert gpu_profile.split_variant(1) in names and gpu_profile.split_variant(16) in names
+    assert "paged" in names and "mlx_sdpa" in names
+    assert gpu_profile.split_variant(2) not in names
+
+
+def test_pinned_split_plan_runs_the_split_decode_at_one_split():
+    # The variant's pins: at B 16 x 1024 the planner alone runs one pass; pinned, the split decode with 1 split.
+    from pagecheck.gpu import kernels as gpu_kernels
+    import mlx.core as mx
+
+    auto = gpu_kernels.launch_plan((16, 32, 1, 128), mx.bfloat16, 8, 128, 8)
+    pinned = gpu_kernels.launch_plan((16, 32, 1, 128), mx.bfloat16, 8, 128, 8, schedule="paged_decode_split", splits=1)
+    assert auto["schedule"] == "paged_decode" and (pinned["schedule"], pinned["splits"]) == ("paged_decode_split", 1)

@@ -48,10 +48,10 @@ from pagecheck.impl.page_gather import gather_pages_dense
 from pagecheck.gpu import clock as gpu_clock
 from pagecheck.gpu import kernels as gpu_kernels
 from pagecheck.gpu import program as gpu_program
-from pagecheck.gpu.profile import parse_shapes
+from pagecheck.gpu.profile import parse_shapes, split_counts
 from pagecheck.gpu.bench import InputSet
 from pagecheck.gpu.goals import PERCALL_SHAPES
-from pagecheck.arg_types import int_list, positive_int
+from pagecheck.arg_types import positive_int
 
 NUM_Q_HEADS = 32
 NUM_KV_HEADS = 8
@@ -243,12 +243,6 @@ def run_percall(
     return document
 
 
-def parse_splits(text: str) -> tuple[int, ...]:
-    """'1,2' -> (1, 2): split counts to pin, each in 1..the planner's most, repeats dropped."""
-    most = int(ext.gpu_plan_constants()["max_splits"])
-    return tuple(dict.fromkeys(int_list("pin-splits", most=most)(text)))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="also write the table's numbers here")
@@ -259,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"timed evaluations per variant and shape; the median is kept (default {DEFAULT_REPEATS})")
     parser.add_argument("--shapes", type=lambda text: tuple(parse_shapes(text)), default=SHAPES,
                         help="B x context pairs, comma-separated (default: the issue's five)")
-    parser.add_argument("--pin-splits", type=parse_splits, default=(),
+    parser.add_argument("--pin-splits", type=split_counts("pin-splits"), default=(),
                         help="also time the Python launcher with each of these decode split counts (GPU only)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (host costs only; no goal applies)")
     args = parser.parse_args(argv)

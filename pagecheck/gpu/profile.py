@@ -16,10 +16,14 @@ kernels. Per variant and shape it prints:
 `paged[pages in order]` reads the same pools through a table that walks them
 in pool order instead of the benchmark's shuffled order: the difference is
 what scattered pages cost (address translation, DRAM locality).
+`paged[split decode, N splits]` (with --splits N,...) runs the split decode
+with its context split N ways, also where the planner would run one pass: at
+N = 1 its walk is the one-pass decode's, so the difference between the two
+is what the split's partial store, ticket and merge cost.
 
 Needs a CUDA device, MLX's CUDA back-end and torch. A program, not a test:
 
-    python -m pagecheck.gpu.profile [--shapes 64x4096,16x16384] [--calls N] [--json PATH]
+    python -m pagecheck.gpu.profile [--shapes 64x4096,16x16384] [--calls N] [--json PATH] [--splits 1,16]
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from pagecheck.gpu import bench as bench_gpu
 from pagecheck.gpu import kernels as gpu_kernels
 
 from pagecheck.gpu import program as gpu_program
-from pagecheck.arg_types import positive_int
+from pagecheck import ext
+from pagecheck.arg_types import int_list, positive_int
 
 DEFAULT_SHAPES = "1x16384,16x1024,16x4096,16x16384,64x1024,64x4096,64x16384"
 
@@ -52,6 +57,20 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
             raise argparse.ArgumentTypeError(f"shape {item!r}: context must be a multiple of {bench_gpu.PAGE_SIZE}")
         shapes.append((batch, context))
     return shapes
+
+
+def split_counts(option: str) -> Callable[[str], tuple[int, ...]]:
+    """A type for --OPTION 1,2: split counts to pin, each in 1..the planner's most, repeats dropped."""
+
+    def parse(text: str) -> tuple[int, ...]:
+        most = int(ext.gpu_plan_constants()["max_splits"])
+        return tuple(dict.fromkeys(int_list(option, most=most)(text)))
+
+    return parse
+
+
+def split_variant(splits: int) -> str:
+    return f"paged[split decode, {splits} splits]"
 
 
 def profile_chain(call: Callable[[bench_gpu.InputSet, mx.array], mx.array], sets: list[bench_gpu.InputSet],
@@ -71,12 +90,15 @@ def in_order_table(s: bench_gpu.InputSet) -> mx.array:
 Call = Callable[[bench_gpu.InputSet, mx.array], mx.array]
 
 
-def variants() -> dict[str, Call]:
+def variants(splits: tuple[int, ...] = ()) -> dict[str, Call]:
+    """Every traceable call by name; `splits` adds the split decode pinned to each count."""
     scale = bench_gpu.HEAD_DIM**-0.5
 
-    def paged(s: bench_gpu.InputSet, q: mx.array, table: mx.array, bulk: bool = False) -> mx.array:
+    def paged(s: bench_gpu.InputSet, q: mx.array, table: mx.array, bulk: bool = False,
+              pinned: int | None = None) -> mx.array:
         return gpu_kernels.paged_attention(q, s.key_pages, s.value_pages, table, s.context_lens,
-                                           bench_gpu.PAGE_SIZE, scale=scale, bulk=bulk)
+                                           bench_gpu.PAGE_SIZE, scale=scale, bulk=bulk,
+                                           schedule=None if pinned is None else "paged_decode_split", splits=pinned)
 
     tables: dict[int, mx.array] = {}
 
@@ -95,6 +117,8 @@ def variants() -> dict[str, Call]:
     if op is not None:
         found["paged[ext op]"] = lambda s, q: op(
             q, s.key_pages, s.value_pages, s.block_table, s.context_lens, bench_gpu.PAGE_SIZE, scale, False)
+    for count in splits:
+        found[split_variant(count)] = lambda s, q, count=count: paged(s, q, s.block_table, pinned=count)
     found["mlx_sdpa"] = lambda s, q: mx.fast.scaled_dot_product_attention(q, s.dense_k, s.dense_v, scale=scale)
     return found
 
@@ -106,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default="paged,mlx_sdpa", metavar="NAME,...",
                         help="which calls to trace: paged, 'paged[pages in order]', 'paged[bulk copies]', "
                              "'paged[bulk copies in order]', 'paged[ext op]', mlx_sdpa (default paged,mlx_sdpa)")
+    parser.add_argument("--splits", type=split_counts("splits"), default=(), metavar="N,N",
+                        help="also trace the split decode pinned to these split counts, each in 1..the planner's "
+                             "most (1: the one-pass walk plus the split's store, ticket and merge)")
     parser.add_argument("--calls", type=positive_int, default=200, help="chained calls per trace (default 200)")
     parser.add_argument("--json", default=None, help="also write the summaries here")
     args = parser.parse_args(argv)
@@ -113,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     if why_not:
         print(why_not)
         return gpu_program.CANNOT_RUN
-    known = variants()
+    known = variants(args.splits)
     chosen = [name.strip() for name in args.variants.split(",") if name.strip()]
+    chosen += [split_variant(count) for count in args.splits if split_variant(count) not in chosen]
     unknown = [name for name in chosen if name not in known]
     if unknown or not chosen:
         parser.error(f"--variants: unknown {unknown or 'empty list'}; known: {', '.join(known)}")
@@ -123,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         kv_bytes = bench_gpu.kv_bytes_of(batch, context)
         sets = bench_gpu.input_sets(batch, 1, context)
         chain_only = profile_chain(lambda s, q: q, sets, args.calls)
-        for name, call in [("chain only", None)] + [(name, known[name]) for name in chosen]:
+        # Fresh variants for each shape: their caches are keyed by the input sets' identities.
+        calls = variants(args.splits)
+        for name, call in [("chain only", None)] + [(name, calls[name]) for name in chosen]:
             found = chain_only if call is None else profile_chain(call, sets, args.calls)
             busy, occupied, span = found["busy_us"], found["occupied_us"], found["span_us"]
             tb = f"{kv_bytes / occupied / 1e6:.2f} TB/s occupied" if occupied else "no kernels seen"
