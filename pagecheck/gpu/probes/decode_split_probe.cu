@@ -9,9 +9,13 @@
 //
 // Two times per line:
 // - `kernel`: the mean of events around each launch. Before each, outside the
-//   events, a memset of the scratch's counters and one of a buffer twice the
-//   L2's size, so that no launch finds K/V in L2. The events also hold the
+//   events, a memset of the scratch's counters and a pass over a buffer twice
+//   the L2's size, so that no launch finds K/V in L2. The events also hold the
 //   launch: a few us more than the kernel's own duration in Nsight Compute.
+//   PAGECHECK_PROBE_FLUSH picks the pass: `write` (default) a memset, which
+//   leaves the L2 full of lines the launch must write back as it evicts
+//   them; `read` a kernel that reads the buffer, which leaves clean lines, as
+//   a previous call's K/V reads leave them in a chain of calls.
 // - `with fill`: back-to-back launches, each after a memset of the whole
 //   scratch (what the op's fill does, as a memset rather than a kernel); K/V
 //   that fit in L2 may stay there between launches.
@@ -87,6 +91,19 @@ __global__ void one_pass_kernel(const T* query, const T* key_pages, const T* val
 #include "paged_decode.cu"
 }
 
+// Reads `words` words so that the L2 holds them, clean; one thread stores a
+// sum no reader can predict, so the reads are not removed.
+__global__ void read_flush(const unsigned* words, long long count, unsigned* sink) {
+  unsigned sum = 0;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    sum ^= words[i];
+  }
+  if (sum == 0x9e3779b9u) {
+    *sink = sum;
+  }
+}
+
 using Kernel = void (*)(const bf16*, const bf16*, const bf16*, const int32_t*, const int32_t*, float*, Shape4, Shape4,
                         Shape4);
 using OnePassKernel = void (*)(const bf16*, const bf16*, const bf16*, const int32_t*, const int32_t*, bf16*, Shape4,
@@ -154,6 +171,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int spare_pages = static_cast<int>(spare_value);
+  const char* flush_env = std::getenv("PAGECHECK_PROBE_FLUSH");
+  const std::string flush_mode = flush_env != nullptr ? flush_env : "write";
+  if (flush_mode != "write" && flush_mode != "read") {
+    std::fprintf(stderr, "PAGECHECK_PROBE_FLUSH must be write or read, got '%s'\n", flush_mode.c_str());
+    return 1;
+  }
   const probe::Layout g =
       probe::make_layout(batch, num_q_heads, num_kv_heads, 1, context, page_size, D, spare_pages);
   const probe::DeviceLayout device = probe::upload(g);
@@ -177,6 +200,16 @@ int main(int argc, char** argv) {
   check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), "device attribute");
   void* l2_flush = nullptr;
   check(cudaMalloc(&l2_flush, 2 * static_cast<size_t>(l2_bytes)), "cudaMalloc");
+  check(cudaMemset(l2_flush, 0x5a, 2 * static_cast<size_t>(l2_bytes)), "fill flush buffer");
+  auto flush_l2 = [&](int i) {
+    if (flush_mode == "read") {
+      read_flush<<<264, 512>>>(static_cast<const unsigned*>(l2_flush), 2LL * l2_bytes / 4,
+                               static_cast<unsigned*>(l2_flush));
+      check(cudaGetLastError(), "read flush");
+    } else {
+      check(cudaMemsetAsync(l2_flush, i & 0xff, 2 * static_cast<size_t>(l2_bytes)), "flush L2");
+    }
+  };
   check(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), "device attribute");
   for (const Variant& variant : VARIANTS) {
     if (only[0] != '\0' && std::strstr(variant.name, only) == nullptr) continue;
@@ -222,7 +255,7 @@ int main(int argc, char** argv) {
         if (round == 1) {
           for (int i = 0; i < reps; ++i) {
             check(cudaMemsetAsync(scratch + layout.counters, 0, counter_bytes), "reset counters");
-            check(cudaMemsetAsync(l2_flush, i & 0xff, 2 * static_cast<size_t>(l2_bytes)), "flush L2");
+            flush_l2(i);
             check(cudaEventRecord(start), "event");
             launch();
             check(cudaEventRecord(stop), "event");
@@ -252,11 +285,11 @@ int main(int argc, char** argv) {
       const bool repeatable = std::memcmp(outputs[0].data(), outputs[1].data(), rows * D * 2) == 0;
       const double us = 1000.0 * kernel_ms / reps;
       const std::string plan = splits == 0 ? std::string("one pass") : "splits" + std::to_string(splits);
-      std::printf("%s warps%d %s %s B%d ctx%d page%d spare%d: kernel %.1f us (%.2f TB/s) with fill %.1f us "
+      std::printf("%s warps%d %s %s B%d ctx%d page%d spare%d flush %s: kernel %.1f us (%.2f TB/s) with fill %.1f us "
                   "max_err %.3g bad %d repeatable %d\n",
                   bad || !repeatable ? "FAIL" : "PASS", pagecheck::DECODE_WARPS, variant.name, plan.c_str(), batch,
-                  context, page_size, spare_pages, us, kv_bytes / us * 1e-6, 1000.0 * fill_ms / reps, max_error, bad,
-                  static_cast<int>(repeatable));
+                  context, page_size, spare_pages, flush_mode.c_str(), us, kv_bytes / us * 1e-6,
+                  1000.0 * fill_ms / reps, max_error, bad, static_cast<int>(repeatable));
       failures += bad || !repeatable;
       check(cudaFree(scratch), "cudaFree");
     }
