@@ -22,6 +22,7 @@
 #include "dense_attention/dense_attention.h"
 #include "paged_attention/paged_attention.h"
 #include "paged_attention/validated_metadata.h"
+#include "paged_attention/resident_lens.h"
 #include "qk_norm_rope/qk_norm_rope.h"
 #include "quantized_embedding/quantized_embedding.h"
 
@@ -175,6 +176,20 @@ NB_MODULE(_ext, module) {
              "Forget every remembered (block_table, context_lens) pair.");
   module.def("validated_metadata_entries", &pagecheck::validated_metadata_entries,
              "How many (block_table, context_lens) pairs are remembered now.");
+
+  module.def(
+      "device_resident_lens",
+      [](const mlx::core::array& context_lens, mlx::core::StreamOrDevice stream) {
+        return pagecheck::device_resident_lens(context_lens, stream);
+      },
+      "context_lens"_a, "stream"_a = nb::none(),
+      "The context lengths the op hands its GPU kernels: context_lens itself when it holds more than 8 "
+      "bytes (or is a tracer), else its device copy, made once per array and remembered "
+      "(ext/src/paged_attention/resident_lens.h).");
+  module.def("forget_resident_lens", &pagecheck::forget_resident_lens,
+             "Forget every remembered device copy of context lengths.");
+  module.def("resident_lens_entries", &pagecheck::resident_lens_entries,
+             "How many device copies of context lengths are remembered now.");
 
   module.def(
       "dense_attention",

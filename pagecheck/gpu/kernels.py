@@ -184,7 +184,9 @@ def paged_attention(
                        warpgroups=warpgroups)
     causal = mask == "causal"
     bits, negative = scale_bits(head_dim**-0.5 if scale is None else scale)
-    inputs = [query, key_pages, value_pages, block_table.astype(mx.int32), context_lens.astype(mx.int32)]
+    # As the op: lengths of one or two requests are read from a device copy (ext/src/paged_attention/resident_lens.h).
+    lens = ext.device_resident_lens(context_lens.astype(mx.int32))
+    inputs = [query, key_pages, value_pages, block_table.astype(mx.int32), lens]
     threads = plan["threads"]
     fill = float("nan") if poison_output else 0.0
 

@@ -1,7 +1,9 @@
 // The op: checks shapes and dtypes, and on the CPU stream the metadata values
 // (common/ready_inputs.h says when they are checked in the task instead),
 // promotes the query to the K/V storage dtype, makes every input row
-// contiguous (skipped for computed arrays that already are), and builds the primitive.
+// contiguous (skipped for computed arrays that already are), on a GPU stream
+// reads context lengths of one or two requests from device memory
+// (resident_lens.h), and builds the primitive.
 #include "paged_attention/paged_attention.h"
 
 #include <climits>
@@ -16,6 +18,7 @@
 #include "mlx/ops.h"
 #include "paged_attention/metadata_validation.h"
 #include "paged_attention/primitive.h"
+#include "paged_attention/resident_lens.h"
 
 namespace pagecheck {
 
@@ -81,7 +84,9 @@ mx::array paged_attention(
       row_contiguous_input(key_pages, stream),
       row_contiguous_input(value_pages, stream),
       row_contiguous_input(block_table, stream),
-      row_contiguous_input(context_lens, stream)};
+      row_contiguous_input(
+          resolved_stream.device == mx::Device::gpu ? device_resident_lens(context_lens, stream) : context_lens,
+          stream)};
   mx::array out = [&] {
     if (resolved_stream.device != mx::Device::gpu) {
       return mx::array(query.shape(), storage_dtype, primitive, std::move(inputs));
