@@ -55,6 +55,16 @@ if [ ${#b_env[@]} -eq 0 ]; then
     # pagecheck/ is pagecheck), so the extension is built once.
     builds="b"
     share_layers=1
+    # Each folder must be a layer B installs, checked before B's build: pagecheck/ itself, a folder pyproject maps
+    # to pagecheck.FOLDER, or a package inside pagecheck/.
+    for folder in "$other"/*/; do
+      name=$(basename "$folder")
+      if [ "$name" != pagecheck ] && [ ! -d "$here/pagecheck/$name" ] \
+          && ! grep -q "^\"pagecheck\.$name\" = " "$here/pyproject.toml"; then
+        echo "gpu_ab.sh: $other/$name is not a layer this checkout installs; give a tree of layers" >&2
+        exit 2
+      fi
+    done
   else
     # The two trees: B is this checkout; A is a copy of it with OTHER_TREE laid over it. Build outputs stay out.
     mkdir -p "$work/a/tree"
@@ -83,8 +93,8 @@ if [ -n "${share_layers:-}" ]; then
     name=$(basename "$folder")
     target="$work/a/site/pagecheck/$name"
     [ "$name" = pagecheck ] && target="$work/a/site/pagecheck"
-    if [ "$name" != pagecheck ] && [ ! -d "$target" ]; then
-      echo "gpu_ab.sh: $other/$name is not an installed layer (no $target); give a tree of layers" >&2
+    if [ "$name" != pagecheck ] && [ ! -d "$target" ]; then  # checked before the build; the install agrees
+      echo "gpu_ab.sh: $other/$name is not an installed layer (no $target)" >&2
       exit 2
     fi
     # A layer is replaced whole, so a module B added is not left beside A's; pagecheck/ holds the other
