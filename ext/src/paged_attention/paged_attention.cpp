@@ -24,6 +24,18 @@ namespace pagecheck {
 
 namespace mx = mlx::core;
 
+namespace {
+
+// The managed scalar pool is MLX's CUDA allocator's (resident_lens.h); Metal's
+// memory is unified, so there the lengths are read where they are.
+#ifdef __APPLE__
+constexpr bool kCopySmallLens = false;
+#else
+constexpr bool kCopySmallLens = true;
+#endif
+
+} // namespace
+
 mx::array paged_attention(
     const mx::array& query,
     const mx::array& key_pages,
@@ -85,7 +97,8 @@ mx::array paged_attention(
       row_contiguous_input(value_pages, stream),
       row_contiguous_input(block_table, stream),
       row_contiguous_input(
-          resolved_stream.device == mx::Device::gpu ? device_resident_lens(context_lens, stream) : context_lens,
+          kCopySmallLens && resolved_stream.device == mx::Device::gpu ? device_resident_lens(context_lens, stream)
+                                                                      : context_lens,
           stream)};
   mx::array out = [&] {
     if (resolved_stream.device != mx::Device::gpu) {
