@@ -1,8 +1,6 @@
 #include "paged_attention/resident_lens.h"
 
-#include <list>
-#include <mutex>
-
+#include "common/array_memo.h"
 #include "mlx/ops.h"
 
 namespace pagecheck {
@@ -16,15 +14,8 @@ struct Entry {
   mx::array copy;
 };
 
-std::mutex& lens_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-
-// Most recently used first. Never destroyed, as the validated-metadata memo:
-// at exit its arrays would be freed into an MLX that may already be torn down.
-std::list<Entry>& lens_entries() {
-  static auto* entries = new std::list<Entry>();
+ArrayMemo<Entry, kResidentLensEntries>& memo() {
+  static auto* entries = new ArrayMemo<Entry, kResidentLensEntries>();
   return *entries;
 }
 
@@ -38,37 +29,23 @@ mx::array device_resident_lens(const mx::array& context_lens, mx::StreamOrDevice
   if (context_lens.is_tracer() || context_lens.nbytes() > kManagedScalarBytes) {
     return context_lens;
   }
-  {
-    std::lock_guard<std::mutex> lock(lens_mutex());
-    auto& entries = lens_entries();
-    for (auto it = entries.begin(); it != entries.end(); ++it) {
-      if (it->source.id() == context_lens.id()) {
-        entries.splice(entries.begin(), entries, it);
-        return it->copy;
-      }
-    }
+  if (const auto found = memo().find([&](const Entry& e) { return e.source.id() == context_lens.id(); })) {
+    return found->copy;
   }
   const int batch = context_lens.shape(0);
   const mx::array joined = mx::concatenate(
       {context_lens, mx::zeros({kPadWords}, context_lens.dtype(), stream)}, 0, stream);
   mx::array copy = mx::slice(joined, {0}, {batch}, stream);
-  std::lock_guard<std::mutex> lock(lens_mutex());
-  auto& entries = lens_entries();
-  entries.push_front(Entry{context_lens, copy});
-  while (static_cast<int>(entries.size()) > kResidentLensEntries) {
-    entries.pop_back();
-  }
+  memo().remember(Entry{context_lens, copy});
   return copy;
 }
 
 void forget_resident_lens() {
-  std::lock_guard<std::mutex> lock(lens_mutex());
-  lens_entries().clear();
+  memo().clear();
 }
 
 int resident_lens_entries() {
-  std::lock_guard<std::mutex> lock(lens_mutex());
-  return static_cast<int>(lens_entries().size());
+  return memo().size();
 }
 
 } // namespace pagecheck

@@ -1,8 +1,6 @@
 #include "paged_attention/validated_metadata.h"
 
-#include <list>
-#include <mutex>
-#include <utility>
+#include "common/array_memo.h"
 
 namespace pagecheck {
 
@@ -16,15 +14,8 @@ struct Entry {
   PagedValidationKey key;
 };
 
-std::mutex& memo_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-
-// Most recently used first. Never destroyed: at exit the arrays it holds
-// would be freed into an MLX that may already be torn down.
-std::list<Entry>& memo_entries() {
-  static auto* entries = new std::list<Entry>();
+ArrayMemo<Entry, kValidatedMetadataEntries>& memo() {
+  static auto* entries = new ArrayMemo<Entry, kValidatedMetadataEntries>();
   return *entries;
 }
 
@@ -58,15 +49,11 @@ bool metadata_validated(const mx::array& block_table, const mx::array& context_l
   if (block_table.is_tracer() || context_lens.is_tracer()) {
     return false;
   }
-  std::lock_guard<std::mutex> lock(memo_mutex());
-  auto& entries = memo_entries();
-  for (auto it = entries.begin(); it != entries.end(); ++it) {
-    if (it->block_table.id() == block_table.id() && it->context_lens.id() == context_lens.id() && it->key == key) {
-      entries.splice(entries.begin(), entries, it);
-      return true;
-    }
-  }
-  return false;
+  return memo()
+      .find([&](const Entry& e) {
+        return e.block_table.id() == block_table.id() && e.context_lens.id() == context_lens.id() && e.key == key;
+      })
+      .has_value();
 }
 
 void remember_validated_metadata(const mx::array& block_table, const mx::array& context_lens,
@@ -74,22 +61,15 @@ void remember_validated_metadata(const mx::array& block_table, const mx::array& 
   if (block_table.is_tracer() || context_lens.is_tracer()) {
     return;
   }
-  std::lock_guard<std::mutex> lock(memo_mutex());
-  auto& entries = memo_entries();
-  entries.push_front(Entry{block_table, context_lens, key});
-  while (static_cast<int>(entries.size()) > kValidatedMetadataEntries) {
-    entries.pop_back();
-  }
+  memo().remember(Entry{block_table, context_lens, key});
 }
 
 void forget_validated_metadata() {
-  std::lock_guard<std::mutex> lock(memo_mutex());
-  memo_entries().clear();
+  memo().clear();
 }
 
 int validated_metadata_entries() {
-  std::lock_guard<std::mutex> lock(memo_mutex());
-  return static_cast<int>(memo_entries().size());
+  return memo().size();
 }
 
 } // namespace pagecheck
