@@ -260,9 +260,17 @@ class TinyKvPagedPool:
         self, page_ids: list[int], slots: list[int], shape: tuple[int, ...], dtype: mx.Dtype, value_dtype: mx.Dtype
     ) -> page_write.TokenRowIndex:
         """write_token_rows' checks of rows shaped `shape` [R, H_kv, T, D] with these key and value dtypes at
-        these positions, then the storage index they go to (page_write.token_row_index). Changes nothing: a
-        caller that builds the write itself (serving's compiled step, serving/paged_step.py) hands its result to
-        replace_storage."""
+        these positions (check_token_rows), then the storage index they go to (page_write.token_row_index).
+        Changes nothing: a caller that builds the write itself (serving's compiled step, serving/paged_step.py)
+        hands its result to replace_storage."""
+        self.check_token_rows(page_ids, slots, shape, dtype, value_dtype)
+        return page_write.token_row_index(tuple(page_ids), tuple(slots), shape[1], shape[2])
+
+    def check_token_rows(
+        self, page_ids: list[int], slots: list[int], shape: tuple[int, ...], dtype: mx.Dtype, value_dtype: mx.Dtype
+    ) -> None:
+        """token_rows_index's checks alone, for a caller that writes these rows at an index of its own making
+        (a decode step whose empty slots' rows go elsewhere, serving/step_batching_cache.py)."""
         if (len(shape) != 4 or shape[0] * shape[2] != len(page_ids) or len(slots) != len(page_ids)
                 or not page_ids):
             raise ValueError(
@@ -272,7 +280,6 @@ class TinyKvPagedPool:
         # The checks of a one-token chunk [1, H_kv, 1, D] (the rows' geometry), without slicing them out.
         self.check_chunk_shape((1, shape[1], 1, shape[3]), dtype, value_dtype)
         self._check_token_positions(page_ids, slots)
-        return page_write.token_row_index(tuple(page_ids), tuple(slots), shape[1], shape[2])
 
     def replace_storage(self, keys: mx.array, values: mx.array) -> None:
         """Take `keys` / `values` as the storage: the result of a write built over the current storage

@@ -74,9 +74,11 @@ class StepBatchingKvCache(BatchingKvCache):
             if storage is None:
                 raise ValueError("the batch's pool has no page storage yet; prefill writes it first")
             pages, slots = [page for page, _ in positions], [slot for _, slot in positions]
-            index = pool.token_rows_index(pages, slots, (len(active), *shape[1:]), dtype, dtype)
             rows = None
-            if len(active) != shape[0]:
+            if len(active) == shape[0]:
+                index = pool.token_rows_index(pages, slots, tuple(shape), dtype, dtype)
+            else:
+                pool.check_token_rows(pages, slots, (len(active), *shape[1:]), dtype, dtype)
                 by_slot = dict(zip((slot for slot, _ in active), positions))
                 spare = _spare_position(pool, active)
                 if spare is not None:

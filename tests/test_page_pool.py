@@ -299,6 +299,12 @@ def test_a_write_built_elsewhere_goes_through_token_rows_index_and_replace_stora
         pool.token_rows_index([freed], [0], (1, HEADS, 1, HEAD_DIM), mx.float32, mx.float32)
     with pytest.raises(ValueError, match="does not match the existing page storage"):
         pool.token_rows_index([1], [0], (1, HEADS + 1, 1, HEAD_DIM), mx.float32, mx.float32)
+    # The checks alone refuse the same inputs, and pass what the index is built for.
+    with pytest.raises(ValueError, match="name one position twice"):
+        pool.check_token_rows([0, 0], [1, 1], (2, HEADS, 1, HEAD_DIM), mx.float32, mx.float32)
+    with pytest.raises(ValueError, match="is free"):
+        pool.check_token_rows([freed], [0], (1, HEADS, 1, HEAD_DIM), mx.float32, mx.float32)
+    assert pool.check_token_rows([1], [2], (1, HEADS, 1, HEAD_DIM), mx.float32, mx.float32) is None
     index = pool.token_rows_index([1], [2], (1, HEADS, 1, HEAD_DIM), mx.float32, mx.float32)
     keys, values = pool.storage
     with pytest.raises(ValueError, match="must match the storage it replaces"):
