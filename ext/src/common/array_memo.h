@@ -11,6 +11,7 @@
 #include <list>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 namespace pagecheck {
@@ -18,14 +19,15 @@ namespace pagecheck {
 template <typename Entry, int CAPACITY>
 class ArrayMemo {
  public:
-  // The first entry `matches` accepts (a copy), now the most recently used; nullopt when none does.
-  template <typename Match>
-  std::optional<Entry> find(Match matches) {
+  // `take` of the first entry `matches` accepts, which becomes the most recently used; nullopt when none
+  // does. `take` runs under the lock and returns what the caller needs, so no entry is copied whole.
+  template <typename Match, typename Take>
+  std::optional<std::invoke_result_t<Take, const Entry&>> find(Match matches, Take take) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
       if (matches(*it)) {
         entries_.splice(entries_.begin(), entries_, it);
-        return *it;
+        return take(*it);
       }
     }
     return std::nullopt;

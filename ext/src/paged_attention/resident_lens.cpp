@@ -29,8 +29,9 @@ mx::array device_resident_lens(const mx::array& context_lens, mx::StreamOrDevice
   if (context_lens.is_tracer() || context_lens.nbytes() > kManagedScalarBytes) {
     return context_lens;
   }
-  if (const auto found = memo().find([&](const Entry& e) { return e.source.id() == context_lens.id(); })) {
-    return found->copy;
+  if (auto copy = memo().find([&](const Entry& e) { return e.source.id() == context_lens.id(); },
+                              [](const Entry& e) { return e.copy; })) {
+    return *copy;
   }
   const int batch = context_lens.shape(0);
   const mx::array joined = mx::concatenate(

@@ -50,9 +50,11 @@ bool metadata_validated(const mx::array& block_table, const mx::array& context_l
     return false;
   }
   return memo()
-      .find([&](const Entry& e) {
-        return e.block_table.id() == block_table.id() && e.context_lens.id() == context_lens.id() && e.key == key;
-      })
+      .find(
+          [&](const Entry& e) {
+            return e.block_table.id() == block_table.id() && e.context_lens.id() == context_lens.id() && e.key == key;
+          },
+          [](const Entry&) { return true; })
       .has_value();
 }
 
