@@ -132,3 +132,26 @@ def test_pinned_split_plan_runs_the_split_decode_at_one_split():
     auto = gpu_kernels.launch_plan((16, 32, 1, 128), mx.bfloat16, 8, 128, 8)
     pinned = gpu_kernels.launch_plan((16, 32, 1, 128), mx.bfloat16, 8, 128, 8, schedule="paged_decode_split", splits=1)
     assert auto["schedule"] == "paged_decode" and (pinned["schedule"], pinned["splits"]) == ("paged_decode_split", 1)
+
+
+def test_l2_resident_table_cycles_over_pages_that_fit_a_third_of_the_l2(monkeypatch):
+    import mlx.core as mx
+
+    from pagecheck.gpu import bench as bench_gpu
+
+    s = bench_gpu.make_set(4, 1, 8 * bench_gpu.PAGE_SIZE, mx.random.key(0))  # 32 pages of K and V
+    page_bytes = 2 * s.key_pages.nbytes // s.key_pages.shape[0]
+    monkeypatch.setattr(bench_gpu, "l2_bytes", lambda: 3 * 5 * page_bytes + 7)  # a third holds 5 pages
+    table = gpu_profile.l2_resident_table(s)
+    assert table.shape == s.block_table.shape and table.dtype == mx.int32
+    assert table.reshape(-1).tolist() == [i % 5 for i in range(32)]
+    monkeypatch.setattr(bench_gpu, "l2_bytes", lambda: 1)  # smaller than one page: still one page
+    assert set(gpu_profile.l2_resident_table(s).reshape(-1).tolist()) == {0}
+    monkeypatch.setattr(bench_gpu, "l2_bytes", lambda: 2**40)  # larger than the pool: every page once
+    assert sorted(gpu_profile.l2_resident_table(s).reshape(-1).tolist()) == list(range(32))
+
+
+def test_pinned_split_variants_have_an_l2_resident_twin():
+    names = gpu_profile.variants((2,))
+    assert gpu_profile.split_variant(2, in_l2=True) == "paged[split decode, 2 splits, pages in L2]"
+    assert gpu_profile.split_variant(2, in_l2=True) in names and "paged[pages in L2]" in names

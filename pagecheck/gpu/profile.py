@@ -16,6 +16,11 @@ kernels. Per variant and shape it prints:
 `paged[pages in order]` reads the same pools through a table that walks them
 in pool order instead of the benchmark's shuffled order: the difference is
 what scattered pages cost (address translation, DRAM locality).
+`paged[pages in L2]` reads its rows through a table that cycles over only as
+many pages as fill a third of the L2 cache, so K/V come from L2, not DRAM:
+the walk's own pace, the bound a pair of calls sharing their reads through
+L2 could reach (with --splits, `paged[split decode, N splits, pages in L2]`
+pins the split count as well).
 `paged[split decode, N splits]` (with --splits N,...) runs the split decode
 with its context split N ways, also where the planner would run one pass: at
 N = 1 its walk is the one-pass decode's, so the difference between the two
@@ -69,8 +74,8 @@ def split_counts(option: str) -> Callable[[str], tuple[int, ...]]:
     return parse
 
 
-def split_variant(splits: int) -> str:
-    return f"paged[split decode, {splits} splits]"
+def split_variant(splits: int, in_l2: bool = False) -> str:
+    return f"paged[split decode, {splits} splits{', pages in L2' if in_l2 else ''}]"
 
 
 def profile_chain(call: Callable[[bench_gpu.InputSet, mx.array], mx.array], sets: list[bench_gpu.InputSet],
@@ -87,6 +92,13 @@ def in_order_table(s: bench_gpu.InputSet) -> mx.array:
     return mx.arange(batch * width, dtype=mx.int32).reshape(batch, width)
 
 
+def l2_resident_table(s: bench_gpu.InputSet) -> mx.array:
+    """The set's table in pool order, cycling over the fewest pages whose K and V fill a third of the L2 cache."""
+    page_bytes = 2 * s.key_pages.nbytes // s.key_pages.shape[0]  # one page id's K and V
+    resident = max(1, min(s.key_pages.shape[0], bench_gpu.l2_bytes() // 3 // page_bytes))
+    return in_order_table(s) % resident
+
+
 Call = Callable[[bench_gpu.InputSet, mx.array], mx.array]
 
 
@@ -100,16 +112,22 @@ def variants(splits: tuple[int, ...] = ()) -> dict[str, Call]:
                                            bench_gpu.PAGE_SIZE, scale=scale, bulk=bulk,
                                            schedule=None if pinned is None else "paged_decode_split", splits=pinned)
 
-    tables: dict[int, mx.array] = {}
+    tables: dict[tuple[int, str], mx.array] = {}
 
     def ordered(s: bench_gpu.InputSet) -> mx.array:
-        if id(s) not in tables:
-            tables[id(s)] = in_order_table(s)
-        return tables[id(s)]
+        if (id(s), "order") not in tables:
+            tables[id(s), "order"] = in_order_table(s)
+        return tables[id(s), "order"]
+
+    def in_l2(s: bench_gpu.InputSet) -> mx.array:
+        if (id(s), "l2") not in tables:
+            tables[id(s), "l2"] = l2_resident_table(s)
+        return tables[id(s), "l2"]
 
     found: dict[str, Call] = {
         "paged": lambda s, q: paged(s, q, s.block_table),
         "paged[pages in order]": lambda s, q: paged(s, q, ordered(s)),
+        "paged[pages in L2]": lambda s, q: paged(s, q, in_l2(s)),
         "paged[bulk copies]": lambda s, q: paged(s, q, s.block_table, bulk=True),
         "paged[bulk copies in order]": lambda s, q: paged(s, q, ordered(s), bulk=True),
     }
@@ -119,6 +137,7 @@ def variants(splits: tuple[int, ...] = ()) -> dict[str, Call]:
             q, s.key_pages, s.value_pages, s.block_table, s.context_lens, bench_gpu.PAGE_SIZE, scale, False)
     for count in splits:
         found[split_variant(count)] = lambda s, q, count=count: paged(s, q, s.block_table, pinned=count)
+        found[split_variant(count, in_l2=True)] = lambda s, q, count=count: paged(s, q, in_l2(s), pinned=count)
     found["mlx_sdpa"] = lambda s, q: mx.fast.scaled_dot_product_attention(q, s.dense_k, s.dense_v, scale=scale)
     return found
 
@@ -128,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", type=parse_shapes, default=parse_shapes(DEFAULT_SHAPES), metavar="BxCTX,...",
                         help=f"decode shapes (default {DEFAULT_SHAPES})")
     parser.add_argument("--variants", default="paged,mlx_sdpa", metavar="NAME,...",
-                        help="which calls to trace: paged, 'paged[pages in order]', 'paged[bulk copies]', "
-                             "'paged[bulk copies in order]', 'paged[ext op]', mlx_sdpa (default paged,mlx_sdpa)")
+                        help="which calls to trace: paged, 'paged[pages in order]', 'paged[pages in L2]', 'paged[bulk copies]', "
+                             "'paged[bulk copies in order]', 'paged[ext op]', mlx_sdpa, and with --splits N "
+                             "'paged[split decode, N splits, pages in L2]' (default paged,mlx_sdpa)")
     parser.add_argument("--splits", type=split_counts("splits"), default=(), metavar="N,N",
                         help="also trace the split decode pinned to these split counts, each in 1..the planner's "
                              "most (1: the one-pass walk plus the split's store, ticket and merge)")
