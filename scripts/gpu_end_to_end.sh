@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 21's GPU run in one call: build, then the per-call wall table, the
-# kernel table and the serving table; then where a decode step's and a
+# Issue 21's GPU run in one call: build, then the per-call wall table (with each call on distinct K/V beside it),
+# the kernel table and the serving table; then where a decode step's and a
 # 128-token prefill chunk's host time goes (serving_profile: build, submit,
 # wait, and the graph's nodes by kind; decode steps alone and each overlapped
 # with the previous one, as serve-bench runs them, and overlapped with 2 of the 8
@@ -40,7 +40,7 @@ step() {
 }
 
 . scripts/gpu_checkout.sh  # the GPU's name; the checkout installed into $PROJ, which is now the directory
-step percall "${PERCALL_LIMIT:-120}" python3 -m pagecheck.gpu.percall --json "$out/percall.json" \
+step percall "${PERCALL_LIMIT:-200}" python3 -m pagecheck.gpu.percall --distinct-kv --json "$out/percall.json" \
   --markdown "$out/percall.md"
 cat "$out/percall.md"
 step kernels "${KERNEL_LIMIT:-300}" python3 -m pagecheck.gpu.bench --quick --json "$out/bench_gpu.json"

@@ -81,12 +81,17 @@ def test_a_trace_that_saw_no_kernel_reports_none(monkeypatch: pytest.MonkeyPatch
     assert found == {"gpu_busy_us": None, "gpu_occupied_us": None, "most_at_once": None}
 
 
+def reference_for(query: mx.array, s: percall.InputSet) -> np.ndarray:
+    """The float64 reference of `query` over set `s`'s pages."""
+    return reference_paged_attention(
+        *(np.array(a.astype(mx.float32)) for a in (query, s.key_pages, s.value_pages)),
+        np.array(s.block_table), np.array(s.context_lens), percall.PAGE_SIZE, percall.HEAD_DIM**-0.5,
+    )
+
+
 def test_every_variant_computes_the_attention_it_times() -> None:
     inputs = percall.make_inputs(2, 2 * percall.PAGE_SIZE)
-    want = reference_paged_attention(
-        *(np.array(a.astype(mx.float32)) for a in (inputs.query, inputs.key_pages, inputs.value_pages)),
-        np.array(inputs.block_table), np.array(inputs.context_lens), percall.PAGE_SIZE, percall.HEAD_DIM**-0.5,
-    )
+    want = reference_for(inputs.query, inputs)
     for name, call in percall.variants(inputs).items():
         result = compare(call(inputs.query), want, "bfloat16")
         assert result.passed, f"{name}: {result.summary()}"
@@ -128,3 +133,40 @@ def test_shapes_option_takes_batch_by_context(capsys: pytest.CaptureFixture[str]
     assert "| 1 | 256 | paged |" in table and "| 16 | 1024 |" not in table
     with pytest.raises(SystemExit):
         percall.main(["--cpu", "--shapes", "1x100"])
+
+
+def test_rotating_calls_take_turns() -> None:
+    seen: list[str] = []
+    call = percall.rotating([lambda q: seen.append("a") or q, lambda q: seen.append("b") or q,
+                             lambda q: seen.append("c") or q])
+    for _ in range(7):
+        call(mx.zeros((1,)))
+    assert seen == ["a", "b", "c", "a", "b", "c", "a"]
+
+
+def test_distinct_kv_calls_each_read_their_own_set_and_compute_its_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(percall, "set_count", lambda kv_bytes: 3)
+    first = percall.make_inputs(2, 2 * percall.PAGE_SIZE)
+    calls = percall.distinct_kv_variants(first, 2, 2 * percall.PAGE_SIZE)
+    assert set(calls) == {percall.PAGED + percall.DISTINCT, percall.BASELINE + percall.DISTINCT}
+    sets = [first] + [percall.make_inputs(2, 2 * percall.PAGE_SIZE, seed) for seed in (1, 2)]
+    for name, call in calls.items():
+        for turn in range(4):  # the fourth call is the first set's again
+            # every call takes the first set's query, over its own set's K/V
+            result = compare(call(first.query), reference_for(first.query, sets[turn % 3]), "bfloat16")
+            assert result.passed, f"{name}, call {turn}: {result.summary()}"
+
+
+def test_distinct_kv_rows_are_shown_beside_the_goal_and_not_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(percall, "set_count", lambda kv_bytes: 2)
+    document = percall.run_percall(((1, percall.PAGE_SIZE),), calls=2, repeats=1, distinct_kv=True)
+    variants = {row["variant"] for row in document["rows"]}
+    assert variants == {percall.PAGED, "paged[op]", percall.BASELINE, "paged[distinct K/V]", "mlx_sdpa[distinct K/V]"}
+    (verdict,) = document["goals"]  # the goal compares the same-K/V rows only
+    same = {row["variant"]: row["wall_us"] for row in document["rows"]}
+    assert verdict["ratio"] == pytest.approx(same[percall.PAGED] / same[percall.BASELINE])
+    table = percall.render(document)
+    ratio = same["paged[distinct K/V]"] / same["mlx_sdpa[distinct K/V]"]
+    assert "Each call on other K/V than its neighbours" in table
+    assert f"| 1 | {percall.PAGE_SIZE} | {same['paged[distinct K/V]']:.1f} | " \
+           f"{same['mlx_sdpa[distinct K/V]']:.1f} | {ratio:.2f} |" in table

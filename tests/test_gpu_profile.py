@@ -155,3 +155,8 @@ def test_pinned_split_variants_have_an_l2_resident_twin():
     names = gpu_profile.variants((2,))
     assert gpu_profile.split_variant(2, in_l2=True) == "paged[split decode, 2 splits, pages in L2]"
     assert gpu_profile.split_variant(2, in_l2=True) in names and "paged[pages in L2]" in names
+
+
+def test_variant_names_keep_the_commas_inside_brackets():
+    assert gpu_profile.variant_names("paged, paged[split decode, 2 splits, pages in L2],mlx_sdpa,") == [
+        "paged", "paged[split decode, 2 splits, pages in L2]", "mlx_sdpa"]

@@ -23,17 +23,24 @@ at once show whether a variant's calls ran side by side. Variants:
 - launcher[splits=N] (only with --pin-splits N,...): the same kernels run
               by the Python launcher (pagecheck.gpu.kernels) with the decode
               split count pinned to N, to compare plans; no goal applies
+- paged[distinct K/V], mlx_sdpa[distinct K/V] (only with --distinct-kv):
+              the same calls, each on other K/V than its neighbours (the
+              calls rotate over input sets covering three times the L2
+              cache, as a model's layers read other K/V), so side-by-side
+              calls share nothing through L2; shown beside the goal, which
+              stays on the issue's measure (the same K/V every call)
 
 Shapes: the issue's five (B, context) pairs, H_q 32, H_kv 8, D 128, bfloat16,
 pages of 128 in a shuffled order. A program, not a test:
 
     python -m pagecheck.gpu.percall [--json PATH] [--calls 60] [--repeats 7] [--shapes 16x16384]
-                                    [--pin-splits 1,2]
+                                    [--pin-splits 1,2] [--distinct-kv]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -49,7 +56,7 @@ from pagecheck.gpu import clock as gpu_clock
 from pagecheck.gpu import kernels as gpu_kernels
 from pagecheck.gpu import program as gpu_program
 from pagecheck.gpu.profile import parse_shapes, split_counts
-from pagecheck.gpu.bench import InputSet
+from pagecheck.gpu.bench import InputSet, kv_bytes_of, set_count
 from pagecheck.gpu.goals import PERCALL_SHAPES
 from pagecheck.arg_types import positive_int
 
@@ -65,6 +72,7 @@ WARMUP_ROUNDS = 2
 GOAL_RATIO = 1.0
 PAGED = "paged"
 BASELINE = "mlx_sdpa"
+DISTINCT = "[distinct K/V]"  # suffix of the --distinct-kv rows
 
 
 @dataclass
@@ -122,6 +130,20 @@ def variants(inputs: InputSet, pinned_splits: tuple[int, ...] = ()) -> dict[str,
     }
 
 
+def rotating(calls: list[Callable[[mx.array], mx.array]]) -> Callable[[mx.array], mx.array]:
+    """One call after another of `calls`, in turn: consecutive calls read other input sets."""
+    turn = itertools.count()
+    return lambda q: calls[next(turn) % len(calls)](q)
+
+
+def distinct_kv_variants(first: InputSet, batch: int, context: int) -> dict[str, Callable[[mx.array], mx.array]]:
+    """paged and MLX SDPA rotating over `first` and further sets of the same shape, enough to cover three
+    times the L2 cache (pagecheck.gpu.bench.set_count)."""
+    sets = [first] + [make_inputs(batch, context, seed) for seed in range(1, set_count(kv_bytes_of(batch, context)))]
+    per_set = [variants(s) for s in sets]
+    return {name + DISTINCT: rotating([calls[name] for calls in per_set]) for name in (PAGED, BASELINE)}
+
+
 def time_back_to_back(
     call: Callable[[mx.array], mx.array], query: mx.array, calls: int, chained: bool = False
 ) -> tuple[float, float]:
@@ -150,12 +172,16 @@ def trace_back_to_back(call: Callable[[mx.array], mx.array], query: mx.array, ca
 
 
 def measure(
-    batch: int, context: int, calls: int, repeats: int, trace: bool = False, pinned_splits: tuple[int, ...] = ()
+    batch: int, context: int, calls: int, repeats: int, trace: bool = False, pinned_splits: tuple[int, ...] = (),
+    distinct_kv: bool = False,
 ) -> list[PerCallRow]:
     """One row per variant; the variants take turns in every repeat, so drift hits them alike. With `trace`,
-    each variant's independent calls are also traced once on the GPU's clock (trace_back_to_back)."""
+    each variant's independent calls are also traced once on the GPU's clock (trace_back_to_back); with
+    `distinct_kv`, paged and MLX SDPA also run rotating over input sets (distinct_kv_variants)."""
     inputs = make_inputs(batch, context)
     calls_of = variants(inputs, pinned_splits)
+    if distinct_kv:
+        calls_of |= distinct_kv_variants(inputs, batch, context)
     for _ in range(WARMUP_ROUNDS):
         for call in calls_of.values():
             time_back_to_back(call, inputs.query, calls)
@@ -226,16 +252,24 @@ def render(document: dict[str, Any]) -> str:
         paged = "-" if v["paged_us"] is None else f"{v['paged_us']:.1f}"
         sdpa = "-" if v["sdpa_us"] is None else f"{v['sdpa_us']:.1f}"
         lines.append(f"| {v['batch']} | {v['context']} | {paged} | {sdpa} | {ratio} | {met} |")
+    distinct = {(r["batch"], r["context"], r["variant"]): r["wall_us"] for r in document["rows"]
+                if r["variant"].endswith(DISTINCT)}
+    if distinct:
+        lines += ["", "Each call on other K/V than its neighbours (--distinct-kv; beside the goal, not judged):", "",
+                  "| B | context | paged us | MLX SDPA us | ratio |", "| ---: | ---: | ---: | ---: | ---: |"]
+        for batch, context in dict.fromkeys((b, c) for b, c, _ in distinct):
+            paged_us, sdpa_us = distinct[batch, context, PAGED + DISTINCT], distinct[batch, context, BASELINE + DISTINCT]
+            lines.append(f"| {batch} | {context} | {paged_us:.1f} | {sdpa_us:.1f} | {paged_us / sdpa_us:.2f} |")
     return "\n".join(lines) + "\n"
 
 
 def run_percall(
     shapes: tuple[tuple[int, int], ...], calls: int, repeats: int, trace: bool = False,
-    pinned_splits: tuple[int, ...] = (),
+    pinned_splits: tuple[int, ...] = (), distinct_kv: bool = False,
 ) -> dict[str, Any]:
     rows: list[PerCallRow] = []
     for batch, context in shapes:
-        rows += measure(batch, context, calls, repeats, trace, pinned_splits)
+        rows += measure(batch, context, calls, repeats, trace, pinned_splits, distinct_kv)
         mx.clear_cache()
     device = "gpu" if mx.default_device() == mx.gpu else "cpu"
     document = {"device": device, "calls": calls, "repeats": repeats, "rows": [asdict(r) for r in rows]}
@@ -255,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="B x context pairs, comma-separated (default: the issue's five)")
     parser.add_argument("--pin-splits", type=split_counts("pin-splits"), default=(),
                         help="also time the Python launcher with each of these decode split counts (GPU only)")
+    parser.add_argument("--distinct-kv", action="store_true",
+                        help="also time paged and MLX SDPA with each call on other K/V than its neighbours, so that "
+                             "side-by-side calls share nothing through L2 (shown beside the goal, not judged)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (host costs only; no goal applies)")
     args = parser.parse_args(argv)
     if args.cpu and args.pin_splits:
@@ -267,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             print(why_not)
             return gpu_program.CANNOT_RUN
     document = run_percall(args.shapes, args.calls, args.repeats, trace=not args.cpu and gpu_clock.available(),
-                           pinned_splits=args.pin_splits)
+                           pinned_splits=args.pin_splits, distinct_kv=args.distinct_kv)
     markdown = render(document)
     print(markdown)
     gpu_program.write_json(args.json, document)

@@ -34,6 +34,7 @@ Needs a CUDA device, MLX's CUDA back-end and torch. A program, not a test:
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any, Callable
 
@@ -72,6 +73,11 @@ def split_counts(option: str) -> Callable[[str], tuple[int, ...]]:
         return tuple(dict.fromkeys(int_list(option, most=most)(text)))
 
     return parse
+
+
+def variant_names(text: str) -> list[str]:
+    """'paged,paged[split decode, 2 splits, pages in L2]' -> the two names: commas inside brackets stay."""
+    return [name.strip() for name in re.split(r",(?![^\[]*\])", text) if name.strip()]
 
 
 def split_variant(splits: int, in_l2: bool = False) -> str:
@@ -161,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         print(why_not)
         return gpu_program.CANNOT_RUN
     known = variants(args.splits)
-    chosen = [name.strip() for name in args.variants.split(",") if name.strip()]
+    chosen = variant_names(args.variants)
     chosen += [split_variant(count) for count in args.splits if split_variant(count) not in chosen]
     unknown = [name for name in chosen if name not in known]
     if unknown or not chosen:
