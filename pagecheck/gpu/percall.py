@@ -258,7 +258,8 @@ def render(document: dict[str, Any]) -> str:
         lines += ["", "Each call on other K/V than its neighbours (--distinct-kv; beside the goal, not judged):", "",
                   "| B | context | paged us | MLX SDPA us | ratio |", "| ---: | ---: | ---: | ---: | ---: |"]
         for batch, context in dict.fromkeys((b, c) for b, c, _ in distinct):
-            paged_us, sdpa_us = distinct[batch, context, PAGED + DISTINCT], distinct[batch, context, BASELINE + DISTINCT]
+            paged_us = distinct[batch, context, PAGED + DISTINCT]
+            sdpa_us = distinct[batch, context, BASELINE + DISTINCT]
             lines.append(f"| {batch} | {context} | {paged_us:.1f} | {sdpa_us:.1f} | {paged_us / sdpa_us:.2f} |")
     return "\n".join(lines) + "\n"
 

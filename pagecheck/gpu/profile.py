@@ -99,7 +99,8 @@ def in_order_table(s: bench_gpu.InputSet) -> mx.array:
 
 
 def l2_resident_table(s: bench_gpu.InputSet) -> mx.array:
-    """The set's table in pool order, cycling over the fewest pages whose K and V fill a third of the L2 cache."""
+    """The set's table in pool order, cycling over as many pages as a third of the L2 cache holds (K and V; at
+    least one, at most the pool)."""
     page_bytes = 2 * s.key_pages.nbytes // s.key_pages.shape[0]  # one page id's K and V
     resident = max(1, min(s.key_pages.shape[0], bench_gpu.l2_bytes() // 3 // page_bytes))
     return in_order_table(s) % resident
@@ -153,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", type=parse_shapes, default=parse_shapes(DEFAULT_SHAPES), metavar="BxCTX,...",
                         help=f"decode shapes (default {DEFAULT_SHAPES})")
     parser.add_argument("--variants", default="paged,mlx_sdpa", metavar="NAME,...",
-                        help="which calls to trace: paged, 'paged[pages in order]', 'paged[pages in L2]', 'paged[bulk copies]', "
-                             "'paged[bulk copies in order]', 'paged[ext op]', mlx_sdpa, and with --splits N "
+                        help="which calls to trace: paged, 'paged[pages in order]', 'paged[pages in L2]', "
+                             "'paged[bulk copies]', 'paged[bulk copies in order]', 'paged[ext op]', mlx_sdpa, "
+                             "and with --splits N "
                              "'paged[split decode, N splits, pages in L2]' (default paged,mlx_sdpa)")
     parser.add_argument("--splits", type=split_counts("splits"), default=(), metavar="N,N",
                         help="also trace the split decode pinned to these split counts, each in 1..the planner's "
