@@ -119,17 +119,17 @@ def variants(splits: tuple[int, ...] = ()) -> dict[str, Call]:
                                            bench_gpu.PAGE_SIZE, scale=scale, bulk=bulk,
                                            schedule=None if pinned is None else "paged_decode_split", splits=pinned)
 
-    tables: dict[tuple[int, str], mx.array] = {}
+    tables: dict[tuple[int, Callable[[bench_gpu.InputSet], mx.array]], mx.array] = {}
 
-    def ordered(s: bench_gpu.InputSet) -> mx.array:
-        if (id(s), "order") not in tables:
-            tables[id(s), "order"] = in_order_table(s)
-        return tables[id(s), "order"]
+    def made_once(make: Callable[[bench_gpu.InputSet], mx.array]) -> Callable[[bench_gpu.InputSet], mx.array]:
+        """`make`'s table for each input set, made on its first call and kept (set identities key the cache)."""
+        def table(s: bench_gpu.InputSet) -> mx.array:
+            if (id(s), make) not in tables:
+                tables[id(s), make] = make(s)
+            return tables[id(s), make]
+        return table
 
-    def in_l2(s: bench_gpu.InputSet) -> mx.array:
-        if (id(s), "l2") not in tables:
-            tables[id(s), "l2"] = l2_resident_table(s)
-        return tables[id(s), "l2"]
+    ordered, in_l2 = made_once(in_order_table), made_once(l2_resident_table)
 
     found: dict[str, Call] = {
         "paged": lambda s, q: paged(s, q, s.block_table),

@@ -20,7 +20,8 @@ ArrayMemo<Entry, kResidentLensEntries>& memo() {
 }
 
 // Zeros after the lengths: with them the joined array holds more than
-// kManagedScalarBytes whatever B is.
+// kManagedScalarBytes for any B of at least 1 (an empty batch has no lengths
+// to read).
 constexpr int kPadWords = static_cast<int>(kManagedScalarBytes / sizeof(int32_t));
 
 } // namespace
