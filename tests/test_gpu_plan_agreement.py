@@ -96,13 +96,13 @@ PINNED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         dict(schedule="paged_prefill_mma", key_tile=64, shared_bytes=4 * 64 * 136 * 2)),
     # On a device with warpgroup MMA (warpgroup_mma=True): B 1 x L 512, G 4 = 2048 rows per kv head. Blocks of
     # 3 warpgroups (192 rows) would number 8 x 11 = 88, short of two per multiprocessor (264), so blocks of 2
-    # (128 rows, 16 per kv head) with key tiles of 128: a K ring and a V ring of 3 stages each, 128 keys of 128
-    # bfloat16 a stage, the 2 warpgroups' 64 query rows, a full and a free barrier of 8 bytes per stage of each
-    # ring, and 1024 bytes to align the rings.
+    # (128 rows, 16 per kv head) with key tiles of 128: a ring of 3 stages of K and V, 128 keys of 128 bfloat16
+    # each, the 2 warpgroups' 64 query rows, a full and a free barrier of 8 bytes per stage, and 1024 bytes to
+    # align the ring.
     "warpgroup prefill in blocks of two": (
         dict(batch=1, pages=32, query_len=512, warpgroup_mma=True),
         dict(schedule="paged_prefill_wgmma", warpgroups=2, key_tile=128, threads=256, blocks=128, mma_stages=3,
-             shared_bytes=2 * 3 * 128 * 128 * 2 + 2 * 64 * 128 * 2 + 4 * 3 * 8 + 1024, scratch_words=0)),
+             shared_bytes=2 * 3 * 128 * 128 * 2 + 2 * 64 * 128 * 2 + 2 * 3 * 8 + 1024, scratch_words=0)),
     # B 4 x L 2048 over pages of 128: tiles of 128 keys lie inside pages, so blocks of 2 as well.
     "warpgroup prefill in blocks of two where pages hold whole tiles": (
         dict(batch=4, pages=64, query_len=2048, warpgroup_mma=True),
@@ -112,11 +112,11 @@ PINNED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "warpgroup prefill in blocks of three": (
         dict(batch=4, pages=512, query_len=2048, page_size=16, warpgroup_mma=True),
         dict(schedule="paged_prefill_wgmma", warpgroups=3, key_tile=64, threads=384, blocks=1376, mma_stages=3,
-             shared_bytes=2 * 3 * 64 * 128 * 2 + 3 * 64 * 128 * 2 + 4 * 3 * 8 + 1024)),
+             shared_bytes=2 * 3 * 64 * 128 * 2 + 3 * 64 * 128 * 2 + 2 * 3 * 8 + 1024)),
     "warpgroup prefill pinned to one warpgroup, float16, D 64": (
         dict(batch=1, pages=32, query_len=512, warpgroup_mma=True, warpgroups=1, dtype="float16", head_dim=64),
         dict(schedule="paged_prefill_wgmma", warpgroups=1, key_tile=128, threads=128, blocks=256,
-             shared_bytes=2 * 3 * 128 * 64 * 2 + 64 * 64 * 2 + 4 * 3 * 8 + 1024)),
+             shared_bytes=2 * 3 * 128 * 64 * 2 + 64 * 64 * 2 + 2 * 3 * 8 + 1024)),
     "no warpgroup prefill for D 96": (
         dict(batch=1, pages=32, query_len=512, warpgroup_mma=True, head_dim=96),
         dict(schedule="paged_prefill_mma", warpgroups=0, threads=128)),

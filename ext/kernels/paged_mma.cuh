@@ -177,16 +177,12 @@ struct SharedRows {
   static constexpr int CHUNK_GROUP_STEP = 64;
 };
 
-// Which pools a tile copy moves: K and V rows together, or one of them (a
-// ring whose K and V stages fill and drain at different steps).
-enum class CopyPools { kBoth, kKeys, kValues };
-
-// One 16-byte chunk of a K row and of a V row (or of the one POOLS names)
-// into the shared rows ROWS at (token, chunk), from element `src` of the
-// pools, or zeros where `live` is false: by cp.async with `vector_copy` (the
-// caller commits and waits), else by plain loads and stores. The chunk step
-// of copy_tile_rows and copy_position_rows.
-template <typename T, typename ROWS, CopyPools POOLS = CopyPools::kBoth>
+// One 16-byte chunk of a K row and of a V row into the shared rows ROWS at
+// (token, chunk), from element `src` of the pools, or zeros where `live` is
+// false: by cp.async with `vector_copy` (the caller commits and waits), else
+// by plain loads and stores. The chunk step of copy_tile_rows and
+// copy_position_rows.
+template <typename T, typename ROWS>
 __device__ __forceinline__ void copy_row_chunk(
     T* stage_k,
     T* stage_v,
@@ -199,29 +195,19 @@ __device__ __forceinline__ void copy_row_chunk(
     bool vector_copy) {
   T* dst_k = stage_k + ROWS::at(token, chunk);
   T* dst_v = stage_v + ROWS::at(token, chunk);
-  constexpr bool KEYS = POOLS != CopyPools::kValues;
-  constexpr bool VALUES = POOLS != CopyPools::kKeys;
   if (vector_copy) {
-    if (KEYS) {
-      copy_async16(dst_k, key_pages + src, live);
-    }
-    if (VALUES) {
-      copy_async16(dst_v, value_pages + src, live);
-    }
+    copy_async16(dst_k, key_pages + src, live);
+    copy_async16(dst_v, value_pages + src, live);
   } else {
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      if (KEYS) {
-        dst_k[e] = live ? key_pages[src + e] : from_float<T>(0.0f);
-      }
-      if (VALUES) {
-        dst_v[e] = live ? value_pages[src + e] : from_float<T>(0.0f);
-      }
+      dst_k[e] = live ? key_pages[src + e] : from_float<T>(0.0f);
+      dst_v[e] = live ? value_pages[src + e] : from_float<T>(0.0f);
     }
   }
 }
 
-// Copy the K and V rows (or those POOLS names) of one tile into the shared rows ROWS: chunk idx goes
+// Copy the K and V rows of one tile into the shared rows ROWS: chunk idx goes
 // to thread `first + k * STRIDE` (0 <= first < STRIDE, the copying threads).
 // Rows at or past `count`, or of an unmapped page, are zero-filled instead of
 // read. With `vector_copy` the chunks travel by cp.async (the caller commits
@@ -234,7 +220,7 @@ __device__ __forceinline__ void copy_row_chunk(
 // unrolled copy is 2 cp.async per step and little else. A row past `count`
 // keeps its stepped address but copies 0 bytes (zero fill, nothing read); an
 // unmapped page's rows point at the pools' first chunk.
-template <typename T, int HEAD_DIM, int TILE, typename ROWS, int STRIDE, CopyPools POOLS = CopyPools::kBoth>
+template <typename T, int HEAD_DIM, int TILE, typename ROWS, int STRIDE>
 __device__ __forceinline__ void copy_tile_rows(
     T* stage_k,
     T* stage_v,
@@ -259,12 +245,8 @@ __device__ __forceinline__ void copy_tile_rows(
         const int token = first_token + step * ROW_STEP;
         if (ROW_STEP * (step + 1) <= TILE || token < TILE) {
           const bool live = mapped && token < count;
-          if (POOLS != CopyPools::kValues) {
-            copy_async16(stage_k + ROWS::at(token, chunk), src_k + step * ROW_STEP * HEAD_DIM, live);
-          }
-          if (POOLS != CopyPools::kKeys) {
-            copy_async16(stage_v + ROWS::at(token, chunk), src_v + step * ROW_STEP * HEAD_DIM, live);
-          }
+          copy_async16(stage_k + ROWS::at(token, chunk), src_k + step * ROW_STEP * HEAD_DIM, live);
+          copy_async16(stage_v + ROWS::at(token, chunk), src_v + step * ROW_STEP * HEAD_DIM, live);
         }
       }
       return;
@@ -275,14 +257,14 @@ __device__ __forceinline__ void copy_tile_rows(
     const int chunk = idx % VECS_PER_ROW;
     const bool live = mapped && token < count;
     const long long src = live ? base + static_cast<long long>(token) * HEAD_DIM + chunk * 8 : 0;
-    copy_row_chunk<T, ROWS, POOLS>(stage_k, stage_v, key_pages, value_pages, token, chunk, src, live, vector_copy);
+    copy_row_chunk<T, ROWS>(stage_k, stage_v, key_pages, value_pages, token, chunk, src, live, vector_copy);
   }
 }
 
 // As copy_tile_rows for a tile of positions [pos_begin, pos_begin + count) that may span pages: each
 // row finds its own page (page_id_at) and slot, so the tile length does not depend on the page size.
 // Rows at or past `count`, or in a page the table does not map, are zero-filled.
-template <typename T, int HEAD_DIM, int TILE, typename ROWS, CopyPools POOLS = CopyPools::kBoth>
+template <typename T, int HEAD_DIM, int TILE, typename ROWS>
 __device__ __forceinline__ void copy_position_rows(
     T* stage_k,
     T* stage_v,
@@ -309,7 +291,7 @@ __device__ __forceinline__ void copy_position_rows(
         ? page_offset(geo, page_id, kv_head_idx) +
             static_cast<long long>(pos - page_idx * geo.page_size) * HEAD_DIM + chunk * 8
         : 0;
-    copy_row_chunk<T, ROWS, POOLS>(stage_k, stage_v, key_pages, value_pages, token, chunk, src, live, vector_copy);
+    copy_row_chunk<T, ROWS>(stage_k, stage_v, key_pages, value_pages, token, chunk, src, live, vector_copy);
   }
 }
 
@@ -371,14 +353,13 @@ __device__ __forceinline__ float move_running_max(
 }
 
 // Copy key tile `tile` (position_tile) of the warp's (request, kv head) from
-// the pools into a ring stage's K and V rows (layout ROWS; only those of the
-// pool POOLS names where it names one), with all
+// the pools into a ring stage's K and V rows (layout ROWS), with all
 // `threads` threads of the block. A tile inside one page (always, where pages
 // hold whole tiles, and in the dense view) has one page id, looked up once; a
 // tile across pages looks up each row's page, a table read before every
 // row's copy (~25% slower at pages of 128 on the H200, so it is kept to the
 // tiles that need it).
-template <typename T, int HEAD_DIM, int TILE, typename ROWS, int THREADS, CopyPools POOLS = CopyPools::kBoth>
+template <typename T, int HEAD_DIM, int TILE, typename ROWS, int THREADS>
 __device__ __forceinline__ void copy_key_tile(
     const PagedGeometry& geo,
     const int32_t* table_row,
@@ -393,10 +374,10 @@ __device__ __forceinline__ void copy_key_tile(
     const int page_id = tile_page_id(geo, table_row, warp.request_idx, tile);
     const long long base =
         page_offset(geo, page_id, warp.kv_head_idx) + static_cast<long long>(tile.slot_begin) * HEAD_DIM;
-    copy_tile_rows<T, HEAD_DIM, TILE, ROWS, THREADS, POOLS>(
+    copy_tile_rows<T, HEAD_DIM, TILE, ROWS, THREADS>(
         stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy, threadIdx.x);
   } else {
-    copy_position_rows<T, HEAD_DIM, TILE, ROWS, POOLS>(
+    copy_position_rows<T, HEAD_DIM, TILE, ROWS>(
         stage_k, stage_v, key_pages, value_pages, geo, table_row, warp.request_idx, warp.kv_head_idx,
         tile.pos_begin, tile.count, vector_copy, threadIdx.x, THREADS);
   }

@@ -19,16 +19,13 @@
 // warp w rows 16w..16w+15 of those, with their running output (float32), max
 // and sum in registers, in the layouts of paged_mma.cuh.
 // The block walks the request's positions in key tiles of KEY_TILE
-// positions (position_tile). All threads copy a tile's K rows and its V rows
-// with cp.async into two rings of STAGES stages each (K and V) in the
-// swizzled layout of paged_wgmma.cuh (Sw128Rows): a tile inside one page by
-// fixed per-thread offsets from the page's base (copy_tile_rows), a tile
-// across pages row by row. Every stage of either ring has two mbarriers: full
-// (every thread's copies landed, arrived on by cp.async completion) and free
-// (every thread is done reading it), so no block-wide barrier ties the
-// warpgroups together. The K and V stages are freed and refilled apart: a K
-// stage once this tile's scores have landed, a V stage once its O += P V has,
-// one step later, so no warpgroup waits on another's softmax to refill.
+// positions (position_tile). All threads copy a tile's K and V rows with
+// cp.async into a ring of STAGES stages in the swizzled layout of
+// paged_wgmma.cuh (Sw128Rows): a tile inside one page by fixed per-thread
+// offsets from the page's base (copy_tile_rows), a tile across pages row by
+// row. Each stage has two mbarriers: full (every thread's copies landed,
+// arrived on by cp.async completion) and free (every thread is done reading
+// it), so no block-wide barrier ties the warpgroups together.
 // The warpgroups take turns on the tensor cores (named barriers, turn_wait /
 // turn_pass): in its turn a warpgroup issues S = Q K^T for this tile and
 // O += P V for the previous one, then runs this tile's softmax
@@ -38,8 +35,8 @@
 // the last key the block's last row can see.
 // Launch: 128 * WARPGROUPS threads per block, blocks = B * H_kv * ceil(G * L
 // / (64 * WARPGROUPS)), dynamic shared memory (2 * STAGES * KEY_TILE +
-// WARPGROUPS * 64) * HEAD_DIM * sizeof(T) + 32 * STAGES + 1024 (the rings, the
-// query tiles, the barriers, and slack to align the rings to 1024 bytes).
+// WARPGROUPS * 64) * HEAD_DIM * sizeof(T) + 16 * STAGES + 1024 (the ring, the
+// query tiles, the barriers, and slack to align the ring to 1024 bytes).
 using namespace pagecheck;
 constexpr int THREADS = WARPGROUP_THREADS * WARPGROUPS;
 constexpr int ROW_TILE = 64 * WARPGROUPS;
@@ -52,10 +49,10 @@ constexpr int PV_CHUNKS = KEY_TILE / 16;
 constexpr int STAGE_ELEMS = KEY_TILE * HEAD_DIM;
 constexpr int STAGE_BYTES = STAGE_ELEMS * ELEM_BYTES;
 constexpr int Q_TILE_ELEMS = 64 * HEAD_DIM;
-// The K and V rings, the warpgroups' query tiles, the rings' barriers (a full and a free one per stage of
-// each ring), 1024 bytes of alignment slack.
+// The ring, the warpgroups' query tiles, the ring's barriers (stage_full and stage_free, one per stage), 1024
+// bytes of alignment slack.
 constexpr int SHARED_BYTES =
-    2 * STAGES * STAGE_BYTES + WARPGROUPS * Q_TILE_ELEMS * ELEM_BYTES + 4 * STAGES * 8 + 1024;
+    2 * STAGES * STAGE_BYTES + WARPGROUPS * Q_TILE_ELEMS * ELEM_BYTES + 2 * STAGES * 8 + 1024;
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "HEAD_DIM");
 static_assert(KEY_TILE == 64 || KEY_TILE == 128, "KEY_TILE");
 static_assert(STAGES >= 2, "STAGES");
@@ -71,13 +68,11 @@ const unsigned shared_base = shared_address(shared);
 T* k_ring = reinterpret_cast<T*>(shared + ((1024 - (shared_base & 1023)) & 1023));
 T* v_ring = k_ring + STAGES * STAGE_ELEMS;
 T* q_tiles = v_ring + STAGES * STAGE_ELEMS;
-// k_full[s] / v_full[s]: K / V stage s holds its tile's rows (every thread's copies landed); k_free[s] /
-// v_free[s]: every thread is done reading them.
-unsigned long long* k_full = reinterpret_cast<unsigned long long*>(q_tiles + WARPGROUPS * Q_TILE_ELEMS);
-unsigned long long* v_full = k_full + STAGES;
-unsigned long long* k_free = v_full + STAGES;
-unsigned long long* v_free = k_free + STAGES;
-init_stage_barriers(k_full, 4 * STAGES, threadIdx.x, THREADS);
+// stage_full[s]: stage s holds its tile (every thread's copies landed); stage_free[s]: every thread is done
+// reading it.
+unsigned long long* stage_full = reinterpret_cast<unsigned long long*>(q_tiles + WARPGROUPS * Q_TILE_ELEMS);
+unsigned long long* stage_free = stage_full + STAGES;
+init_stage_barriers(stage_full, 2 * STAGES, threadIdx.x, THREADS);
 const int group = threadIdx.x / WARPGROUP_THREADS;
 
 // ---- Positions -----------------------------------------------------------------
@@ -106,30 +101,20 @@ const bool vector_copy = is_aligned16(key_pages) && is_aligned16(value_pages);
 
 auto tile_of = [&](int tile_idx) { return position_tile(tile_idx, KEY_TILE, geo.page_size, pos_end); };
 
-// All threads copy tile `tile_idx`'s K rows (copy_keys) or V rows
-// (copy_values) into that ring's stage and arrive on the stage's full
-// barrier once their copies have landed (a cp.async arrival waits for every
-// earlier copy of the thread, the other ring's included).
-auto arrive_full = [&](unsigned long long* full) {
+// All threads copy tile `tile_idx`'s K and V rows into its ring stage and
+// arrive on the stage's full barrier once their copies have landed.
+auto issue = [&](int tile_idx) {
+  const int stage = tile_idx % STAGES;
+  const PageTile tile = tile_of(tile_idx);
+  T* stage_k = k_ring + stage * STAGE_ELEMS;
+  T* stage_v = v_ring + stage * STAGE_ELEMS;
+  copy_key_tile<T, HEAD_DIM, KEY_TILE, Rows, THREADS>(geo, table_row, warp, tile, key_pages, value_pages, stage_k,
+                                                     stage_v, vector_copy);
   if (vector_copy) {
-    barrier_arrive_after_copies(full);
+    barrier_arrive_after_copies(stage_full + stage);
   } else {
-    barrier_arrive(full);
+    barrier_arrive(stage_full + stage);
   }
-};
-auto copy_keys = [&](int tile_idx) {
-  const int stage = tile_idx % STAGES;
-  copy_key_tile<T, HEAD_DIM, KEY_TILE, Rows, THREADS, CopyPools::kKeys>(
-      geo, table_row, warp, tile_of(tile_idx), key_pages, value_pages, k_ring + stage * STAGE_ELEMS,
-      v_ring + stage * STAGE_ELEMS, vector_copy);
-  arrive_full(k_full + stage);
-};
-auto copy_values = [&](int tile_idx) {
-  const int stage = tile_idx % STAGES;
-  copy_key_tile<T, HEAD_DIM, KEY_TILE, Rows, THREADS, CopyPools::kValues>(
-      geo, table_row, warp, tile_of(tile_idx), key_pages, value_pages, k_ring + stage * STAGE_ELEMS,
-      v_ring + stage * STAGE_ELEMS, vector_copy);
-  arrive_full(v_full + stage);
 };
 
 // Descriptors of the query tile and of ring stage 0's K and V; the others are offsets from them.
@@ -191,31 +176,26 @@ auto softmax = [&](float (&score)[S_TILES][4], float (&rescale)[2], const PageTi
 };
 
 // ---- Walk the key tiles -----------------------------------------------------------------
-// Step t (0..num_tiles) of a warpgroup: it waits for tile t's K rows and tile
-// t - 1's V rows; in its turn on the tensor cores it issues S = Q K^T for tile
-// t, then O += P V for tile t - 1 (each its own commit group), and hands the
-// turn to the next warpgroup. Once the scores have landed it frees tile t's K
-// stage and runs tile t's softmax while its own O += P V and the next
-// warpgroup's products still run; then it waits for O += P V, frees tile
-// t - 1's V stage, rescales O by the softmax's factors and packs tile t's
-// weights. At the end of the step it refills K stage (t + STAGES - 1) %
-// STAGES with that tile's keys and V stage (t + STAGES - 2) % STAGES with
-// that tile's values. The rows they replace (tile t - 1's keys, tile t - 2's
-// values) were freed in step t - 1, so a refill never waits for another
-// warpgroup's softmax of step t; both arrive a step before they are read.
-// The first step (no values yet) and the last (no scores) are separate calls
-// of the step, so that no product is issued on a branch: ptxas serializes
-// every wgmma of a kernel whose commit groups differ between paths.
+// Step t (0..num_tiles) of a warpgroup: in its turn on the tensor cores it
+// issues S = Q K^T for tile t, then O += P V for tile t - 1 (each its own
+// commit group), and hands the turn to the next warpgroup. Once the scores
+// have landed it runs tile t's softmax while its own O += P V and the next
+// warpgroup's products still run; then it waits for O += P V, rescales O by
+// the softmax's factors and packs tile t's weights. Stage t % STAGES is read
+// once its full barrier completes; tile t - 1's stage is freed after its
+// values are used, and refilled with tile t + STAGES - 1 at the end of the
+// step, once every thread has freed it (so the ring needs STAGES >= 3 for the
+// copies to stay a step ahead of the slowest warpgroup). The first step (no
+// values yet) and the last (no scores) are separate calls of the step, so
+// that no product is issued on a branch: ptxas serializes every wgmma of a
+// kernel whose commit groups differ between paths.
 constexpr bool TURNS = WARPGROUPS > 1;
 const int my_turn = 1 + group;
 const int next_turn = 1 + (group + 1) % WARPGROUPS;
 #pragma unroll
 for (int tile_idx = 0; tile_idx + 1 < STAGES; ++tile_idx) {
   if (tile_idx < num_tiles) {
-    copy_keys(tile_idx);
-    if (tile_idx + 2 < STAGES) {
-      copy_values(tile_idx);
-    }
+    issue(tile_idx);
   }
 }
 if (TURNS && num_tiles > 0 && group == WARPGROUPS - 1) {
@@ -228,12 +208,9 @@ auto walk_step = [&](int step, bool scores, bool values) {
   const int stage = step % STAGES;
   const int prior_stage = (step + STAGES - 1) % STAGES;
   if (scores) {
-    barrier_wait(k_full + stage, (step / STAGES) % 2);
+    barrier_wait(stage_full + stage, (step / STAGES) % 2);
+    fence_async_shared();
   }
-  if (values) {
-    barrier_wait(v_full + prior_stage, ((step - 1) / STAGES) % 2);
-  }
-  fence_async_shared();
   float score[S_TILES][4];
   if (TURNS) {
     turn_wait(my_turn);
@@ -258,33 +235,25 @@ auto walk_step = [&](int step, bool scores, bool values) {
     } else {
       wgmma_wait<0>();
     }
-    barrier_arrive(k_free + stage);
     hold_registers(score);
     softmax(score, rescale, tile_of(step));
   }
   wgmma_wait<0>();
   hold_registers(out_acc);
   if (values) {
-    barrier_arrive(v_free + prior_stage);
+    barrier_arrive(stage_free + prior_stage);
   }
   if (scores) {
     rescale_rows(out_acc, 0, rescale[0]);
     rescale_rows(out_acc, 1, rescale[1]);
     pack_weights(score);
   }
-  const int key_refill = step + STAGES - 1;
-  if (key_refill < num_tiles) {
-    if (key_refill >= STAGES) {
-      barrier_wait(k_free + key_refill % STAGES, (key_refill / STAGES - 1) % 2);
+  const int refill = step + STAGES - 1;
+  if (refill < num_tiles) {
+    if (refill >= STAGES) {
+      barrier_wait(stage_free + prior_stage, (refill / STAGES - 1) % 2);
     }
-    copy_keys(key_refill);
-  }
-  const int value_refill = step + STAGES - 2;
-  if (value_refill < num_tiles) {
-    if (value_refill >= STAGES) {
-      barrier_wait(v_free + value_refill % STAGES, (value_refill / STAGES - 1) % 2);
-    }
-    copy_values(value_refill);
+    issue(refill);
   }
 };
 // A block with no key to see (context 0) takes no turn: nobody would hand it one.

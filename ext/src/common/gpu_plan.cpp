@@ -398,11 +398,11 @@ GpuPlan plan_gpu_call(
       plan.mma_stages = kWgmmaStages;
       plan.threads = plan.warpgroups * kGpuWarpgroupThreads;
       plan.blocks = heads * ceil_div(group_rows, plan.warpgroups * kWgmmaRowsPerWarpgroup);
-      // The K and V rings' stages, each warpgroup's 64 query rows, a full and a free barrier per stage of each
-      // ring, and 1024 bytes to align the rings to a swizzle line group.
+      // The ring's K and V stages, each warpgroup's 64 query rows, a full and a free barrier per stage, and 1024
+      // bytes to align the ring to a swizzle line group.
       plan.shared_bytes = (2 * plan.mma_stages * plan.key_tile + plan.warpgroups * kWgmmaRowsPerWarpgroup) *
               shape.head_dim * itemsize +
-          4 * plan.mma_stages * 8 + 1024;
+          2 * plan.mma_stages * 8 + 1024;
     } else if (plan.schedule == GpuSchedule::kPrefillMma) {
       plan.blocks = heads * ceil_div(group_rows, kPrefillMmaRowTile);
       // Key tiles are positions, not pages (copy_position_rows), so every page size takes 64.

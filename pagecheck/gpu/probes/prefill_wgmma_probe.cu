@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
   for (const Variant& variant : VARIANTS) {
     if (only[0] != '\0' && std::strstr(variant.name, only) == nullptr) continue;
     const int shared_bytes = (2 * variant.stages * variant.key_tile + variant.warpgroups * 64) * D * 2 +
-        4 * variant.stages * 8 + 1024;
+        2 * variant.stages * 8 + 1024;
     const int blocks = batch * num_kv_heads * ((group * num_queries + 64 * variant.warpgroups - 1) /
                                                (64 * variant.warpgroups));
     check(cudaFuncSetAttribute(variant.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes),
