@@ -14,7 +14,7 @@ from typing import Any
 import mlx.core as mx
 
 from pagecheck import ext
-from pagecheck.impl.validated_inputs import attend_validated_once
+from pagecheck.impl.validated_inputs import attend_after_memo_miss
 
 
 def as_int32(x: Any) -> mx.array:
@@ -38,8 +38,15 @@ def paged_attention(
     s % page_size; only s < context_lens[b] exist. mask="causal" treats the L
     queries as the last L positions of each context. Returns the query dtype.
     """
-    return attend_validated_once(
-        query, key_pages, value_pages, block_table, context_lens, page_size, scale, mask,
+    # Remembered int32 metadata: the extension checks the memo and runs the op in this one call (the hot
+    # path of every layer and every back-to-back call, so nothing else runs before it).
+    remembered = ext.validated_paged_attention(
+        query, key_pages, value_pages, block_table, context_lens, page_size, scale, mask
+    )
+    if remembered is not None:
+        return remembered
+    return attend_after_memo_miss(
+        query, key_pages, value_pages, block_table, context_lens, page_size, mask,
         lambda: ext.paged_attention(
             query, key_pages, value_pages, as_int32(block_table), as_int32(context_lens), int(page_size), scale,
             mask == "causal",

@@ -39,24 +39,17 @@ def _memo_arguments(
     return (*arrays, page_size, mask == "causal")
 
 
-def attend_validated_once(
+def attend_after_memo_miss(
     query: Any, key_pages: Any, value_pages: Any, block_table: Any, context_lens: Any, page_size: Any,
-    scale: float | None, mask: str | None, attend: Callable[[], mx.array],
+    mask: str | None, attend: Callable[[], mx.array],
 ) -> mx.array:
-    """Paged attention with the inputs checked at most once per metadata pair.
+    """Paged attention for a call the extension's memo declined (ext.validated_paged_attention gave None).
 
-    The extension is asked first, with the arguments as given: for remembered int32 metadata it runs
-    the op in that one call (it declines arguments of other types itself). Other remembered metadata
-    skips the check; anything else is checked in full (check_paged_inputs raises ValueError),
-    remembered when it can be, and computed by `attend`. The memo is asked once per call.
+    That call answers for remembered int32 metadata only; remembered metadata of other dtypes is looked
+    up here and skips the check. Anything else is checked in full (check_paged_inputs raises ValueError),
+    remembered when it can be, and computed by `attend`.
     """
-    remembered = ext.validated_paged_attention(
-        query, key_pages, value_pages, block_table, context_lens, page_size, scale, mask
-    )
-    if remembered is not None:
-        return remembered
     memo = _memo_arguments(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
-    # validated_paged_attention answers for int32 metadata only; other dtypes are looked up by themselves.
     if memo is not None and not (block_table.dtype == mx.int32 and context_lens.dtype == mx.int32):
         if ext.paged_inputs_validated(*memo):
             return attend()
