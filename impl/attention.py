@@ -1,10 +1,11 @@
 """paged_attention with the course's Week 3 signature, backed by the C++ extension.
 
-Inputs are checked in Python first (reference/validation.py: the one list of
-rejections, each a ValueError naming the field and the value; a block table
-and context-length pair already found valid with inputs of the same shapes is
-not read again, impl/validated_inputs.py), then the extension runs. Dense K/V
-is never built and MLX's own SDPA is never called.
+The extension's memo is asked first: a block table and context-length pair
+already found valid with inputs of the same shapes is not read again
+(impl/validated_inputs.py). Any other call is checked in Python before the
+extension runs (reference/validation.py: the one list of rejections, each a
+ValueError naming the field and the value). Dense K/V is never built and
+MLX's own SDPA is never called.
 """
 
 from __future__ import annotations
