@@ -86,6 +86,8 @@ EXPECTED: dict[str, Expected] = {
     # A gather the course does not forbid costs the total beyond the course, never a course point.
     "fancy_gather": Expected("ok", EVERYTHING, "20", "0", "gather_trap"),
     "getattr_concat": Expected("ok", EVERYTHING, "20", "0", "gather_trap"),
+    # Forged event frames flag the submission and hide no tripwire report: the gather is still seen.
+    "forged_events": Expected("ok", EVERYTHING, "20", "0", "gather_trap tamper"),
     "clamps_block_table": Expected("ok", CACHES_ONLY, "20", "5"),
     "cast_pool": Expected("ok", EVERYTHING, "20", "15"),  # reads the pools whole in float32: no gather, no flag
     "kill_parent": Expected("ok", EVERYTHING, "20", "15"),

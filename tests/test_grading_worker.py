@@ -18,7 +18,15 @@ import pytest
 
 from pagecheck.grading import landlock
 from pagecheck.grading.launcher import SCRATCH_MOUNT_CANDIDATES
-from pagecheck.grading.remote_subject import Session, StaleHandleError, active_session, close_sessions, configure
+from pagecheck.grading.remote_subject import (
+    FORGED_EVENT,
+    MAX_EVENTS,
+    Session,
+    StaleHandleError,
+    active_session,
+    close_sessions,
+    configure,
+)
 from pagecheck.grading.worker_process import WorkerIncident, WorkerLimits, WorkerSettings
 from pagecheck.invariants.subject import Subject, SubjectError, load_subject
 
@@ -87,6 +95,14 @@ def daemons(marker):
 
 def introspect():
     return _try(lambda: len(gc.get_referrers(mx.fast.rms_norm)))
+
+def forge_events(count, kind):
+    # The worker's own wire module and pipe, both in reach of student code: forged event frames, then a real trap.
+    wire = sys.modules["_sandbox_wire"]
+    for _ in range(count):
+        wire.write_frame(int(sys.argv[2]), {"event": {"kind": kind, "detail": "forged", "step": "(import)"}})
+    return _try(lambda: getattr(mx.fast, "scaled_" + "dot_product_attention")(
+        mx.ones((1, 1, 1, 4)), mx.ones((1, 1, 2, 4)), mx.ones((1, 1, 2, 4)), scale=1.0))
 
 def sdpa_original():
     fused = getattr(mx.fast, "scaled_" + "dot_product_attention")
@@ -177,6 +193,18 @@ def test_sdpa_is_trapped_by_every_route(sandbox: tuple[Subject, Session]) -> Non
     assert original == ["refused", "AttributeError"]  # the real function is not kept anywhere
     assert call == ["refused", "ForbiddenCallError"]
     assert [e["kind"] for e in session.events if e["kind"] == "sdpa_trap"] == ["sdpa_trap"]
+
+
+def test_forged_event_frames_are_flagged_and_hide_no_trap(sandbox: tuple[Subject, Session]) -> None:
+    # More forged reports than the session keeps of one kind, then an SDPA call: the trap's report still lands.
+    subject, session = sandbox
+    assert probe(subject, "forge_events", MAX_EVENTS + 5, "note") == ["refused", "ForbiddenCallError"]
+    kinds = [e["kind"] for e in session.events]
+    assert kinds.count(FORGED_EVENT) == MAX_EVENTS and kinds.count("sdpa_trap") == 1
+    assert "note" not in kinds
+    # A forged "incident" (only the trusted side records incidents) is a forged frame too.
+    probe(subject, "forge_events", 1, "incident")
+    assert [e for e in session.events if e["kind"] == "incident"] == []
 
 
 def test_errors_keep_their_builtin_type_and_message(sandbox: tuple[Subject, Session]) -> None:

@@ -22,6 +22,7 @@ from pagecheck.grading.anticheat import Finding, scan_submission
 from pagecheck.grading.build import BuildOutcome, build_command, build_extension
 from pagecheck.grading.launcher import SCRATCH_PLACEHOLDER, SUBMISSION_DIR
 from pagecheck.grading.plan import GradePlan
+from pagecheck.grading.remote_subject import FORGED_EVENT
 from pagecheck.grading.results_store import FORMAT, VERSION, result_path, write_json_atomic
 from pagecheck.grading.sandbox import LiveChildren, Limits, child_environment
 from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SuitePassSeed, pass_seeds
@@ -70,6 +71,7 @@ EVENT_FINDINGS = {
     "harness_read": "project_import",
     "introspection": "tamper",
     "reimport": "tamper",
+    FORGED_EVENT: "tamper",
 }
 HIDDEN_PLACE = "(hidden inputs)"
 

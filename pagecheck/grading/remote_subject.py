@@ -30,6 +30,7 @@ the transport, never a student). Grading configures the Session through
 from __future__ import annotations
 
 import atexit
+import collections
 import shutil
 import tempfile
 import weakref
@@ -62,7 +63,14 @@ MEMORY_ERROR = "MemoryError"
 # until a request of any other kind (a call, a write, an item assignment) is sent.
 READ_ONLY_OPS = frozenset({"getattr", "release"})
 SMALL_VALUE_ITEMS = 4096
-MAX_EVENTS = 2000  # reports kept per session (incidents are always kept)
+MAX_EVENTS = 2000  # reports of one kind kept per session (incidents are always kept)
+# The kinds the worker reports (worker_main.py's audit hook, tripwires.py). Student code shares the worker's
+# process and can write frames to its pipe, so an event of any other kind (an "incident" among them: only this
+# side records those) is a forged frame, recorded as FORGED_EVENT; and reports are capped per kind, so that a
+# flood of one kind cannot crowd another out.
+WORKER_EVENT_KINDS = frozenset({"sdpa_trap", "gather_trap", "harness_import", "harness_read", "introspection",
+                                "reimport"})
+FORGED_EVENT = "forged_event"
 
 
 class StaleHandleError(RuntimeError):
@@ -81,6 +89,7 @@ class Session:
         self.latched: WorkerIncident | None = None
         self.restart_before_next_check = False
         self.events: list[dict[str, Any]] = []  # tripwire reports and incidents, each with its check
+        self._kept: collections.Counter[str] = collections.Counter()  # events kept, by kind
         self.protections: dict[str, str] = {}
         self.scratch = ""  # the worker's scratch folder: the submission is at SCRATCH/submission
         self._proxies: weakref.WeakValueDictionary[int, RemoteObject] = weakref.WeakValueDictionary()
@@ -92,13 +101,22 @@ class Session:
     # -- the worker ----------------------------------------------------------------------------------------------
 
     def _record(self, event: dict[str, Any]) -> None:
-        if len(self.events) >= MAX_EVENTS and event.get("kind") != "incident":
+        kind = str(event.get("kind"))
+        if kind != "incident" and self._kept[kind] >= MAX_EVENTS:
             return  # a worker that reports without end is out of tripwires to show, not out of memory
+        self._kept[kind] += 1
         self.events.append({"check": self.check, **{k: wire.clean_text(v, 500) if isinstance(v, str) else v
                                                     for k, v in event.items() if k != "step"}})  # fmt: skip
 
+    def _worker_event(self, event: dict[str, Any]) -> None:
+        """An event frame from the worker: a report of one of WORKER_EVENT_KINDS, or else a forged frame."""
+        if event.get("kind") not in WORKER_EVENT_KINDS:
+            kind = wire.clean_text(str(event.get("kind")), 100)
+            event = {"kind": FORGED_EVENT, "detail": f"the worker's pipe carried an event of kind {kind}"}
+        self._record(event)
+
     def start(self) -> WorkerProcess:
-        worker = WorkerProcess(self.settings, self._record)
+        worker = WorkerProcess(self.settings, self._worker_event)
         try:
             worker.start()
         finally:

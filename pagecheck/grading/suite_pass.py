@@ -16,6 +16,7 @@ from typing import Any
 
 from pagecheck.grading.child_plugin import PLUGIN, read_journal
 from pagecheck.grading.plan import GradePlan
+from pagecheck.grading.remote_subject import FORGED_EVENT, WORKER_EVENT_KINDS
 from pagecheck.grading.sandbox import ChildExit, LiveChildren, run_limited
 from pagecheck.grading.seeds import PUBLIC_SEED, SuitePassSeed
 from pagecheck.grading.verdicts import Verdict, classify_pass
@@ -23,8 +24,8 @@ from pagecheck.grading.worker_process import WorkerSettings
 from pagecheck.invariants.subject import SANDBOX_PREFIX
 from pagecheck.invariants.runner import SuiteRequest
 
-# Journal events that come from the worker: its tripwires, its audit hook, and its incidents.
-WORKER_EVENTS = ("sdpa_trap", "gather_trap", "harness_import", "harness_read", "introspection", "reimport", "incident")
+# Journal events that come from the worker: its tripwires, its audit hook, the frames it forged, and its incidents.
+WORKER_EVENTS = (*sorted(WORKER_EVENT_KINDS), FORGED_EVENT, "incident")
 
 LOG_TAIL_BYTES = 64 << 10
 
