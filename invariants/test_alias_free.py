@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from pagecheck.invariants.calls import attention_over_metadata, current_metadata, metadata_layout
 from pagecheck.invariants.course import DAY_3
 from pagecheck.invariants.strategies import seeds
-from pagecheck.invariants.verdict import expect, expect_close
+from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
 from pagecheck.invariants.workload import WrittenKv
 
 INVARIANT = "alias_free"
@@ -78,10 +78,12 @@ class SharedPool:
             if record.length == 0:
                 continue
             metadata = current_metadata(self.pool, cache)
+            layout = metadata_layout(query, metadata, "float32", None)
+            expect_pages_hold(INVARIANT, f"{step}: request {request}'s metadata", layout, {0: record})
             expect_close(
                 INVARIANT, f"{step}: request {request}'s decode output vs the tokens it wrote",
                 attention_over_metadata(self.paged_attention, query, metadata, None), record.attention(query, None),
-                metadata_layout(query, metadata, "float32", None),
+                layout,
             )
 
 

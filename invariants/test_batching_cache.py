@@ -19,7 +19,7 @@ import pytest
 
 from pagecheck.invariants.calls import attention_over_metadata, cache_state, metadata_layout, pool_state, same_pool_state
 from pagecheck.invariants.course import DAY_3, DAY_4
-from pagecheck.invariants.verdict import expect, expect_close, expect_value_error
+from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold, expect_value_error
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
 
@@ -85,9 +85,11 @@ def test_batch_metadata_pads_rows_and_empties_slots(
         want = np.zeros(query.shape)
         for slot, (_, record) in live.items():
             want[slot : slot + 1] = record.attention(query[slot : slot + 1], None)
+        layout = metadata_layout(query, metadata, "float32", None)
+        expect_pages_hold(INVARIANT, f"{where}: the batch metadata", layout, {s: r for s, (_, r) in live.items()})
         expect_close(
             INVARIANT, f"{where}: attention over the batch metadata", attention_over_metadata(paged_attention, query, metadata, None),
-            want, metadata_layout(query, metadata, "float32", None),
+            want, layout,
         )
 
 
@@ -123,9 +125,11 @@ def test_prefill_chunks_through_the_batch_count_every_token(
         want = np.zeros(query.shape)
         for slot, (_, record) in live.items():
             want[slot : slot + 1] = record.attention(query[slot : slot + 1], mask)
+        layout = metadata_layout(query, metadata, "float32", mask)
+        expect_pages_hold(INVARIANT, f"{where}: the batch metadata", layout, {s: r for s, (_, r) in live.items()})
         expect_close(
             INVARIANT, f"{where}: attention over the batch metadata", attention_over_metadata(paged_attention, query, metadata, mask),
-            want, metadata_layout(query, metadata, "float32", mask),
+            want, layout,
         )
 
 

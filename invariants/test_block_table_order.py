@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from pagecheck.invariants.calls import attention_output, attention_over_metadata, current_metadata, metadata_layout
 from pagecheck.invariants.course import DAY_3
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
-from pagecheck.invariants.verdict import expect, expect_close
+from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.attention import gather_dense
@@ -184,10 +184,12 @@ def test_block_table_is_read_again_when_page_ids_change(
             pages = [int(p) for p in owner.page_ids]
             expect(row == pages, INVARIANT, f"{where}: block_table() is {row}, the page ids are {pages}")
             metadata = current_metadata(pool, owner)
+            layout = metadata_layout(query, metadata, "float32", None)
+            expect_pages_hold(INVARIANT, f"{where}: the metadata", layout, {0: records[name]})
             expect_close(
                 INVARIANT, f"{where}: decode attention over block_table()",
                 attention_over_metadata(paged_attention, query, metadata, None), records[name].attention(query, None),
-                metadata_layout(query, metadata, "float32", None),
+                layout,
             )
 
     append("cache", 2 * page_size - 1)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from pagecheck.invariants.calls import attention_output, attention_over_metadata, metadata_layout
 from pagecheck.invariants.course import DAY_3, DAY_4
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
-from pagecheck.invariants.verdict import expect, expect_close
+from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.layouts import PagedLayout, random_layout
@@ -62,6 +62,7 @@ def test_context_lens_count_tokens_written(
         query = written.make_query(rng, 2 * num_kv_heads, length)
         got = attention_over_metadata(paged_attention, query, metadata, mask)
         layout = metadata_layout(query, metadata, "float32", mask)
+        expect_pages_hold(INVARIANT, f"{step}: the metadata", layout, {0: written})
         expect_close(INVARIANT, f"{step}: attention over the cache", got, written.attention(query, mask), layout)
 
 
@@ -159,8 +160,9 @@ def test_rewind_to_every_offset_then_append(
             expect(in_metadata == [written.length], INVARIANT, f"{then}: metadata context_lens is {in_metadata}")
             mask = "causal" if length > 1 else None
             query = written.make_query(rng, 4, length)
+            layout = metadata_layout(query, metadata, "float32", mask)
+            expect_pages_hold(INVARIANT, f"{then}: the metadata", layout, {0: written})
             expect_close(
                 INVARIANT, f"{then}: attention over the cache",
-                attention_over_metadata(paged_attention, query, metadata, mask), written.attention(query, mask),
-                metadata_layout(query, metadata, "float32", mask),
+                attention_over_metadata(paged_attention, query, metadata, mask), written.attention(query, mask), layout,
             )

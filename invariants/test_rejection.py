@@ -24,7 +24,7 @@ from pagecheck.invariants.calls import attention_over_metadata, cache_state, lik
 from pagecheck.invariants.course import DAY_3, DAY_4, INVALID_METADATA
 from pagecheck.invariants.neutral_skips import require_in_process
 from pagecheck.invariants.subject import Subject
-from pagecheck.invariants.verdict import InvariantViolation, expect, expect_close, expect_value_error, same_array
+from pagecheck.invariants.verdict import InvariantViolation, expect, expect_close, expect_pages_hold, expect_value_error, same_array
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.attention import gather_dense
@@ -432,8 +432,9 @@ def test_append_whose_second_page_write_fails_changes_nothing(
     # The cache still appends where it left off.
     metadata = cache.update_and_fetch_paged(*record.make_chunk(rng, PAGE_SIZE + 1))
     query = record.make_query(rng, 4, PAGE_SIZE + 1)
+    layout = metadata_layout(query, metadata, "float32", "causal")
+    expect_pages_hold(INVARIANT, f"{step}, then an append of {PAGE_SIZE + 1}: the metadata", layout, {0: record})
     expect_close(
         INVARIANT, f"{step}, then an append of {PAGE_SIZE + 1}: attention over the cache",
-        attention_over_metadata(paged_attention, query, metadata, "causal"), record.attention(query, "causal"),
-        metadata_layout(query, metadata, "float32", "causal"),
+        attention_over_metadata(paged_attention, query, metadata, "causal"), record.attention(query, "causal"), layout,
     )

@@ -7,6 +7,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pagecheck.invariants.calls import attention_output
+from pagecheck.reference.attention import gather_request
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.layouts import PagedLayout
 from pagecheck.reference.tolerance import Comparison, compare
@@ -39,6 +40,38 @@ def expect_close(
     if not result.passed:
         raise InvariantViolation(invariant, f"{what}\n  layout: {layout.describe()}\n  worst: {result.summary()}")
     return result
+
+
+def expect_pages_hold(invariant: str, what: str, layout: PagedLayout, written: dict[int, Any]) -> None:
+    """Each row of a cache's metadata holds, in its own pages read through its own block table, the
+    tokens written to that row's cache (`written`: row -> a record with float64 `keys` and `values`
+    [H_kv, T, D] and the `dtype` they were written in; rows with no tokens are left out), within that dtype's
+    tolerance, so a pool that stores what it was given passes however it copies it.
+
+    A check that compares the subject's attention over its metadata with the oracle over the tokens written
+    proves nothing about the pages by itself: an attention that recognises the metadata and reads a private
+    dense copy of the tokens passes it with pages that were never written. Read by the oracle, the pages
+    cannot be forged that way.
+    """
+    for row, record in written.items():
+        n = int(record.keys.shape[1])
+        try:
+            ids = np.asarray(layout.block_table[row])
+            live = ids[: -(-n // layout.page_size)] if n else ids[:0]
+            held = (
+                int(layout.context_lens[row]) == n and bool((live >= 0).all())
+                and all(
+                    compare(gather_request(to_numpy(pages, np.float64), ids, n, layout.page_size), want, record.dtype).passed
+                    for pages, want in ((layout.key_pages, record.keys), (layout.value_pages, record.values))
+                )
+            )  # fmt: skip
+        except (IndexError, ValueError):
+            held = False
+        expect(
+            held, invariant,
+            f"{what}: row {row}'s pages, read through its block table, do not hold the {n} tokens written to it",
+            layout,
+        )
 
 
 def same_array(a: Any, b: Any) -> bool:
