@@ -5,6 +5,12 @@ the guard compares each array argument before and after every call made by
 every check, and a changed one fails that check. An implementation that
 clamps the caller's block table or scales the query in place corrupts the
 serving loop that called it, whatever its output.
+
+The output must be an array (NumPy or MLX) when the call returns. Any other
+object stays in the worker as a handle, and reading it (its length, its
+items) runs the submission's code again after the call, where the worker's
+gather watch, armed only during a call of paged_attention, sees nothing: a
+dense gather deferred that way would go unreported.
 """
 
 from __future__ import annotations
@@ -24,6 +30,10 @@ class InputMutationError(AssertionError):
     """paged_attention changed an array it was given."""
 
 
+class OutputTypeError(AssertionError):
+    """paged_attention returned something other than an array."""
+
+
 def _is_array(value: Any) -> bool:
     return isinstance(value, np.ndarray) or type(value).__module__.startswith("mlx")
 
@@ -39,6 +49,11 @@ def guard_inputs(paged_attention: Callable[..., Any]) -> Callable[..., Any]:
                 raise InputMutationError(
                     f"paged_attention changed its input {name} in place; every input must be left as it was given"
                 )
+        if not _is_array(output):
+            raise OutputTypeError(
+                f"paged_attention returned a {type(output).__name__}, not an array: its output must be computed "
+                "during the call and returned as an MLX or NumPy array"
+            )
         return output
 
     return guarded
