@@ -187,3 +187,50 @@ def test_installed_watch_follows_numpy_arithmetic_and_aliases_and_lets_a_numpy_p
     results = json.loads(done.stdout.strip().splitlines()[-1])
     assert results == {"walk": [], "walk_matches": True, "copy_then_gather": ["gather_trap"],
                        "aliases": ["numpy.concatenate", "mlx.core.concat"]}  # fmt: skip
+
+
+SETITEM_SCRIPT = r"""
+import json
+import mlx.core as mx
+import numpy as np
+from pagecheck.grading.tripwires import Tripwires
+
+reports = []
+tripwires = Tripwires(reports.append)
+tripwires.install_gather_watch(mx, np)
+pages, heads, page, dim, context = 6, 2, 4, 8, 9
+key_pages = mx.array(np.random.default_rng(0).normal(size=(pages, heads, page, dim)).astype(np.float32))
+request = [4, 0, 2]
+results = {}
+
+tripwires.begin_call(key_pages, key_pages, mx.array([context, 0]))
+dense = mx.zeros((heads, len(request) * page, dim))
+for position, page_id in enumerate(request):
+    dense[:, position * page : (position + 1) * page] = key_pages[page_id]
+tripwires.end_call()
+results["preallocated"] = [r["op"] for r in reports]
+results["copied"] = bool(mx.array_equal(dense, mx.concatenate([key_pages[p] for p in request], axis=1)).item())
+
+reports.clear()
+tripwires.begin_call(key_pages, key_pages, mx.array([context, 0]))
+out = mx.zeros((heads, 3, dim))  # an honest walk: one page's slice in a page-sized buffer, results into the output
+query = mx.ones((heads, 3, dim))
+for position, page_id in enumerate(request):
+    buffer = mx.zeros((heads, page, dim))
+    buffer[:, :] = key_pages[page_id]
+    out[:, :] = out + mx.softmax(query @ buffer.swapaxes(-1, -2), axis=-1) @ buffer
+tripwires.end_call()
+results["walk"] = [r["op"] for r in reports]
+print(json.dumps(results))
+"""
+
+
+def test_installed_watch_judges_an_array_filled_with_pages_in_place() -> None:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", SETITEM_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results == {"preallocated": ["mlx.core.array.__setitem__"], "copied": True, "walk": []}

@@ -21,7 +21,9 @@ pagecheck), so it imports only the standard library at module level.
   K/V: it stands for the pool, and what is gathered from it is judged.
   Elementwise arithmetic keeps a whole pool a whole pool (`key_pages + 0` is
   a copy of it), and a contraction fed a whole pool is judged (a one-hot
-  matrix times the pool gathers); on one page's slice neither is judged,
+  matrix times the pool gathers); an MLX array written in place with page
+  data (`dense[:, a:b] = key_pages[p]`) is judged whole, so pages copied one
+  by one into a preallocated array are a gather; on one page's slice neither is judged,
   since that is the page walk itself. The watch follows only what the
   wrapped functions make (NumPy arithmetic and matmul are followed on arrays
   it already follows, through their ufuncs): MLX ops it does not wrap
@@ -173,6 +175,16 @@ class GatherWatch:
             elif op not in ELEMENTWISE_OPS:
                 self._judge(op, item)
 
+    def assigned(self, op: str, target: Any, value: Any) -> None:
+        """`target[index] = value`: an array written in place with something derived from the pages now holds
+        it, and is judged whole (pages copied one by one into a preallocated array gather a request as surely
+        as a concatenate does)."""
+        if not self.is_derived(value):
+            return
+        self.mark(target)
+        if id(target) not in self.whole_pools:
+            self._judge(op, target)
+
     def same_array(self, original: Any, view: Any) -> None:
         """`view` shows `original`'s data under another type: it is derived, and a whole pool, as it is."""
         self.mark(view)
@@ -279,6 +291,15 @@ class Tripwires:
                         gathering[id(original)] = (original, wrapper)
         _point_aliases(gathering)
         tripwires = self
+        original_setitem = mx.array.__setitem__
+
+        def __setitem__(array: Any, index: Any, value: Any) -> None:
+            original_setitem(array, index, value)
+            watch = tripwires.watch
+            if watch is not None:
+                watch.assigned("mlx.core.array.__setitem__", array, value)
+
+        mx.array.__setitem__ = __setitem__
 
         class WatchedArray(np.ndarray):
             def __getitem__(self, index: Any) -> Any:
@@ -287,6 +308,12 @@ class Tripwires:
                 if watch is not None and id(self) in watch.derived:
                     watch.observe("numpy.ndarray.__getitem__", (self,), result)
                 return result
+
+            def __setitem__(self, index: Any, value: Any) -> None:
+                super().__setitem__(index, value)
+                watch = tripwires.watch
+                if watch is not None:
+                    watch.assigned("numpy.ndarray.__setitem__", self, value)
 
             def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
                 # Arithmetic and matmul on a page-derived NumPy array: computed on plain views (same memory,
