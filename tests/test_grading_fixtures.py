@@ -86,9 +86,12 @@ EXPECTED: dict[str, Expected] = {
     # A gather the course does not forbid costs the total beyond the course, never a course point.
     "fancy_gather": Expected("ok", EVERYTHING, "20", "0", "gather_trap"),
     "getattr_concat": Expected("ok", EVERYTHING, "20", "0", "gather_trap"),
+    "setitem_gather": Expected("ok", EVERYTHING, "20", "0", "gather_trap"),
     # Forged event frames flag the submission and hide no tripwire report: the gather is still seen.
     "forged_events": Expected("ok", EVERYTHING, "20", "0", "gather_trap tamper"),
     "clamps_block_table": Expected("ok", CACHES_ONLY, "20", "5"),
+    # An output that is not an array would be read through its handle after the call, outside the gather watch.
+    "deferred_output": Expected("ok", CACHES_ONLY, "20", "5"),
     "cast_pool": Expected("ok", EVERYTHING, "20", "15"),  # reads the pools whole in float32: no gather, no flag
     "kill_parent": Expected("ok", EVERYTHING, "20", "15"),
     "fill_disk": Expected("ok", EVERYTHING, "20", "15"),
