@@ -2,9 +2,11 @@
 
 Layout values are rounded to the dtype up front, so the reference sees the
 very numbers the subject does and the only error left is the subject's own
-arithmetic and output rounding. An MLX output keeps the query's dtype. A
-subject may decline float16 (invariants/dtype_support.py); float32 and
-bfloat16 are required.
+arithmetic and output rounding. The course's clause is its one case: a
+bfloat16 decode gives an MLX bfloat16 output within tolerance. Beyond the
+course, every dtype, decode and prefill, within its tolerance, and an MLX
+output keeps the query's dtype. A subject may decline float16
+(invariants/dtype_support.py); float32 and bfloat16 are required.
 """
 
 from __future__ import annotations
@@ -26,6 +28,24 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 
 
 @pytest.mark.course("test_week_3_day_4.py::test_paged_attention_preserves_bfloat16_for_decode")
+def test_bfloat16_decode_keeps_bfloat16(paged_attention: object, rng: np.random.Generator) -> None:
+    # The course's case: a bfloat16 decode at D=128 over pages of 32, one context past two pages. Its test asserts
+    # `output.dtype == mx.bfloat16`, which a NumPy output (NumPy has no bfloat16) never satisfies.
+    layout = random_layout(rng, context_lens=[70, 9, 33], page_size=32, num_queries=1, mask="causal", dtype="bfloat16",
+                           head_dim=128)  # fmt: skip
+    out = paged_attention(**layout.as_mx())
+    kind = "an MLX" if type(out).__module__.startswith("mlx") else f"a {type(out).__module__.partition('.')[0]}"
+    out_dtype = str(getattr(out, "dtype", None)).rsplit(".", 1)[-1]
+    expect(
+        kind == "an MLX" and out_dtype == "bfloat16", INVARIANT,
+        f"a bfloat16 decode query gave {kind} array of dtype {out_dtype}; the output must be an MLX bfloat16 array",
+        layout,
+    )
+    expect_close(INVARIANT, "bfloat16 decode vs the float64 reference", to_numpy(out, np.float64), layout.reference_output(),
+                 layout)  # fmt: skip
+
+
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("num_queries, mask", [(1, None), (6, "causal")], ids=["decode", "prefill"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_dtype_within_tolerance(

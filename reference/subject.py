@@ -24,8 +24,16 @@ def paged_attention(
     page_size: int,
     scale: float | None = None,
     mask: str | None = None,
-) -> np.ndarray:
+) -> Any:
+    """The float64 oracle's output: a NumPy float64 array for a NumPy query, and for an MLX query an MLX array
+    in the query's dtype, as an implementation returns it (the course holds a bfloat16 decode to a bfloat16
+    output)."""
     check_paged_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
-    return attention.paged_attention(
+    out = attention.paged_attention(
         query, key_pages, value_pages, block_table, context_lens, page_size, scale=scale, mask=mask
     )
+    if not type(query).__module__.startswith("mlx"):
+        return out
+    import mlx.core as mx
+
+    return mx.array(out.astype(np.float32)).astype(query.dtype)
