@@ -3,6 +3,10 @@ pool cast, converted or reshaped is not (it stands for the pool, and what is gat
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -118,7 +122,9 @@ def test_a_page_walk_with_arithmetic_and_products_is_not_reported(watch) -> None
     assert reports == []
 
 
-INSTALLED_SCRIPT = r"""
+# The start of every script run in a fresh interpreter: the watch installed, a pool of 6 pages and a request
+# of 3 of them (context 9), its reports collected in `reports`.
+INSTALLED_PRELUDE = r"""
 import json, sys
 import mlx.core as mx
 import numpy as np
@@ -129,8 +135,11 @@ tripwires = Tripwires(reports.append)
 tripwires.install_gather_watch(mx, np)
 pages, heads, page, dim, context = 6, 2, 4, 8, 9
 key_pages = mx.array(np.random.default_rng(0).normal(size=(pages, heads, page, dim)).astype(np.float32))
-value_pages = key_pages * 2
 request = [4, 0, 2]
+"""
+
+INSTALLED_SCRIPT = INSTALLED_PRELUDE + r"""
+value_pages = key_pages * 2
 query = np.ones((heads, 3, dim), dtype=np.float32)
 
 
@@ -177,30 +186,21 @@ print(json.dumps(results))
 """
 
 
-def test_installed_watch_follows_numpy_arithmetic_and_aliases_and_lets_a_numpy_page_walk_be() -> None:
-    import json
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", INSTALLED_SCRIPT], capture_output=True, text=True, timeout=120)
+def run_installed(script: str) -> dict:
+    """Run `script` in a fresh interpreter (the watch patches MLX and NumPy for good) and read the JSON it prints
+    last."""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_installed_watch_follows_numpy_arithmetic_and_aliases_and_lets_a_numpy_page_walk_be() -> None:
+    results = run_installed(INSTALLED_SCRIPT)
     assert results == {"walk": [], "walk_matches": True, "copy_then_gather": ["gather_trap"],
                        "aliases": ["numpy.concatenate", "mlx.core.concat"]}  # fmt: skip
 
 
-SETITEM_SCRIPT = r"""
-import json
-import mlx.core as mx
-import numpy as np
-from pagecheck.grading.tripwires import Tripwires
-
-reports = []
-tripwires = Tripwires(reports.append)
-tripwires.install_gather_watch(mx, np)
-pages, heads, page, dim, context = 6, 2, 4, 8, 9
-key_pages = mx.array(np.random.default_rng(0).normal(size=(pages, heads, page, dim)).astype(np.float32))
-request = [4, 0, 2]
+SETITEM_SCRIPT = INSTALLED_PRELUDE + r"""
 results = {}
 
 tripwires.begin_call(key_pages, key_pages, mx.array([context, 0]))
@@ -226,11 +226,5 @@ print(json.dumps(results))
 
 
 def test_installed_watch_judges_an_array_filled_with_pages_in_place() -> None:
-    import json
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", SETITEM_SCRIPT], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    results = run_installed(SETITEM_SCRIPT)
     assert results == {"preallocated": ["mlx.core.array.__setitem__"], "copied": True, "walk": []}

@@ -44,6 +44,7 @@ FIXTURES = ROOT / "tests" / "grading_fixtures"
 CORRECT = FIXTURES / "correct"
 HOSTILE = FIXTURES / "hostile"
 OVERLAYS = FIXTURES / "overlays"
+OVERLAY_COMMON = FIXTURES / "overlay_common"  # copied beside every overlay
 SECRET = "grading-fixtures-secret-7d1f"
 INVARIANTS = ("release_once", "lazy_tail", "head_dims", "inputs_unchanged")
 RUBRIC = FIXTURES / "rubric.toml"
@@ -129,6 +130,7 @@ def build_gallery(where: Path) -> list[Path]:
         target = where / overlay.name
         shutil.copytree(CORRECT, target)
         shutil.copy(CORRECT / "src" / "tiny_llm" / "attention.py", target / "src" / "tiny_llm" / "honest_attention.py")
+        shutil.copy(OVERLAY_COMMON / "dense_rows.py", target / "src" / "tiny_llm" / "dense_rows.py")
         shutil.copytree(overlay, target, dirs_exist_ok=True)
     deep = where / "deep_folders"  # correct/, with a folder nested past the staging limit
     shutil.copytree(CORRECT, deep)

@@ -6,34 +6,20 @@ no tripwire sees. Grading refuses an output that is not an array."""
 import mlx.core as mx
 import numpy as np
 
+from .dense_rows import attend_rows
 from .honest_attention import _check_inputs
 
 
-def _dense(q, k, v, scale, causal):
-    scores = (q @ k.swapaxes(-1, -2)) * scale
-    if causal:
-        length, context = q.shape[-2], k.shape[-2]
-        visible = mx.arange(context)[None, :] <= mx.arange(length)[:, None] + (context - length)
-        scores = mx.where(visible, scores, -1e30)
-    return mx.softmax(scores, axis=-1) @ v
-
-
 def _gathered(query, key_pages, value_pages, table, lens, page_size, scale, mask):
-    scale = query.shape[-1] ** -0.5 if scale is None else scale
-    batch, heads, length, dim = query.shape
-    kv_heads = key_pages.shape[1]
-    rows = []
-    for row in range(batch):
-        n = int(lens[row])
-        if n == 0:
-            rows.append(mx.zeros((heads, length, dim), dtype=mx.float32))
-            continue
+    kv_heads, dim = key_pages.shape[1], key_pages.shape[3]
+
+    def gather(row, n):
         ids = mx.array(table[row, : -(-n // page_size)])
         k = key_pages[ids].swapaxes(0, 1).reshape(kv_heads, -1, dim)[:, :n].astype(mx.float32)
         v = value_pages[ids].swapaxes(0, 1).reshape(kv_heads, -1, dim)[:, :n].astype(mx.float32)
-        q = query[row].astype(mx.float32).reshape(kv_heads, heads // kv_heads, length, dim)
-        rows.append(_dense(q, k[:, None], v[:, None], scale, mask == "causal").reshape(heads, length, dim))
-    return np.array(mx.stack(rows))
+        return k, v
+
+    return np.array(attend_rows(query, kv_heads, lens, scale, mask, gather))
 
 
 class _Later:
