@@ -237,6 +237,23 @@ def test_default_rubric_zeroes_the_course_rules_and_only_the_beyond_total_for_th
     assert parse_rubric({"points": {"context_len": 10}}, "t").anticheat["unscanned"] == "flag"
 
 
+def test_default_rubric_counts_rejection_only_next_to_a_working_attention() -> None:
+    # An attention that raises ValueError on every call, valid inputs or not, passes every rejection check
+    # (a correct pool and cache beside it earned rejection's 5 + 5 with no attention at all): the default
+    # rubric counts rejection only where context_len, attention over a cache, holds too.
+    rubric = load_rubric()
+    assert rubric.requires["rejection"] == ("context_len",)
+    rejects_all = result_document("r", {"context_len": ["fail"], "rejection": ["pass", "pass"]},
+                                  beyond={"context_len": ["fail"], "rejection": ["pass"]})  # fmt: skip
+    score = score_result(rejects_all, rubric)
+    assert score.points[course("rejection")] == 0.0 and score.points[beyond("rejection")] == 0.0
+    working = result_document("w", {"context_len": ["pass"], "rejection": ["pass", "pass"]},
+                              beyond={"context_len": ["pass"], "rejection": ["pass"]})  # fmt: skip
+    score = score_result(working, rubric)
+    assert score.points[course("rejection")] == rubric.points["rejection"]
+    assert score.points[beyond("rejection")] == rubric.beyond["rejection"]
+
+
 def test_grades_list_the_protections_that_were_off() -> None:
     on = {"pid_namespace": "on", "landlock": "on (ABI 7: filesystem, TCP, signals)"}
     lesser = {"pid_namespace": "off: unshare refused (EPERM)", "landlock": "off: the kernel offers none"}
