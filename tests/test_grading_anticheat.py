@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from pagecheck.grading.anticheat import scan_source
+from pagecheck.grading.anticheat import scan_source, scan_submission
 
 SIGNATURE = "def paged_attention(query, key_pages, value_pages, block_table, context_lens, page_size, scale=None, mask=None):"
 
@@ -104,3 +105,57 @@ def test_importing_the_grader_code_is_found_anywhere() -> None:
 def test_own_package_of_the_same_name_is_not_the_grader_code() -> None:
     source = "from pagecheck.helpers import page_walk\nfrom .reference import oracle\n"
     assert scan_source(source, "attention.py", own_packages=frozenset({"pagecheck"})) == []
+
+
+KERNEL_CALL = b"""#include "mlx/mlx.h"
+namespace mx = mlx::core;
+mx::array attend(const mx::array& q, const mx::array& k, const mx::array& v) {
+  return mx::fast::
+      scaled_dot_product_attention(q, k, v, 1.0f, "causal");
+}
+"""
+
+
+def _checkout(tmp_path: Path, files: dict[str, bytes]) -> Path:
+    for name, data in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "src" / "tiny_llm").mkdir(parents=True, exist_ok=True)
+    return tmp_path
+
+
+def test_fused_sdpa_in_native_code_is_found(tmp_path: Path) -> None:
+    """MLX's C++ SDPA, called from the extension, is out of reach of the worker's trap (a Python attribute of
+    mlx.core.fast) and of the Python scan: its source, and the library the build made, are read instead."""
+    symbol = b"\x7fELF\0\0_ZN3mlx4core4fast28scaled_dot_product_attentionERKNS0_5arrayES4_S4_f\0"
+    root = _checkout(tmp_path, {"src/extensions/src/kernel.cpp": KERNEL_CALL,
+                                "src/tiny_llm/libkernel.so": b"\0" * ((3 << 20) - 9) + symbol,
+                                "src/tiny_llm/weights.bin": symbol})  # ctypes loads a library under any name  # fmt: skip
+    found = [(f.file, f.line, f.kind) for f in scan_submission(root, root, root / "src")]
+    assert found == [("src/extensions/src/kernel.cpp", 4, "sdpa_call"), ("src/tiny_llm/libkernel.so", 0, "sdpa_call"),
+                     ("src/tiny_llm/weights.bin", 0, "sdpa_call")]
+
+
+def test_native_code_of_its_own_is_not_a_finding(tmp_path: Path) -> None:
+    own = b"""#include "mlx/mlx.h"
+namespace tiny_llm_ext { mlx::core::array scaled_dot_product_attention(const mlx::core::array& q); }
+mlx::core::array paged_attention(const mlx::core::array& q) { return tiny_llm_ext::scaled_dot_product_attention(q); }
+"""
+    root = _checkout(tmp_path, {"src/extensions/src/kernel.cpp": own,
+                                "src/tiny_llm/libkernel.so": b"\x7fELF\0_ZN12tiny_llm_ext28scaled_dot_product_attention\0"})  # fmt: skip
+    assert scan_submission(root, root, root / "src") == []
+
+
+def test_a_copy_of_the_installed_mlx_is_not_a_finding_but_an_altered_one_is(tmp_path: Path) -> None:
+    """MLX's own library defines the fused SDPA: a byte-for-byte copy of the installed one (a virtual environment
+    inside a checkout, under a name staging keeps) is MLX, not the submission's code; a library that only shares
+    its name is read like any other."""
+    import importlib.util
+
+    installed = [Path(location) for location in importlib.util.find_spec("mlx").submodule_search_locations]
+    library = next(p for place in installed for p in sorted(place.rglob("*"))
+                   if p.is_file() and b"3mlx4core4fast28" in p.read_bytes())  # fmt: skip
+    root = _checkout(tmp_path, {"env/site-packages/mlx/lib/" + library.name: library.read_bytes(),
+                                "src/tiny_llm/" + library.name: library.read_bytes() + b"\0"})  # fmt: skip
+    found = [(f.file, f.kind) for f in scan_submission(root, root, root / "src")]
+    assert found == [("src/tiny_llm/" + library.name, "sdpa_call")]

@@ -20,6 +20,19 @@ Anywhere in the submission, a third:
                     every check. A package of that name inside the submission
                     is the student's own and does not count.
 
+And in native code anywhere in the submission (its C/C++/CUDA/Metal sources, and the
+libraries and objects its build made), where neither the scan above nor the worker's SDPA trap
+(a Python attribute of mlx.core.fast) can see a call:
+
+    sdpa_call     a source that calls fast::scaled_dot_product_attention, or any
+                  other file (a library loads under any name) that names
+                  mlx::core::fast::scaled_dot_product_attention
+                  (its mangled name: what a direct call, or a dlsym of the literal
+                  name, leaves in it), unless the file is byte for byte one of
+                  the installed MLX's own (which define it). A name computed at
+                  run time, or a library written out and loaded at run time, is
+                  not seen.
+
 And for a reviewer:
 
     unscanned     a .py file whose syntax tree the grader cannot build
@@ -39,6 +52,10 @@ code.
 from __future__ import annotations
 
 import ast
+import functools
+import hashlib
+import importlib.util
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
@@ -53,6 +70,15 @@ JOINS = frozenset({"concatenate", "stack", "vstack", "hstack"})
 PROJECT_PACKAGES = frozenset({"pagecheck"})
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+# Native code: what the extension's build compiles, and what it (or anything else) left compiled.
+NATIVE_SOURCES = frozenset({".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".inl", ".ipp", ".cu",
+                            ".cuh", ".m", ".mm", ".metal"})  # fmt: skip
+NATIVE_SDPA_CALL = re.compile(rb"fast[ \t\r\n]{0,64}::[ \t\r\n]{0,64}scaled_dot_product_attention\b")
+# mlx::core::fast::scaled_dot_product_attention as the Itanium C++ ABI mangles it (_ZN3mlx4core4fast28...).
+NATIVE_SDPA_SYMBOL = re.compile(rb"3mlx4core4fast28scaled_dot_product_attention")
+NATIVE_CHUNK = 1 << 20
+NATIVE_OVERLAP = 256  # longer than any match, so one that straddles two chunks is still found
 
 
 @dataclass(frozen=True, order=True)
@@ -163,20 +189,82 @@ def scan_source(source: str | bytes, where: str, own_packages: frozenset[str] = 
     return sorted(findings)
 
 
+def _native_match(path: Path, pattern: re.Pattern[bytes]) -> int | None:
+    """The byte offset of the first match of `pattern` in the file, read in chunks (a built library may be large);
+    None when there is none."""
+    with open(path, "rb") as file:
+        start, tail = 0, b""
+        while chunk := file.read(NATIVE_CHUNK):
+            window = tail + chunk
+            found = pattern.search(window)
+            if found is not None:
+                return start - len(tail) + found.start()
+            tail = window[-NATIVE_OVERLAP:]
+            start += len(chunk)
+    return None
+
+
+def _digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(NATIVE_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@functools.cache
+def _installed_mlx_files() -> dict[int, frozenset[str]]:
+    """Size -> SHA-256 digests of every file of the MLX package installed beside the grader. MLX's own libraries
+    define the fused SDPA, so a copy of one in a submission (a virtual environment under a name staging keeps)
+    names it without calling it."""
+    spec = importlib.util.find_spec("mlx")
+    found: dict[int, set[str]] = {}
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        for path in Path(location).rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                found.setdefault(path.stat().st_size, set()).add(_digest(path))
+    return {size: frozenset(digests) for size, digests in found.items()}
+
+
+def _is_installed_mlx_file(path: Path) -> bool:
+    digests = _installed_mlx_files().get(path.stat().st_size)
+    return digests is not None and _digest(path) in digests
+
+
+def scan_native(path: Path, where: str) -> list[Finding]:
+    """sdpa_call when a native source or binary of the submission reaches MLX's fused SDPA (module docstring);
+    a file byte for byte one of the installed MLX's own is MLX, not the submission's code."""
+    suffix = path.suffix.lower()
+    if suffix in NATIVE_SOURCES:
+        offset = _native_match(path, NATIVE_SDPA_CALL)
+        if offset is not None:
+            with open(path, "rb") as file:
+                line = file.read(offset).count(b"\n") + 1
+            return [Finding(where, line, "sdpa_call", "native code calls fast::scaled_dot_product_attention")]
+    elif _native_match(path, NATIVE_SDPA_SYMBOL) is not None and not _is_installed_mlx_file(path):
+        # any other file: a library loads under any name
+        return [Finding(where, 0, "sdpa_call", "a compiled file names mlx::core::fast::scaled_dot_product_attention")]
+    return []
+
+
 def _top_level_names(directory: Path) -> frozenset[str]:
     return frozenset(p.stem if p.suffix == ".py" else p.name for p in directory.iterdir() if p.suffix == ".py" or p.is_dir())
 
 
 def scan_submission(root: Path, relative_to: Path, import_root: Path) -> list[Finding]:
-    """Findings in every .py file of a staged submission (a file or a directory tree), paths relative_to.
+    """Findings in every .py file of a staged submission (a file or a directory tree), and in its native sources
+    and binaries (after its build), paths relative_to.
 
     `import_root` is the directory the subject is imported from (src/ of a checkout).
     """
     own = _top_level_names(import_root)
-    files = [root] if root.is_file() else sorted(root.rglob("*.py"))
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
     findings: list[Finding] = []
     for path in files:
         # Printable: a file name need not be UTF-8, and the name ends up in feedback and grades.
         where = path.relative_to(relative_to).as_posix().encode("utf-8", "replace").decode("utf-8")
-        findings.extend(scan_source(path.read_bytes(), where, own))
+        if path.suffix == ".py":
+            findings.extend(scan_source(path.read_bytes(), where, own))
+        else:
+            findings.extend(scan_native(path, where))
     return findings
