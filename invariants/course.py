@@ -96,7 +96,7 @@ CLAUSE_SCOPES: dict[str, tuple[str, ...]] = {
     "context_len": BOTH,
     "block_table_order": BOTH,
     "alias_free": BOTH,
-    "release_once": COURSE_ONLY,
+    "release_once": BOTH,
     "lazy_tail": BOTH,
     "rejection": BOTH,
     "gqa_mapping": BOTH,

@@ -21,7 +21,7 @@ from pagecheck.invariants.profiles import shared_examples
 from pagecheck.invariants.strategies import paged_layouts
 from pagecheck.invariants.verdict import expect, expect_close, expect_reference
 from pagecheck.reference.arrays import to_numpy
-from pagecheck.reference.layouts import DTYPES, random_layout
+from pagecheck.reference.layouts import COURSE_UNUSED_FILL, DTYPES, random_layout
 
 INVARIANT = "dtypes"
 pytestmark = pytest.mark.invariant(INVARIANT)
@@ -32,7 +32,7 @@ def test_bfloat16_decode_keeps_bfloat16(paged_attention: object, rng: np.random.
     # The course's case: a bfloat16 decode at D=128 over pages of 32, one context past two pages. Its test asserts
     # `output.dtype == mx.bfloat16`, which a NumPy output (NumPy has no bfloat16) never satisfies.
     layout = random_layout(rng, context_lens=[70, 9, 33], page_size=32, num_queries=1, mask="causal", dtype="bfloat16",
-                           head_dim=128)  # fmt: skip
+                           head_dim=128, unused_fill=COURSE_UNUSED_FILL)  # fmt: skip
     out = paged_attention(**layout.as_mx())
     kind = "an MLX" if type(out).__module__.startswith("mlx") else f"a {type(out).__module__.partition('.')[0]}"
     out_dtype = str(getattr(out, "dtype", None)).rsplit(".", 1)[-1]

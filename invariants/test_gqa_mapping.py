@@ -13,7 +13,7 @@ from hypothesis import given
 from pagecheck.invariants.course import DAY_4
 from pagecheck.invariants.strategies import MAX_GROUP, paged_layouts
 from pagecheck.invariants.verdict import expect_reference
-from pagecheck.reference.layouts import PagedLayout, random_layout
+from pagecheck.reference.layouts import COURSE_UNUSED_FILL, PagedLayout, random_layout
 
 INVARIANT = "gqa_mapping"
 pytestmark = pytest.mark.invariant(INVARIANT)
@@ -28,7 +28,7 @@ def test_query_heads_read_their_groups_kv_head(
     for num_queries, mask in ((1, None), (4, "causal")):
         layout = random_layout(
             rng, context_lens=[13, 6], page_size=4, num_queries=num_queries, mask=mask,
-            num_q_heads=group * num_kv_heads, num_kv_heads=num_kv_heads,
+            num_q_heads=group * num_kv_heads, num_kv_heads=num_kv_heads, unused_fill=COURSE_UNUSED_FILL,
         )
         expect_reference(INVARIANT, f"H_q/H_kv = {group} with H_kv = {num_kv_heads}", paged_attention, layout)
 

@@ -98,6 +98,25 @@ def test_release_returns_every_page_of_every_layer_once(
             f"layer {layer}: {pool.num_free_pages} pages free of {pool.num_pages} issued, with no request live",
         )
 
+
+# The course never frees a page twice: how a second free fails (ValueError, "already free") is beyond it.
+@pytest.mark.beyond_course
+@given(page_size=st.sampled_from((1, 2, 3, 8)), layers=st.integers(1, 4), seed=seeds(), data=st.data())
+def test_second_free_of_a_released_page_says_already_free(
+    pool_type: type, cache_type: type, page_size: int, layers: int, seed: int, data: st.DataObject
+) -> None:
+    rng = np.random.default_rng(seed)
+    pools = [pool_type(page_size) for _ in range(layers)]
+    requests = [Request(cache_type, pools) for _ in range(2)]
+    plans = [data.draw(chunk_plans(page_size=page_size), label=f"request {r}") for r in range(2)]
+    for step in range(max(map(len, plans))):
+        for request, plan in zip(requests, plans):
+            if step < len(plan):
+                request.append(rng, plan[step])
+    held = [request.pages() for request in requests]
+    for request in requests:
+        request.release()
+    everything = [a | b for a, b in zip(*held)]
     for layer, (pool, pages) in enumerate(zip(pools, everything)):
         for page in sorted(pages):
             before = pool_state(pool)

@@ -85,6 +85,12 @@ def _short_list(items: list[int], keep: int = 8) -> str:
     return f"[{head}, ..., {items[-1]}] ({len(items)} pages)"
 
 
+# What the course's own tests leave past each context: finite values (its pools' storage, or stale tokens after a
+# rewind), never NaN. Course-clause checks fill unused slots with this, so a kernel may read whole pages and mask
+# by position; a kernel that reads them unmasked still gets a wrong answer. Beyond the course, NaN shows any read.
+COURSE_UNUSED_FILL = 8.0
+
+
 def random_layout(
     rng: np.random.Generator,
     *,
@@ -99,11 +105,14 @@ def random_layout(
     spare_pages: int = 2,
     extra_columns: int = 1,
     logit_scale: float = 1.0,
+    unused_fill: float = np.nan,
 ) -> PagedLayout:
     """Build a layout whose pages are shuffled across requests, with spare pages left poisoned.
 
     `extra_columns` widens the block table past the widest row, so -1 padding
     always appears; `logit_scale` multiplies queries to stress softmax stability.
+    `unused_fill` fills every slot past a context and every spare page (NaN by
+    default, so reading one shows; a finite value lets a kernel read and mask them).
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not one of {DTYPES}")
@@ -114,8 +123,8 @@ def random_layout(
 
     order = rng.permutation(num_pages)
     table = np.full((len(lens), width), -1, dtype=np.int32)
-    key_pages = np.full((num_pages, num_kv_heads, page_size, head_dim), np.nan, dtype=np.float32)
-    value_pages = np.full_like(key_pages, np.nan)
+    key_pages = np.full((num_pages, num_kv_heads, page_size, head_dim), unused_fill, dtype=np.float32)
+    value_pages = np.full_like(key_pages, unused_fill)
     cursor = 0
     for b, (n, count) in enumerate(zip(lens, pages_per_row)):
         ids = order[cursor : cursor + count]

@@ -36,7 +36,7 @@ def test_default_rubric_prices_every_clause_of_every_invariant() -> None:
         ({"points": {"context_len": -1}}, "points.context_len"),
         ({"beyond_course": {"context_len": "5"}}, "beyond_course.context_len"),
         ({"points": {"head_dims": 5}}, "points.head_dims: no check of head_dims mirrors a course test"),
-        ({"beyond_course": {"release_once": 5}}, "beyond_course.release_once: no check of release_once goes beyond"),
+        ({"beyond_course": {"page_storage": 5}}, "beyond_course.page_storage: no check of page_storage goes beyond"),
         ({"scoring": "curved"}, "scoring"),
         ({"anticheat": {"sdpa_call": "ignore"}}, "anticheat.sdpa_call"),
         ({"requires": {"inputs_unchanged": ["nothing"]}}, "requires.inputs_unchanged"),
@@ -142,10 +142,10 @@ def test_unfinished_run_scores_nothing() -> None:
 
 
 def test_requirement_withholds_points_until_it_is_met() -> None:
-    # release_once has no checks beyond the course: inputs_unchanged's clause beyond it waits for its course clause.
-    rubric = _rubric(requires={"inputs_unchanged": ["release_once"]}, points={"release_once": 10})
-    broken = result_document("a", {"release_once": ["fail"]}, beyond={"inputs_unchanged": ["pass"]})
-    working = result_document("b", {"release_once": ["pass"]}, beyond={"inputs_unchanged": ["pass"]})
+    # page_storage has no checks beyond the course: inputs_unchanged's clause beyond it waits for its course clause.
+    rubric = _rubric(requires={"inputs_unchanged": ["page_storage"]}, points={"page_storage": 10})
+    broken = result_document("a", {"page_storage": ["fail"]}, beyond={"inputs_unchanged": ["pass"]})
+    working = result_document("b", {"page_storage": ["pass"]}, beyond={"inputs_unchanged": ["pass"]})
     assert score_result(broken, rubric).points[beyond("inputs_unchanged")] == 0.0
     assert score_result(working, rubric).points[beyond("inputs_unchanged")] == 2.0
     alone = result_document("c", {}, beyond={"inputs_unchanged": ["pass"]})  # the requirement was not graded
@@ -208,7 +208,7 @@ def test_scoreboard_is_sorted_and_reproducible() -> None:
 def test_every_prerequisite_must_be_met() -> None:
     # lazy_tail's course clause needs both; release_once is met and page_storage is not, so it earns nothing.
     rubric = _rubric(requires={"lazy_tail": ["release_once", "page_storage"]},
-                     points={"lazy_tail": 4, "release_once": 10, "page_storage": 5})  # fmt: skip
+                     points={"lazy_tail": 4, "release_once": 10, "page_storage": 5}, beyond_course={"release_once": 0})  # fmt: skip
     one_missing = result_document("a", {"release_once": ["pass"], "page_storage": ["fail"], "lazy_tail": ["pass"]})
     score = score_result(one_missing, rubric)
     assert course_points(score) == {course("release_once"): 10.0, course("page_storage"): 0.0, course("lazy_tail"): 0.0}
