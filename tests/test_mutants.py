@@ -39,7 +39,11 @@ def killed_by(mutant: Path) -> str:
     raise ValueError(f"{mutant.name} declares no KILLED_BY")
 
 
-def run_suite(subject: str, invariants: list[str], results: Path, *, shrink: bool = True) -> dict[str, Any]:
+def run_suite(
+    subject: str, invariants: list[str], results: Path, *, shrink: bool = True, select: str | None = None
+) -> dict[str, Any]:
+    """The suite on `subject` in a child process (only `invariants`' checks when given, only the checks that
+    `select`, a pytest -m expression, picks) and its results document."""
     command = [
         # Plain asserts: the checks raise their own errors, and rewriting Hypothesis's modules on
         # every start (no bytecode cache when PYTHONDONTWRITEBYTECODE is set) costs seconds.
@@ -50,6 +54,8 @@ def run_suite(subject: str, invariants: list[str], results: Path, *, shrink: boo
     if not shrink:
         # Whether a check fails, not its smallest counterexample.
         command += ["--hypothesis-profile", "pagecheck-default-noshrink"]
+    if select is not None:
+        command += ["-m", select]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_LIMIT_S)
     if not results.exists():
         raise AssertionError(f"no results from {' '.join(command)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")

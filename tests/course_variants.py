@@ -1,0 +1,205 @@
+"""Course-accepted variants of tests/subjects/course_conformant.py: each changes something the course's own tests
+leave free, so each passes them, and the suite must fail none of them on a course clause.
+
+A variant is a list of exact text replacements on the conformant subject's source (each must be found), written
+out as a module of its own by `write_variant`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONFORMANT = Path(__file__).resolve().parent / "subjects" / "course_conformant.py"
+
+# Page by page, a running max and sum in float32: the same result as the conformant one-pass softmax.
+ONLINE_ATTENTION = '''
+def _attend_online(query, keys_pages, values_pages, n, page_size, scale, causal):
+    """Online softmax over one row's pages in float32, page by page (flash-style)."""
+    num_q_heads, num_queries, head_dim = query.shape
+    num_kv_heads = keys_pages.shape[1]
+    group = num_q_heads // num_kv_heads
+    q = query.astype(mx.float32).reshape(num_kv_heads, group, num_queries, head_dim)
+    m = mx.full((num_kv_heads, group, num_queries, 1), -mx.inf, dtype=mx.float32)
+    l = mx.zeros((num_kv_heads, group, num_queries, 1), dtype=mx.float32)
+    acc = mx.zeros((num_kv_heads, group, num_queries, head_dim), dtype=mx.float32)
+    rows = mx.arange(num_queries)[:, None] + (n - num_queries)
+    for p in range(keys_pages.shape[0]):
+        used = min(page_size, n - p * page_size)
+        k = keys_pages[p, :, :used].astype(mx.float32)[:, None]
+        v = values_pages[p, :, :used].astype(mx.float32)[:, None]
+        s = (q @ k.swapaxes(-1, -2)) * scale
+        if causal:
+            pos = mx.arange(used)[None, :] + p * page_size
+            s = mx.where(pos <= rows, s, -mx.inf)
+        m_new = mx.maximum(m, s.max(axis=-1, keepdims=True))
+        safe = mx.where(mx.isinf(m_new), 0.0, m_new)
+        alpha = mx.exp(m - safe)
+        w = mx.exp(s - safe)
+        l = l * alpha + w.sum(axis=-1, keepdims=True)
+        acc = acc * alpha + w @ v
+        m = m_new
+    return (acc / l).reshape(num_q_heads, num_queries, head_dim)
+
+
+def paged_attention('''
+
+# One batched gather of every row's whole pages (-1 padding read as page 0), masked by position afterwards.
+WHOLE_PAGE_ATTENTION = '''
+def paged_attention(
+    query: mx.array,
+    key_pages: mx.array,
+    value_pages: mx.array,
+    block_table: mx.array,
+    context_lens: mx.array,
+    page_size: int,
+    scale: float | None = None,
+    mask: mx.array | str | None = None,
+) -> mx.array:
+    """Vectorised over the batch: gather every row's whole pages (-1 read as page 0), mask by position, float32."""
+    _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
+    batch, num_q_heads, num_queries, head_dim = query.shape
+    _, num_kv_heads, _, _ = key_pages.shape
+    width = block_table.shape[1]
+    scale = head_dim**-0.5 if scale is None else scale
+    ids = mx.maximum(block_table.astype(mx.int32), 0)
+    def dense(pages):
+        g = pages[ids]  # [B, W, H_kv, ps, D]
+        return g.transpose(0, 2, 1, 3, 4).reshape(batch, num_kv_heads, width * page_size, head_dim).astype(mx.float32)
+    keys, values = dense(key_pages), dense(value_pages)
+    group = num_q_heads // num_kv_heads
+    q = query.astype(mx.float32).reshape(batch, num_kv_heads, group, num_queries, head_dim)
+    scores = (q @ keys[:, :, None].swapaxes(-1, -2)) * scale  # [B, H_kv, g, L, S]
+    pos = mx.arange(width * page_size)
+    ctx = context_lens.astype(mx.int32).reshape(batch, 1, 1, 1, 1)
+    valid = pos < ctx
+    if mask == "causal":
+        rows = mx.arange(num_queries).reshape(1, 1, 1, num_queries, 1) + (ctx - num_queries)
+        valid = valid & (pos <= rows)
+    scores = mx.where(valid, scores, -mx.inf)
+    peak = scores.max(axis=-1, keepdims=True)
+    peak = mx.where(mx.isinf(peak), 0.0, peak)
+    weights = mx.exp(scores - peak)
+    denom = mx.maximum(weights.sum(axis=-1, keepdims=True), 1e-30)
+    out = (weights @ values[:, :, None]) / denom
+    return out.reshape(batch, num_q_heads, num_queries, head_dim).astype(query.dtype)
+'''
+
+POW2_WIDTH = """
+
+def _pow2(n: int) -> int:
+    return 0 if n <= 0 else 1 << (n - 1).bit_length()
+
+
+@dataclass
+class PagedKvMetadata:"""
+
+# name -> (what differs, [(text in the conformant subject, its replacement)])
+VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
+    "fifo_int64_online": (
+        "first-freed page reused first, release frees oldest first, int64 metadata, online softmax per page, "
+        "reworded errors that keep the course's phrases",
+        [
+            ("return self._free.pop()", "return self._free.pop(0)"),
+            ("for page_id in reversed(self.page_ids):", "for page_id in list(self.page_ids):"),
+            ("self._table = mx.array([self.page_ids + [SENTINEL] * (width - self.num_pages)], dtype=mx.int32)",
+             "self._table = mx.array([self.page_ids + [SENTINEL] * (width - self.num_pages)], dtype=mx.int64)"),
+            ("return mx.array([self.offset], dtype=mx.int32)", "return mx.array([self.offset], dtype=mx.int64)"),
+            ("mx.array(table, dtype=mx.int32), mx.array(lens, dtype=mx.int32)",
+             "mx.array(table, dtype=mx.int64), mx.array(lens, dtype=mx.int64)"),
+            ("\ndef paged_attention(", ONLINE_ATTENTION),
+            ('        rows.append(_attend(query[row], keys, values, scale, mask == "causal"))',
+             '        rows.append(_attend_online(query[row], key_pages[pages], value_pages[pages], n, page_size, scale, '
+             'mask == "causal"))'),
+            ('raise ValueError(f"context_lens[{row}]={n} must be nonnegative")',
+             'raise ValueError(f"bad metadata: a context length must be nonnegative (row {row} has {n})")'),
+        ],
+    ),
+    "pow2_table": (
+        "block tables padded with -1 to a power-of-two width (a cache's and the batch's)",
+        [
+            ("\n\n@dataclass\nclass PagedKvMetadata:", POW2_WIDTH),
+            ("width = self.num_pages if max_pages is None else max_pages",
+             "width = _pow2(self.num_pages) if max_pages is None else max_pages"),
+            ("width = max(cache.num_pages for _, cache in caches)",
+             "width = _pow2(max(cache.num_pages for _, cache in caches))"),
+        ],
+    ),
+    "double_free_wording": (
+        "a second free raises ValueError('double free of page N'), without 'already free'",
+        [('raise ValueError(f"Page {page_id} is already free")', 'raise ValueError(f"double free of page {page_id}")')],
+    ),
+    "whole_pages": (
+        "attention over whole pages, batched: reads slots past each context and page 0 for -1 padding, masks them",
+        [("@@from def paged_attention(", WHOLE_PAGE_ATTENTION)],
+    ),
+    "empty_rows_nan": (
+        "a row of context 0 gives NaN",
+        [("rows.append(mx.zeros((num_q_heads, num_queries, head_dim), dtype=mx.float32))",
+          "rows.append(mx.full((num_q_heads, num_queries, head_dim), mx.nan, dtype=mx.float32))")],
+    ),
+    "alias_within_row": (
+        "a page repeated within a row is rejected; rows may share a page",
+        [
+            ("    owner: dict[int, int] = {}\n    for row, n in enumerate(lens):\n",
+             "    for row, n in enumerate(lens):\n        owner: dict[int, int] = {}\n"),
+            ("live page id is aliased (row {owner[page]} uses it)", "live page id is aliased within the row"),
+        ],
+    ),
+    "late_value_check": (
+        "the key slice is written before the value's shape is checked; rollback restores the bookkeeping and keeps "
+        "what the slots past the context hold",
+        [
+            ('''        if key.shape != value.shape:
+            raise ValueError(f"key and value must have the same shape, got {key.shape} and {value.shape}")
+        if key.dtype != value.dtype:''', '''        if key.dtype != value.dtype:'''),
+            ('''        at = mx.array([page_id, 0, start, 0])
+        self._key_store = mx.slice_update(self._key_store, key, at, axes=(0, 1, 2, 3))
+        self._value_store''', '''        at = mx.array([page_id, 0, start, 0])
+        self._key_store = mx.slice_update(self._key_store, key, at, axes=(0, 1, 2, 3))
+        if value.shape != key.shape:
+            raise ValueError(f"key and value must have the same shape, got {key.shape} and {value.shape}")
+        self._value_store'''),
+            ('''    def rollback(self, state: dict[str, Any]) -> None:
+        vars(self).clear()''', '''    def rollback(self, state: dict[str, Any]) -> None:
+        old, new = state["_key_store"], self._key_store
+        if old is not None and new is not None and old.shape == new.shape:
+            # Same storage: keep what is there (slots past every context may hold anything).
+            state = {**state, "_key_store": self._key_store, "_value_store": self._value_store}
+        vars(self).clear()'''),
+        ],
+    ),
+    "lowest_id_numpy_metadata": (
+        "the lowest free id reused first, release frees oldest first, block_table and context_lens as NumPy int64",
+        [
+            ("import mlx.core as mx\n", "import mlx.core as mx\nimport numpy as np\n"),
+            ("            return self._free.pop()", "            self._free.sort()\n            return self._free.pop(0)"),
+            ("for page_id in reversed(self.page_ids):", "for page_id in list(self.page_ids):"),
+            ("self._table = mx.array([self.page_ids + [SENTINEL] * (width - self.num_pages)], dtype=mx.int32)",
+             "self._table = np.array([self.page_ids + [SENTINEL] * (width - self.num_pages)], dtype=np.int64)"),
+            ("return mx.array([self.offset], dtype=mx.int32)", "return np.array([self.offset], dtype=np.int64)"),
+            ("mx.array(table, dtype=mx.int32), mx.array(lens, dtype=mx.int32)",
+             "np.array(table, dtype=np.int64), np.array(lens, dtype=np.int64)"),
+            ("    table, lens = _check_inputs(query,",
+             "    if isinstance(block_table, np.ndarray):\n        block_table = mx.array(block_table)\n"
+             "    if isinstance(context_lens, np.ndarray):\n        context_lens = mx.array(context_lens)\n"
+             "    table, lens = _check_inputs(query,"),
+        ],
+    ),
+}
+
+
+def write_variant(name: str, where: Path) -> Path:
+    """The variant's source as where/<name>.py. `@@from X` replaces everything from the first X to the end."""
+    doc, edits = VARIANTS[name]
+    text = CONFORMANT.read_text()
+    for old, new in edits:
+        if old.startswith("@@from "):
+            start = text.index("\n" + old.removeprefix("@@from "))
+            text = text[:start] + new
+            continue
+        if old not in text:
+            raise ValueError(f"variant {name}: {old[:60]!r} is not in {CONFORMANT.name}")
+        text = text.replace(old, new)
+    path = where / f"{name}.py"
+    path.write_text(f"# Variant {name}: {doc}\n{text}")
+    return path

@@ -1,0 +1,37 @@
+"""No false alarm: implementations the course accepts, each different where its tests leave room, fail no course
+clause of the suite (tests/course_variants.py says how each differs).
+
+Each variant is first run through the course's own tests (tests/course_shim.py; skipped where the course folder is
+absent), which it must pass, so the list holds only what the course accepts; then the suite's course-clause checks
+run on it in a child process and none may fail. What a variant does past the course (NaN for an empty row, a second
+free's wording, ...) is judged by the checks beyond the course, which are not run here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pagecheck.invariants.course import BEYOND_COURSE_MARK
+from tests.course_shim import CourseFolderMissing, course_dir, run_course_tests
+from tests.course_variants import VARIANTS, write_variant
+from tests.test_mutants import run_suite
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_a_course_accepted_variant_fails_no_course_clause(name: str, tmp_path: Path) -> None:
+    subject = write_variant(name, tmp_path)
+    try:
+        course = course_dir()
+    except CourseFolderMissing:
+        course = None
+    if course is not None:
+        scratch = tmp_path / "course"
+        scratch.mkdir()
+        run = run_course_tests(course, str(subject), scratch)
+        assert run.count("failed") == 0 and run.count("passed") > 0, f"the course rejects variant {name}: {run.messages}"
+    results = run_suite(str(subject), [], tmp_path / "results.json", select=f"not {BEYOND_COURSE_MARK}")
+    failed = {c["nodeid"]: c["message"][:400] for c in results["checks"] if c["outcome"] in ("fail", "error")}
+    assert not failed, f"course clauses fail variant {name}, which the course accepts: {failed}"
+    assert {c["scope"] for c in results["checks"]} == {"course"}, "the run held checks beyond the course"
