@@ -114,3 +114,28 @@ def cache_state(cache: Any) -> dict[str, Any]:
 def current_metadata(pool: Any, cache: Any) -> PagedKvMetadata:
     """A cache's metadata without appending anything, built from the public pool and cache API."""
     return PagedKvMetadata(pool.key_pages, pool.value_pages, cache.block_table(), cache.context_lens(), pool.page_size)
+
+
+class FailingCall:
+    """In a method's place: counts its calls (`calls`) and raises RuntimeError(message) at call number `at` instead
+    of calling through; every other call goes through."""
+
+    def __init__(self, original: Callable[..., Any], at: int, message: str) -> None:
+        self.original, self.at, self.message, self.calls = original, at, message, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls == self.at:
+            raise RuntimeError(self.message)
+        return self.original(*args, **kwargs)
+
+
+def fail_on_call(subject: Any, target: Any, name: str, at: int, message: str) -> Any:
+    """Make target.NAME fail at its `at`-th call (FailingCall's behaviour); the wrapper, whose `calls` counts.
+    A subject in another process installs it there (Subject.fail_on_call); any other, here."""
+    install = getattr(subject, "fail_on_call", None)
+    if install is not None:
+        return install(target, name, at, message)
+    wrapper = FailingCall(getattr(target, name), at, message)
+    setattr(target, name, wrapper)
+    return wrapper

@@ -102,6 +102,10 @@ class Subject:
     # False when the names are proxies of objects in another process (grading's sandboxed worker): a check
     # cannot patch such a subject's methods or watch its calls to MLX from here.
     in_process: bool = True
+    # How a check makes one of the subject's methods fail: (object, method name, the call that fails, message) ->
+    # a wrapper now in the method's place whose `calls` counts its calls, the `at`-th raising
+    # RuntimeError(message) without calling through. None: wrapped here (invariants/calls.py).
+    fail_on_call: Callable[[Any, str, int, str], Any] | None = None
 
     def has(self, name: str) -> bool:
         return name in self.names

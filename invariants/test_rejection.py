@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pagecheck.invariants.calls import attention_over_metadata, cache_state, like_pages, metadata_layout, pool_state, same_pool_state
+from pagecheck.invariants.calls import (
+    attention_over_metadata, cache_state, fail_on_call, like_pages, metadata_layout, pool_state, same_pool_state,
+)
 from pagecheck.invariants.course import DAY_3, DAY_4, INVALID_METADATA
-from pagecheck.invariants.neutral_skips import require_in_process
 from pagecheck.invariants.subject import Subject
 from pagecheck.invariants.verdict import InvariantViolation, expect, expect_close, expect_pages_hold, expect_value_error, same_array
 from pagecheck.invariants.workload import WrittenKv
@@ -379,23 +380,20 @@ def test_context_shorter_than_the_query_is_rejected_at_every_query_length(
     _advise_on_fields(advise, "context_shorter_than_query", ("context_lens",), message)
 
 
-class InjectedWriteFailure(RuntimeError):
-    """Raised by the check's wrapper around the pool's write_page_slice on its second call."""
-
-
 def _live_tokens(pool: Any, cache: Any) -> tuple[np.ndarray, np.ndarray]:
     """The cache's tokens read through its block table from the pool's pages (float64 [H_kv, tokens, D] each)."""
     keys, values = gather_dense(pool.key_pages, pool.value_pages, cache.block_table(), cache.context_lens(), PAGE_SIZE)
     return keys[0], values[0]
 
 
+INJECTED_FAILURE = "injected page write failure"
+
+
 @pytest.mark.course(f"{DAY_3}::test_task_1_rolls_back_every_page_when_a_later_write_fails")
 @pytest.mark.parametrize("filled", [0, 2], ids=["fresh-cache", "tail-half-full"])
 def test_append_whose_second_page_write_fails_changes_nothing(
-    pool_type: type, cache_type: type, paged_attention: Any, filled: int, rng: np.random.Generator,
-    monkeypatch: pytest.MonkeyPatch, subject: Subject,
+    pool_type: type, cache_type: type, paged_attention: Any, filled: int, rng: np.random.Generator, subject: Subject,
 ) -> None:
-    require_in_process(subject, "the failure is injected into the pool's write_page_slice")
     pool = pool_type(PAGE_SIZE)
     if not callable(getattr(pool, "write_page_slice", None)):
         pytest.skip("the subject's TinyKvPagedPool has no write_page_slice to inject a failure into")
@@ -406,28 +404,21 @@ def test_append_whose_second_page_write_fails_changes_nothing(
         cache.update_and_fetch_paged(*record.make_chunk(rng, filled))
     # Page data is left out of the comparison: slots past a context may hold anything (the course compares none).
     pool_before, caches_before = pool_state(pool, page_data=False), [cache_state(other), cache_state(cache)]
-    original = pool.write_page_slice
-    writes = 0
-
-    def fail_second_write(*args: Any, **kwargs: Any) -> None:
-        nonlocal writes
-        writes += 1
-        if writes == 2:
-            raise InjectedWriteFailure("injected page write failure")
-        original(*args, **kwargs)
-
-    monkeypatch.setattr(pool, "write_page_slice", fail_second_write)
+    # Installed where the subject lives (in grading, its sandboxed worker), as the course's test patches it.
+    failing = fail_on_call(subject, pool, "write_page_slice", 2, INJECTED_FAILURE)
     # Fills the tail page (or a first page), then a whole page, then one token: three page writes.
     spanning = WrittenKv(2, HEAD_DIM, "float32").make_chunk(rng, 2 * PAGE_SIZE - filled + 1)
+    raised = False
     try:
         cache.update_and_fetch_paged(*spanning)
-    except InjectedWriteFailure:
-        pass
-    else:
-        if writes < 2:
-            pytest.skip(f"the subject's append wrote {writes} page slice(s) through pool.write_page_slice, not one per page")
-        raise InvariantViolation(INVARIANT, "the append did not raise the failure injected into its second page write")
-    monkeypatch.undo()
+    except RuntimeError as exc:
+        if INJECTED_FAILURE not in str(exc):
+            raise
+        raised = True
+    writes = int(failing.calls)
+    if writes < 2:
+        pytest.skip(f"the subject's append wrote {writes} page slice(s) through pool.write_page_slice, not one per page")
+    expect(raised, INVARIANT, "the append did not raise the failure injected into its second page write")
     step = f"after an append of {2 * PAGE_SIZE - filled + 1} tokens whose second page write failed ({filled} already written)"
     expect(writes == 2, INVARIANT, f"{step}: write_page_slice was called {writes} times, expected the failure to stop it at 2")
     expect(

@@ -393,6 +393,11 @@ class RemoteObject:
     def __setattr__(self, name: str, value: Any) -> None:
         self._send("setattr", f"setting {self._what(name)}", name=name, value=value)
 
+    def _pagecheck_fail_call(self, name: str, at: int, message: str) -> Any:
+        """The worker's failing wrapper around this object's `name` (worker_main's fail_call): a proxy whose
+        `calls` counts them."""
+        return self._send("fail_call", f"injecting a failure into {self._what(name)}", name=name, at=at, message=message)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         session, generation, handle = object.__getattribute__(self, "_where")
         if generation != session.generation:
@@ -560,7 +565,8 @@ def load_sandbox_subject(spec: str) -> Subject:
              for name, kind in worker.names.items() if name in API_NAMES}  # fmt: skip
     missing = {name: why for name, why in worker.missing.items() if name in API_NAMES}
     return Subject(spec=spec, origin=f"sandboxed worker: {worker.origin}", names=names, missing=missing,
-                   in_process=False)
+                   in_process=False, fail_on_call=lambda target, name, at, message: target._pagecheck_fail_call(
+                       name, at, message))  # fmt: skip
 
 
 # The suite resolves sandbox: specs through this module once it is imported (the grading plugin imports it).

@@ -243,6 +243,23 @@ class Worker:
         self.wire.write_frame(self.fd_out, header, buffers)
         self.reply_buffers = []
 
+    @staticmethod
+    def fail_call(target: Any, name: str, at: int, message: str) -> Any:
+        """Replace target.NAME by a wrapper that counts its calls (its `calls`) and raises RuntimeError(message)
+        at call number `at` instead of calling through: a check's injected failure, installed here because the
+        trusted side cannot hand the worker a function."""
+        original = getattr(target, name)
+
+        def failing(*args: Any, **kwargs: Any) -> Any:
+            failing.calls += 1
+            if failing.calls == at:
+                raise RuntimeError(message)
+            return original(*args, **kwargs)
+
+        failing.calls = 0
+        setattr(target, name, failing)
+        return failing
+
     def special(self, target: Any, name: str, args: list[Any]) -> Any:
         import operator
 
@@ -340,6 +357,8 @@ class Worker:
                 value = None
             elif op == "special":
                 value = self.special(target, name, decode(header.get("args", [])))
+            elif op == "fail_call":
+                value = self.fail_call(target, name, int(header.get("at", 0)), str(header.get("message", ""))[:500])
             else:
                 raise wire.ProtocolError(f"unknown request {op!r}")
         except wire.ProtocolError:
