@@ -43,18 +43,9 @@ def _attend_online(query, keys_pages, values_pages, n, page_size, scale, causal)
 
 def paged_attention('''
 
-# One batched gather of every row's whole pages (-1 padding read as page 0), masked by position afterwards.
+# The body of paged_attention (its signature kept): one batched gather of every row's whole pages (-1 padding read as
+# page 0), masked by position afterwards.
 WHOLE_PAGE_ATTENTION = '''
-def paged_attention(
-    query: mx.array,
-    key_pages: mx.array,
-    value_pages: mx.array,
-    block_table: mx.array,
-    context_lens: mx.array,
-    page_size: int,
-    scale: float | None = None,
-    mask: mx.array | str | None = None,
-) -> mx.array:
     """Vectorised over the batch: gather every row's whole pages (-1 read as page 0), mask by position, float32."""
     _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)
     batch, num_q_heads, num_queries, head_dim = query.shape
@@ -130,7 +121,7 @@ VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     ),
     "whole_pages": (
         "attention over whole pages, batched: reads slots past each context and page 0 for -1 padding, masks them",
-        [("@@from def paged_attention(", WHOLE_PAGE_ATTENTION)],
+        [("@@from     \"\"\"Attention of query [B, H_q, L, D]", WHOLE_PAGE_ATTENTION)],
     ),
     "empty_rows_nan": (
         "a row of context 0 gives NaN",
@@ -189,7 +180,7 @@ VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
 
 
 def write_variant(name: str, where: Path) -> Path:
-    """The variant's source as where/<name>.py. `@@from X` replaces everything from the first X to the end."""
+    """The variant's source as where/<name>.py. `@@from X` replaces everything from the first line that starts with X to the end."""
     doc, edits = VARIANTS[name]
     text = CONFORMANT.read_text()
     for old, new in edits:
