@@ -180,7 +180,8 @@ VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
 
 
 def write_variant(name: str, where: Path) -> Path:
-    """The variant's source as where/<name>.py. `@@from X` replaces everything from the first line that starts with X to the end."""
+    """The variant's source as where/<name>.py. `@@from X` replaces everything from the first line that starts
+    with X to the end."""
     doc, edits = VARIANTS[name]
     text = CONFORMANT.read_text()
     for old, new in edits:
