@@ -146,6 +146,27 @@ class TinyKvPagedCache:
     def __init__(self, pool):
         self.pool = pool
 
+def strings_in_frames():
+    # Every string a submission can reach by walking up its own call stack: locals, and the items and
+    # attributes of what they hold, one level down.
+    found, frame = set(), sys._getframe(1)
+    def collect(value):
+        if isinstance(value, str):
+            found.add(value)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                collect(k) if isinstance(k, str) else None
+                collect(v) if isinstance(v, str) else None
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            collect(value)
+            if isinstance(value, dict):
+                for inner in list(value.values()):
+                    collect(inner)
+            collect(getattr(value, "__dict__", None))
+        frame = frame.f_back
+    return sorted(found)
+
 def paged_attention(probe, *args):
     return globals()[probe](*args)
 '''
@@ -420,3 +441,13 @@ def test_the_scratch_never_hides_what_the_sandbox_reads(tmp_path: Path) -> None:
     under_tmp = str(tmp_path) if str(tmp_path).startswith("/tmp/") else "/tmp"
     chosen = scratch_mountpoint(["/usr", under_tmp])
     assert chosen != "/tmp" and chosen in SCRATCH_MOUNT_CANDIDATES
+
+
+def test_the_worker_never_learns_which_check_is_asking(sandbox: tuple[Subject, Session]) -> None:
+    # A submission that knew the running check could behave only where that check looks; nothing it can reach
+    # from its frames names it (the trusted side keeps the check to itself).
+    subject, session = sandbox
+    session.begin_check("pagecheck.invariants.test_zz::test_secret_check_name[case]")
+    reachable = probe(subject, "strings_in_frames")
+    assert len(reachable) > 10  # the walk reached the worker's frames
+    assert not [text for text in reachable if "secret_check_name" in text]

@@ -188,7 +188,6 @@ class Session:
             if wanted:
                 header["prefetch"] = wanted
         worker = self._live_worker()
-        header["step"] = self.check
         read_ahead = self._plan.read_ahead_update()
         if read_ahead is not None:
             header["read_ahead"] = read_ahead

@@ -33,7 +33,6 @@ REFUSED_EVENTS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_refere
 GUARDED_MODULES = ("numpy", "mlx", "mlx.core")
 ATTENTION = "paged_attention"
 ATTENTION_ARGUMENTS = ("query", "key_pages", "value_pages", "block_table", "context_lens", "page_size")
-LOAD_STEP = "(import)"
 PREFETCH_BYTES = 1 << 20  # array bytes sent unasked with one reply
 SCRATCH_PLACEHOLDER = "{scratch}"  # the same placeholder as launcher.py's (this module may not import it)
 
@@ -82,13 +81,12 @@ class Worker:
         self.reply_buffers: list[Any] = []  # the buffers of the reply being built
         self.next_id = 1
         self.api: dict[str, Any] = {}
-        self.step = LOAD_STEP
         self.tripwires: Any = None
 
     # -- events --------------------------------------------------------------------------------------------------
 
     def report(self, event: dict[str, Any]) -> None:
-        self.wire.write_frame(self.fd_out, {"event": {**event, "step": self.step}})
+        self.wire.write_frame(self.fd_out, {"event": event})
 
     # -- handles -------------------------------------------------------------------------------------------------
 
@@ -327,7 +325,6 @@ class Worker:
         if isinstance(header.get("read_ahead"), dict):
             self.read_ahead = header["read_ahead"]
         op = header.get("op")
-        self.step = str(header.get("step", self.step))[:500]
         decode = lambda node: wire.from_wire(node, buffers, self.resolve, clean=False)  # noqa: E731
         if op == "release":
             self.send({"ok": None})
@@ -481,5 +478,4 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
              for name, value in subject.names.items() if isinstance(value, type)}  # fmt: skip
     worker.send({"op": "ready", "names": kinds, "missing": dict(subject.missing), "origin": subject.origin,
                  "scratch": scratch, "shown": shown})  # fmt: skip
-    worker.step = "(between checks)"
     worker.serve()
