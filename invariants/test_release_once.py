@@ -9,6 +9,8 @@ freeing any page again raises ValueError saying it is "already free".
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -60,6 +62,21 @@ def _check_free_lists(pools: list[object], expected: list[set[int]], step: str) 
         )
 
 
+def _taking_turns(
+    cache_type: type, pools: list[Any], page_size: int, seed: int, data: st.DataObject, names: tuple[str, ...]
+) -> list[Request]:
+    """One Request per name over every layer's pool, each given a drawn chunk plan (labelled by its name), the
+    requests appending their chunks in turn."""
+    rng = np.random.default_rng(seed)
+    requests = [Request(cache_type, pools) for _ in names]
+    plans = [data.draw(chunk_plans(page_size=page_size), label=name) for name in names]
+    for step in range(max(map(len, plans))):
+        for request, plan in zip(requests, plans):
+            if step < len(plan):
+                request.append(rng, plan[step])
+    return requests
+
+
 @pytest.mark.course(f"{DAY_3}::test_task_1_paged_pool_reuses_freed_pages")
 @given(
     page_size=st.sampled_from((1, 2, 3, 8)),
@@ -70,14 +87,8 @@ def _check_free_lists(pools: list[object], expected: list[set[int]], step: str) 
 def test_release_returns_every_page_of_every_layer_once(
     pool_type: type, cache_type: type, page_size: int, layers: int, seed: int, data: st.DataObject
 ) -> None:
-    rng = np.random.default_rng(seed)
     pools = [pool_type(page_size) for _ in range(layers)]
-    leaving, staying = Request(cache_type, pools), Request(cache_type, pools)
-    plans = [data.draw(chunk_plans(page_size=page_size), label=name) for name in ("leaving", "staying")]
-    for step in range(max(map(len, plans))):
-        for request, plan in zip((leaving, staying), plans):
-            if step < len(plan):
-                request.append(rng, plan[step])
+    leaving, staying = _taking_turns(cache_type, pools, page_size, seed, data, ("leaving", "staying"))
 
     held = leaving.pages()
     leaving.release()
@@ -105,14 +116,8 @@ def test_release_returns_every_page_of_every_layer_once(
 def test_second_free_of_a_released_page_says_already_free(
     pool_type: type, cache_type: type, page_size: int, layers: int, seed: int, data: st.DataObject
 ) -> None:
-    rng = np.random.default_rng(seed)
     pools = [pool_type(page_size) for _ in range(layers)]
-    requests = [Request(cache_type, pools) for _ in range(2)]
-    plans = [data.draw(chunk_plans(page_size=page_size), label=f"request {r}") for r in range(2)]
-    for step in range(max(map(len, plans))):
-        for request, plan in zip(requests, plans):
-            if step < len(plan):
-                request.append(rng, plan[step])
+    requests = _taking_turns(cache_type, pools, page_size, seed, data, ("request 0", "request 1"))
     held = [request.pages() for request in requests]
     for request in requests:
         request.release()

@@ -53,6 +53,7 @@ def expect_pages_hold(invariant: str, what: str, layout: PagedLayout, written: d
     dense copy of the tokens passes it with pages that were never written. Read by the oracle, the pages
     cannot be forged that way.
     """
+    pools = (to_numpy(layout.key_pages, np.float64), to_numpy(layout.value_pages, np.float64))
     for row, record in written.items():
         n = int(record.keys.shape[1])
         try:
@@ -61,8 +62,8 @@ def expect_pages_hold(invariant: str, what: str, layout: PagedLayout, written: d
             held = (
                 int(layout.context_lens[row]) == n and bool((live >= 0).all())
                 and all(
-                    compare(gather_request(to_numpy(pages, np.float64), ids, n, layout.page_size), want, record.dtype).passed
-                    for pages, want in ((layout.key_pages, record.keys), (layout.value_pages, record.values))
+                    compare(gather_request(pages, ids, n, layout.page_size), want, record.dtype).passed
+                    for pages, want in zip(pools, (record.keys, record.values))
                 )
             )  # fmt: skip
         except (IndexError, ValueError):

@@ -564,8 +564,7 @@ def load_sandbox_subject(spec: str) -> Subject:
              for name, kind in worker.names.items() if name in API_NAMES}  # fmt: skip
     missing = {name: why for name, why in worker.missing.items() if name in API_NAMES}
     return Subject(spec=spec, origin=f"sandboxed worker: {worker.origin}", names=names, missing=missing,
-                   in_process=False, fail_on_call=lambda target, name, at, message: target._pagecheck_fail_call(
-                       name, at, message))  # fmt: skip
+                   in_process=False, fail_on_call=RemoteObject._pagecheck_fail_call)
 
 
 # The suite resolves sandbox: specs through this module once it is imported (the grading plugin imports it).
