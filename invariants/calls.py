@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from pagecheck.invariants import injection
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.cache import PagedKvMetadata
 from pagecheck.reference.layouts import PagedLayout
@@ -116,26 +117,21 @@ def current_metadata(pool: Any, cache: Any) -> PagedKvMetadata:
     return PagedKvMetadata(pool.key_pages, pool.value_pages, cache.block_table(), cache.context_lens(), pool.page_size)
 
 
-class FailingCall:
-    """In a method's place: counts its calls (`calls`) and raises RuntimeError(message) at call number `at` instead
-    of calling through; every other call goes through."""
-
-    def __init__(self, original: Callable[..., Any], at: int, message: str) -> None:
-        self.original, self.at, self.message, self.calls = original, at, message, 0
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        if self.calls == self.at:
-            raise RuntimeError(self.message)
-        return self.original(*args, **kwargs)
-
-
 def fail_on_call(subject: Any, target: Any, name: str, at: int, message: str) -> Any:
-    """Make target.NAME fail at its `at`-th call (FailingCall's behaviour); the wrapper, whose `calls` counts.
-    A subject in another process installs it there (Subject.fail_on_call); any other, here."""
+    """Make target.NAME fail at its `at`-th call (injection.FailingCall's behaviour); the wrapper, whose `calls`
+    counts. A subject in another process installs it there (Subject.fail_on_call); any other, here."""
     install = getattr(subject, "fail_on_call", None)
     if install is not None:
         return install(target, name, at, message)
-    wrapper = FailingCall(getattr(target, name), at, message)
-    setattr(target, name, wrapper)
-    return wrapper
+    return injection.install_failing_call(target, name, at, message)
+
+
+def watch_materialize(subject: Any, cache: Any) -> dict[str, Any]:
+    """What cache.materialize() did with gather_dense and mx.eval watched (injection.watch_materialize). A
+    subject in another process is watched there (Subject.watch_materialize); any other, here."""
+    watch = getattr(subject, "watch_materialize", None)
+    if watch is not None:
+        return watch(cache)
+    import mlx.core as mx
+
+    return injection.watch_materialize(cache, mx)

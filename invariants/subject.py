@@ -99,13 +99,13 @@ class Subject:
     names: dict[str, Any] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)  # name -> why it is absent
     stubs: tuple[str, ...] = ()  # API functions left as stubs, e.g. "TinyKvPagedPool.__init__"
-    # False when the names are proxies of objects in another process (grading's sandboxed worker): a check
-    # cannot patch such a subject's methods or watch its calls to MLX from here.
-    in_process: bool = True
     # How a check makes one of the subject's methods fail: (object, method name, the call that fails, message) ->
     # a wrapper now in the method's place whose `calls` counts its calls, the `at`-th raising
     # RuntimeError(message) without calling through. None: wrapped here (invariants/calls.py).
     fail_on_call: Callable[[Any, str, int, str], Any] | None = None
+    # How a check watches cache.materialize(): cache -> what it did with gather_dense and mx.eval, as plain data
+    # (injection.watch_materialize). None: watched here.
+    watch_materialize: Callable[[Any], dict[str, Any]] | None = None
 
     def has(self, name: str) -> bool:
         return name in self.names

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from pagecheck.invariants.course import DAY_3, DAY_4
-from pagecheck.invariants.neutral_skips import require_in_process
+from pagecheck.invariants.calls import watch_materialize
 from pagecheck.invariants.subject import Subject
 from pagecheck.invariants.verdict import expect
 from pagecheck.invariants.workload import WrittenKv
@@ -112,36 +112,24 @@ def test_reset_empties_an_idle_pool(pool_type: type, cache_type: type, rng: np.r
 
 @pytest.mark.course(f"{DAY_3}::test_task_1_materializes_page_storage_without_dense_gather")
 def test_materialize_evaluates_the_storage_without_a_dense_gather(
-    pool_type: type, cache_type: type, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, subject: Subject
+    pool_type: type, cache_type: type, rng: np.random.Generator, subject: Subject
 ) -> None:
     import mlx.core as mx
 
-    require_in_process(subject, "materialize's calls to gather_dense and mx.eval are watched")
     pool = pool_type(4)
     cache = cache_type(pool)
     if not callable(getattr(cache, "materialize", None)):
         pytest.skip("the subject's TinyKvPagedCache has no materialize")
     record = WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32")
     cache.update_and_fetch_paged(*record.make_chunk(rng, 5))
-    gathers: list[str] = []
-    evaluated: list[tuple[Any, ...]] = []
-
-    def no_dense_gather(*args: Any, **kwargs: Any) -> Any:
-        gathers.append("gather_dense")
-        raise AssertionError("materialize() must not gather dense K/V")
-
-    monkeypatch.setattr(cache, "gather_dense", no_dense_gather)
-    monkeypatch.setattr(mx, "eval", lambda *arrays: evaluated.append(arrays))
-    try:
-        cache.materialize()
-    finally:
-        monkeypatch.undo()
-    expect(not gathers, INVARIANT, "materialize() called gather_dense()")
+    watched = watch_materialize(subject, cache)
+    expect(not watched["gathers"], INVARIANT, "materialize() called gather_dense()")
     # Storage held as MLX arrays is lazy: one mx.eval of the key and value pages makes it real.
-    if isinstance(pool.key_pages, mx.array):
-        shapes = [tuple(tuple(a.shape) for a in call) for call in evaluated]
-        want = (tuple(pool.key_pages.shape), tuple(pool.value_pages.shape))
-        expect(shapes == [want], INVARIANT, f"materialize() called mx.eval on shapes {shapes}, expected once on {[want]}")
+    key_pages, value_pages = pool.key_pages, pool.value_pages
+    if isinstance(key_pages, mx.array):
+        want = [[list(key_pages.shape), list(value_pages.shape)]]
+        expect(watched["evals"] == want, INVARIANT,
+               f"materialize() called mx.eval on shapes {watched['evals']}, expected once on {want}")  # fmt: skip
     keys, values = (to_numpy(x, np.float64)[0] for x in cache.gather_dense())
     expect(
         np.array_equal(keys, record.keys) and np.array_equal(values, record.values), INVARIANT,

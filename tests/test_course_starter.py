@@ -106,7 +106,7 @@ def test_the_untouched_starter_is_graded_to_a_finished_verdict_naming_each_stub(
     assert checks and all(p["checks_run"] == len(checks) for p in result["passes"])
     named = set()
     for check in checks:
-        if is_neutral_skip(check):  # a check the sandbox cannot carry: neither passed nor failed
+        if is_neutral_skip(check):  # an optional dtype the stub "declines": neither passed nor failed
             continue
         assert check["outcome"] == "fail", check
         found = NOT_IMPLEMENTED.search(check["message"])

@@ -118,22 +118,6 @@ def test_a_declined_optional_dtype_costs_no_points(scoring: str) -> None:
     assert score_result(document, _rubric(scoring=scoring)).points[course("context_len")] is None  # only declined
 
 
-@pytest.mark.parametrize("scoring", ["all-or-nothing", "fraction"])
-def test_a_check_the_sandbox_cannot_carry_costs_no_points(scoring: str) -> None:
-    document = result_document("s", {"rejection": ["pass", "skip"], "lazy_tail": ["pass", "skip"]})
-    document["checks"][1]["message"] = (
-        "needs the subject in this process: the failure is injected into the pool's write_page_slice, "
-        "and this subject runs in a sandboxed worker"
-    )
-    document["checks"][3]["message"] = "needs the subject in process"  # not the fixed start: a plain skip
-    rubric = parse_rubric({"points": {"rejection": 6, "lazy_tail": 4}, "beyond_course": {"rejection": 1, "lazy_tail": 1},
-                           "scoring": scoring}, "t.toml")  # fmt: skip
-    assert score_result(document, rubric).points == {
-        course("rejection"): 6.0, course("lazy_tail"): 2.0 if scoring == "fraction" else 0.0,
-        beyond("rejection"): None, beyond("lazy_tail"): None,
-    }  # fmt: skip
-
-
 def test_unfinished_run_scores_nothing() -> None:
     document = result_document("s", {"context_len": ["pass"], "lazy_tail": ["pass"]}, verdict="crashed")
     score = score_result(document, _rubric(beyond_course={"context_len": 3, "lazy_tail": 1}))

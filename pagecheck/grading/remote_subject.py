@@ -393,9 +393,14 @@ class RemoteObject:
         self._send("setattr", f"setting {self._what(name)}", name=name, value=value)
 
     def _pagecheck_fail_call(self, name: str, at: int, message: str) -> Any:
-        """The worker's failing wrapper around this object's `name` (worker_main's fail_call): a proxy whose
+        """The worker's failing wrapper around this object's `name` (injection.install_failing_call): a proxy whose
         `calls` counts them."""
         return self._send("fail_call", f"injecting a failure into {self._what(name)}", name=name, at=at, message=message)
+
+    def _pagecheck_watch_materialize(self) -> dict[str, Any]:
+        """What this cache's materialize() did with gather_dense and mx.eval, watched in the worker
+        (injection.watch_materialize)."""
+        return self._send("watch_materialize", f"watching {self._what('materialize')}", name="materialize")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         session, generation, handle = object.__getattribute__(self, "_where")
@@ -564,7 +569,8 @@ def load_sandbox_subject(spec: str) -> Subject:
              for name, kind in worker.names.items() if name in API_NAMES}  # fmt: skip
     missing = {name: why for name, why in worker.missing.items() if name in API_NAMES}
     return Subject(spec=spec, origin=f"sandboxed worker: {worker.origin}", names=names, missing=missing,
-                   in_process=False, fail_on_call=RemoteObject._pagecheck_fail_call)
+                   fail_on_call=RemoteObject._pagecheck_fail_call,
+                   watch_materialize=RemoteObject._pagecheck_watch_materialize)
 
 
 # The suite resolves sandbox: specs through this module once it is imported (the grading plugin imports it).

@@ -88,8 +88,8 @@ def score_result(document: dict[str, Any], rubric: Rubric) -> Score:
     points: dict[Clause, float | None] = {}
     for clause in clauses:
         worth = rubric.points_for(clause)
-        # A check that does not apply (a dtype the subject may decline, and does; an injection the sandbox
-        # cannot carry) is neither passed nor failed: it is left out.
+        # A check that does not apply (a dtype the subject may decline, and does) is neither passed nor
+        # failed: it is left out.
         checks = [c for c in grouped.get(clause, []) if not is_neutral_skip(c)]
         if not finished:
             points[clause] = 0.0

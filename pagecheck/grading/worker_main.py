@@ -3,8 +3,8 @@
 This is the only pagecheck code that runs next to student code, and it is not
 imported: the worker's bootstrap (BOOTSTRAP, run with `python -I -S -c`)
 reads one length-prefixed JSON message holding the sources of wire.py,
-subject.py, tripwires.py and this file, runs them as private modules, and
-calls main(). Module level imports the standard library only.
+subject.py, injection.py, tripwires.py and this file, runs them as private
+modules, and calls main(). Module level imports the standard library only.
 
 main() first installs an audit hook, which Python code cannot remove, that
 refuses
@@ -82,6 +82,7 @@ class Worker:
         self.next_id = 1
         self.api: dict[str, Any] = {}
         self.tripwires: Any = None
+        self.injection: Any = None  # invariants/injection.py: what a check puts in place of a subject's method
 
     # -- events --------------------------------------------------------------------------------------------------
 
@@ -241,23 +242,6 @@ class Worker:
         self.wire.write_frame(self.fd_out, header, buffers)
         self.reply_buffers = []
 
-    @staticmethod
-    def fail_call(target: Any, name: str, at: int, message: str) -> Any:
-        """Replace target.NAME by a wrapper that counts its calls (its `calls`) and raises RuntimeError(message)
-        at call number `at` instead of calling through: a check's injected failure, installed here because the
-        trusted side cannot hand the worker a function."""
-        original = getattr(target, name)
-
-        def failing(*args: Any, **kwargs: Any) -> Any:
-            failing.calls += 1
-            if failing.calls == at:
-                raise RuntimeError(message)
-            return original(*args, **kwargs)
-
-        failing.calls = 0
-        setattr(target, name, failing)
-        return failing
-
     def special(self, target: Any, name: str, args: list[Any]) -> Any:
         import operator
 
@@ -355,7 +339,10 @@ class Worker:
             elif op == "special":
                 value = self.special(target, name, decode(header.get("args", [])))
             elif op == "fail_call":
-                value = self.fail_call(target, name, int(header.get("at", 0)), str(header.get("message", ""))[:500])
+                value = self.injection.install_failing_call(target, name, int(header.get("at", 0)),
+                                                            str(header.get("message", ""))[:500])  # fmt: skip
+            elif op == "watch_materialize":
+                value = self.injection.watch_materialize(target, sys.modules["mlx.core"])
             else:
                 raise wire.ProtocolError(f"unknown request {op!r}")
         except wire.ProtocolError:
@@ -441,6 +428,7 @@ def _install_audit_hook(worker: Worker, config: dict[str, Any]) -> dict[str, boo
 
 def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: int, fd_out: int) -> None:
     worker = Worker(modules["wire"], fd_in, fd_out)
+    worker.injection = modules["injection"]
     strict = config.get("strict", True)
     guard = _install_audit_hook(worker, config) if strict else {"armed": False}
     os.environ.setdefault("MLX_ENABLE_TF32", "0")

@@ -46,9 +46,10 @@ SYSTEM_READ_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/
                      "/sys/fs/cgroup")  # fmt: skip
 GPU_READ_PATHS = ("/proc/driver", "/sys", "/etc/nvidia", "/usr/share/nvidia")
 # The sources the worker runs, in order; none of them imports pagecheck.
-WORKER_MODULES = ("wire", "subject", "tripwires", "worker_main")
-# The suite's subject loader (standard library only): the worker runs the very same source.
-SUBJECT_LOADER = "pagecheck.invariants.subject"
+WORKER_MODULES = ("wire", "subject", "injection", "tripwires", "worker_main")
+# The suite's own modules the worker runs (standard library only): the very same source as in process, the
+# subject loader and what a check installs in place of a subject's method.
+INVARIANTS_MODULES = {"subject": "pagecheck.invariants.subject", "injection": "pagecheck.invariants.injection"}
 WORKER_ENV = {
     "HOME": SCRATCH_PLACEHOLDER,
     "TMPDIR": SCRATCH_PLACEHOLDER,
@@ -134,7 +135,7 @@ def python_read_paths() -> list[str]:
 
 
 def _source(module: str) -> str:
-    spec = importlib.util.find_spec(f"pagecheck.grading.{module}" if module != "subject" else SUBJECT_LOADER)
+    spec = importlib.util.find_spec(INVARIANTS_MODULES.get(module, f"pagecheck.grading.{module}"))
     if spec is None or spec.origin is None:
         raise SandboxStartError(f"the worker's module {module} is missing from the installation")
     return Path(spec.origin).read_text(encoding="utf-8")
