@@ -9,14 +9,26 @@ import argparse
 from typing import Callable
 
 
-def positive_int(text: str) -> int:
-    """A type for one integer of at least 1 (e.g. --calls 60); argparse names the option in its error."""
+def _integer(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def positive_int(text: str) -> int:
+    """A type for one integer of at least 1 (e.g. --calls 60); argparse names the option in its error."""
+    value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be positive")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """A type for one integer of at least 0 (e.g. --jobs 0, which means no worker processes)."""
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
     return value
 
 

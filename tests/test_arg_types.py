@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from pagecheck.arg_types import int_list, positive_int
+from pagecheck.arg_types import int_list, non_negative_int, positive_int
 
 
 @pytest.mark.parametrize("text, value", [("1", 1), ("60", 60), (" 7 ", 7)])
@@ -19,6 +19,26 @@ def test_positive_int_keeps_positive_values(text: str, value: int) -> None:
 def test_positive_int_names_the_bad_text(text: str, message: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=message):
         positive_int(text)
+
+
+def test_non_negative_int_takes_zero_and_names_the_bad_text() -> None:
+    assert non_negative_int("0") == 0 and non_negative_int("3") == 3
+    with pytest.raises(argparse.ArgumentTypeError, match="-1 must be 0 or more"):
+        non_negative_int("-1")
+    with pytest.raises(argparse.ArgumentTypeError, match="'two' is not an integer"):
+        non_negative_int("two")
+
+
+@pytest.mark.parametrize("argv, message", [(["report", "--jobs", "-1"], "argument --jobs: -1 must be 0 or more"),
+                                           (["report", "--repeats", "0"], "argument --repeats: 0 must be positive"),
+                                           (["bench", "--repeats", "-2"], "argument --repeats: -2 must be positive")])
+def test_commands_refuse_out_of_range_counts_as_usage_errors(argv: list[str], message: str, capsys) -> None:
+    from pagecheck.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def test_parsers_report_the_option_with_the_text(capsys) -> None:

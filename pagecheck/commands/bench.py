@@ -14,7 +14,7 @@ from pagecheck.bench.attention import BenchConfig, variants_for
 from pagecheck.bench.compare import compare_runs
 from pagecheck.bench.stage import FULL_CONFIG, QUICK_CONFIG, run_bench_report
 from pagecheck.gpu import bench as bench_gpu
-from pagecheck.arg_types import int_list
+from pagecheck.arg_types import int_list, positive_int
 from pagecheck.commands import options
 from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
 from pagecheck.exit_codes import ExitCode
@@ -55,7 +55,7 @@ def add_bench_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--repeats",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help=f"benchmark: fresh processes per variant and context (default: {FULL_CONFIG.repeats}, or {QUICK_CONFIG.repeats} with --quick)",

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pagecheck.arg_types import non_negative_int
 from pagecheck.invariants.profiles import DEFAULT_SEED
 from pagecheck.device import DEVICES
 from pagecheck.exit_codes import describe_exit_codes
@@ -78,7 +79,7 @@ def add_seed_option(parser: argparse.ArgumentParser) -> None:
 def add_jobs_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs",
-        type=int,
+        type=non_negative_int,
         default=os.cpu_count() or 1,
         metavar="N",
         help="worker processes for the invariants suite (pytest-xdist); 0 runs it in the one child "
