@@ -228,3 +228,53 @@ print(json.dumps(results))
 def test_installed_watch_judges_an_array_filled_with_pages_in_place() -> None:
     results = run_installed(SETITEM_SCRIPT)
     assert results == {"preallocated": ["mlx.core.array.__setitem__"], "copied": True, "walk": []}
+
+
+CONTRACTION_SCRIPT = INSTALLED_PRELUDE + r"""
+results = {}
+one_hot = np.zeros((len(request), pages), dtype=np.float32)
+one_hot[np.arange(len(request)), request] = 1.0
+
+def judged(gather):
+    reports.clear()
+    tripwires.begin_call(key_pages, key_pages, mx.array([context, 0]))
+    gathered = gather()
+    tripwires.end_call()
+    return [r["op"] for r in reports][:1], gathered
+
+# A one-hot product with the whole pool picks the request's pages, whichever NumPy contraction computes it.
+pool = lambda: np.asarray(key_pages)
+for name, gather in (
+    ("dot", lambda: np.dot(one_hot, pool().reshape(pages, -1)).reshape(-1, heads, page, dim)),
+    ("einsum", lambda: np.einsum("rp,phsd->rhsd", one_hot, pool())),
+    ("tensordot", lambda: np.tensordot(one_hot, pool(), axes=1)),
+):
+    results[name], gathered = judged(gather)
+    results[name + "_picked"] = bool(np.array_equal(gathered, np.asarray(key_pages)[request]))
+# .T shows the whole pool reversed; the pages taken from it along its page axis, turned back, are a gather.
+results["mx_T"], _ = judged(lambda: mx.take(key_pages.T, mx.array(request), axis=3).T)
+results["np_T"], _ = judged(lambda: np.asarray(key_pages).T[..., request].T)
+# NumPy array methods are followed as NumPy's functions are.
+results["method_take"], _ = judged(lambda: np.asarray(key_pages).astype(np.float64).take(request, axis=0))
+# The honest NumPy walk with einsum and .T, one page at a time: nothing to report.
+def walk():
+    query = np.ones((heads, 3, dim), dtype=np.float32)
+    keys_np = np.asarray(key_pages)
+    out = np.zeros((heads, 3, page), dtype=np.float32)
+    for page_id in request:
+        out += np.einsum("hqd,hdp->hqp", query, keys_np[page_id].transpose(0, 2, 1))
+        out += np.dot(query[0], keys_np[page_id][0].T)
+    return out
+results["walk"], _ = judged(walk)
+print(json.dumps(results))
+"""
+
+
+def test_installed_watch_judges_numpy_contractions_and_follows_T_and_array_methods() -> None:
+    results = run_installed(CONTRACTION_SCRIPT)
+    # np.dot's product is flat (no head dimension last) and is judged where it is reshaped back.
+    assert results == {
+        "dot": ["numpy.ndarray.reshape"], "dot_picked": True, "einsum": ["numpy.einsum"], "einsum_picked": True,
+        "tensordot": ["numpy.tensordot"], "tensordot_picked": True, "mx_T": ["mlx.core.array.T"],
+        "np_T": ["numpy.ndarray.T"], "method_take": ["numpy.ndarray.take"], "walk": [],
+    }  # fmt: skip

@@ -25,10 +25,13 @@ pagecheck), so it imports only the standard library at module level.
   data (`dense[:, a:b] = key_pages[p]`) is judged whole, so pages copied one
   by one into a preallocated array are a gather; on one page's slice neither is judged,
   since that is the page walk itself. The watch follows only what the
-  wrapped functions make (NumPy arithmetic and matmul are followed on arrays
-  it already follows, through their ufuncs): MLX ops it does not wrap
-  (mx.array(...) copies, for one) and NumPy functions that are not ufuncs
-  (np.dot, np.einsum) are not, so a gather from such a copy goes unseen.
+  wrapped functions and properties make (NumPy arithmetic and matmul are
+  followed on arrays it already follows, through their ufuncs; np.dot,
+  np.einsum and NumPy's other contractions are wrapped and judged as MLX's
+  are; `.T` is followed on both libraries' arrays): MLX ops it does not wrap
+  (mx.array(...) copies, for one, which nanobind builds without a Python
+  hook) and NumPy functions and methods it does not wrap are not, so a
+  gather from such a copy goes unseen.
   Other names loaded NumPy and MLX modules hold for the same gathering
   functions (numpy._core.multiarray.concatenate) point at the wrappers too,
   and mx.concat is wrapped as mx.concatenate is. The wrappers' closures hold
@@ -65,6 +68,7 @@ ARRAY_ELEMENTWISE = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "_
 MLX_CONTRACTIONS = ("matmul", "einsum", "tensordot", "inner", "outer", "addmm", "gather_mm", "kron",
                     "block_masked_mm", "segmented_mm")  # fmt: skip
 ARRAY_CONTRACTIONS = ("__matmul__",)
+NUMPY_CONTRACTIONS = ("dot", "einsum", "tensordot", "inner", "outer", "vdot", "kron")
 # The wrapped ops that neither select nor reorder positions: cast, copy, convert, view or reshape an array
 # whole. Their result, when it has as many elements as a whole pool it came from, stands for that pool (is
 # not judged, and what is gathered from it is). A whole pool read in float32 or as NumPy is no request's
@@ -72,13 +76,18 @@ ARRAY_CONTRACTIONS = ("__matmul__",)
 MLX_WHOLE = ("reshape", "transpose", "swapaxes", "moveaxis", "flatten", "unflatten", "squeeze", "expand_dims",
              "contiguous", "view", "copy", "stop_gradient", "where")  # fmt: skip
 ARRAY_WHOLE = ("reshape", "transpose", "swapaxes", "moveaxis", "flatten", "squeeze", "astype", "view", "__array__")
+ARRAY_PROPERTIES = ("T",)  # the array's properties that show it whole under another shape
+# NumPy array methods followed on arrays derived from the pages (a NumPy array derived from them is a watched
+# subclass): those that show or copy it whole, and those that gather.
+NDARRAY_WHOLE = ("reshape", "transpose", "swapaxes", "astype", "copy", "flatten", "ravel", "squeeze")
+NDARRAY_GATHERS = ("take", "repeat", "compress")
 NUMPY_WHOLE = ("array", "asarray", "asanyarray", "ascontiguousarray", "copy", "reshape", "transpose", "swapaxes",
                "moveaxis", "squeeze", "expand_dims")  # fmt: skip
 MLX_RESHAPES = (*MLX_WHOLE, "as_strided")
 ARRAY_METHODS = ("__getitem__", "split", *ARRAY_WHOLE)
 NUMPY_GATHERS = ("concatenate", "stack", "vstack", "hstack", "dstack", "take", "take_along_axis", "repeat", "tile",
                  "broadcast_to", "pad", "frombuffer")  # fmt: skip
-NUMPY_FUNCTIONS = (*NUMPY_WHOLE, *NUMPY_GATHERS)
+NUMPY_FUNCTIONS = (*NUMPY_WHOLE, *NUMPY_GATHERS, *NUMPY_CONTRACTIONS)
 # Where else a loaded module holds the very same gathering functions (numpy._core.multiarray.concatenate is
 # numpy.concatenate): those names are pointed at the wrappers too. Conversions are not (NumPy's own code
 # converts with them, and must keep getting plain arrays).
@@ -91,7 +100,8 @@ def _ops(prefix: str, names: tuple[str, ...]) -> list[str]:
 
 
 WHOLE_ARRAY_OPS = frozenset(
-    _ops("mlx.core", MLX_WHOLE) + _ops("mlx.core.array", ARRAY_WHOLE) + _ops("numpy", NUMPY_WHOLE)
+    _ops("mlx.core", MLX_WHOLE) + _ops("mlx.core.array", (*ARRAY_WHOLE, *ARRAY_PROPERTIES)) + _ops("numpy", NUMPY_WHOLE)
+    + _ops("numpy.ndarray", (*NDARRAY_WHOLE, *ARRAY_PROPERTIES))
 )
 ELEMENTWISE_OPS = frozenset(
     _ops("mlx.core", MLX_ELEMENTWISE) + _ops("mlx.core.array", ARRAY_ELEMENTWISE)
@@ -99,6 +109,7 @@ ELEMENTWISE_OPS = frozenset(
 )
 CONTRACTION_OPS = frozenset(
     _ops("mlx.core", MLX_CONTRACTIONS) + _ops("mlx.core.array", ARRAY_CONTRACTIONS) + ["numpy.matmul"]
+    + _ops("numpy", NUMPY_CONTRACTIONS)
 )
 MAX_REPORTS_PER_CALL = 8
 
@@ -280,7 +291,7 @@ class Tripwires:
         for owner, prefix, names, gathers in (
             (mx, "mlx.core", (*MLX_GATHERS, *MLX_RESHAPES, *MLX_ELEMENTWISE, *MLX_CONTRACTIONS), MLX_GATHERS),
             (mx.array, "mlx.core.array", (*ARRAY_METHODS, *ARRAY_ELEMENTWISE, *ARRAY_CONTRACTIONS), ()),
-            (np, "numpy", NUMPY_FUNCTIONS, NUMPY_GATHERS),
+            (np, "numpy", NUMPY_FUNCTIONS, (*NUMPY_GATHERS, *NUMPY_CONTRACTIONS)),
         ):
             for name in names:
                 if hasattr(owner, name):
@@ -290,6 +301,9 @@ class Tripwires:
                     if name in gathers:
                         gathering[id(original)] = (original, wrapper)
         _point_aliases(gathering)
+        for name in ARRAY_PROPERTIES:
+            getter = getattr(mx.array, name).fget
+            setattr(mx.array, name, property(self._wrap(getter, f"mlx.core.array.{name}")))
         tripwires = self
         original_setitem = mx.array.__setitem__
 
@@ -307,6 +321,14 @@ class Tripwires:
                 watch = tripwires.watch
                 if watch is not None and id(self) in watch.derived:
                     watch.observe("numpy.ndarray.__getitem__", (self,), result)
+                return result
+
+            @property
+            def T(self) -> Any:
+                result = super().T
+                watch = tripwires.watch
+                if watch is not None and id(self) in watch.derived:
+                    watch.observe("numpy.ndarray.T", (self,), result)
                 return result
 
             def __setitem__(self, index: Any, value: Any) -> None:
@@ -331,6 +353,20 @@ class Tripwires:
                 watch.observe("numpy.matmul" if name == "matmul" else "numpy.ufunc", inputs, result)
                 return tripwires._numpy_view(watch, result)
 
+        def followed(name: str) -> Callable[..., Any]:
+            def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+                result = getattr(super(WatchedArray, self), name)(*args, **kwargs)
+                watch = tripwires.watch
+                if watch is not None and id(self) in watch.derived:
+                    watch.observe(f"numpy.ndarray.{name}", (self, *args, *kwargs.values()), result)
+                    result = tripwires._numpy_view(watch, result)
+                return result
+
+            method.__name__ = name
+            return method
+
+        for name in (*NDARRAY_WHOLE, *NDARRAY_GATHERS):
+            setattr(WatchedArray, name, followed(name))
         self._watched_ndarray = WatchedArray
 
     def begin_call(self, key_pages: Any, value_pages: Any, context_lens: Any) -> None:
