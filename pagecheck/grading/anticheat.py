@@ -43,7 +43,8 @@ And for a reviewer:
 The scan is a heuristic for a reviewer, not a proof: it sees only the
 submission's own files and direct calls. The sandboxed worker's tripwires
 (tripwires.py) back it up at run time, whatever the names in the source:
-sdpa_trap (any route to SDPA) and gather_trap (gathers through MLX's and
+sdpa_trap (any Python route to SDPA in the worker, which may start no
+process) and gather_trap (gathers through MLX's and
 NumPy's gathering and indexing functions, arithmetic copies and products
 with a whole pool), and its audit hook refuses (and reports) pagecheck's own
 code.

@@ -3,8 +3,8 @@
 This is the only pagecheck code that runs next to student code, and it is not
 imported: the worker's bootstrap (BOOTSTRAP, run with `python -I -S -c`)
 reads one length-prefixed JSON message holding the sources of wire.py,
-subject.py, injection.py, tripwires.py and this file, runs them as private
-modules, and calls main(). Module level imports the standard library only.
+subject.py, injection.py, tripwires.py, seccomp.py and this file, runs them
+as private modules, and calls main(). Module level imports the standard library only.
 
 main() first installs an audit hook, which Python code cannot remove, that
 refuses
@@ -15,8 +15,9 @@ refuses
     - importing mlx or numpy again once they are loaded (a fresh import of a
       native module could bring back the real SDPA).
 Each refusal is reported to the trusted side as an event. Then it loads MLX,
-arms the tripwires (tripwires.py), loads the subject and answers requests
-until the pipe closes.
+arms the tripwires (tripwires.py), installs a seccomp filter that refuses
+new processes and programs (seccomp.py), loads the subject and answers
+requests until the pipe closes.
 """
 
 from __future__ import annotations
@@ -450,6 +451,9 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
     worker.tripwires.install_sdpa_trap(mx.fast)
     worker.tripwires.install_gather_watch(mx, np)
     guard["armed"] = True
+    # From here on nothing in the worker starts a process or a program (seccomp.py): a fresh interpreter would
+    # hold none of the traps above, nor this process's memory limit.
+    processes = modules["seccomp"].refuse_new_processes()
     subject_module = modules["subject"]
     scratch = os.getcwd()  # the launcher starts the worker in its scratch folder
     for path in reversed(config.get("import_paths", [])):
@@ -465,5 +469,5 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
     shown = {name: f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', name)}"
              for name, value in subject.names.items() if isinstance(value, type)}  # fmt: skip
     worker.send({"op": "ready", "names": kinds, "missing": dict(subject.missing), "origin": subject.origin,
-                 "scratch": scratch, "shown": shown})  # fmt: skip
+                 "scratch": scratch, "shown": shown, "new_processes": processes})  # fmt: skip
     worker.serve()

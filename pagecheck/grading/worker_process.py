@@ -46,7 +46,7 @@ SYSTEM_READ_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/
                      "/sys/fs/cgroup")  # fmt: skip
 GPU_READ_PATHS = ("/proc/driver", "/sys", "/etc/nvidia", "/usr/share/nvidia")
 # The sources the worker runs, in order; none of them imports pagecheck.
-WORKER_MODULES = ("wire", "subject", "injection", "tripwires", "worker_main")
+WORKER_MODULES = ("wire", "subject", "injection", "tripwires", "seccomp", "worker_main")
 # The suite's own modules the worker runs (standard library only): the very same source as in process, the
 # subject loader and what a check installs in place of a subject's method.
 INVARIANTS_MODULES = {"subject": "pagecheck.invariants.subject", "injection": "pagecheck.invariants.injection"}
@@ -280,6 +280,7 @@ class WorkerProcess:
             self.protections["audit_hook"] = "on (imports and reads of pagecheck, gc introspection, re-imports of MLX)"
         else:
             self.protections["audit_hook"] = "off: this project's own subject, which imports pagecheck"
+        self.protections["new_processes"] = wire.clean_text(header.get("new_processes", "off: not reported"), 200)
         self.names = {str(k): str(v) for k, v in dict(header.get("names", {})).items()}
         self.missing = {str(k): wire.clean_text(v, 300) for k, v in dict(header.get("missing", {})).items()}
         self.origin = wire.clean_text(header.get("origin", ""), 500)
