@@ -451,3 +451,25 @@ def test_the_worker_never_learns_which_check_is_asking(sandbox: tuple[Subject, S
     reachable = probe(subject, "strings_in_frames")
     assert len(reachable) > 10  # the walk reached the worker's frames
     assert not [text for text in reachable if "secret_check_name" in text]
+
+
+def test_the_worker_reads_its_libraries_where_this_interpreter_finds_them(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.machinery
+    import importlib.util
+
+    from pagecheck.grading.worker_process import library_paths, python_read_paths
+
+    for name in ("mlx", "numpy"):
+        found = importlib.util.find_spec(name)
+        assert found is not None and found.submodule_search_locations
+        assert str(Path(found.submodule_search_locations[0]).resolve().parent) in library_paths()
+    # MLX installed on PYTHONPATH, outside every site-packages folder (as on a machine with staged wheels).
+    elsewhere = tmp_path / "site" / "mlx"
+    elsewhere.mkdir(parents=True)
+    staged = importlib.machinery.ModuleSpec("mlx", None, is_package=True)
+    staged.submodule_search_locations = [str(elsewhere)]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: staged if name == "mlx" else real(name, *rest))
+    folder = str((tmp_path / "site").resolve())
+    assert folder in library_paths() and folder in python_read_paths()

@@ -47,6 +47,7 @@ SYSTEM_READ_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/
 GPU_READ_PATHS = ("/proc/driver", "/sys", "/etc/nvidia", "/usr/share/nvidia")
 # The sources the worker runs, in order; none of them imports pagecheck.
 WORKER_MODULES = ("wire", "subject", "injection", "tripwires", "seccomp", "worker_main")
+WORKER_LIBRARIES = ("mlx", "numpy")  # the worker imports them before the subject loads
 # The suite's own modules the worker runs (standard library only): the very same source as in process, the
 # subject loader and what a check installs in place of a subject's method.
 INVARIANTS_MODULES = {"subject": "pagecheck.invariants.subject", "injection": "pagecheck.invariants.injection"}
@@ -126,11 +127,25 @@ def harness_roots() -> list[str]:
     return sorted(set(roots))
 
 
+def library_paths() -> list[str]:
+    """Where the worker imports its libraries from: the site-packages folders, and the folders that hold the
+    MLX and NumPy this interpreter finds (an install on PYTHONPATH puts them elsewhere; the worker reads no
+    PYTHONPATH)."""
+    paths = list(site.getsitepackages())
+    for name in WORKER_LIBRARIES:
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec is not None else []:
+            folder = str(Path(location).resolve().parent)
+            if folder not in paths:
+                paths.append(folder)
+    return paths
+
+
 def python_read_paths() -> list[str]:
-    """What the worker's Python needs to read: its installation, the environment and its site-packages."""
+    """What the worker's Python needs to read: its installation, the environment and its libraries."""
     paths = {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix,
              str(Path(sys.executable).resolve().parent), str(Path(sys.executable).parent)}  # fmt: skip
-    paths.update(site.getsitepackages())
+    paths.update(library_paths())
     return sorted(str(Path(p).resolve()) for p in paths if p and Path(p).exists())
 
 
@@ -259,7 +274,7 @@ class WorkerProcess:
         worker_config = {
             "spec": settings.spec, "import_paths": list(settings.import_paths), "strict": settings.strict,
             "device": settings.device, "harness_roots": harness_roots() if settings.strict else [],
-            "site_paths": site.getsitepackages(),
+            "site_paths": library_paths(),
         }  # fmt: skip
         try:
             self._write_raw(bootstrap_message(worker_sources(), worker_config))
