@@ -56,10 +56,11 @@ MEANING: dict[ExitCode, str] = {
     ExitCode.TOLERANCE_EXCEEDED: "some tolerance-sweep cell is outside the tolerance table",
     ExitCode.BENCH_INCORRECT: "a benchmarked variant raised, or its output is further than atol from float64",
     ExitCode.SUITE_ERROR: "the invariants suite ran but reached no verdict for some checks (none collected, or "
-    "collection errors; see invariants.log)",
+    "collection errors; see invariants.log); for grade, no sandboxed worker could run here, so nothing was graded",
     ExitCode.SUITE_CRASHED: "the invariants suite crashed (killed by a signal, a pytest usage or internal error, no "
     "results, or a worker died under a check); index.md shows the cause from invariants.log",
-    ExitCode.DEVICE_UNAVAILABLE: "--device gpu was asked for and MLX has no GPU here",
+    ExitCode.DEVICE_UNAVAILABLE: "--device gpu was asked for and MLX has no GPU here (for grade: none that a "
+    "sandboxed worker can use)",
     ExitCode.INTERRUPTED: "stopped by SIGINT or SIGTERM; `pagecheck grade` keeps every finished result",
 }
 

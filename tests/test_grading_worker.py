@@ -473,3 +473,28 @@ def test_the_worker_reads_its_libraries_where_this_interpreter_finds_them(tmp_pa
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: staged if name == "mlx" else real(name, *rest))
     folder = str((tmp_path / "site").resolve())
     assert folder in library_paths() and folder in python_read_paths()
+
+
+def test_the_preflight_worker_loads_the_project_subject_and_says_why_not_otherwise() -> None:
+    from pagecheck.grading.worker_process import preflight_worker
+
+    assert preflight_worker("cpu") is None
+    why = preflight_worker("cpu", spec="/nonexistent/subject.py")
+    assert why is not None and "the subject did not load in the worker" in why and "/nonexistent/subject.py" in why
+
+
+def test_grade_stops_before_any_submission_when_no_worker_can_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # A machine whose sandbox cannot load MLX (as MLX's CUDA back-end inside it, measured on the H200) would
+    # otherwise grade every submission load-failed, with nothing earned.
+    from pagecheck.cli import main
+    from pagecheck.commands import grade as grade_command
+    from pagecheck.exit_codes import ExitCode
+
+    monkeypatch.setattr(grade_command, "preflight_worker", lambda device: "ImportError: no GPU memory for the worker")
+    out = tmp_path / "graded"
+    code = main(["grade", str(ROOT / "tests" / "subjects" / "course_conformant.py"), "--out", str(out),
+                 "--seed", "s" * 32])  # fmt: skip
+    assert code == ExitCode.SUITE_ERROR
+    assert "no submission was graded: ImportError: no GPU memory for the worker" in capsys.readouterr().out
+    assert not (out / "results").exists()

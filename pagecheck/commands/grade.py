@@ -34,7 +34,7 @@ from pagecheck.grading.schedule import jobs_to_run, run_jobs
 from pagecheck.grading.seeds import MIN_SECRET_LENGTH, resolve_secret
 from pagecheck.grading.shards import parse_shard
 from pagecheck.grading.submission import load_submissions
-from pagecheck.grading.worker_process import probe_protections, protections_off
+from pagecheck.grading.worker_process import preflight_worker, probe_protections, protections_off
 from pagecheck.progress import StageProgress
 
 NAME = "grade"
@@ -146,6 +146,11 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     if todo:
         off = protections_off(probe_protections())
         progress.note("sandbox: every protection is on" if not off else "sandbox: OFF on this machine: " + "; ".join(off))
+        unusable = preflight_worker(args.device)
+        if unusable is not None:
+            print(f"pagecheck {NAME}: a sandboxed worker cannot run with --device {args.device} on this machine, "
+                  f"so no submission was graded: {unusable}")  # fmt: skip
+            return ExitCode.DEVICE_UNAVAILABLE if args.device == "gpu" else ExitCode.SUITE_ERROR
     live = LiveChildren()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:

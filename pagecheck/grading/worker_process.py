@@ -445,6 +445,31 @@ class WorkerProcess:
             self._scratch = None
 
 
+def preflight_worker(device: str, spec: str = "reference", timeout_s: float = 120.0) -> str | None:
+    """Why a sandboxed worker cannot load a subject on this machine with MLX on `device`; None when it can.
+    The grader asks once, with this project's own subject, before any submission, so that a fault of the
+    machine (MLX's GPU back-end failing inside the sandbox, say) is not graded as every submission's."""
+    roots = tuple(code_roots())
+    folder = tempfile.mkdtemp(prefix="pagecheck-preflight-")
+    log = os.path.join(folder, "worker.log")
+    settings = WorkerSettings(spec=spec, strict=False, device=device, import_paths=roots, extra_read_paths=roots,
+                              start_timeout_s=timeout_s, log_path=log)  # fmt: skip
+    worker = WorkerProcess(settings, on_event=lambda event: None)
+    try:
+        worker.start()
+        return None
+    except SandboxStartError as exc:
+        try:
+            lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            lines = []
+        cause = next((line.strip() for line in reversed(lines) if "Error" in line), "")
+        return f"{exc}" + (f" ({cause[:300]})" if cause else "")
+    finally:
+        worker.stop()
+        _remove_tree(folder)
+
+
 def code_roots() -> list[str]:
     """Where the launcher imports pagecheck from (it runs before the sandbox exists)."""
     spec = importlib.util.find_spec("pagecheck")
