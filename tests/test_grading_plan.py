@@ -40,3 +40,11 @@ def test_a_result_from_another_grader_is_graded_again() -> None:
     assert reuse_reason(document, "d" * 64, settings) is None
     older = {**settings, "grader": "0" * 16}
     assert reuse_reason(document, "d" * 64, older) == "the grading settings changed"
+
+
+def test_a_gpu_run_limits_the_data_segment_and_a_cpu_run_the_address_space() -> None:
+    # MLX's CUDA back-end reserves far more address space than it uses: under a 4 GiB RLIMIT_AS it does not load.
+    for device, kind in (("cpu", "address_space"), ("gpu", "data")):
+        plan = GradePlan(secret="s" * 16, limits=Limits(60, 1 << 30), build_timeout_s=60, profile="default",
+                         device=device)  # fmt: skip
+        assert (plan.trusted_limits.memory_kind, plan.worker_limits.memory_kind) == (kind, kind)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -97,3 +98,16 @@ def test_importing_the_grader_leaves_mlx_sdpa_alone(tmp_path: Path) -> None:
     code = "import pagecheck.cli, mlx.core as mx; print(type(mx.fast.scaled_dot_product_attention).__name__)"
     assert run_python(code, tmp_path).returncode == 0
     assert "SdpaTrap" not in (tmp_path / "log").read_text()
+
+
+@pytest.mark.parametrize("memory, limited, free", [("1073741824", "RLIMIT_AS", "RLIMIT_DATA"),
+                                                   ("1073741824:data", "RLIMIT_DATA", "RLIMIT_AS")])
+def test_the_limits_program_caps_the_address_space_or_the_data_segment(memory: str, limited: str, free: str) -> None:
+    report = ("import resource; print(resource.getrlimit(resource." + limited + ")[0], "
+              "resource.getrlimit(resource." + free + ")[0] == resource.RLIM_INFINITY)")  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "pagecheck.grading.limits", memory, "--", sys.executable, "-c", report],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.stdout.split() == ["1073741824", "True"], done.stderr
+    refused = subprocess.run([sys.executable, "-m", "pagecheck.grading.limits", "1G:data", "--", "true"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert refused.returncode != 0 and "usage:" in refused.stderr

@@ -7,6 +7,8 @@ probes run inside the worker; their answers come back as values.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -491,10 +493,36 @@ def test_grade_stops_before_any_submission_when_no_worker_can_run(tmp_path: Path
     from pagecheck.commands import grade as grade_command
     from pagecheck.exit_codes import ExitCode
 
-    monkeypatch.setattr(grade_command, "preflight_worker", lambda device: "ImportError: no GPU memory for the worker")
+    monkeypatch.setattr(grade_command, "preflight_worker", lambda device, limits: "ImportError: no GPU memory")
     out = tmp_path / "graded"
     code = main(["grade", str(ROOT / "tests" / "subjects" / "course_conformant.py"), "--out", str(out),
                  "--seed", "s" * 32])  # fmt: skip
     assert code == ExitCode.SUITE_ERROR
-    assert "no submission was graded: ImportError: no GPU memory for the worker" in capsys.readouterr().out
+    assert "no submission was graded: ImportError: no GPU memory" in capsys.readouterr().out
     assert not (out / "results").exists()
+
+
+@pytest.mark.skipif(not LINUX, reason="Landlock")
+def test_landlock_leaves_only_a_gpu_worker_its_own_thread_names(tmp_path: Path) -> None:
+    if not landlock.abi_version():
+        pytest.skip("this kernel offers no Landlock")
+    probe = ("import sys, os, threading\n"
+             "from pagecheck.grading import landlock\n"
+             "from pagecheck.grading.worker_process import SYSTEM_READ_PATHS, python_read_paths\n"
+             "landlock.restrict([*SYSTEM_READ_PATHS, *python_read_paths(), sys.argv[2]], [], [], "
+             "thread_names=sys.argv[1] == 'on')\n"
+             "def name():\n"
+             "    try:\n"
+             "        with open(f'/proc/self/task/{threading.get_native_id()}/comm', 'w') as f:\n"
+             "            f.write('renamed')\n"
+             "        return 'written'\n"
+             "    except PermissionError:\n"
+             "        return 'refused'\n"
+             "found = []\n"
+             "worker = threading.Thread(target=lambda: found.append(name()))\n"
+             "worker.start(); worker.join()\n"
+             "print(found[0], end='')\n")  # fmt: skip
+    for setting, want in (("on", "written"), ("off", "refused")):
+        done = subprocess.run([sys.executable, "-c", probe, setting, str(ROOT)], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+        assert done.stdout == want, done.stderr[-2000:]

@@ -146,7 +146,7 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     if todo:
         off = protections_off(probe_protections())
         progress.note("sandbox: every protection is on" if not off else "sandbox: OFF on this machine: " + "; ".join(off))
-        unusable = preflight_worker(args.device)
+        unusable = preflight_worker(args.device, plan.worker_limits)
         if unusable is not None:
             print(f"pagecheck {NAME}: a sandboxed worker cannot run with --device {args.device} on this machine, "
                   f"so no submission was graded: {unusable}")  # fmt: skip

@@ -90,8 +90,11 @@ def _add_path(libc: ctypes.CDLL, ruleset: int, path: str, rights: int, handled: 
         os.close(fd)
 
 
-def restrict(read_paths: list[str], write_paths: list[str], device_files: list[str]) -> LandlockResult:
-    """Restrict this process and its future children; call last before exec (no new privileges is set here)."""
+def restrict(read_paths: list[str], write_paths: list[str], device_files: list[str],
+             thread_names: bool = False) -> LandlockResult:
+    """Restrict this process and its future children; call last before exec (no new privileges is set here).
+    `thread_names`: its own /proc/self/task files stay writable, where a GPU driver names the threads it starts
+    (MLX's CUDA back-end fails to load without it, measured on the H200)."""
     abi = abi_version()
     if abi == 0:
         return LandlockResult(0, False, False, False, "the kernel offers no Landlock")
@@ -113,6 +116,8 @@ def restrict(read_paths: list[str], write_paths: list[str], device_files: list[s
             _add_path(libc, ruleset, path, WRITE_RIGHTS, handled_fs)
         for path in device_files:
             _add_path(libc, ruleset, path, READ_FILE | WRITE_FILE | IOCTL_DEV, handled_fs)
+        if thread_names:
+            _add_path(libc, ruleset, "/proc/self/task", READ_FILE | WRITE_FILE | TRUNCATE, handled_fs)
         if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
         if libc.syscall(ctypes.c_long(SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:

@@ -72,6 +72,9 @@ class LaunchConfig:
     device_paths: list[str] = field(default_factory=list)  # extra device files (a GPU's), read-write
     workdir: str = ""  # where the program starts, relative to the scratch folder
     leave_off: list[str] = field(default_factory=list)  # of LEAVABLE: to see what a machine without them gets
+    # "data": memory_bytes caps RLIMIT_DATA, not RLIMIT_AS (MLX's CUDA back-end reserves more address space than
+    # any useful limit); with a GPU's device files, also its own thread names writable (CUDA names its threads)
+    memory_kind: str = "address_space"
 
     @staticmethod
     def from_json(text: str) -> "LaunchConfig":
@@ -264,7 +267,7 @@ def _drop_to_nobody(protections: Protections) -> tuple[int, int] | None:
 
 def _apply_limits(config: LaunchConfig, protections: Protections) -> None:
     limits = {
-        "RLIMIT_AS": config.memory_bytes,
+        "RLIMIT_DATA" if config.memory_kind == "data" else "RLIMIT_AS": config.memory_bytes,
         "RLIMIT_CPU": config.cpu_seconds,
         "RLIMIT_NPROC": config.max_processes,
         "RLIMIT_FSIZE": config.max_file_bytes,
@@ -292,7 +295,8 @@ def _sandbox_program(config: LaunchConfig, scratch: str, protections: Protection
             namespaces.prctl(namespaces.PR_SET_PDEATHSIG, int(signal.SIGKILL))
         _apply_limits(config, protections)
         if landlock.abi_version() and "landlock" not in config.leave_off:
-            landlock.restrict(read_paths, [scratch], [*DEVICE_FILES, *config.device_paths])  # failing is fatal
+            landlock.restrict(read_paths, [scratch], [*DEVICE_FILES, *config.device_paths],  # failing is fatal
+                              thread_names=bool(config.device_paths))
         else:
             namespaces.prctl(landlock.PR_SET_NO_NEW_PRIVS, 1)  # no Landlock: at least no new privileges
         os.chdir(os.path.join(scratch, config.workdir))
@@ -364,7 +368,8 @@ def _init(config: LaunchConfig, scratch: str, protections: Protections, as_root:
         if "landlock" in config.leave_off:
             protections.off("landlock", "left off by the settings")
         elif landlock_abi:
-            protections.on("landlock", f"ABI {landlock_abi}: filesystem, TCP{', signals' if landlock_abi >= 6 else ''}")
+            protections.on("landlock", f"ABI {landlock_abi}: filesystem, TCP{', signals' if landlock_abi >= 6 else ''}"
+                                       f"{'; its own thread names writable, for the GPU driver' if config.device_paths else ''}")
         else:
             protections.off("landlock", "the kernel offers none: files outside the scratch folder are readable "
                                         "as far as the user's permissions go")  # fmt: skip

@@ -6,6 +6,10 @@ runs. (Setting them in a preexec_fn would run Python between fork and exec
 in a process forked from a threaded grader, which can deadlock.)
 
 - RLIMIT_AS caps the address space: an allocation past it fails inside the child.
+  With MEMORY given as BYTES:data, RLIMIT_DATA caps the data segment and the
+  private writable mappings instead, leaving the address space free: MLX's
+  CUDA back-end reserves far more address space than it uses (its import
+  fails under a 4 GiB RLIMIT_AS, measured on the H200).
 - RLIMIT_CORE = 0: a crashing submission leaves no core file behind.
 - RLIMIT_FSIZE caps any one file it writes (its log included) at MAX_FILE_BYTES;
   past it the write fails with SIGXFSZ, reported as a crash.
@@ -23,7 +27,8 @@ import sys
 
 PR_SET_PDEATHSIG = 1
 MAX_FILE_BYTES = 1 << 30  # room for an extension build, not for filling the disk
-USAGE = "usage: python -m pagecheck.grading.limits MEMORY_BYTES -- COMMAND [ARG...]"
+USAGE = "usage: python -m pagecheck.grading.limits MEMORY_BYTES[:data] -- COMMAND [ARG...]"
+DATA_SUFFIX = ":data"
 
 
 def die_with_parent() -> None:
@@ -36,16 +41,20 @@ def die_with_parent() -> None:
         sys.exit(f"{sys.argv[0]}: the grader is gone; not starting")
 
 
-def apply_limits(memory_bytes: int) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+def apply_limits(memory_bytes: int, data_only: bool = False) -> None:
+    memory = resource.RLIMIT_DATA if data_only else resource.RLIMIT_AS
+    resource.setrlimit(memory, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
+    if len(argv) < 3 or argv[1] != "--":
         sys.exit(USAGE)
-    apply_limits(int(argv[0]))
+    memory, data_only = argv[0].removesuffix(DATA_SUFFIX), argv[0].endswith(DATA_SUFFIX)
+    if not memory.isdigit():
+        sys.exit(USAGE)
+    apply_limits(int(memory), data_only)
     die_with_parent()
     os.execvp(argv[2], argv[2:])
 

@@ -79,12 +79,19 @@ class GradePlan:
             cpu_seconds=int(CPU_SECONDS_PER_WALL_SECOND * max(self.limits.timeout_s, self.build_timeout_s)),
             max_processes=self.max_processes,
             disk_bytes=self.disk_bytes,
+            memory_kind=self.memory_kind,
         )
 
     @property
     def trusted_limits(self) -> Limits:
         """The limits of the trusted suite child: the pass's wall clock, room for the oracle."""
-        return Limits(self.limits.timeout_s, self.limits.memory_bytes + TRUSTED_MEMORY_HEADROOM)
+        return Limits(self.limits.timeout_s, self.limits.memory_bytes + TRUSTED_MEMORY_HEADROOM, self.memory_kind)
+
+    @property
+    def memory_kind(self) -> str:
+        """How --memory is enforced: on the address space, or on the data segment for the GPU, whose back-end
+        reserves more address space than it uses."""
+        return "data" if self.device == "gpu" else "address_space"
 
     @property
     def invariants(self) -> list[str]:

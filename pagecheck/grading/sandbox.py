@@ -23,17 +23,22 @@ GIB = 1 << 30
 # ru_maxrss is in kilobytes on Linux and in bytes on macOS.
 MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
 
+MEMORY_KINDS = ("address_space", "data")
+
 
 @dataclass(frozen=True)
 class Limits:
     timeout_s: float
     memory_bytes: int
+    memory_kind: str = "address_space"  # or "data" (RLIMIT_DATA), for a child that runs MLX's CUDA back-end
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
             raise ValueError(f"timeout={self.timeout_s} must be a positive number of seconds")
         if self.memory_bytes < 256 << 20:
             raise ValueError(f"memory={self.memory_bytes / GIB:g} GB is below the 0.25 GB a Python child needs")
+        if self.memory_kind not in MEMORY_KINDS:
+            raise ValueError(f"memory_kind={self.memory_kind!r} must be one of {MEMORY_KINDS}")
 
 
 @dataclass(frozen=True)
@@ -108,8 +113,9 @@ def _kill_group(pgid: int) -> None:
         return
 
 
-def limited_command(command: Sequence[str], memory_bytes: int) -> list[str]:
-    return [sys.executable, "-m", "pagecheck.grading.limits", str(memory_bytes), "--", *command]
+def limited_command(command: Sequence[str], memory_bytes: int, memory_kind: str = "address_space") -> list[str]:
+    memory = f"{memory_bytes}:data" if memory_kind == "data" else str(memory_bytes)
+    return [sys.executable, "-m", "pagecheck.grading.limits", memory, "--", *command]
 
 
 def run_limited(
@@ -131,7 +137,7 @@ def run_limited(
         log.write(("$ " + " ".join(command) + "\n").encode(errors="surrogateescape"))  # paths need not be UTF-8
         log.flush()
         child = subprocess.Popen(
-            limited_command(command, limits.memory_bytes),
+            limited_command(command, limits.memory_bytes, limits.memory_kind),
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,

@@ -69,6 +69,7 @@ class WorkerLimits:
     max_processes: int = 64
     max_file_bytes: int = 256 << 20
     disk_bytes: int = 512 << 20
+    memory_kind: str = "address_space"  # "data" for a GPU worker (sandbox.Limits.memory_kind)
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,7 @@ class WorkerProcess:
             status_fd=fds["status"],
             device_paths=device_paths,
             leave_off=list(settings.leave_off),
+            memory_kind=limits.memory_kind,
         )
 
     def start(self) -> None:
@@ -445,15 +447,17 @@ class WorkerProcess:
             self._scratch = None
 
 
-def preflight_worker(device: str, spec: str = "reference", timeout_s: float = 120.0) -> str | None:
-    """Why a sandboxed worker cannot load a subject on this machine with MLX on `device`; None when it can.
+def preflight_worker(device: str, limits: WorkerLimits | None = None, spec: str = "reference",
+                     timeout_s: float = 120.0) -> str | None:
+    """Why a sandboxed worker cannot load a subject on this machine with MLX on `device`, under `limits` (the
+    run's); None when it can.
     The grader asks once, with this project's own subject, before any submission, so that a fault of the
     machine (MLX's GPU back-end failing inside the sandbox, say) is not graded as every submission's."""
     roots = tuple(code_roots())
     folder = tempfile.mkdtemp(prefix="pagecheck-preflight-")
     log = os.path.join(folder, "worker.log")
     settings = WorkerSettings(spec=spec, strict=False, device=device, import_paths=roots, extra_read_paths=roots,
-                              start_timeout_s=timeout_s, log_path=log)  # fmt: skip
+                              limits=limits or WorkerLimits(), start_timeout_s=timeout_s, log_path=log)  # fmt: skip
     worker = WorkerProcess(settings, on_event=lambda event: None)
     try:
         worker.start()
