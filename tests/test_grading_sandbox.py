@@ -111,3 +111,14 @@ def test_the_limits_program_caps_the_address_space_or_the_data_segment(memory: s
     refused = subprocess.run([sys.executable, "-m", "pagecheck.grading.limits", "1G:data", "--", "true"],
                              capture_output=True, text=True, timeout=60)  # fmt: skip
     assert refused.returncode != 0 and "usage:" in refused.stderr
+
+
+def test_a_pass_that_stopped_before_its_last_check_is_not_finished() -> None:
+    # A red-team submission broke the suite's journal after one check of the hidden pass; the checks it never
+    # reached must not be left to the public pass's outcome.
+    journal = [{"event": "session"}, {"event": "collected", "count": 3},
+               {"event": "start", "nodeid": "a"}, {"event": "end", "nodeid": "a"}]  # fmt: skip
+    verdict = classify_pass(_exit(1), journal, True, "", GIB)
+    assert (verdict.verdict, verdict.detail) == ("crashed", "the suite stopped after 1 of its 3 checks")
+    finished = journal + [{"event": "end", "nodeid": n} for n in ("b", "c")]
+    assert classify_pass(_exit(1), finished, True, "", GIB).verdict == "ok"

@@ -526,3 +526,16 @@ def test_landlock_leaves_only_a_gpu_worker_its_own_thread_names(tmp_path: Path) 
         done = subprocess.run([sys.executable, "-c", probe, setting, str(ROOT)], capture_output=True, text=True,
                               timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
         assert done.stdout == want, done.stderr[-2000:]
+
+
+def test_a_worker_event_keeps_only_report_fields_and_the_trusted_check() -> None:
+    # A frame naming its own check (or the journal's own keys) misfiled events, carried hidden inputs into
+    # feedback, and broke the suite's journal (red-team round 2).
+    from pagecheck.grading.remote_subject import Session
+
+    session = Session(WorkerSettings(spec="unused.py"), None)
+    session.begin_check("pagecheck.invariants.test_x::real")
+    session._worker_event({"kind": "introspection", "check": "x::LEAK q=[1, 2]", "nodeid": "x", "event": "y",
+                           "detail": "gc.get_objects", "where": "s.py:3", "shape": [2, 8], "extra": "z"})  # fmt: skip
+    assert session.events[-1] == {"detail": "gc.get_objects", "where": "s.py:3", "shape": [2, 8],
+                                  "kind": "introspection", "check": "pagecheck.invariants.test_x::real"}  # fmt: skip

@@ -108,13 +108,16 @@ class Journal:
             self.write("protections", state=session.protections, scratch=session.scratch)
             self._protections_written = True
         for event in session.events[self._events_seen :]:
-            fields = {k: v for k, v in event.items() if k not in ("kind", "check")}
+            fields = {k: v for k, v in event.items() if k not in ("kind", "check", "event", "nodeid")}
             self.write(str(event.get("kind", "worker")), nodeid=event.get("check", ""), **fields)
         self._events_seen = len(session.events)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.write("session")
         self.write_worker_events()
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.write("collected", count=len(session.items))
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self.write("start", nodeid=nodeid)

@@ -71,6 +71,15 @@ MAX_EVENTS = 2000  # reports of one kind kept per session (incidents are always 
 WORKER_EVENT_KINDS = frozenset({"sdpa_trap", "gather_trap", "harness_import", "harness_read", "introspection",
                                 "reimport"})
 FORGED_EVENT = "forged_event"
+# The fields an event keeps: those the worker's reports and the trusted side's incidents carry.
+EVENT_FIELDS = frozenset({"detail", "where", "op", "shape", "incident"})
+
+
+def _plain_field(value: Any) -> Any:
+    """A report's non-text field as plain data: a short list of integers (a shape), else its text."""
+    if isinstance(value, list) and len(value) <= 8 and all(isinstance(n, int) and not isinstance(n, bool) for n in value):
+        return value
+    return wire.clean_text(str(value), 200)
 
 
 class StaleHandleError(RuntimeError):
@@ -105,8 +114,11 @@ class Session:
         if kind != "incident" and self._kept[kind] >= MAX_EVENTS:
             return  # a worker that reports without end is out of tripwires to show, not out of memory
         self._kept[kind] += 1
-        self.events.append({"check": self.check, **{k: wire.clean_text(v, 500) if isinstance(v, str) else v
-                                                    for k, v in event.items() if k != "step"}})  # fmt: skip
+        # Only the fields a report has (EVENT_FIELDS), cleaned; the check it is filed under is the trusted side's,
+        # whatever the frame says (a worker frame naming its own check could misfile it or carry text).
+        fields = {k: wire.clean_text(v, 500) if isinstance(v, str) else _plain_field(v)
+                  for k, v in event.items() if k in EVENT_FIELDS}  # fmt: skip
+        self.events.append({**fields, "kind": kind, "check": self.check})
 
     def _worker_event(self, event: dict[str, Any]) -> None:
         """An event frame from the worker: a report of one of WORKER_EVENT_KINDS, or else a forged frame."""

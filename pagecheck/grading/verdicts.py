@@ -63,6 +63,13 @@ def classify_pass(
             )
         return Verdict("crashed", exit.signal_name)
     if has_results and exit.returncode in FINISHED_STATUSES:
+        # A pass is finished when every check it collected ended: one that stopped early (a worker frame that
+        # broke the suite's journal, say) must not leave its first checks to stand for the rest.
+        collected = [e for e in journal if e.get("event") == "collected"]
+        ended = {e.get("nodeid") for e in journal if e.get("event") == "end"}
+        expected = int(collected[-1].get("count", 0)) if collected else 0
+        if len(ended) < expected:
+            return Verdict("crashed", f"the suite stopped after {len(ended)} of its {expected} checks")
         return Verdict("ok", "")
     started = any(e.get("event") == "session" for e in journal)
     if exit.returncode == USAGE_ERROR_STATUS and not started:
