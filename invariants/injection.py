@@ -46,8 +46,9 @@ def _shape(value: Any) -> list[int] | str:
 def watch_materialize(cache: Any, mx: ModuleType) -> dict[str, Any]:
     """Call cache.materialize() with cache.gather_dense refusing (AssertionError) and mx.eval only recording
     what it is given, as the course's materialize test does; both are put back afterwards. An exception from
-    materialize() propagates unless a gather was refused first. Returns plain data: {"gathers": calls to gather_dense, "evals": for each
-    mx.eval call, the shape of each argument (its type's name where it has none)}."""
+    materialize() propagates unless a gather was refused first. Returns plain data: {"gathers": calls to
+    gather_dense, "evals": for each mx.eval call, the shape of each argument (its type's name where it has
+    none)}."""
     gathers: list[int] = []
     evals: list[list[Any]] = []
 

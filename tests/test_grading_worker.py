@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Iterator
 
 import mlx.core as mx
-import numpy as np
 import pytest
 
 from pagecheck.grading import landlock

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pagecheck.grading import landlock, namespaces
+from pagecheck.grading.limits import MEMORY_RLIMITS
 
 SETUP_FAILED = 120
 NOBODY = "nobody"
@@ -267,7 +268,7 @@ def _drop_to_nobody(protections: Protections) -> tuple[int, int] | None:
 
 def _apply_limits(config: LaunchConfig, protections: Protections) -> None:
     limits = {
-        "RLIMIT_DATA" if config.memory_kind == "data" else "RLIMIT_AS": config.memory_bytes,
+        MEMORY_RLIMITS[config.memory_kind]: config.memory_bytes,
         "RLIMIT_CPU": config.cpu_seconds,
         "RLIMIT_NPROC": config.max_processes,
         "RLIMIT_FSIZE": config.max_file_bytes,

@@ -28,6 +28,8 @@ import sys
 PR_SET_PDEATHSIG = 1
 MAX_FILE_BYTES = 1 << 30  # room for an extension build, not for filling the disk
 USAGE = "usage: python -m pagecheck.grading.limits MEMORY_BYTES[:data] -- COMMAND [ARG...]"
+# How a memory limit is enforced -> the rlimit that holds it (this program's and the sandbox launcher's).
+MEMORY_RLIMITS = {"address_space": "RLIMIT_AS", "data": "RLIMIT_DATA"}
 DATA_SUFFIX = ":data"
 
 
@@ -41,8 +43,8 @@ def die_with_parent() -> None:
         sys.exit(f"{sys.argv[0]}: the grader is gone; not starting")
 
 
-def apply_limits(memory_bytes: int, data_only: bool = False) -> None:
-    memory = resource.RLIMIT_DATA if data_only else resource.RLIMIT_AS
+def apply_limits(memory_bytes: int, memory_kind: str = "address_space") -> None:
+    memory = getattr(resource, MEMORY_RLIMITS[memory_kind])
     resource.setrlimit(memory, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
@@ -51,10 +53,10 @@ def apply_limits(memory_bytes: int, data_only: bool = False) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) < 3 or argv[1] != "--":
         sys.exit(USAGE)
-    memory, data_only = argv[0].removesuffix(DATA_SUFFIX), argv[0].endswith(DATA_SUFFIX)
+    memory, kind = argv[0].removesuffix(DATA_SUFFIX), "data" if argv[0].endswith(DATA_SUFFIX) else "address_space"
     if not memory.isdigit():
         sys.exit(USAGE)
-    apply_limits(int(memory), data_only)
+    apply_limits(int(memory), kind)
     die_with_parent()
     os.execvp(argv[2], argv[2:])
 

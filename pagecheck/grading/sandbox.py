@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from pagecheck.grading.limits import DATA_SUFFIX, MEMORY_RLIMITS
+
 POLL_S = 0.05
 GIB = 1 << 30
 # ru_maxrss is in kilobytes on Linux and in bytes on macOS.
 MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
 
-MEMORY_KINDS = ("address_space", "data")
+MEMORY_KINDS = tuple(MEMORY_RLIMITS)
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def _kill_group(pgid: int) -> None:
 
 
 def limited_command(command: Sequence[str], memory_bytes: int, memory_kind: str = "address_space") -> list[str]:
-    memory = f"{memory_bytes}:data" if memory_kind == "data" else str(memory_bytes)
+    memory = f"{memory_bytes}{DATA_SUFFIX}" if memory_kind == "data" else str(memory_bytes)
     return [sys.executable, "-m", "pagecheck.grading.limits", memory, "--", *command]
 
 

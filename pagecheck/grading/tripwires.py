@@ -323,14 +323,6 @@ class Tripwires:
                     watch.observe("numpy.ndarray.__getitem__", (self,), result)
                 return result
 
-            @property
-            def T(self) -> Any:
-                result = super().T
-                watch = tripwires.watch
-                if watch is not None and id(self) in watch.derived:
-                    watch.observe("numpy.ndarray.T", (self,), result)
-                return result
-
             def __setitem__(self, index: Any, value: Any) -> None:
                 super().__setitem__(index, value)
                 watch = tripwires.watch
@@ -353,9 +345,10 @@ class Tripwires:
                 watch.observe("numpy.matmul" if name == "matmul" else "numpy.ufunc", inputs, result)
                 return tripwires._numpy_view(watch, result)
 
-        def followed(name: str) -> Callable[..., Any]:
+        def followed(name: str, is_property: bool = False) -> Any:
             def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-                result = getattr(super(WatchedArray, self), name)(*args, **kwargs)
+                found = getattr(super(WatchedArray, self), name)
+                result = found if is_property else found(*args, **kwargs)
                 watch = tripwires.watch
                 if watch is not None and id(self) in watch.derived:
                     watch.observe(f"numpy.ndarray.{name}", (self, *args, *kwargs.values()), result)
@@ -363,10 +356,12 @@ class Tripwires:
                 return result
 
             method.__name__ = name
-            return method
+            return property(method) if is_property else method
 
         for name in (*NDARRAY_WHOLE, *NDARRAY_GATHERS):
             setattr(WatchedArray, name, followed(name))
+        for name in ARRAY_PROPERTIES:
+            setattr(WatchedArray, name, followed(name, is_property=True))
         self._watched_ndarray = WatchedArray
 
     def begin_call(self, key_pages: Any, value_pages: Any, context_lens: Any) -> None:
