@@ -44,9 +44,6 @@ float* partial = scratch;
 unsigned* counters = reinterpret_cast<unsigned*>(scratch + layout.counters);
 T* out = reinterpret_cast<T*>(scratch + layout.out_begin);
 constexpr int ENTRY = partial_entry(HEAD_DIM);
-static_assert(
-    Layout::SHARED_BYTES >= ROWS * (MAX_MERGED_SPLITS + 1) * static_cast<int>(sizeof(float)),
-    "the merge's weights live in the ring's shared memory");
 
 // ---- Walk this split's tiles --------------------------------------------------------
 walk_decode_block<Walker>(
@@ -71,57 +68,31 @@ for (int idx = threadIdx.x; idx < live_rows * HEAD_DIM; idx += blockDim.x) {
 }
 
 // ---- The last block of the column merges the splits ------------------------------------
-__threadfence();
+// One fence a block, by thread 0 after the barrier that orders the block's
+// partial stores before it (as a grid-wide barrier does): fenced stores, then
+// the ticket. The merging block's thread 0 fences again after its ticket, so
+// that its threads' reads, after the next barrier, see every split's stores.
 __syncthreads();
 if (threadIdx.x == 0) {
+  __threadfence();
   const unsigned start = counters[layout.base - layout.counters];
   const unsigned ticket = atomicAdd(counters + blockIdx.x, 1u) - start;
   merges_splits = ticket == static_cast<unsigned>(num_splits - 1);
+  if (merges_splits) {
+    __threadfence();
+  }
 }
 __syncthreads();
 if (!merges_splits) {
   return;
 }
-__threadfence();
-// Other blocks wrote the partials: read them from L2 (__ldcg), not L1. The
-// ring's shared memory is free now; it holds each row's split weights.
-// 1. Warp w takes rows w, w + DECODE_WARPS, ...; its lanes read the splits'
-//    maxima and sums side by side: weight of split s = 2^(max_s - row max),
-//    and the row's 1 / sum of weighted sums.
-float* weights = reinterpret_cast<float*>(shared); // [ROWS][MAX_MERGED_SPLITS]
-float* inv_totals = weights + ROWS * MAX_MERGED_SPLITS; // [ROWS]
-const int lane_idx = threadIdx.x % WARP_LANES;
-for (int r = threadIdx.x / WARP_LANES; r < live_rows; r += DECODE_WARPS) {
-  const QueryRow row = block.row(r, CAUSAL);
-  const float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY;
-  float split_max[MAX_MERGED_SPLITS / WARP_LANES];
-  float row_max = NEG_INF;
-#pragma unroll
-  for (int k = 0; k < MAX_MERGED_SPLITS / WARP_LANES; ++k) {
-    const int split = lane_idx + k * WARP_LANES;
-    split_max[k] = split < num_splits ? __ldcg(entries + split * ENTRY + HEAD_DIM) : NEG_INF;
-    row_max = fmaxf(row_max, split_max[k]);
-  }
-  const float base = usable_max(group_max<WARP_LANES>(row_max));
-  float total = 0.0f;
-#pragma unroll
-  for (int k = 0; k < MAX_MERGED_SPLITS / WARP_LANES; ++k) {
-    const int split = lane_idx + k * WARP_LANES;
-    if (split < num_splits) {
-      const float weight = exp2f(split_max[k] - base);
-      weights[r * MAX_MERGED_SPLITS + split] = weight;
-      total = fmaf(__ldcg(entries + split * ENTRY + HEAD_DIM + 1), weight, total);
-    }
-  }
-  total = group_sum<WARP_LANES>(total);
-  if (lane_idx == 0) {
-    inv_totals[r] = total > 0.0f ? 1.0f / total : 0.0f;
-  }
-}
-__syncthreads();
-// 2. Each thread merges a (row, group of VEC dims): VEC = 4 reads an entry's
-//    dims as float4 (entries are 16-byte aligned), MERGE_LOADS loads in flight
-//    at once, summed in split order.
+// Other blocks wrote the partials: read them from L2 (__ldcg), not L1.
+// Each thread merges a (row, group of VEC dims) on its own, in split order:
+// for each chunk of MERGE_LOADS splits it issues every load at once (a
+// split's max and sum as one pair, its dims as one Vec; VEC = 4 reads them as
+// float4, entries being 16-byte aligned), so a merge of at most MERGE_LOADS
+// splits waits on L2 once. Weights are 2^(max_s - base) for the largest max
+// seen so far; a later chunk with a larger max rescales what came before.
 constexpr int VEC = HEAD_DIM % 4 == 0 ? 4 : 1;
 constexpr int GROUPS = HEAD_DIM / VEC;
 constexpr int MERGE_LOADS = 16;
@@ -130,25 +101,48 @@ for (int idx = threadIdx.x; idx < live_rows * GROUPS; idx += blockDim.x) {
   const int r = idx / GROUPS;
   const int dim = (idx % GROUPS) * VEC;
   const QueryRow row = block.row(r, CAUSAL);
-  const float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY + dim;
-  const float* row_weights = weights + r * MAX_MERGED_SPLITS;
+  const float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY;
   float acc[VEC];
 #pragma unroll
   for (int e = 0; e < VEC; ++e) {
     acc[e] = 0.0f;
   }
+  float total = 0.0f;
+  float running_max = NEG_INF;
   for (int first = 0; first < num_splits; first += MERGE_LOADS) {
     Vec values[MERGE_LOADS];
+    float split_max[MERGE_LOADS];
+    float split_sum[MERGE_LOADS];
 #pragma unroll
     for (int k = 0; k < MERGE_LOADS; ++k) {
+      split_max[k] = NEG_INF;
+      split_sum[k] = 0.0f;
       if (first + k < num_splits) {
-        values[k] = __ldcg(reinterpret_cast<const Vec*>(entries + (first + k) * ENTRY));
+        const float* entry = entries + (first + k) * ENTRY;
+        values[k] = __ldcg(reinterpret_cast<const Vec*>(entry + dim));
+        const float2 stats = load_split_stats<HEAD_DIM>(entry);
+        split_max[k] = stats.x;
+        split_sum[k] = stats.y;
       }
+    }
+    float chunk_max = running_max;
+#pragma unroll
+    for (int k = 0; k < MERGE_LOADS; ++k) {
+      chunk_max = fmaxf(chunk_max, split_max[k]);
+    }
+    const float base = usable_max(chunk_max);
+    // What the earlier chunks summed, reweighted to this base (nothing yet: 0).
+    const float carry = running_max == NEG_INF ? 0.0f : exp2f(running_max - base);
+    total *= carry;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      acc[e] *= carry;
     }
 #pragma unroll
     for (int k = 0; k < MERGE_LOADS; ++k) {
       if (first + k < num_splits) {
-        const float weight = row_weights[first + k];
+        const float weight = exp2f(split_max[k] - base);
+        total = fmaf(split_sum[k], weight, total);
         const float* v = reinterpret_cast<const float*>(&values[k]);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
@@ -156,9 +150,11 @@ for (int idx = threadIdx.x; idx < live_rows * GROUPS; idx += blockDim.x) {
         }
       }
     }
+    running_max = chunk_max;
   }
+  const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
 #pragma unroll
   for (int e = 0; e < VEC; ++e) {
-    out[row.offset + dim + e] = from_float<T>(acc[e] * inv_totals[r]);
+    out[row.offset + dim + e] = from_float<T>(acc[e] * inv_total);
   }
 }

@@ -10,8 +10,6 @@ using namespace pagecheck;
 using Layout = DecodeLayout<T, HEAD_DIM, ROWS>;
 threadgroup float merge[Layout::MERGE_FLOATS];
 threadgroup bool merges_splits;
-// The merge's split weights per row, then each row's 1 / total.
-threadgroup float split_weights[ROWS * (MAX_MERGED_SPLITS + 1)];
 
 // ---- Positions -----------------------------------------------------------------
 const PagedGeometry geo = make_geometry(query_shape, key_pages_shape, block_table_shape, TABLE);
@@ -56,50 +54,28 @@ for (int idx = int(thread_index_in_threadgroup); idx < live_rows * HEAD_DIM; idx
 }
 
 // ---- The last threadgroup of the column merges the splits ------------------------------
-atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device);
+// One fence a threadgroup, by thread 0 after the barrier that orders the
+// group's partial stores before it, then the ticket; the merging group's
+// thread 0 fences again so that its threads' reads see every split's stores.
 threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
 if (thread_index_in_threadgroup == 0) {
+  atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device);
   const uint start = as_type<uint>(scratch[layout.base]);
   const uint ticket = atomic_fetch_add_explicit(counters + block_idx, 1u, memory_order_relaxed) - start;
   merges_splits = ticket == uint(num_splits - 1);
+  if (merges_splits) {
+    atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device);
+  }
 }
-threadgroup_barrier(mem_flags::mem_threadgroup);
+threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
 if (!merges_splits) {
   return;
 }
-atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device);
-// 1. Simdgroup w takes rows w, w + DECODE_WARPS, ...: the splits' weights and
-//    the row's 1 / sum of weighted sums.
-const int lane_idx = int(thread_index_in_simdgroup);
-for (int r = int(simdgroup_index_in_threadgroup); r < live_rows; r += DECODE_WARPS) {
-  const QueryRow row = query_row(geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
-  const device float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY;
-  float split_max[MAX_MERGED_SPLITS / WARP_LANES];
-  float row_max = -INFINITY;
-  for (int k = 0; k < MAX_MERGED_SPLITS / WARP_LANES; ++k) {
-    const int split = lane_idx + k * WARP_LANES;
-    split_max[k] = split < num_splits ? entries[split * ENTRY + HEAD_DIM] : -INFINITY;
-    row_max = metal::max(row_max, split_max[k]);
-  }
-  const float base = usable_max(simd_max(row_max));
-  float total = 0.0f;
-  for (int k = 0; k < MAX_MERGED_SPLITS / WARP_LANES; ++k) {
-    const int split = lane_idx + k * WARP_LANES;
-    if (split < num_splits) {
-      const float weight = metal::exp2(split_max[k] - base);
-      split_weights[r * MAX_MERGED_SPLITS + split] = weight;
-      total = metal::fma(entries[split * ENTRY + HEAD_DIM + 1], weight, total);
-    }
-  }
-  total = simd_sum(total);
-  if (lane_idx == 0) {
-    split_weights[ROWS * MAX_MERGED_SPLITS + r] = total > 0.0f ? 1.0f / total : 0.0f;
-  }
-}
-threadgroup_barrier(mem_flags::mem_threadgroup);
-// 2. Each thread merges a (row, group of VEC dims): VEC = 4 reads an entry's
-//    dims as float4 (entries are 16-byte aligned), MERGE_LOADS loads issued
-//    before they are summed in split order.
+// Each thread merges a (row, group of VEC dims) on its own, in split order:
+// for each chunk of MERGE_LOADS splits it issues every load before summing
+// (VEC = 4 reads an entry's dims as float4, entries being 16-byte aligned).
+// Weights are 2^(max_s - base) for the largest max seen so far; a later chunk
+// with a larger max rescales what came before.
 constexpr int VEC = HEAD_DIM % 4 == 0 ? 4 : 1;
 constexpr int GROUPS = HEAD_DIM / VEC;
 constexpr int MERGE_LOADS = 16;
@@ -107,23 +83,45 @@ for (int idx = int(thread_index_in_threadgroup); idx < live_rows * GROUPS; idx +
   const int r = idx / GROUPS;
   const int dim = (idx % GROUPS) * VEC;
   const QueryRow row = query_row(geo, request_idx, kv_head_idx, row_begin + r, context_len, CAUSAL);
-  const device float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY + dim;
+  const device float* entries = partial + (row.offset / HEAD_DIM) * num_splits * ENTRY;
   float4 acc = float4(0.0f);
+  float total = 0.0f;
+  float running_max = -INFINITY;
   for (int first = 0; first < num_splits; first += MERGE_LOADS) {
     float4 values[MERGE_LOADS];
+    float split_max[MERGE_LOADS];
+    float split_sum[MERGE_LOADS];
     for (int k = 0; k < MERGE_LOADS; ++k) {
+      split_max[k] = -INFINITY;
+      split_sum[k] = 0.0f;
       if (first + k < num_splits) {
         const device float* entry = entries + (first + k) * ENTRY;
-        values[k] = VEC == 4 ? *reinterpret_cast<const device float4*>(entry) : float4(entry[0], 0.0f, 0.0f, 0.0f);
+        values[k] = VEC == 4 ? *reinterpret_cast<const device float4*>(entry + dim)
+                             : float4(entry[dim], 0.0f, 0.0f, 0.0f);
+        split_max[k] = entry[HEAD_DIM];
+        split_sum[k] = entry[HEAD_DIM + 1];
       }
     }
+    float chunk_max = running_max;
+    for (int k = 0; k < MERGE_LOADS; ++k) {
+      chunk_max = metal::max(chunk_max, split_max[k]);
+    }
+    const float base = usable_max(chunk_max);
+    // What the earlier chunks summed, reweighted to this base (nothing yet: 0).
+    const float carry = running_max == -INFINITY ? 0.0f : metal::exp2(running_max - base);
+    total *= carry;
+    acc *= carry;
     for (int k = 0; k < MERGE_LOADS; ++k) {
       if (first + k < num_splits) {
-        acc = metal::fma(values[k], float4(split_weights[r * MAX_MERGED_SPLITS + first + k]), acc);
+        const float weight = metal::exp2(split_max[k] - base);
+        total = metal::fma(split_sum[k], weight, total);
+        acc = metal::fma(values[k], float4(weight), acc);
       }
     }
+    running_max = chunk_max;
   }
+  const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
   for (int e = 0; e < VEC; ++e) {
-    out[row.offset + dim + e] = static_cast<T>(acc[e] * split_weights[ROWS * MAX_MERGED_SPLITS + r]);
+    out[row.offset + dim + e] = static_cast<T>(acc[e] * inv_total);
   }
 }

@@ -28,8 +28,7 @@
 
 namespace pagecheck {
 
-// Most splits a launch may take (the merge keeps a weight per split in
-// registers and shared memory); the planner's kMaxSplits.
+// Most splits a launch may take: the planner's kMaxSplits.
 constexpr int MAX_MERGED_SPLITS = 64;
 
 // Words per partial entry: D + 2 rounded up to 4, so every entry starts
@@ -48,6 +47,17 @@ template <>
 struct MergeLoad<4> {
   using type = float4;
 };
+
+// A partial entry's max and sum, from L2: one 8-byte load where the head dim
+// keeps them 8-byte aligned (entries start 16-byte aligned).
+template <int HEAD_DIM>
+__device__ __forceinline__ float2 load_split_stats(const float* entry) {
+  if constexpr (HEAD_DIM % 2 == 0) {
+    return __ldcg(reinterpret_cast<const float2*>(entry + HEAD_DIM));
+  } else {
+    return make_float2(__ldcg(entry + HEAD_DIM), __ldcg(entry + HEAD_DIM + 1));
+  }
+}
 #endif
 
 struct SplitScratch {

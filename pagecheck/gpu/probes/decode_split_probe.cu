@@ -20,6 +20,11 @@
 //   scratch (what the op's fill does, as a memset rather than a kernel); K/V
 //   that fit in L2 may stay there between launches.
 //
+// PAGECHECK_PROBE_TIMELINE=DIR adds, per split plan, one launch of the same
+// body with each block's entry, walk end and exit read from the global timer:
+// a TIMELINE summary line and DIR/timeline_*.csv (where a B 1 call's time goes
+// between launch ramp, walk, ticket and merge).
+//
 // The block's warp count is the compile definition PAGECHECK_DECODE_WARPS
 // (paged_decode_merge.cuh, default 4); the launch takes DECODE_THREADS.
 //
@@ -39,6 +44,7 @@
 #include <cuda_fp16.h>
 #include <cuda/std/limits>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include "paged_common.cuh"
@@ -91,6 +97,51 @@ __global__ void one_pass_kernel(const T* query, const T* key_pages, const T* val
 #include "paged_decode.cu"
 }
 
+// ---- Timeline (PAGECHECK_PROBE_TIMELINE=1) ---------------------------------------------
+// The same split decode body with the GPU's global timer read by thread 0 of
+// each block at three points: entry, the end of its walk (the walk ends on a
+// block barrier) and exit (a destructor, so the blocks that return after
+// their ticket are stamped too); plus the multiprocessor it ran on.
+__device__ unsigned long long* probe_timeline;  // [gridDim.y * gridDim.x][4]: entry, walk end, exit, SM id
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ unsigned long long* timeline_slot() {
+  return probe_timeline + 4 * (static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x);
+}
+
+struct TimelineExit {
+  __device__ ~TimelineExit() {
+    if (threadIdx.x == 0) timeline_slot()[2] = global_ns();
+  }
+};
+
+template <typename Walker, typename... Args>
+__device__ __forceinline__ void timed_walk_decode_block(Args... args) {
+  pagecheck::walk_decode_block<Walker>(args...);
+  if (threadIdx.x == 0) timeline_slot()[1] = global_ns();
+}
+
+template <typename T, int HEAD_DIM, int MMA_STAGES, bool MMA_SWIZZLE>
+__global__ void timeline_kernel(const T* query, const T* key_pages, const T* value_pages, const int32_t* block_table,
+                                const int32_t* context_lens, float* scratch, Shape4 query_shape,
+                                Shape4 key_pages_shape, Shape4 block_table_shape) {
+  if (threadIdx.x == 0) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    timeline_slot()[0] = global_ns();
+    timeline_slot()[3] = sm;
+  }
+  const TimelineExit exit_stamp;
+#define walk_decode_block timed_walk_decode_block
+#include "paged_decode_split.cu"
+#undef walk_decode_block
+}
+
 // Reads `words` words so that the L2 holds them, clean; one thread stores a
 // sum no reader can predict, so the reads are not removed.
 __global__ void read_flush(const unsigned* words, long long count, unsigned* sink) {
@@ -113,13 +164,14 @@ struct Variant {
   const char* name;
   Kernel kernel;
   OnePassKernel one_pass;
+  Kernel timeline;
   int shared_bytes;
 };
 
 #define PROBE_VARIANT(S, SW)                                                                        \
   Variant {                                                                                         \
     "s" #S "_sw" #SW, probe_kernel<bf16, HEAD_DIM_ARG, S, SW>, one_pass_kernel<bf16, HEAD_DIM_ARG, S, SW>, \
-        pagecheck::DecodeMmaLayout<bf16, HEAD_DIM_ARG, S, false, SW>::SHARED_BYTES                \
+        timeline_kernel<bf16, HEAD_DIM_ARG, S, SW>, pagecheck::DecodeMmaLayout<bf16, HEAD_DIM_ARG, S, false, SW>::SHARED_BYTES                \
   }
 const Variant VARIANTS[] = {PROBE_VARIANT(3, true), PROBE_VARIANT(2, true), PROBE_VARIANT(4, true),
                             PROBE_VARIANT(3, false)};
@@ -211,6 +263,72 @@ int main(int argc, char** argv) {
     }
   };
   check(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), "device attribute");
+  // PAGECHECK_PROBE_TIMELINE=DIR: after each split plan's timing, one more launch (after the same flush) of the
+  // stamped body; a summary line here and every block's stamps in DIR/timeline_<plan>.csv.
+  const char* timeline_dir = std::getenv("PAGECHECK_PROBE_TIMELINE");
+  auto timeline = [&](const Variant& variant, int splits, auto&& launch_stamped) {
+    const int grid = blocks * splits;
+    unsigned long long* stamps = nullptr;
+    check(cudaMalloc(&stamps, grid * 4 * sizeof(unsigned long long)), "cudaMalloc");
+    check(cudaMemset(stamps, 0, grid * 4 * sizeof(unsigned long long)), "clear stamps");
+    check(cudaMemcpyToSymbol(probe_timeline, &stamps, sizeof(stamps)), "timeline symbol");
+    check(cudaFuncSetAttribute(variant.timeline, cudaFuncAttributeMaxDynamicSharedMemorySize, variant.shared_bytes),
+          "shared memory attribute");
+    launch_stamped();
+    check(cudaGetLastError(), "timeline launch");
+    check(cudaDeviceSynchronize(), "timeline launch");
+    std::vector<unsigned long long> t(grid * 4);
+    check(cudaMemcpy(t.data(), stamps, t.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost), "stamps");
+    check(cudaFree(stamps), "cudaFree");
+    unsigned long long origin = ~0ull;
+    for (int b = 0; b < grid; ++b) origin = std::min(origin, t[4 * b]);
+    auto rel = [&](int b, int k) { return (t[4 * b + k] - origin) / 1000.0; };  // us after the first entry
+    std::vector<double> entry, walk_end, walked, exit_time;
+    std::vector<int> per_sm(1024, 0);
+    for (int b = 0; b < grid; ++b) {
+      entry.push_back(rel(b, 0));
+      walk_end.push_back(rel(b, 1));
+      walked.push_back(rel(b, 1) - rel(b, 0));
+      exit_time.push_back(rel(b, 2));
+      per_sm[std::min<unsigned long long>(t[4 * b + 3], 1023)]++;
+    }
+    // Per block column (a kv head's splits): the time from its last walk end to its last exit, the merge's tail.
+    std::vector<double> tails;
+    for (int x = 0; x < blocks; ++x) {
+      double last_walk = 0, last_exit = 0;
+      for (int y = 0; y < splits; ++y) {
+        last_walk = std::max(last_walk, rel(y * blocks + x, 1));
+        last_exit = std::max(last_exit, rel(y * blocks + x, 2));
+      }
+      tails.push_back(last_exit - last_walk);
+    }
+    auto quantiles = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      char text[96];
+      std::snprintf(text, sizeof text, "%.2f / %.2f / %.2f", v.front(), v[v.size() / 2], v.back());
+      return std::string(text);
+    };
+    const int sms = static_cast<int>(std::count_if(per_sm.begin(), per_sm.end(), [](int n) { return n > 0; }));
+    const int busiest = *std::max_element(per_sm.begin(), per_sm.end());
+    std::printf("TIMELINE warps%d %s splits%d B%d ctx%d (us after the first entry; min / median / max): entry %s, "
+                "walk end %s, walk %s, exit %s; merge tail %s; %d blocks on %d SMs, at most %d on one\n",
+                pagecheck::DECODE_WARPS, variant.name, splits, batch, context, quantiles(entry).c_str(),
+                quantiles(walk_end).c_str(), quantiles(walked).c_str(), quantiles(exit_time).c_str(),
+                quantiles(tails).c_str(), grid, sms, busiest);
+    const std::string path = std::string(timeline_dir) + "/timeline_w" + std::to_string(pagecheck::DECODE_WARPS) +
+        "_" + variant.name + "_B" + std::to_string(batch) + "_ctx" + std::to_string(context) + "_splits" +
+        std::to_string(splits) + ".csv";
+    if (FILE* f = std::fopen(path.c_str(), "w")) {
+      std::fprintf(f, "x,y,sm,entry_us,walk_end_us,exit_us\n");
+      for (int b = 0; b < grid; ++b) {
+        std::fprintf(f, "%d,%d,%llu,%.3f,%.3f,%.3f\n", b % blocks, b / blocks, t[4 * b + 3], rel(b, 0), rel(b, 1),
+                     rel(b, 2));
+      }
+      std::fclose(f);
+    } else {
+      std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    }
+  };
   for (const Variant& variant : VARIANTS) {
     if (only[0] != '\0' && std::strstr(variant.name, only) == nullptr) continue;
     if (variant.shared_bytes > max_shared) {
@@ -273,6 +391,15 @@ int main(int argc, char** argv) {
           check(cudaEventSynchronize(stop), variant.name);
           check(cudaEventElapsedTime(&fill_ms, start, stop), "elapsed");
         }
+      }
+      if (timeline_dir != nullptr && splits > 0) {
+        timeline(variant, splits, [&] {
+          check(cudaMemset(scratch + layout.counters, 0, counter_bytes), "reset counters");
+          flush_l2(0);
+          variant.timeline<<<dim3(blocks, splits), pagecheck::DECODE_THREADS, variant.shared_bytes>>>(
+              device.query, device.keys, device.values, device.table, device.context_lens, scratch, query_shape,
+              key_pages_shape, block_table_shape);
+        });
       }
       for (long long row = 0; row < rows; ++row) {
         for (int d = 0; d < D; ++d) {
