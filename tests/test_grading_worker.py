@@ -77,6 +77,9 @@ def processes():
 def whoami():
     return [os.getuid(), os.getcwd()]
 
+def autogroup():
+    return _try(lambda: open("/proc/self/autogroup").read().split()[0])
+
 def fill_disk():
     chunk = b"x" * (1 << 20)
     written = 0
@@ -273,6 +276,26 @@ def test_namespaces_and_limits(sandbox: tuple[Subject, Session]) -> None:
         assert "landlock" in on
     status, megabytes, error = probe(subject, "fill_disk")
     assert status == "stopped" and megabytes < 64 and error == "OSError"
+
+
+@pytest.mark.skipif(not LINUX, reason="Linux scheduling")
+def test_cpu_share_follows_the_kernels_autogroup(sandbox: tuple[Subject, Session]) -> None:
+    """The worker's threads are one scheduling group apart from the grader's where the kernel groups by
+    session, and the protection says off (with the setting) where it does not."""
+    subject, session = sandbox
+    state = session.protections["cpu_share"]
+    try:
+        enabled = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "0"
+    except OSError:
+        assert state.startswith("off: the kernel has no autogroup scheduling")
+        return
+    if not enabled:
+        assert state.startswith("off: autogroup scheduling is switched off")
+        return
+    assert state.startswith("on")
+    ours = Path("/proc/self/autogroup").read_text().split()[0]
+    outcome, theirs = probe(subject, "autogroup")
+    assert outcome == "ok" and theirs.startswith("/autogroup-") and theirs != ours
 
 
 @pytest.mark.skipif(not LINUX, reason="Linux namespaces")

@@ -288,6 +288,27 @@ def _apply_limits(config: LaunchConfig, protections: Protections) -> None:
     protections.on("rlimits", ", ".join(applied))
 
 
+AUTOGROUP_SWITCH = "/proc/sys/kernel/sched_autogroup_enabled"
+
+
+def _cpu_share(protections: Protections) -> None:
+    """Whether the program's threads share one scheduling group's CPU time: the program starts its own session
+    (_sandbox_program), and with the kernel's autogroup scheduling each session is one group, so a submission
+    that runs many busy threads competes with other grading jobs as one process, not thread by thread."""
+    try:
+        with open(AUTOGROUP_SWITCH) as switch:
+            enabled = switch.read().strip()
+    except OSError:
+        protections.off("cpu_share", f"the kernel has no autogroup scheduling ({AUTOGROUP_SWITCH} unreadable): each "
+                                     "of the program's threads competes for CPU with other grading jobs' on its own")  # fmt: skip
+        return
+    if enabled == "0":
+        protections.off("cpu_share", "autogroup scheduling is switched off (kernel.sched_autogroup_enabled = 0): "
+                                     "each of the program's threads competes for CPU with other grading jobs' on its own")  # fmt: skip
+    else:
+        protections.on("cpu_share", "its own session, one autogroup: its threads together get one share of CPU")
+
+
 def _sandbox_program(config: LaunchConfig, scratch: str, protections: Protections, read_paths: list[str]) -> None:
     """In the program's process, after fork: limits, Landlock, then exec. Never returns."""
     try:
@@ -374,6 +395,7 @@ def _init(config: LaunchConfig, scratch: str, protections: Protections, as_root:
         else:
             protections.off("landlock", "the kernel offers none: files outside the scratch folder are readable "
                                         "as far as the user's permissions go")  # fmt: skip
+        _cpu_share(protections)
         _write_status(config.status_fd, {"protections": protections.state})
         program = os.fork()
         if program == 0:
