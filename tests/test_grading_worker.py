@@ -265,6 +265,8 @@ def test_namespaces_and_limits(sandbox: tuple[Subject, Session]) -> None:
     subject, session = sandbox
     on = {name for name, state in session.protections.items() if state.startswith("on")}
     assert {"pid_namespace", "network_namespace", "mount_namespace", "disk_quota", "private_proc"} <= on
+    # Set in the program's process after init's first report: init reads what the program set before it execs.
+    assert session.protections["rlimits"] == "on (as, cpu, nproc, fsize, nofile, core)"
     assert probe(subject, "connect")[0] == "refused"
     assert probe(subject, "write_outside")[0] == "refused"
     assert len(probe(subject, "processes")) <= 3  # init and the worker (and a reaped child at most)

@@ -266,7 +266,9 @@ def _drop_to_nobody(protections: Protections) -> tuple[int, int] | None:
     return uid, gid
 
 
-def _apply_limits(config: LaunchConfig, protections: Protections) -> None:
+def _apply_limits(config: LaunchConfig) -> str:
+    """Sets the program's rlimits, each soft and hard, and says what it set: the names set, then after a
+    newline what could not be set and why (the program's side of the `rlimits` protection)."""
     limits = {
         MEMORY_RLIMITS[config.memory_kind]: config.memory_bytes,
         "RLIMIT_CPU": config.cpu_seconds,
@@ -275,17 +277,35 @@ def _apply_limits(config: LaunchConfig, protections: Protections) -> None:
         "RLIMIT_NOFILE": config.max_open_files,
         "RLIMIT_CORE": 0,
     }
-    applied = []
+    applied, missed = [], []
     for name, value in limits.items():
+        short = name.removeprefix("RLIMIT_").lower()
         number = getattr(resource, name, None)
         if number is None:
+            missed.append(f"{short} (not on this system)")
             continue
         try:
             resource.setrlimit(number, (value, value))
-            applied.append(name.removeprefix("RLIMIT_").lower())
-        except (OSError, ValueError):
-            continue
-    protections.on("rlimits", ", ".join(applied))
+            applied.append(short)
+        except (OSError, ValueError) as exc:
+            missed.append(f"{short} ({exc})")
+    return ", ".join(applied) + "\n" + "; ".join(missed)
+
+
+def _report_limits(fd: int, protections: Protections) -> None:
+    """Reads what the program said of its rlimits (until it closes `fd`, at the latest when it execs) into the
+    protection `rlimits`."""
+    text = b""
+    with os.fdopen(fd, "rb") as said:
+        while chunk := said.read(1 << 12):
+            text += chunk
+    applied, _, missed = text.decode("utf-8", "replace").partition("\n")
+    if not applied:
+        protections.off("rlimits", f"none set{': ' + missed if missed else ' (the program ended before it said)'}")
+    elif missed:
+        protections.on("rlimits", f"{applied}; not set: {missed}")
+    else:
+        protections.on("rlimits", applied)
 
 
 AUTOGROUP_SWITCH = "/proc/sys/kernel/sched_autogroup_enabled"
@@ -309,13 +329,15 @@ def _cpu_share(protections: Protections) -> None:
         protections.on("cpu_share", "its own session, one autogroup: its threads together get one share of CPU")
 
 
-def _sandbox_program(config: LaunchConfig, scratch: str, protections: Protections, read_paths: list[str]) -> None:
-    """In the program's process, after fork: limits, Landlock, then exec. Never returns."""
+def _sandbox_program(config: LaunchConfig, scratch: str, read_paths: list[str], limits_fd: int) -> None:
+    """In the program's process, after fork: limits (said to init on `limits_fd`), Landlock, then exec. Never
+    returns."""
     try:
         os.setsid()
         if namespaces.is_linux():  # dies with init even where no PID namespace ends them together
             namespaces.prctl(namespaces.PR_SET_PDEATHSIG, int(signal.SIGKILL))
-        _apply_limits(config, protections)
+        os.write(limits_fd, _apply_limits(config).encode())
+        os.close(limits_fd)
         if landlock.abi_version() and "landlock" not in config.leave_off:
             landlock.restrict(read_paths, [scratch], [*DEVICE_FILES, *config.device_paths],  # failing is fatal
                               thread_names=bool(config.device_paths))
@@ -397,9 +419,14 @@ def _init(config: LaunchConfig, scratch: str, protections: Protections, as_root:
                                         "as far as the user's permissions go")  # fmt: skip
         _cpu_share(protections)
         _write_status(config.status_fd, {"protections": protections.state})
+        limits_r, limits_w = os.pipe()
         program = os.fork()
         if program == 0:
-            _sandbox_program(config, scratch, protections, read_paths)
+            os.close(limits_r)
+            _sandbox_program(config, scratch, read_paths, limits_w)
+        os.close(limits_w)
+        _report_limits(limits_r, protections)
+        _write_status(config.status_fd, {"protections": protections.state})
         for fd in config.pass_fds:
             os.close(fd)
         while True:

@@ -366,8 +366,8 @@ class WorkerProcess:
                 document = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(document, dict) and "protections" in document:
-                self.protections = {str(k): str(v) for k, v in dict(document["protections"]).items()}
+            if isinstance(document, dict) and "protections" in document:  # init's, each a fuller copy
+                self.protections.update({str(k): str(v) for k, v in dict(document["protections"]).items()})
             elif isinstance(document, dict):
                 report = document
         return report
