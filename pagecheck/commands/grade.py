@@ -59,13 +59,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help=f"tiny-llm checkouts, .py files or package directories (or: {MERGE} DIR...)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="output directory")
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2), metavar="N",
-                        help="submissions graded at once")  # fmt: skip
+                        help="submissions graded at once; each sandboxed worker is one CPU scheduling group where "
+                        "the kernel groups by session (the protection cpu_share says whether it does)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=300.0, metavar="S",
                         help="wall-clock limit of each suite run, in seconds")  # fmt: skip
     parser.add_argument("--build-timeout", type=float, default=600.0, metavar="S",
                         help="wall-clock limit of an extension build, in seconds")  # fmt: skip
     parser.add_argument("--memory", type=float, default=4.0, metavar="GB",
-                        help="address-space limit of the sandboxed worker (and of a build), in GiB")  # fmt: skip
+                        help="memory limit of the sandboxed worker (and of a build), in GiB: its address space, or "
+                        "with --device gpu its data segment (CUDA needs more address space than it uses)")  # fmt: skip
     parser.add_argument("--call-timeout", type=float, default=DEFAULT_CALL_TIMEOUT_S, metavar="S",
                         help="wall-clock limit of each call into the submission, in seconds; a call past it fails "
                         "its check")  # fmt: skip
