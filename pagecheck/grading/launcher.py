@@ -309,6 +309,7 @@ def _report_limits(fd: int, protections: Protections) -> None:
 
 
 AUTOGROUP_SWITCH = "/proc/sys/kernel/sched_autogroup_enabled"
+PER_THREAD_SHARE = "each of the program's threads competes for CPU with other grading jobs' on its own"
 
 
 def _cpu_share(protections: Protections) -> None:
@@ -319,12 +320,12 @@ def _cpu_share(protections: Protections) -> None:
         with open(AUTOGROUP_SWITCH) as switch:
             enabled = switch.read().strip()
     except OSError:
-        protections.off("cpu_share", f"the kernel has no autogroup scheduling ({AUTOGROUP_SWITCH} unreadable): each "
-                                     "of the program's threads competes for CPU with other grading jobs' on its own")  # fmt: skip
+        protections.off("cpu_share", f"the kernel has no autogroup scheduling ({AUTOGROUP_SWITCH} unreadable): "
+                                     f"{PER_THREAD_SHARE}")  # fmt: skip
         return
     if enabled == "0":
-        protections.off("cpu_share", "autogroup scheduling is switched off (kernel.sched_autogroup_enabled = 0): "
-                                     "each of the program's threads competes for CPU with other grading jobs' on its own")  # fmt: skip
+        protections.off("cpu_share", f"autogroup scheduling is switched off (kernel.sched_autogroup_enabled = 0): "
+                                     f"{PER_THREAD_SHARE}")  # fmt: skip
     else:
         protections.on("cpu_share", "its own session, one autogroup: its threads together get one share of CPU")
 

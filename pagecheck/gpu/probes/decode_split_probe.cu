@@ -97,7 +97,7 @@ __global__ void one_pass_kernel(const T* query, const T* key_pages, const T* val
 #include "paged_decode.cu"
 }
 
-// ---- Timeline (PAGECHECK_PROBE_TIMELINE=1) ---------------------------------------------
+// ---- Timeline (PAGECHECK_PROBE_TIMELINE=DIR) -------------------------------------------
 // The same split decode body with the GPU's global timer read by thread 0 of
 // each block at three points: entry, the end of its walk (the walk ends on a
 // block barrier) and exit (a destructor, so the blocks that return after
@@ -346,15 +346,19 @@ int main(int argc, char** argv) {
       float* scratch = nullptr;
       check(cudaMalloc(&scratch, layout.total_words * 4), "cudaMalloc");
       const size_t counter_bytes = (layout.base + 1 - layout.counters) * 4;
+      // The split body (the probe's kernel, or its stamped twin) over this plan's grid.
+      auto launch_split = [&](Kernel kernel) {
+        kernel<<<dim3(blocks, splits), pagecheck::DECODE_THREADS, variant.shared_bytes>>>(
+            device.query, device.keys, device.values, device.table, device.context_lens, scratch, query_shape,
+            key_pages_shape, block_table_shape);
+      };
       auto launch = [&]() {
         if (splits == 0) {
           variant.one_pass<<<blocks, pagecheck::DECODE_THREADS, variant.shared_bytes>>>(
               device.query, device.keys, device.values, device.table, device.context_lens,
               reinterpret_cast<bf16*>(scratch + layout.out_begin), query_shape, key_pages_shape, block_table_shape);
         } else {
-          variant.kernel<<<dim3(blocks, splits), pagecheck::DECODE_THREADS, variant.shared_bytes>>>(
-              device.query, device.keys, device.values, device.table, device.context_lens, scratch, query_shape,
-              key_pages_shape, block_table_shape);
+          launch_split(variant.kernel);
         }
       };
       std::vector<bf16> outputs[2] = {std::vector<bf16>(rows * D), std::vector<bf16>(rows * D)};
@@ -396,9 +400,7 @@ int main(int argc, char** argv) {
         timeline(variant, splits, [&] {
           check(cudaMemset(scratch + layout.counters, 0, counter_bytes), "reset counters");
           flush_l2(0);
-          variant.timeline<<<dim3(blocks, splits), pagecheck::DECODE_THREADS, variant.shared_bytes>>>(
-              device.query, device.keys, device.values, device.table, device.context_lens, scratch, query_shape,
-              key_pages_shape, block_table_shape);
+          launch_split(variant.timeline);
         });
       }
       for (long long row = 0; row < rows; ++row) {
