@@ -294,10 +294,39 @@ def test_cpu_share_follows_the_kernels_autogroup(sandbox: tuple[Subject, Session
     if not enabled:
         assert state.startswith("off: autogroup scheduling is switched off")
         return
+    ours = Path("/proc/self/autogroup").read_text().split()
+    if not ours:  # a CPU cgroup other than the root one: the kernel schedules no process by session here
+        assert state.startswith("off: the grader is in no autogroup")
+        return
     assert state.startswith("on")
-    ours = Path("/proc/self/autogroup").read_text().split()[0]
+    ours = ours[0]
     outcome, theirs = probe(subject, "autogroup")
     assert outcome == "ok" and theirs.startswith("/autogroup-") and theirs != ours
+
+
+@pytest.mark.parametrize(
+    "switch, group, expected",
+    [
+        (None, "/autogroup-7 nice 0\n", "off: the kernel has no autogroup scheduling"),
+        ("0\n", "/autogroup-7 nice 0\n", "off: autogroup scheduling is switched off"),
+        ("1\n", "", "off: the grader is in no autogroup"),
+        ("1\n", None, "off: the grader is in no autogroup"),
+        ("1\n", "/autogroup-7 nice 0\n", "on (its own session, one autogroup"),
+    ],
+)
+def test_cpu_share_reads_the_switch_and_the_group(tmp_path, monkeypatch, switch, group, expected) -> None:
+    """The protection is on only where autogroups are enabled and the grader is scheduled in one: the kernel
+    leaves /proc/self/autogroup empty in a CPU cgroup other than the root one (containers, CI)."""
+    from pagecheck.grading import launcher
+
+    for name, text in (("AUTOGROUP_SWITCH", switch), ("AUTOGROUP_OF_SELF", group)):
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+        monkeypatch.setattr(launcher, name, str(path))
+    protections = launcher.Protections()
+    launcher._cpu_share(protections)
+    assert protections.state["cpu_share"].startswith(expected)
 
 
 @pytest.mark.skipif(not LINUX, reason="Linux namespaces")

@@ -309,6 +309,7 @@ def _report_limits(fd: int, protections: Protections) -> None:
 
 
 AUTOGROUP_SWITCH = "/proc/sys/kernel/sched_autogroup_enabled"
+AUTOGROUP_OF_SELF = "/proc/self/autogroup"
 PER_THREAD_SHARE = "each of the program's threads competes for CPU with other grading jobs' on its own"
 
 
@@ -326,8 +327,21 @@ def _cpu_share(protections: Protections) -> None:
     if enabled == "0":
         protections.off("cpu_share", f"autogroup scheduling is switched off (kernel.sched_autogroup_enabled = 0): "
                                      f"{PER_THREAD_SHARE}")  # fmt: skip
+    elif not _autogroup_of_self().startswith("/autogroup-"):
+        protections.off("cpu_share", f"the grader is in no autogroup ({AUTOGROUP_OF_SELF} names none): the kernel "
+                                     f"groups by session only in the root CPU cgroup; {PER_THREAD_SHARE}")  # fmt: skip
     else:
         protections.on("cpu_share", "its own session, one autogroup: its threads together get one share of CPU")
+
+
+def _autogroup_of_self() -> str:
+    """The autogroup this process is scheduled in ("/autogroup-N"), or "" where the kernel reports none: it leaves
+    the file empty for a process in any CPU cgroup but the root one, as in most containers."""
+    try:
+        with open(AUTOGROUP_OF_SELF) as group:
+            return group.read().strip()
+    except OSError:
+        return ""
 
 
 def _sandbox_program(config: LaunchConfig, scratch: str, read_paths: list[str], limits_fd: int) -> None:
