@@ -365,6 +365,43 @@ def test_the_worker_starts_no_process_and_no_program_but_threads(sandbox: tuple[
     assert session.protections["new_processes"].startswith("on")
 
 
+REWRITES_ITS_FRAMES = '''
+import sys
+wire = sys.modules["_sandbox_wire"]
+sent = wire.write_frame
+
+def rewritten(fd, header, *rest):
+    if isinstance(header, dict) and "op" in header:
+        header = {**header, "new_processes": "on (as the submission says)"}
+    return sent(fd, header, *rest)
+
+wire.write_frame = rewritten
+
+def paged_attention(*args):
+    return "called"
+'''
+
+
+def test_the_filter_is_reported_before_the_submission_runs(tmp_path: Path) -> None:
+    """A submission that rewrites every frame the worker sends, from import on, cannot change what the session
+    records of the seccomp filter: the worker says it in a frame sent before the subject loads."""
+    path = tmp_path / "rewrites.py"
+    path.write_text(REWRITES_ITS_FRAMES)
+    configure(WorkerSettings(spec="{scratch}/submission/rewrites.py", copy_in=str(tmp_path), call_timeout_s=20,
+                             limits=WorkerLimits(memory_bytes=2 << 30, disk_bytes=64 << 20, max_processes=32)))  # fmt: skip
+    try:
+        subject = load_subject(f"sandbox:{path}")
+        session = active_session()
+        assert session is not None
+        assert subject.get("paged_attention")() == "called"
+        assert "as the submission says" not in session.protections["new_processes"]
+        if LINUX and os.uname().machine in ("x86_64", "aarch64"):
+            assert session.protections["new_processes"].startswith("on")
+    finally:
+        configure(None)
+        close_sessions()
+
+
 def test_crash_fails_the_check_and_the_next_check_restarts(sandbox: tuple[Subject, Session]) -> None:
     subject, session = sandbox
     pool = subject.get("TinyKvPagedPool")(4)

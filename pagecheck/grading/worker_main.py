@@ -453,7 +453,8 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
     guard["armed"] = True
     # From here on nothing in the worker starts a process or a program (seccomp.py): a fresh interpreter would
     # hold none of the traps above, nor this process's memory limit.
-    processes = modules["seccomp"].refuse_new_processes()
+    # Said now, before any code of the submission runs: that code can rewrite what the worker sends later.
+    worker.send({"op": "armed", "new_processes": modules["seccomp"].refuse_new_processes()})
     subject_module = modules["subject"]
     scratch = os.getcwd()  # the launcher starts the worker in its scratch folder
     for path in reversed(config.get("import_paths", [])):
@@ -469,5 +470,5 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
     shown = {name: f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', name)}"
              for name, value in subject.names.items() if isinstance(value, type)}  # fmt: skip
     worker.send({"op": "ready", "names": kinds, "missing": dict(subject.missing), "origin": subject.origin,
-                 "scratch": scratch, "shown": shown, "new_processes": processes})  # fmt: skip
+                 "scratch": scratch, "shown": shown})  # fmt: skip
     worker.serve()

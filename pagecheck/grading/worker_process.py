@@ -280,7 +280,13 @@ class WorkerProcess:
         }  # fmt: skip
         try:
             self._write_raw(bootstrap_message(worker_sources(), worker_config))
-            header, _ = self._read_reply(time.monotonic() + settings.start_timeout_s, "starting the worker")
+            deadline = time.monotonic() + settings.start_timeout_s
+            header, _ = self._read_reply(deadline, "starting the worker")
+            # The protections the worker set before the subject loaded, in a frame of their own: the subject's
+            # code runs after it and can rewrite any frame the worker sends from then on.
+            armed = header if header.get("op") == "armed" else {}
+            if armed:
+                header, _ = self._read_reply(deadline, "loading the subject")
         except WorkerIncident as incident:
             raise SandboxStartError(f"the worker did not start: {incident}") from None
         finally:
@@ -297,7 +303,9 @@ class WorkerProcess:
             self.protections["audit_hook"] = "on (imports and reads of pagecheck, gc introspection, re-imports of MLX)"
         else:
             self.protections["audit_hook"] = "off: this project's own subject, which imports pagecheck"
-        self.protections["new_processes"] = wire.clean_text(header.get("new_processes", "off: not reported"), 200)
+        self.protections["new_processes"] = wire.clean_text(
+            armed.get("new_processes", "off: not reported before the subject loaded"), 200
+        )
         self.names = {str(k): str(v) for k, v in dict(header.get("names", {})).items()}
         self.missing = {str(k): wire.clean_text(v, 300) for k, v in dict(header.get("missing", {})).items()}
         self.origin = wire.clean_text(header.get("origin", ""), 500)
