@@ -18,6 +18,11 @@ from pagecheck import ext
 from pagecheck.impl.validated_inputs import attend_after_memo_miss
 
 
+def as_array(x: Any) -> mx.array:
+    """An MLX array of `x` (a NumPy query or pool is copied once; an MLX array is taken as it is)."""
+    return x if isinstance(x, mx.array) else mx.array(x)
+
+
 def as_int32(x: Any) -> mx.array:
     array = x if isinstance(x, mx.array) else mx.array(x)
     return array if array.dtype == mx.int32 else array.astype(mx.int32)
@@ -49,7 +54,7 @@ def paged_attention(
     return attend_after_memo_miss(
         query, key_pages, value_pages, block_table, context_lens, page_size, mask,
         lambda: ext.paged_attention(
-            query, key_pages, value_pages, as_int32(block_table), as_int32(context_lens), int(page_size), scale,
-            mask == "causal",
+            as_array(query), as_array(key_pages), as_array(value_pages), as_int32(block_table),
+            as_int32(context_lens), int(page_size), scale, mask == "causal",
         ),
     )  # fmt: skip

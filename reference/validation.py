@@ -40,6 +40,11 @@ def _mask_label(mask: Any) -> str:
     return f"an array of shape {tuple(shape)}" if shape is not None and not isinstance(mask, str) else repr(mask)
 
 
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
 def check_paged_inputs(
     query: Any,
     key_pages: Any,
@@ -53,6 +58,9 @@ def check_paged_inputs(
         raise NotImplementedError(f"mask={_mask_label(mask)} is not supported (use None or 'causal')")
     if not isinstance(page_size, (int, np.integer)) or page_size <= 0:
         raise ValueError(f"page_size={page_size!r} must be a positive integer")
+    for name, array in (("query", query), ("key_pages", key_pages), ("value_pages", value_pages)):
+        if not (hasattr(array, "shape") and hasattr(array, "dtype")):
+            raise ValueError(f"{name}={_short_repr(array)} must be an array (mlx.core.array or numpy.ndarray)")
     if len(query.shape) != 4:
         raise ValueError(f"query shape={tuple(query.shape)} must be [B, H_q, L, D]")
     if len(key_pages.shape) != 4:

@@ -73,6 +73,11 @@ BAD_INPUTS = {
     "block table batch differs": (with_value("block_table", lambda i: i["block_table"][:1]), r"block_table shape"),
     "context_lens batch differs": (with_value("context_lens", lambda i: i["context_lens"][:1]), r"context_lens shape"),
     "float block table": (with_value("block_table", lambda i: i["block_table"].astype(mx.float32)), r"block_table dtype"),
+    "page size None": (with_value("page_size", lambda i: None), r"page_size=None must be a positive integer"),
+    "page size a float": (with_value("page_size", lambda i: 4.0), r"page_size=4.0 must be a positive integer"),
+    "key pages None": (with_value("key_pages", lambda i: None), r"key_pages=None must be an array"),
+    "query a list": (with_value("query", lambda i: [1.0, 2.0]), r"query=\[1.0, 2.0\] must be an array"),
+    "value pages None": (with_value("value_pages", lambda i: None), r"value_pages=None must be an array"),
 }
 
 
@@ -87,6 +92,12 @@ def test_bad_input_raises_value_error_naming_field(case: str) -> None:
     edit(inputs)
     with pytest.raises(ValueError, match=message):
         paged_attention(**inputs)
+
+
+def test_numpy_arrays_give_what_mlx_arrays_give() -> None:
+    inputs = valid_inputs()
+    as_numpy = {name: np.array(value) if isinstance(value, mx.array) else value for name, value in inputs.items()}
+    assert np.array_equal(np.array(paged_attention(**as_numpy)), np.array(paged_attention(**inputs)))
 
 
 @pytest.mark.parametrize("mask", ["sliding", "full"])

@@ -153,8 +153,11 @@ NB_MODULE(_ext, module) {
         return pagecheck::paged_attention(call->query, call->key_pages, call->value_pages, call->block_table,
                                           call->context_lens, call->page_size, call->scale, call->causal);
       },
-      "query"_a, "key_pages"_a, "value_pages"_a, "block_table"_a, "context_lens"_a, "page_size"_a,
-      "scale"_a = nb::none(), "mask"_a = nb::none(),
+      // Every argument may be None (nanobind refuses None for a handle without .none()): such a call is
+      // answered None too, and the caller's checks name the argument.
+      nb::arg("query").none(), nb::arg("key_pages").none(), nb::arg("value_pages").none(),
+      nb::arg("block_table").none(), nb::arg("context_lens").none(), nb::arg("page_size").none(),
+      nb::arg("scale").none() = nb::none(), nb::arg("mask").none() = nb::none(),
       "paged_attention with impl.paged_attention's arguments, for int32 metadata remembered as valid with "
       "inputs of these shapes and dtypes (paged_inputs_validated); None for any other call (an argument "
       "of another type, a mask other than None or \"causal\"), which the caller validates first. One "
