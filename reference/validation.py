@@ -56,7 +56,7 @@ def check_paged_inputs(
 ) -> None:
     if not is_supported_mask(mask):
         raise NotImplementedError(f"mask={_mask_label(mask)} is not supported (use None or 'causal')")
-    if not isinstance(page_size, (int, np.integer)) or page_size <= 0:
+    if not isinstance(page_size, (int, np.integer)) or isinstance(page_size, bool) or page_size <= 0:
         raise ValueError(f"page_size={page_size!r} must be a positive integer")
     for name, array in (("query", query), ("key_pages", key_pages), ("value_pages", value_pages)):
         if not (hasattr(array, "shape") and hasattr(array, "dtype")):

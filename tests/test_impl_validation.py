@@ -74,6 +74,7 @@ BAD_INPUTS = {
     "context_lens batch differs": (with_value("context_lens", lambda i: i["context_lens"][:1]), r"context_lens shape"),
     "float block table": (with_value("block_table", lambda i: i["block_table"].astype(mx.float32)), r"block_table dtype"),
     "page size None": (with_value("page_size", lambda i: None), r"page_size=None must be a positive integer"),
+    "page size True": (with_value("page_size", lambda i: True), r"page_size=True must be a positive integer"),
     "page size a float": (with_value("page_size", lambda i: 4.0), r"page_size=4.0 must be a positive integer"),
     "key pages None": (with_value("key_pages", lambda i: None), r"key_pages=None must be an array"),
     "query a list": (with_value("query", lambda i: [1.0, 2.0]), r"query=\[1.0, 2.0\] must be an array"),
