@@ -329,6 +329,18 @@ def test_cpu_share_reads_the_switch_and_the_group(tmp_path, monkeypatch, switch,
     assert protections.state["cpu_share"].startswith(expected)
 
 
+def test_a_run_names_what_cpu_share_off_risks_when_it_grades_side_by_side() -> None:
+    from pagecheck.grading.worker_process import sandbox_notes
+
+    every = {"landlock": "on (ABI 7)", "cpu_share": "on (its own session, one autogroup)"}
+    assert sandbox_notes(every, jobs=4) == ["sandbox: every protection is on"]
+    shared = {**every, "cpu_share": "off: the grader is in no autogroup"}
+    alone, side_by_side = sandbox_notes(shared, jobs=1), sandbox_notes(shared, jobs=3)
+    assert alone == ["sandbox: OFF on this machine: cpu_share: the grader is in no autogroup"]
+    assert side_by_side[0] == alone[0] and "the other 2 graded beside it" in side_by_side[1]
+    assert "--jobs 1" in side_by_side[1]
+
+
 @pytest.mark.skipif(not LINUX, reason="Linux namespaces")
 def test_signals_to_the_parent_change_nothing(sandbox: tuple[Subject, Session]) -> None:
     subject, session = sandbox

@@ -34,7 +34,7 @@ from pagecheck.grading.schedule import jobs_to_run, run_jobs
 from pagecheck.grading.seeds import MIN_SECRET_LENGTH, resolve_secret
 from pagecheck.grading.shards import parse_shard
 from pagecheck.grading.submission import load_submissions
-from pagecheck.grading.worker_process import preflight_worker, probe_protections, protections_off
+from pagecheck.grading.worker_process import preflight_worker, probe_protections, sandbox_notes
 from pagecheck.progress import StageProgress
 
 NAME = "grade"
@@ -146,8 +146,8 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     progress = StageProgress(NAME, 1, 1)
     progress.begin(f"{len(todo)} to grade, {len(reused)} finished earlier, {args.jobs} at a time; output in {args.out}")
     if todo:
-        off = protections_off(probe_protections())
-        progress.note("sandbox: every protection is on" if not off else "sandbox: OFF on this machine: " + "; ".join(off))
+        for note in sandbox_notes(probe_protections(), args.jobs):
+            progress.note(note)
         unusable = preflight_worker(args.device, plan.worker_limits)
         if unusable is not None:
             print(f"pagecheck {NAME}: a sandboxed worker cannot run with --device {args.device} on this machine, "

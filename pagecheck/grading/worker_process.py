@@ -534,6 +534,21 @@ def protections_off(protections: dict[str, str]) -> list[str]:
             if not state.startswith("on")]  # fmt: skip
 
 
+def sandbox_notes(protections: dict[str, str], jobs: int) -> list[str]:
+    """What a grading run says of its sandbox before it starts: the protections that are off, and, where
+    submissions share the CPU thread by thread (cpu_share off) and more than one is graded at once, what that
+    risks and the remedy."""
+    off = protections_off(protections)
+    notes = ["sandbox: every protection is on" if not off else "sandbox: OFF on this machine: " + "; ".join(off)]
+    if jobs > 1 and not protections.get("cpu_share", "on").startswith("on"):
+        notes.append(
+            f"sandbox: with cpu_share off, a submission that runs many busy threads takes CPU from the other "
+            f"{jobs - 1} graded beside it, whose calls then run slower toward their time limit; --jobs 1 grades "
+            "one submission at a time"
+        )
+    return notes
+
+
 F_SETPIPE_SZ = 1031
 PIPE_BYTES = 1 << 20
 
