@@ -11,6 +11,7 @@ is checked before the context is compared with the query length.
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 import numpy as np
@@ -40,11 +41,6 @@ def _mask_label(mask: Any) -> str:
     return f"an array of shape {tuple(shape)}" if shape is not None and not isinstance(mask, str) else repr(mask)
 
 
-def _short_repr(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
-
-
 def check_paged_inputs(
     query: Any,
     key_pages: Any,
@@ -60,7 +56,7 @@ def check_paged_inputs(
         raise ValueError(f"page_size={page_size!r} must be a positive integer")
     for name, array in (("query", query), ("key_pages", key_pages), ("value_pages", value_pages)):
         if not (hasattr(array, "shape") and hasattr(array, "dtype")):
-            raise ValueError(f"{name}={_short_repr(array)} must be an array (mlx.core.array or numpy.ndarray)")
+            raise ValueError(f"{name}={reprlib.repr(array)} must be an array (mlx.core.array or numpy.ndarray)")
     if len(query.shape) != 4:
         raise ValueError(f"query shape={tuple(query.shape)} must be [B, H_q, L, D]")
     if len(key_pages.shape) != 4:
