@@ -7,6 +7,7 @@ import os
 import struct
 import threading
 import time
+from types import SimpleNamespace
 
 import mlx.core as mx
 import numpy as np
@@ -175,3 +176,32 @@ def test_large_buffers_cross_a_pipe_intact() -> None:
     array = np.random.default_rng(0).standard_normal((64, 8, 16, 128)).astype(np.float32)  # 4 MiB
     back = round_trip([array, array[:1]])
     assert np.array_equal(back[0], array) and np.array_equal(back[1], array[:1])
+
+
+def test_a_frame_writer_writes_encode_frames_bytes_whatever_is_rebound_after(monkeypatch) -> None:
+    # Made first, then the module's json, os and write_frame are rebound to drop everything:
+    # the writer's frames are still byte for byte what encode_frame gives (NaN, infinities, non-ASCII text,
+    # small buffers joined to the header, a large one on its own).
+    header = {"event": {"kind": "gather_trap", "detail": "é\u2028"}, "x": [1, 2.5, float("nan"), float("inf"),
+                                                                        -float("inf"), None, True, 10**20]}
+    buffers = [np.arange(10, dtype=np.float32).tobytes(), bytearray(b"x" * (1 << 17))]
+    expected = b"".join(bytes(piece) for piece in wire.encode_frame(header, buffers))
+    read_fd, write_fd = os.pipe()
+    writer = wire.frame_writer(write_fd)
+    # The module's own names, not the process's: the test process's os.write and json carry pytest's output.
+    monkeypatch.setattr(wire, "json", SimpleNamespace(dumps=lambda *args, **kwargs: "{}"))
+    monkeypatch.setattr(wire, "os", SimpleNamespace(write=lambda fd, data: len(data)))
+    monkeypatch.setattr(wire, "write_frame", lambda *args, **kwargs: None)
+    got = bytearray()
+
+    def drain() -> None:
+        while len(got) < len(expected):
+            got.extend(os.read(read_fd, 1 << 20))
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    writer(header, buffers)
+    reader.join(timeout=30)
+    os.close(read_fd)
+    os.close(write_fd)
+    assert bytes(got) == expected

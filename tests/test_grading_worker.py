@@ -414,6 +414,54 @@ def test_the_filter_is_reported_before_the_submission_runs(tmp_path: Path) -> No
         close_sessions()
 
 
+DROPS_ITS_EVENTS = '''
+import json, os, sys
+import mlx.core as mx
+
+# At import, every route to the pipe this submission can rebind drops the worker's event frames.
+wire = sys.modules["_sandbox_wire"]
+sent, written, dumps = wire.write_frame, os.write, json.dumps
+
+def quiet_frames(fd, header, *rest):
+    return None if isinstance(header, dict) and "event" in header else sent(fd, header, *rest)
+
+def quiet_writes(fd, data):
+    return len(data) if b'"event"' in bytes(data) else written(fd, data)
+
+def quiet_dumps(value, *args, **kwargs):
+    return dumps({} if isinstance(value, dict) and "event" in value else value, *args, **kwargs)
+
+wire.write_frame, os.write, json.dumps = quiet_frames, quiet_writes, quiet_dumps
+
+def paged_attention(*args):
+    try:
+        getattr(mx.fast, "scaled_" + "dot_product_attention")(
+            mx.ones((1, 1, 1, 4)), mx.ones((1, 1, 2, 4)), mx.ones((1, 1, 2, 4)), scale=1.0)
+    except Exception as exc:
+        return type(exc).__name__
+    return "not trapped"
+'''
+
+
+def test_a_submission_cannot_silence_the_traps(tmp_path: Path) -> None:
+    """The worker writes every frame through a writer made before the subject loads: a submission that rebinds
+    the wire module's write_frame, os.write and json.dumps to drop event frames still has its SDPA call
+    reported."""
+    path = tmp_path / "quiet.py"
+    path.write_text(DROPS_ITS_EVENTS)
+    configure(WorkerSettings(spec="{scratch}/submission/quiet.py", copy_in=str(tmp_path), call_timeout_s=20,
+                             limits=WorkerLimits(memory_bytes=2 << 30, disk_bytes=64 << 20, max_processes=32)))  # fmt: skip
+    try:
+        subject = load_subject(f"sandbox:{path}")
+        session = active_session()
+        assert session is not None
+        assert subject.get("paged_attention")() == "ForbiddenCallError"
+        assert [e["kind"] for e in session.events if e["kind"] == "sdpa_trap"] == ["sdpa_trap"]
+    finally:
+        configure(None)
+        close_sessions()
+
+
 def test_crash_fails_the_check_and_the_next_check_restarts(sandbox: tuple[Subject, Session]) -> None:
     subject, session = sandbox
     pool = subject.get("TinyKvPagedPool")(4)

@@ -42,7 +42,9 @@ pagecheck), so it imports only the standard library at module level.
 
 Both report through a callback that writes an event frame to the pipe the
 moment it happens, so code that runs later in the same call cannot take a
-report back.
+report back; the worker's frame writer is made before the subject loads
+(wire.frame_writer), so rebinding the wire module's names, os.write or
+json's does not silence a report either.
 """
 
 from __future__ import annotations

@@ -114,6 +114,53 @@ def write_frame(fd: int, header: dict[str, Any], buffers: list[Any] | None = Non
             view = view[written:]
 
 
+def frame_writer(fd: int) -> Callable[..., None]:
+    """write_frame for `fd`, built from the functions that exist when it is called: the C JSON encoder,
+    os.write, the struct packers and the builtins it uses, held in its closure. Made before untrusted code
+    runs, it writes frames whatever that code later rebinds (this module's names, os.write, json's or
+    builtins' attributes); changing it means reaching into its closure. Where Python has no C JSON encoder
+    it encodes through json.dumps as encode_frame does."""
+    import json.encoder as json_encoder
+
+    c_make_encoder = getattr(json_encoder, "c_make_encoder", None)
+    write, pack_prefix, pack_length, magic = os.write, PREFIX.pack, BUFFER_LENGTH.pack, MAGIC
+    view_of, joined, as_list, length_of, is_bytearray = memoryview, b"".join, list, len, bytearray
+    if c_make_encoder is not None:
+
+        def refuse(value: Any) -> Any:
+            raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+        encoder = c_make_encoder(None, refuse, json_encoder.encode_basestring_ascii, None, ":", ",", False, False,
+                                 True)  # fmt: skip
+        join_text = "".join
+
+        def to_json(header: dict[str, Any]) -> str:
+            return join_text(encoder(header, 0))
+    else:
+        dumps = json.dumps
+
+        def to_json(header: dict[str, Any]) -> str:
+            return dumps(header, allow_nan=True, separators=(",", ":"))
+
+    def write_frame_to_fd(header: dict[str, Any], buffers: list[Any] | None = None) -> None:
+        text = to_json(header).encode("utf-8")
+        views = [view_of(b).cast("B") for b in as_list(buffers or ())]
+        lengths = joined([pack_length(v.nbytes) for v in views])
+        pieces: list[Any] = [is_bytearray(pack_prefix(magic, length_of(text), length_of(views)) + lengths + text)]
+        for view in views:
+            if view.nbytes <= SMALL_PIECE_BYTES and type(pieces[-1]) is is_bytearray:
+                pieces[-1] += view
+            else:
+                pieces.append(view)
+        for piece in pieces:
+            view = view_of(piece).cast("B")
+            while view.nbytes:
+                view = view[write(fd, view) :]
+
+    SMALL_PIECE_BYTES = SMALL_PIECE
+    return write_frame_to_fd
+
+
 class FrameReader:
     """Reads frames from a pipe, through a buffer, with a deadline per frame on the trusted side."""
 

@@ -72,6 +72,9 @@ class Worker:
     def __init__(self, wire: types.ModuleType, fd_in: int, fd_out: int) -> None:
         self.wire = wire
         self.fd_out = fd_out
+        # Every frame goes out through this writer, made before the subject loads: code the submission runs can
+        # rebind the wire module's names, os.write or json's, and still neither drop nor rewrite a frame.
+        self.write_frame = wire.frame_writer(fd_out)
         self.reader = wire.FrameReader(fd_in)
         self.objects: dict[int, Any] = {}
         self.ids_by_object: dict[int, int] = {}
@@ -88,7 +91,7 @@ class Worker:
     # -- events --------------------------------------------------------------------------------------------------
 
     def report(self, event: dict[str, Any]) -> None:
-        self.wire.write_frame(self.fd_out, {"event": event})
+        self.write_frame({"event": event})
 
     # -- handles -------------------------------------------------------------------------------------------------
 
@@ -175,7 +178,7 @@ class Worker:
             except Exception as exc:
                 buffers = []
                 header = {"error": self.wire.error_entry(exc)}
-        self.wire.write_frame(self.fd_out, header, buffers)
+        self.write_frame(header, buffers)
         self.reply_buffers = []
 
     # -- calls ---------------------------------------------------------------------------------------------------
@@ -240,7 +243,7 @@ class Worker:
                 header["error"] = self.wire.error_entry(error)
         except Exception as exc:
             buffers, header = [], {"error": self.wire.error_entry(exc)}
-        self.wire.write_frame(self.fd_out, header, buffers)
+        self.write_frame(header, buffers)
         self.reply_buffers = []
 
     def special(self, target: Any, name: str, args: list[Any]) -> Any:
