@@ -36,7 +36,7 @@ LINUX = os.uname().sysname == "Linux"
 AS_ROOT = os.geteuid() == 0
 
 PROBES = '''
-import ctypes, gc, importlib, os, signal, socket, subprocess, sys, time
+import ctypes, gc, importlib, json, os, signal, socket, struct, subprocess, sys, time
 from concurrent.futures import ThreadPoolExecutor
 import mlx.core as mx
 import numpy as np
@@ -103,10 +103,11 @@ def introspect():
     return _try(lambda: len(gc.get_referrers(mx.fast.rms_norm)))
 
 def forge_events(count, kind):
-    # The worker's own wire module and pipe, both in reach of student code: forged event frames, then a real trap.
-    wire = sys.modules["_sandbox_wire"]
+    # The worker's pipe is in reach of student code and the frame format in the grader's source: forged event
+    # frames, then a real trap.
+    text = json.dumps({"event": {"kind": kind, "detail": "forged", "step": "(import)"}}).encode()
     for _ in range(count):
-        wire.write_frame(int(sys.argv[2]), {"event": {"kind": kind, "detail": "forged", "step": "(import)"}})
+        os.write(int(sys.argv[2]), struct.pack("<4sII", b"PCW1", len(text), 0) + text)
     return _try(lambda: getattr(mx.fast, "scaled_" + "dot_product_attention")(
         mx.ones((1, 1, 1, 4)), mx.ones((1, 1, 2, 4)), mx.ones((1, 1, 2, 4)), scale=1.0))
 
@@ -114,6 +115,11 @@ def sdpa_original():
     fused = getattr(mx.fast, "scaled_" + "dot_product_attention")
     return [_try(lambda: fused.original), _try(lambda: fused(mx.ones((1, 1, 1, 4)), mx.ones((1, 1, 2, 4)),
                                                         mx.ones((1, 1, 2, 4)), scale=1.0))]
+
+def worker_modules():
+    # What a submission can still reach of the worker's own modules: by name, and through a trap's wrapper.
+    by_name = sorted(name for name in sys.modules if name.startswith("_sandbox_"))
+    return [by_name, _try(lambda: sorted(mx.take.__globals__)[:3])]
 
 def mutate(a, b, c):
     a[0] = 5.0
@@ -238,6 +244,15 @@ def test_errors_keep_their_builtin_type_and_message(sandbox: tuple[Subject, Sess
     subject, _ = sandbox
     with pytest.raises(ValueError, match="PoolError: Page 3 is already free"):
         probe(subject, "raise_custom")
+
+
+def test_the_worker_modules_are_not_in_sys_modules(sandbox: tuple[Subject, Session]) -> None:
+    # sys.modules once held them, one line from rebinding the wire or the watch's classes. A trap's wrapper
+    # still reaches its module through its globals (Python audits no read of __globals__): the watch's named
+    # limit, which this test records so that a change to it is seen.
+    subject, session = sandbox
+    by_name, globals_read = probe(subject, "worker_modules")
+    assert by_name == [] and globals_read[0] == "ok"
 
 
 def test_identity_and_handles(sandbox: tuple[Subject, Session]) -> None:
@@ -378,16 +393,26 @@ def test_the_worker_starts_no_process_and_no_program_but_threads(sandbox: tuple[
 
 
 REWRITES_ITS_FRAMES = '''
-import sys
-wire = sys.modules["_sandbox_wire"]
-sent = wire.write_frame
+import json, sys
+# The worker's wire module where it is still reachable by name, and json.dumps, which its frames once went through.
+wire = sys.modules.get("_sandbox_wire")
+dumps = json.dumps
 
-def rewritten(fd, header, *rest):
-    if isinstance(header, dict) and "op" in header:
-        header = {**header, "new_processes": "on (as the submission says)"}
-    return sent(fd, header, *rest)
+def rewritten_text(value, *args, **kwargs):
+    if isinstance(value, dict) and "op" in value:
+        value = {**value, "new_processes": "on (as the submission says)"}
+    return dumps(value, *args, **kwargs)
 
-wire.write_frame = rewritten
+json.dumps = rewritten_text
+if wire is not None:
+    sent = wire.write_frame
+
+    def rewritten(fd, header, *rest):
+        if isinstance(header, dict) and "op" in header:
+            header = {**header, "new_processes": "on (as the submission says)"}
+        return sent(fd, header, *rest)
+
+    wire.write_frame = rewritten
 
 def paged_attention(*args):
     return "called"
@@ -418,12 +443,10 @@ DROPS_ITS_EVENTS = '''
 import json, os, sys
 import mlx.core as mx
 
-# At import, every route to the pipe this submission can rebind drops the worker's event frames.
-wire = sys.modules["_sandbox_wire"]
-sent, written, dumps = wire.write_frame, os.write, json.dumps
-
-def quiet_frames(fd, header, *rest):
-    return None if isinstance(header, dict) and "event" in header else sent(fd, header, *rest)
+# At import, every route to the pipe this submission can rebind drops the worker's event frames: os.write,
+# json.dumps, and the wire module's write_frame where it is still reachable by name.
+wire = sys.modules.get("_sandbox_wire")
+written, dumps = os.write, json.dumps
 
 def quiet_writes(fd, data):
     return len(data) if b'"event"' in bytes(data) else written(fd, data)
@@ -431,7 +454,14 @@ def quiet_writes(fd, data):
 def quiet_dumps(value, *args, **kwargs):
     return dumps({} if isinstance(value, dict) and "event" in value else value, *args, **kwargs)
 
-wire.write_frame, os.write, json.dumps = quiet_frames, quiet_writes, quiet_dumps
+os.write, json.dumps = quiet_writes, quiet_dumps
+if wire is not None:
+    sent = wire.write_frame
+
+    def quiet_frames(fd, header, *rest):
+        return None if isinstance(header, dict) and "event" in header else sent(fd, header, *rest)
+
+    wire.write_frame = quiet_frames
 
 def paged_attention(*args):
     try:

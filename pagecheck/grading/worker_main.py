@@ -31,6 +31,8 @@ from typing import Any
 
 REFUSED_PACKAGES = frozenset({"pagecheck"})
 REFUSED_EVENTS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents"})
+# The worker's own modules are named this (BOOTSTRAP); they leave sys.modules before the subject loads.
+SANDBOX_PREFIX = "_sandbox_"
 GUARDED_MODULES = ("numpy", "mlx", "mlx.core")
 ATTENTION = "paged_attention"
 ATTENTION_ARGUMENTS = ("query", "key_pages", "value_pages", "block_table", "context_lens", "page_size")
@@ -458,6 +460,11 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
     # hold none of the traps above, nor this process's memory limit.
     # Said now, before any code of the submission runs: that code can rewrite what the worker sends later.
     worker.send({"op": "armed", "new_processes": modules["seccomp"].refuse_new_processes()})
+    # The worker's modules leave sys.modules before the submission's code runs: a name there is one line away
+    # from rebinding the wire or the watch's classes (tried with the wire's write_frame). The traps' wrappers
+    # still hold them, through their globals and closures: the limit tripwires.py names.
+    for name in [name for name in sys.modules if name.startswith(SANDBOX_PREFIX)]:
+        del sys.modules[name]
     subject_module = modules["subject"]
     scratch = os.getcwd()  # the launcher starts the worker in its scratch folder
     for path in reversed(config.get("import_paths", [])):
