@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -184,12 +185,12 @@ def paged_attention(probe, *args):
 '''
 
 
-@pytest.fixture
-def sandbox(tmp_path: Path) -> Iterator[tuple[Subject, Session]]:
-    path = tmp_path / "probes.py"
-    harness_file = ROOT / "reference" / "attention.py"
-    path.write_text(f"HARNESS_FILE = {str(harness_file)!r}\n" + textwrap.dedent(PROBES))
-    configure(WorkerSettings(spec="{scratch}/submission/probes.py", copy_in=str(tmp_path), call_timeout_s=20,
+@contextmanager
+def sandboxed(folder: Path, name: str, source: str) -> Iterator[tuple[Subject, Session]]:
+    """`source` written to folder/name and loaded with `sandbox:` in a worker of its own; the session ends after."""
+    path = folder / name
+    path.write_text(source)
+    configure(WorkerSettings(spec=f"{{scratch}}/submission/{name}", copy_in=str(folder), call_timeout_s=20,
                              limits=WorkerLimits(memory_bytes=2 << 30, disk_bytes=64 << 20, max_processes=32)))  # fmt: skip
     try:
         subject = load_subject(f"sandbox:{path}")
@@ -197,8 +198,17 @@ def sandbox(tmp_path: Path) -> Iterator[tuple[Subject, Session]]:
         configure(None)
     session = active_session()
     assert session is not None
-    yield subject, session
-    close_sessions()
+    try:
+        yield subject, session
+    finally:
+        close_sessions()
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[tuple[Subject, Session]]:
+    harness_file = ROOT / "reference" / "attention.py"
+    with sandboxed(tmp_path, "probes.py", f"HARNESS_FILE = {str(harness_file)!r}\n" + textwrap.dedent(PROBES)) as pair:
+        yield pair
 
 
 def probe(subject: Subject, name: str, *args: object) -> object:
@@ -422,21 +432,11 @@ def paged_attention(*args):
 def test_the_filter_is_reported_before_the_submission_runs(tmp_path: Path) -> None:
     """A submission that rewrites every frame the worker sends, from import on, cannot change what the session
     records of the seccomp filter: the worker says it in a frame sent before the subject loads."""
-    path = tmp_path / "rewrites.py"
-    path.write_text(REWRITES_ITS_FRAMES)
-    configure(WorkerSettings(spec="{scratch}/submission/rewrites.py", copy_in=str(tmp_path), call_timeout_s=20,
-                             limits=WorkerLimits(memory_bytes=2 << 30, disk_bytes=64 << 20, max_processes=32)))  # fmt: skip
-    try:
-        subject = load_subject(f"sandbox:{path}")
-        session = active_session()
-        assert session is not None
+    with sandboxed(tmp_path, "rewrites.py", REWRITES_ITS_FRAMES) as (subject, session):
         assert subject.get("paged_attention")() == "called"
         assert "as the submission says" not in session.protections["new_processes"]
         if LINUX and os.uname().machine in ("x86_64", "aarch64"):
             assert session.protections["new_processes"].startswith("on")
-    finally:
-        configure(None)
-        close_sessions()
 
 
 DROPS_ITS_EVENTS = '''
@@ -477,19 +477,9 @@ def test_a_submission_cannot_silence_the_traps(tmp_path: Path) -> None:
     """The worker writes every frame through a writer made before the subject loads: a submission that rebinds
     the wire module's write_frame, os.write and json.dumps to drop event frames still has its SDPA call
     reported."""
-    path = tmp_path / "quiet.py"
-    path.write_text(DROPS_ITS_EVENTS)
-    configure(WorkerSettings(spec="{scratch}/submission/quiet.py", copy_in=str(tmp_path), call_timeout_s=20,
-                             limits=WorkerLimits(memory_bytes=2 << 30, disk_bytes=64 << 20, max_processes=32)))  # fmt: skip
-    try:
-        subject = load_subject(f"sandbox:{path}")
-        session = active_session()
-        assert session is not None
+    with sandboxed(tmp_path, "quiet.py", DROPS_ITS_EVENTS) as (subject, session):
         assert subject.get("paged_attention")() == "ForbiddenCallError"
         assert [e["kind"] for e in session.events if e["kind"] == "sdpa_trap"] == ["sdpa_trap"]
-    finally:
-        configure(None)
-        close_sessions()
 
 
 def test_crash_fails_the_check_and_the_next_check_restarts(sandbox: tuple[Subject, Session]) -> None:

@@ -70,6 +70,17 @@ def bad_chunk(kind: str, rng: np.random.Generator, length: int) -> tuple[Any, An
     return key, value, mask_length
 
 
+def assert_rejected(snapshot: Any, action: Any) -> None:
+    """`action` raises ValueError and leaves `snapshot()` as it was."""
+    before = snapshot()
+    try:
+        action()
+    except ValueError:
+        assert snapshot() == before, "a rejected operation changed the pool or a cache"
+        return
+    raise AssertionError("the operation was accepted")
+
+
 def bad_rewind(kind: str, offset: int) -> Any:
     return {"negative": -1, "past the offset": offset + 1, "float": 0.5, "None": None, "bool": True}[kind]
 
@@ -93,13 +104,7 @@ class CacheMachine(RuleBasedStateMachine):
         return pool_state(self.pool), tuple(cache_state(cache) for cache in self.caches)
 
     def rejected(self, action: Any) -> None:
-        before = self.snapshot()
-        try:
-            action()
-        except ValueError:
-            assert self.snapshot() == before, "a rejected operation changed the pool or a cache"
-            return
-        raise AssertionError("the operation was accepted")
+        assert_rejected(self.snapshot, action)
 
     @rule(which=st.integers(0, CACHES - 1), length=st.integers(1, 6), with_mask_length=st.booleans())
     def append(self, which: int, length: int, with_mask_length: bool) -> None:
@@ -191,13 +196,7 @@ class BatchMachine(RuleBasedStateMachine):
         return pool_state(self.pool), caches
 
     def rejected(self, action: Any) -> None:
-        before = self.snapshot()
-        try:
-            action()
-        except ValueError:
-            assert self.snapshot() == before, "a rejected operation changed the pool or a slot"
-            return
-        raise AssertionError("the operation was accepted")
+        assert_rejected(self.snapshot, action)
 
     @rule(slot=st.integers(-1, SLOTS), prefill=st.integers(0, 5))
     def add_request(self, slot: int, prefill: int) -> None:
