@@ -24,7 +24,7 @@ def as_array(x: Any) -> mx.array:
 
 
 def as_int32(x: Any) -> mx.array:
-    array = x if isinstance(x, mx.array) else mx.array(x)
+    array = as_array(x)
     return array if array.dtype == mx.int32 else array.astype(mx.int32)
 
 

@@ -178,14 +178,17 @@ def test_large_buffers_cross_a_pipe_intact() -> None:
     assert np.array_equal(back[0], array) and np.array_equal(back[1], array[:1])
 
 
-def test_a_frame_writer_writes_encode_frames_bytes_whatever_is_rebound_after(monkeypatch) -> None:
-    # Made first, then the module's json, os and write_frame are rebound to drop everything:
-    # the writer's frames are still byte for byte what encode_frame gives (NaN, infinities, non-ASCII text,
-    # small buffers joined to the header, a large one on its own).
+def test_a_frame_writer_writes_the_protocols_bytes_whatever_is_rebound_after(monkeypatch) -> None:
+    # Made first, then the module's json, os and write_frame are rebound to drop everything: the writer's
+    # frames are still byte for byte the protocol's, built here from json.dumps and the struct layouts (NaN,
+    # infinities, non-ASCII text, small buffers joined to the header, a large one on its own).
     header = {"event": {"kind": "gather_trap", "detail": "é\u2028"}, "x": [1, 2.5, float("nan"), float("inf"),
                                                                         -float("inf"), None, True, 10**20]}
     buffers = [np.arange(10, dtype=np.float32).tobytes(), bytearray(b"x" * (1 << 17))]
-    expected = b"".join(bytes(piece) for piece in wire.encode_frame(header, buffers))
+    text = json.dumps(header, allow_nan=True, separators=(",", ":")).encode()
+    expected = (wire.PREFIX.pack(wire.MAGIC, len(text), len(buffers))
+                + b"".join(wire.BUFFER_LENGTH.pack(len(buffer)) for buffer in buffers) + text + b"".join(buffers))  # fmt: skip
+    assert expected == b"".join(bytes(piece) for piece in wire.encode_frame(header, buffers))
     read_fd, write_fd = os.pipe()
     writer = wire.frame_writer(write_fd)
     # The module's own names, not the process's: the test process's os.write and json carry pytest's output.

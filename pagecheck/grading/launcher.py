@@ -295,10 +295,8 @@ def _apply_limits(config: LaunchConfig) -> str:
 def _report_limits(fd: int, protections: Protections) -> None:
     """Reads what the program said of its rlimits (until it closes `fd`, at the latest when it execs) into the
     protection `rlimits`."""
-    text = b""
     with os.fdopen(fd, "rb") as said:
-        while chunk := said.read(1 << 12):
-            text += chunk
+        text = said.read()
     applied, _, missed = text.decode("utf-8", "replace").partition("\n")
     if not applied:
         protections.off("rlimits", f"none set{': ' + missed if missed else ' (the program ended before it said)'}")
@@ -317,31 +315,29 @@ def _cpu_share(protections: Protections) -> None:
     """Whether the program's threads share one scheduling group's CPU time: the program starts its own session
     (_sandbox_program), and with the kernel's autogroup scheduling each session is one group, so a submission
     that runs many busy threads competes with other grading jobs as one process, not thread by thread."""
-    try:
-        with open(AUTOGROUP_SWITCH) as switch:
-            enabled = switch.read().strip()
-    except OSError:
+    enabled = _proc_text(AUTOGROUP_SWITCH)
+    if enabled is None:
         protections.off("cpu_share", f"the kernel has no autogroup scheduling ({AUTOGROUP_SWITCH} unreadable): "
                                      f"{PER_THREAD_SHARE}")  # fmt: skip
-        return
-    if enabled == "0":
+    elif enabled == "0":
         protections.off("cpu_share", f"autogroup scheduling is switched off (kernel.sched_autogroup_enabled = 0): "
                                      f"{PER_THREAD_SHARE}")  # fmt: skip
-    elif not _autogroup_of_self().startswith("/autogroup-"):
+    elif not (_proc_text(AUTOGROUP_OF_SELF) or "").startswith("/autogroup-"):
         protections.off("cpu_share", f"the grader is in no autogroup ({AUTOGROUP_OF_SELF} names none): the kernel "
                                      f"groups by session only in the root CPU cgroup; {PER_THREAD_SHARE}")  # fmt: skip
     else:
         protections.on("cpu_share", "its own session, one autogroup: its threads together get one share of CPU")
 
 
-def _autogroup_of_self() -> str:
-    """The autogroup this process is scheduled in ("/autogroup-N"), or "" where the kernel reports none: it leaves
-    the file empty for a process in any CPU cgroup but the root one, as in most containers."""
+def _proc_text(path: str) -> str | None:
+    """A /proc file's text, stripped; None where it cannot be read. /proc/self/autogroup names the autogroup
+    this process is scheduled in ("/autogroup-N") and is empty in any CPU cgroup but the root one, as in most
+    containers."""
     try:
-        with open(AUTOGROUP_OF_SELF) as group:
-            return group.read().strip()
+        with open(path) as file:
+            return file.read().strip()
     except OSError:
-        return ""
+        return None
 
 
 def _sandbox_program(config: LaunchConfig, scratch: str, read_paths: list[str], limits_fd: int) -> None:

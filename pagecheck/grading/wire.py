@@ -92,44 +92,22 @@ def clean_text(text: object, limit: int = MAX_TEXT) -> str:
 SMALL_PIECE = 1 << 16  # pieces up to this size are joined into one write
 
 
-def encode_frame(header: dict[str, Any], buffers: list[Any]) -> list[Any]:
-    """The pieces of one frame, ready for write_frame (large buffers are not copied)."""
-    text = json.dumps(header, allow_nan=True, separators=(",", ":")).encode("utf-8")
-    views = [memoryview(b).cast("B") for b in buffers]
-    lengths = b"".join(BUFFER_LENGTH.pack(v.nbytes) for v in views)
-    pieces: list[Any] = [bytearray(PREFIX.pack(MAGIC, len(text), len(views)) + lengths + text)]
-    for view in views:
-        if view.nbytes <= SMALL_PIECE and isinstance(pieces[-1], bytearray):
-            pieces[-1] += view
-        else:
-            pieces.append(view)
-    return pieces
-
-
-def write_frame(fd: int, header: dict[str, Any], buffers: list[Any] | None = None) -> None:
-    for piece in encode_frame(header, buffers or []):
-        view = memoryview(piece).cast("B")
-        while view.nbytes:
-            written = os.write(fd, view)
-            view = view[written:]
-
-
-def frame_writer(fd: int) -> Callable[..., None]:
-    """write_frame for `fd`, built from the functions that exist when it is called: the C JSON encoder,
-    os.write, the struct packers and the builtins it uses, held in its closure. Made before untrusted code
-    runs, it writes frames whatever that code later rebinds (this module's names, os.write, json's or
-    builtins' attributes); changing it means reaching into its closure. Where Python has no C JSON encoder
-    it encodes through json.dumps as encode_frame does."""
+def _frame_encoder() -> Callable[[dict[str, Any], list[Any]], list[Any]]:
+    """encode_frame, built from the functions that exist when this runs (the C JSON encoder, the struct
+    packers, the builtins it calls), held in its closure: rebinding this module's names, json's or the
+    builtins later does not change what it encodes. Where Python has no C JSON encoder it encodes through
+    json.dumps with the same options."""
     import json.encoder as json_encoder
 
     c_make_encoder = getattr(json_encoder, "c_make_encoder", None)
-    write, pack_prefix, pack_length, magic = os.write, PREFIX.pack, BUFFER_LENGTH.pack, MAGIC
+    pack_prefix, pack_length, magic, small_piece = PREFIX.pack, BUFFER_LENGTH.pack, MAGIC, SMALL_PIECE
     view_of, joined, as_list, length_of, is_bytearray = memoryview, b"".join, list, len, bytearray
     if c_make_encoder is not None:
 
         def refuse(value: Any) -> Any:
             raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
+        # json.dumps(allow_nan=True, separators=(",", ":")): no markers, ASCII strings, no indent, unsorted keys.
         encoder = c_make_encoder(None, refuse, json_encoder.encode_basestring_ascii, None, ":", ",", False, False,
                                  True)  # fmt: skip
         join_text = "".join
@@ -142,23 +120,42 @@ def frame_writer(fd: int) -> Callable[..., None]:
         def to_json(header: dict[str, Any]) -> str:
             return dumps(header, allow_nan=True, separators=(",", ":"))
 
-    def write_frame_to_fd(header: dict[str, Any], buffers: list[Any] | None = None) -> None:
+    def encode_frame(header: dict[str, Any], buffers: list[Any]) -> list[Any]:
+        """The pieces of one frame, ready for write_frame (large buffers are not copied)."""
         text = to_json(header).encode("utf-8")
-        views = [view_of(b).cast("B") for b in as_list(buffers or ())]
+        views = [view_of(b).cast("B") for b in as_list(buffers)]
         lengths = joined([pack_length(v.nbytes) for v in views])
         pieces: list[Any] = [is_bytearray(pack_prefix(magic, length_of(text), length_of(views)) + lengths + text)]
         for view in views:
-            if view.nbytes <= SMALL_PIECE_BYTES and type(pieces[-1]) is is_bytearray:
+            if view.nbytes <= small_piece and type(pieces[-1]) is is_bytearray:
                 pieces[-1] += view
             else:
                 pieces.append(view)
-        for piece in pieces:
+        return pieces
+
+    return encode_frame
+
+
+encode_frame = _frame_encoder()
+
+
+def frame_writer(fd: int) -> Callable[..., None]:
+    """write_frame for `fd`, holding encode_frame and os.write as they are when it is called: made before
+    untrusted code runs, it writes frames whatever that code later rebinds (this module's names, os.write,
+    json's or builtins' attributes); changing it means reaching into its closure."""
+    encode, write, view_of = encode_frame, os.write, memoryview
+
+    def write_frame_to_fd(header: dict[str, Any], buffers: list[Any] | None = None) -> None:
+        for piece in encode(header, buffers or []):
             view = view_of(piece).cast("B")
             while view.nbytes:
                 view = view[write(fd, view) :]
 
-    SMALL_PIECE_BYTES = SMALL_PIECE
     return write_frame_to_fd
+
+
+def write_frame(fd: int, header: dict[str, Any], buffers: list[Any] | None = None) -> None:
+    frame_writer(fd)(header, buffers)
 
 
 class FrameReader:

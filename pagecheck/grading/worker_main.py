@@ -73,7 +73,6 @@ def bootstrap_message(sources: list[tuple[str, str]], config: dict[str, Any]) ->
 class Worker:
     def __init__(self, wire: types.ModuleType, fd_in: int, fd_out: int) -> None:
         self.wire = wire
-        self.fd_out = fd_out
         # Every frame goes out through this writer, made before the subject loads: code the submission runs can
         # rebind the wire module's names, os.write or json's, and still neither drop nor rewrite a frame.
         self.write_frame = wire.frame_writer(fd_out)
