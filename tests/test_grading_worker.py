@@ -307,8 +307,10 @@ def test_namespaces_and_limits(sandbox: tuple[Subject, Session]) -> None:
 
 @pytest.mark.skipif(not LINUX, reason="Linux scheduling")
 def test_cpu_share_follows_the_kernels_autogroup(sandbox: tuple[Subject, Session]) -> None:
-    """The worker's threads are one scheduling group apart from the grader's where the kernel groups by
-    session, and the protection says off (with the setting) where it does not."""
+    """The worker runs in a session, and so an autogroup, of its own; the protection is on exactly where the
+    kernel schedules by autogroup: the switch is on and the grader runs in the root CPU cgroup."""
+    from pagecheck.grading import cpu_group
+
     subject, session = sandbox
     state = session.protections["cpu_share"]
     try:
@@ -316,33 +318,92 @@ def test_cpu_share_follows_the_kernels_autogroup(sandbox: tuple[Subject, Session
     except OSError:
         assert state.startswith("off: the kernel has no autogroup scheduling")
         return
+    outcome, theirs = probe(subject, "autogroup")
+    ours = Path("/proc/self/autogroup").read_text().strip()  # empty where our session predates autogroups
+    assert outcome == "ok" and theirs.startswith("/autogroup-") and not ours.startswith(theirs + " ")
+    where = cpu_group.placement()
     if not enabled:
         assert state.startswith("off: autogroup scheduling is switched off")
-        return
-    ours = Path("/proc/self/autogroup").read_text().split()
-    if not ours:  # a CPU cgroup other than the root one: the kernel schedules no process by session here
-        assert state.startswith("off: the grader is in no autogroup")
-        return
-    assert state.startswith("on")
-    ours = ours[0]
-    outcome, theirs = probe(subject, "autogroup")
-    assert outcome == "ok" and theirs.startswith("/autogroup-") and theirs != ours
+    elif where.root is False:
+        assert state.startswith("off: the grader runs in the CPU cgroup")
+    elif where.root is None:
+        assert state.startswith("off: whether the grader runs in the root CPU cgroup")
+    else:
+        assert state.startswith("on (its own session, one autogroup")
+
+
+def _cgroup_machine(root, version: int, membership: str, folders: dict[str, list[str]], mount_root: str = "/"):
+    """A /proc/self stand-in (cgroup, mountinfo) and cgroup folders under `root`: `folders` maps a folder,
+    relative to the mount, to the files it holds."""
+    proc = root / "proc"
+    proc.mkdir()
+    mount = root / "sys fs cgroup"  # a space, escaped in mountinfo as the kernel does
+    escaped = str(mount).replace(" ", "\\040")
+    if version == 1:
+        (proc / "cgroup").write_text(f"9:name=systemd:/\n4:memory:/x\n2:cpu,cpuacct:{membership}\n0::/\n")
+        line = f"32 31 0:29 {mount_root} {escaped} rw,relatime - cgroup cgroup rw,cpu,cpuacct\n"
+    else:
+        (proc / "cgroup").write_text(f"0::{membership}\n")
+        line = f"41 31 0:38 {mount_root} {escaped} rw,relatime - cgroup2 cgroup2 rw\n"
+    (proc / "mountinfo").write_text("31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n" + line)
+    for folder, files in folders.items():
+        (mount / folder).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            (mount / folder / name).write_text("")
+    return str(proc)
 
 
 @pytest.mark.parametrize(
-    "switch, group, expected",
+    "version, membership, folders, mount_root, root",
     [
-        (None, "/autogroup-7 nice 0\n", "off: the kernel has no autogroup scheduling"),
-        ("0\n", "/autogroup-7 nice 0\n", "off: autogroup scheduling is switched off"),
-        ("1\n", "", "off: the grader is in no autogroup"),
-        ("1\n", None, "off: the grader is in no autogroup"),
-        ("1\n", "/autogroup-7 nice 0\n", "on (its own session, one autogroup"),
+        (1, "/", {".": ["cgroup.sane_behavior", "cpu.shares"]}, "/", True),
+        (1, "/docker/abc", {".": ["cgroup.sane_behavior"], "docker/abc": ["cpu.shares"]}, "/", False),
+        (1, "/", {".": ["cpu.shares"]}, "/", False),  # a cgroup namespace's "/", below the real root
+        (1, "/docker/abc", {".": ["cgroup.sane_behavior"]}, "/", None),  # its folder is not mounted here
+        (1, "/a/b", {".": ["cpu.shares"]}, "/a/b", False),  # the mount is of a cgroup below the root
+        (2, "/", {".": ["cgroup.procs"]}, "/", True),
+        (2, "/user.slice/s", {".": [], "user.slice": ["memory.max"], "user.slice/s": []}, "/", True),
+        (2, "/system.slice/x", {".": [], "system.slice": ["cpu.weight"], "system.slice/x": []}, "/", False),
+        (2, "/a", {".": ["cgroup.type"], "a": ["cpu.weight"]}, "/", False),
+        (2, "/", {".": ["cgroup.type"]}, "/", None),  # the folders above the mount are out of sight
+        (2, "/", {".": ["cgroup.type", "cpu.weight"]}, "/", False),
+        (2, "/elsewhere", {".": []}, "/mine", None),
     ],
 )
-def test_cpu_share_reads_the_switch_and_the_group(tmp_path, monkeypatch, switch, group, expected) -> None:
-    """The protection is on only where autogroups are enabled and the grader is scheduled in one: the kernel
-    leaves /proc/self/autogroup empty in a CPU cgroup other than the root one (containers, CI)."""
-    from pagecheck.grading import launcher
+def test_cpu_group_tells_the_root_cgroup_from_the_rest(tmp_path, version, membership, folders, mount_root, root) -> None:
+    """cgroup v1: the root is the folder with cgroup.sane_behavior; v2: the nearest folder with cpu.weight
+    places a process below the root, and a mount that is itself below the root (cgroup.type) hides the rest."""
+    from pagecheck.grading import cpu_group
+
+    where = cpu_group.placement(_cgroup_machine(tmp_path, version, membership, folders, mount_root))
+    assert where.root is root, where.detail
+
+
+def test_cpu_group_says_unknown_without_its_files(tmp_path) -> None:
+    from pagecheck.grading import cpu_group
+
+    assert cpu_group.placement(str(tmp_path / "missing")).root is None
+    (tmp_path / "cgroup").write_text("5:memory:/x\n")
+    (tmp_path / "mountinfo").write_text("")
+    assert "no cgroup hierarchy with the cpu controller" in cpu_group.placement(str(tmp_path)).detail
+
+
+@pytest.mark.parametrize(
+    "switch, root, group, expected",
+    [
+        (None, True, "/autogroup-7 nice 0\n", "off: the kernel has no autogroup scheduling"),
+        ("0\n", True, "/autogroup-7 nice 0\n", "off: autogroup scheduling is switched off"),
+        ("1\n", False, "/autogroup-7 nice 0\n", "off: the grader runs in the CPU cgroup /c"),
+        ("1\n", None, "/autogroup-7 nice 0\n", "off: whether the grader runs in the root CPU cgroup"),
+        ("1\n", True, "", "off: the launcher's own session got no autogroup"),
+        ("1\n", True, None, "off: the launcher's own session got no autogroup"),
+        ("1\n", True, "/autogroup-7 nice 0\n", "on (its own session, one autogroup"),
+    ],
+)
+def test_cpu_share_reads_the_switch_the_cgroup_and_the_group(tmp_path, monkeypatch, switch, root, group, expected) -> None:
+    """The protection is on only where autogroups are enabled, the grader runs in the root CPU cgroup (the
+    only one the kernel groups by session) and the launcher's session has its autogroup."""
+    from pagecheck.grading import cpu_group, launcher
 
     for name, text in (("AUTOGROUP_SWITCH", switch), ("AUTOGROUP_OF_SELF", group)):
         path = tmp_path / name
@@ -350,7 +411,7 @@ def test_cpu_share_reads_the_switch_and_the_group(tmp_path, monkeypatch, switch,
             path.write_text(text)
         monkeypatch.setattr(launcher, name, str(path))
     protections = launcher.Protections()
-    launcher._cpu_share(protections)
+    launcher._cpu_share(protections, cpu_group.Placement(root, "the CPU cgroup /c" if root is False else "why"))
     assert protections.state["cpu_share"].startswith(expected)
 
 
@@ -359,9 +420,9 @@ def test_a_run_names_what_cpu_share_off_risks_when_it_grades_side_by_side() -> N
 
     every = {"landlock": "on (ABI 7)", "cpu_share": "on (its own session, one autogroup)"}
     assert sandbox_notes(every, jobs=4) == ["sandbox: every protection is on"]
-    shared = {**every, "cpu_share": "off: the grader is in no autogroup"}
+    shared = {**every, "cpu_share": "off: the grader runs in the CPU cgroup /c"}
     alone, side_by_side = sandbox_notes(shared, jobs=1), sandbox_notes(shared, jobs=3)
-    assert alone == ["sandbox: OFF on this machine: cpu_share: the grader is in no autogroup"]
+    assert alone == ["sandbox: OFF on this machine: cpu_share: the grader runs in the CPU cgroup /c"]
     assert side_by_side[0] == alone[0] and "the other 2 graded beside it" in side_by_side[1]
     assert "--jobs 1" in side_by_side[1]
 

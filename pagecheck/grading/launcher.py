@@ -37,7 +37,7 @@ import tarfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from pagecheck.grading import landlock, namespaces
+from pagecheck.grading import cpu_group, landlock, namespaces
 from pagecheck.grading.limits import MEMORY_RLIMITS
 
 SETUP_FAILED = 120
@@ -311,10 +311,11 @@ AUTOGROUP_OF_SELF = "/proc/self/autogroup"
 PER_THREAD_SHARE = "each of the program's threads competes for CPU with other grading jobs' on its own"
 
 
-def _cpu_share(protections: Protections) -> None:
+def _cpu_share(protections: Protections, where: cpu_group.Placement) -> None:
     """Whether the program's threads share one scheduling group's CPU time: the program starts its own session
     (_sandbox_program), and with the kernel's autogroup scheduling each session is one group, so a submission
-    that runs many busy threads competes with other grading jobs as one process, not thread by thread."""
+    that runs many busy threads competes with other grading jobs as one process, not thread by thread. The
+    kernel groups by session only in the root CPU cgroup (`where`, read before any namespace is entered)."""
     enabled = _proc_text(AUTOGROUP_SWITCH)
     if enabled is None:
         protections.off("cpu_share", f"the kernel has no autogroup scheduling ({AUTOGROUP_SWITCH} unreadable): "
@@ -322,17 +323,22 @@ def _cpu_share(protections: Protections) -> None:
     elif enabled == "0":
         protections.off("cpu_share", f"autogroup scheduling is switched off (kernel.sched_autogroup_enabled = 0): "
                                      f"{PER_THREAD_SHARE}")  # fmt: skip
+    elif where.root is False:
+        protections.off("cpu_share", f"the grader runs in {where.detail}, and the kernel groups by session only in "
+                                     f"the root CPU cgroup: {PER_THREAD_SHARE}")  # fmt: skip
+    elif where.root is None:
+        protections.off("cpu_share", f"whether the grader runs in the root CPU cgroup, where alone the kernel groups "
+                                     f"by session, cannot be told ({where.detail}): {PER_THREAD_SHARE}")  # fmt: skip
     elif not (_proc_text(AUTOGROUP_OF_SELF) or "").startswith("/autogroup-"):
-        protections.off("cpu_share", f"the grader is in no autogroup ({AUTOGROUP_OF_SELF} names none): the kernel "
-                                     f"groups by session only in the root CPU cgroup; {PER_THREAD_SHARE}")  # fmt: skip
+        protections.off("cpu_share", f"the launcher's own session got no autogroup ({AUTOGROUP_OF_SELF} names "
+                                     f"none): {PER_THREAD_SHARE}")  # fmt: skip
     else:
         protections.on("cpu_share", "its own session, one autogroup: its threads together get one share of CPU")
 
 
 def _proc_text(path: str) -> str | None:
-    """A /proc file's text, stripped; None where it cannot be read. /proc/self/autogroup names the autogroup
-    this process is scheduled in ("/autogroup-N") and is empty in any CPU cgroup but the root one, as in most
-    containers."""
+    """A /proc file's text, stripped; None where it cannot be read. /proc/self/autogroup names the session's
+    autogroup ("/autogroup-N") and is empty for a process whose session began before autogroups were made."""
     try:
         with open(path) as file:
             return file.read().strip()
@@ -428,7 +434,6 @@ def _init(config: LaunchConfig, scratch: str, protections: Protections, as_root:
         else:
             protections.off("landlock", "the kernel offers none: files outside the scratch folder are readable "
                                         "as far as the user's permissions go")  # fmt: skip
-        _cpu_share(protections)
         _write_status(config.status_fd, {"protections": protections.state})
         limits_r, limits_w = os.pipe()
         program = os.fork()
@@ -492,6 +497,7 @@ def _kill_descendants() -> None:
 
 def launch(config: LaunchConfig) -> int:
     protections = Protections()
+    _cpu_share(protections, cpu_group.placement())
     as_root = os.geteuid() == 0
     has_mounts = _enter_namespaces(config, protections, as_root)
     owner = None
