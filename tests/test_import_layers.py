@@ -116,3 +116,25 @@ def test_installing_adds_one_import_name() -> None:
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert {package.split(".")[0] for package in setuptools["packages"]} == {"pagecheck"}
     assert all(name.startswith("pagecheck.") for name in setuptools["package-dir"])
+
+
+def test_data_files_ship_from_their_own_listed_packages() -> None:
+    """A folder of data files inside a package (the kernels, the probes, the report schemas) is listed as a
+    package of its own, with patterns of its own: setuptools warns at every install about a pattern that
+    reaches into a folder it was not told of."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages, mapped = set(setuptools["packages"]), setuptools["package-dir"]
+
+    def folder(package: str) -> Path:
+        if package in mapped:
+            return ROOT / mapped[package]
+        parent, _, name = package.rpartition(".")
+        return folder(parent) / name if parent else ROOT / name
+
+    assert all(folder(package).is_dir() for package in packages)
+    for package, patterns in setuptools["package-data"].items():
+        assert package in packages, package
+        assert not [pattern for pattern in patterns if "/" in pattern], (package, patterns)
+        assert all(any(folder(package).glob(pattern)) for pattern in patterns), (package, patterns)
