@@ -114,6 +114,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     register_profiles()
     load_profile(config.getoption("pagecheck_profile"))
+    seed = config.getoption("pagecheck_seed")
+    if not 0 <= seed < 2**64:
+        raise pytest.UsageError(f"--pagecheck-seed={seed} must be in 0..2**64-1 (NumPy's and MLX's seeds)")
     # Runs before Hypothesis's own pytest_configure, which reads this option.
     if getattr(config.option, "hypothesis_seed", None) is None:
         config.option.hypothesis_seed = config.getoption("pagecheck_seed")

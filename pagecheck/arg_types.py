@@ -6,6 +6,7 @@ Kept free of heavy imports: `python -m pagecheck.bench.attention` child processe
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Callable
 
 
@@ -29,6 +30,29 @@ def non_negative_int(text: str) -> int:
     value = _integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """A type for a finite number above 0 (e.g. --timeout 300, --memory 0.5); inf and nan are refused here,
+    the range of each quantity where it is used."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text.strip()} must be a finite number above 0")
+    return value
+
+
+SEED_LIMIT = 2**64  # NumPy's generators take any non-negative int, mx.random.key an unsigned 64-bit one
+
+
+def seed_int(text: str) -> int:
+    """A type for a seed (--seed N): an integer in 0..2**64-1, which every random draw of the project takes."""
+    value = _integer(text)
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"{value} must be in 0..2**64-1")
     return value
 
 

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from pagecheck.arg_types import int_list, non_negative_int, positive_int
+from pagecheck.arg_types import int_list, non_negative_int, positive_int, positive_number, seed_int
 
 
 @pytest.mark.parametrize("text, value", [("1", 1), ("60", 60), (" 7 ", 7)])
@@ -31,7 +31,10 @@ def test_non_negative_int_takes_zero_and_names_the_bad_text() -> None:
 
 @pytest.mark.parametrize("argv, message", [(["report", "--jobs", "-1"], "argument --jobs: -1 must be 0 or more"),
                                            (["report", "--repeats", "0"], "argument --repeats: 0 must be positive"),
-                                           (["bench", "--repeats", "-2"], "argument --repeats: -2 must be positive")])
+                                           (["bench", "--repeats", "-2"], "argument --repeats: -2 must be positive"),
+                                           (["tolerance", "--seed", "-3"], "argument --seed: -3 must be in 0..2**64-1"),
+                                           (["report", "--seed", str(2**64)], f"argument --seed: {2**64} must be in"),
+                                           (["serve-bench", "--seed", "-1"], "argument --seed: -1 must be in")])
 def test_commands_refuse_out_of_range_counts_as_usage_errors(argv: list[str], message: str, capsys) -> None:
     from pagecheck.cli import main
 
@@ -39,6 +42,13 @@ def test_commands_refuse_out_of_range_counts_as_usage_errors(argv: list[str], me
         main(argv)
     assert stopped.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_seed_int_takes_the_whole_unsigned_64_bit_range() -> None:
+    assert seed_int("0") == 0 and seed_int(str(2**64 - 1)) == 2**64 - 1
+    for text, message in (("-1", "-1 must be in 0..2"), (str(2**64), "must be in 0..2"), ("s", "'s' is not")):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            seed_int(text)
 
 
 def test_parsers_report_the_option_with_the_text(capsys) -> None:
@@ -58,3 +68,44 @@ def test_int_list_bounds_each_value() -> None:
         int_list("splits", most=4)("2,5")
     with pytest.raises(argparse.ArgumentTypeError, match="must be comma-separated integers"):
         int_list("contexts")("128,x")
+
+
+def test_positive_number_refuses_zero_negative_and_non_finite() -> None:
+    assert positive_number("0.25") == 0.25 and positive_number("300") == 300.0
+    for text, message in (("0", "0 must be a finite number above 0"), ("-1", "-1 must be"), ("inf", "inf must be"),
+                          ("nan", "nan must be"), ("1e999", "1e999 must be"), ("x", "'x' is not a number")):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            positive_number(text)
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--timeout", "inf", "argument --timeout: inf must be a finite number above 0"),
+        ("--memory", "nan", "argument --memory: nan must be a finite number above 0"),
+        ("--timeout", "1e300", "timeout=1e+300 must be a positive number of seconds, at most 1e+06"),
+        ("--build-timeout", "2e6", "build_timeout=2000000.0 must be a positive number of seconds, at most 1e+06"),
+        ("--call-timeout", "1e7", "call_timeout=10000000.0 must be a positive number of seconds, at most 1e+06"),
+        ("--memory", "1e15", "memory=1e+15 GB is above the 1048576 GB a run takes"),
+        ("--disk", "2e6", "disk=2e+06 GB is above the 1048576 GB a scratch folder takes"),
+        ("--seed-file", "missing.txt", "--seed-file='{tmp}/missing.txt' cannot be read: No such file or directory"),
+    ],
+)
+def test_grade_refuses_limits_out_of_range_before_grading(tmp_path, capsys, option: str, value: str,
+                                                          message: str) -> None:  # fmt: skip
+    """Limits no sandbox could hold (an rlimit past its type, a timeout no wait takes) are usage errors, named,
+    before any submission is graded."""
+    from pagecheck.cli import main
+
+    submission = tmp_path / "sub.py"
+    submission.write_text("x = 1\n")
+    if option == "--seed-file":
+        value = str(tmp_path / value)
+    try:
+        code = main(["grade", option, value, str(submission), "--out", str(tmp_path / "out")])
+    except SystemExit as stopped:
+        code = stopped.code
+    captured = capsys.readouterr()
+    assert code == 2
+    assert message.format(tmp=tmp_path) in captured.out + captured.err
+    assert not (tmp_path / "out" / "results").exists()

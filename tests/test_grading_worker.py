@@ -770,3 +770,27 @@ def test_a_worker_event_keeps_only_report_fields_and_the_trusted_check() -> None
                            "detail": "gc.get_objects", "where": "s.py:3", "shape": [2, 8], "extra": "z"})  # fmt: skip
     assert session.events[-1] == {"detail": "gc.get_objects", "where": "s.py:3", "shape": [2, 8],
                                   "kind": "introspection", "check": "pagecheck.invariants.test_x::real"}  # fmt: skip
+
+
+@pytest.mark.skipif(not LINUX, reason="Linux rlimits")
+def test_an_rlimit_past_its_type_is_reported_not_fatal() -> None:
+    """A limit no rlim_t holds (an OverflowError from setrlimit) is named among those not set; the others are
+    set. Run in a forked child, whose limits die with it."""
+    from pagecheck.grading import launcher
+
+    config = launcher.LaunchConfig(argv=["true"], env={}, scratch_mountpoint="/", fallback_scratch="/", copy_in=None,
+                                   read_paths=[], hide_paths=[], memory_bytes=8 << 30, cpu_seconds=2**70,
+                                   max_processes=4096, max_file_bytes=1 << 30, disk_bytes=1 << 30)  # fmt: skip
+    said_r, said_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.write(said_w, launcher._apply_limits(config).encode())
+        finally:
+            os._exit(0)
+    os.close(said_w)
+    with os.fdopen(said_r, "rb") as said:
+        applied, _, missed = said.read().decode().partition("\n")
+    os.waitpid(child, 0)
+    assert "as" in applied.split(", ") and "cpu" not in applied.split(", ")
+    assert missed.startswith("cpu (")

@@ -63,6 +63,14 @@ def test_a_subject_that_cannot_be_checked_is_a_one_line_usage_error(elsewhere: P
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("seed", ["-4", str(2**64)])
+def test_a_seed_out_of_range_is_a_one_line_usage_error(elsewhere: Path, seed: str) -> None:
+    done = pytest_in(elsewhere, "-q", "--pyargs", "pagecheck.invariants", "--pagecheck-seed", seed)
+    assert done.returncode == USAGE_ERROR, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR:")]
+    assert errors == [f"ERROR: --pagecheck-seed={seed} must be in 0..2**64-1 (NumPy's and MLX's seeds)"], done.stderr
+
+
 def test_other_pytest_runs_load_nothing_of_the_suite(elsewhere: Path) -> None:
     (elsewhere / "test_plain.py").write_text(
         "import sys\n"

@@ -23,6 +23,7 @@ from types import FrameType
 
 from pagecheck.invariants.catalog import INVARIANTS
 from pagecheck.invariants.profiles import DEFAULT_PROFILE, PROFILES
+from pagecheck.arg_types import positive_number
 from pagecheck.commands import options
 from pagecheck.exit_codes import ExitCode
 from pagecheck.grading.merge import merge_results
@@ -61,17 +62,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2), metavar="N",
                         help="submissions graded at once; each sandboxed worker is one CPU scheduling group where "
                         "the kernel groups by session (the protection cpu_share says whether it does)")  # fmt: skip
-    parser.add_argument("--timeout", type=float, default=300.0, metavar="S",
+    parser.add_argument("--timeout", type=positive_number, default=300.0, metavar="S",
                         help="wall-clock limit of each suite run, in seconds")  # fmt: skip
-    parser.add_argument("--build-timeout", type=float, default=600.0, metavar="S",
+    parser.add_argument("--build-timeout", type=positive_number, default=600.0, metavar="S",
                         help="wall-clock limit of an extension build, in seconds")  # fmt: skip
-    parser.add_argument("--memory", type=float, default=4.0, metavar="GB",
+    parser.add_argument("--memory", type=positive_number, default=4.0, metavar="GB",
                         help="memory limit of the sandboxed worker (and of a build), in GiB: its address space, or "
                         "with --device gpu its data segment (CUDA needs more address space than it uses)")  # fmt: skip
-    parser.add_argument("--call-timeout", type=float, default=DEFAULT_CALL_TIMEOUT_S, metavar="S",
+    parser.add_argument("--call-timeout", type=positive_number, default=DEFAULT_CALL_TIMEOUT_S, metavar="S",
                         help="wall-clock limit of each call into the submission, in seconds; a call past it fails "
                         "its check")  # fmt: skip
-    parser.add_argument("--disk", type=float, default=DEFAULT_DISK_BYTES / GIB, metavar="GB",
+    parser.add_argument("--disk", type=positive_number, default=DEFAULT_DISK_BYTES / GIB, metavar="GB",
                         help="size of the worker's (and a build's) scratch folder, in GiB")  # fmt: skip
     parser.add_argument("--seed", default=None, metavar="SECRET",
                         help="secret the hidden inputs are drawn from (default: --seed-file, else the one saved in "
@@ -127,7 +128,11 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     args.out.mkdir(parents=True, exist_ok=True)
     given = args.seed
     if args.seed_file is not None:
-        given = args.seed_file.read_text().strip()
+        try:
+            given = args.seed_file.read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or exc
+            raise ValueError(f"--seed-file={str(args.seed_file)!r} cannot be read: {reason}") from None
     plan = GradePlan(
         secret=resolve_secret(given, args.out),
         limits=Limits(args.timeout, int(args.memory * GIB)),

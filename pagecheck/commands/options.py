@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pagecheck.arg_types import non_negative_int
+from pagecheck.arg_types import non_negative_int, seed_int
 from pagecheck.invariants.profiles import DEFAULT_SEED
 from pagecheck.device import DEVICES
 from pagecheck.exit_codes import describe_exit_codes
@@ -68,7 +68,7 @@ def add_quick_option(parser: argparse.ArgumentParser, what: str) -> None:
 def add_seed_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed",
-        type=int,
+        type=seed_int,
         default=DEFAULT_SEED,
         metavar="N",
         help="seed for every random draw (layouts, Hypothesis), so a run can be repeated exactly "

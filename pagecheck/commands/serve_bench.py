@@ -31,7 +31,7 @@ from pagecheck.serving.quantized import DEFAULT_BITS, DEFAULT_GROUP_SIZE
 from pagecheck.serving.qwen3_attention import ATTENTION_PATHS
 from pagecheck.serving.qwen3_weights import random_qwen3_weights
 from pagecheck.serving.serving_kv import DEFAULT_PAGE_SIZE, serving_kv_for
-from pagecheck.arg_types import int_list, positive_int
+from pagecheck.arg_types import int_list, positive_int, seed_int
 from pagecheck.commands import options
 from pagecheck.device import DeviceUnavailable, use_device
 from pagecheck.environment import collect_environment
@@ -95,7 +95,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="tokens per KV page (default: %(default)s)")
     parser.add_argument("--dtype", choices=DTYPES, default=None,
                         help="activation and KV dtype (default: float32 on cpu, bfloat16 on gpu)")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="N",
+    parser.add_argument("--seed", type=seed_int, default=DEFAULT_SEED, metavar="N",
                         help="seed of the trace and of the random weights (default: %(default)s)")
     parser.add_argument("--kv-budget-bytes", type=int_list("kv-budget-bytes"), default=None, metavar="B,B",
                         help="also run the admission sweep: each variant under each KV byte budget")

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from pagecheck.arg_types import seed_int
 from pagecheck.reference.layouts import DTYPES, PagedLayout, random_layout
 from pagecheck.reference.tolerance import compare
 
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated dtypes to check")
     parser.add_argument("--json", default=None, help="write every outcome to this JSON file")
-    parser.add_argument("--seed", type=int, default=20240)
+    parser.add_argument("--seed", type=seed_int, default=20240)
     parser.add_argument("--no-big-pool", action="store_true")
     parser.add_argument("--only", choices=("decode", "prefill"), default=None, help="one kind of case")
     parser.add_argument("--bulk", action="store_true",

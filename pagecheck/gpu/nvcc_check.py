@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from pagecheck.arg_types import positive_int
 from pagecheck.gpu.kernels import KERNELS, STREAM_PROBE, KernelSource, scale_bits
 
 # Stands in for MLX's JIT prelude (device/utils.cuh and friends): the names
@@ -258,7 +259,7 @@ def report(results: Iterable[tuple[Variant, bool, str]], total: int, compiler: s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--jobs", type=positive_int, default=2)
     parser.add_argument("--filter", default="", help="only variants whose label contains this text")
     parser.add_argument("--digest", action="store_true",
                         help="also print a digest of each variant's compiled code (equal digests before and after "

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from pagecheck.arg_types import positive_int
 from pagecheck.gpu.nvcc_check import PRELUDE, WGMMA_STEM, Variant, report, variants, wrap
 
 # nvcc_check's prelude for NVRTC: the fixed-width integers from libcu++.
@@ -117,7 +118,7 @@ def check(nvrtc: Nvrtc, variant: Variant) -> tuple[Variant, bool, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--jobs", type=positive_int, default=2)
     parser.add_argument("--filter", default="", help="only variants whose label contains this text")
     args = parser.parse_args(argv)
     setup = find_nvrtc()

@@ -287,7 +287,7 @@ def _apply_limits(config: LaunchConfig) -> str:
         try:
             resource.setrlimit(number, (value, value))
             applied.append(short)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, OverflowError) as exc:
             missed.append(f"{short} ({exc})")
     return ", ".join(applied) + "\n" + "; ".join(missed)
 

@@ -22,10 +22,20 @@ from pagecheck.grading.limits import DATA_SUFFIX, MEMORY_RLIMITS
 
 POLL_S = 0.05
 GIB = 1 << 30
+# The largest time limit and size a grading run takes (GradePlan checks its memory and disk): far beyond any
+# run, and within what rlimits, tmpfs sizes and the waits' timeouts hold, headroom added.
+MAX_SECONDS = 1_000_000.0
+MAX_BYTES = 1 << 50
 # ru_maxrss is in kilobytes on Linux and in bytes on macOS.
 MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
 
 MEMORY_KINDS = tuple(MEMORY_RLIMITS)
+
+
+def check_seconds(name: str, seconds: float) -> None:
+    """A time limit is a number of seconds in (0, MAX_SECONDS]; NaN is not."""
+    if not 0 < seconds <= MAX_SECONDS:
+        raise ValueError(f"{name}={seconds} must be a positive number of seconds, at most {MAX_SECONDS:g}")
 
 
 @dataclass(frozen=True)
@@ -35,8 +45,7 @@ class Limits:
     memory_kind: str = "address_space"  # or "data" (RLIMIT_DATA), for a child that runs MLX's CUDA back-end
 
     def __post_init__(self) -> None:
-        if not self.timeout_s > 0:
-            raise ValueError(f"timeout={self.timeout_s} must be a positive number of seconds")
+        check_seconds("timeout", self.timeout_s)
         if self.memory_bytes < 256 << 20:
             raise ValueError(f"memory={self.memory_bytes / GIB:g} GB is below the 0.25 GB a Python child needs")
         if self.memory_kind not in MEMORY_KINDS:
