@@ -15,6 +15,7 @@ from types import ModuleType
 from pagecheck.commands import serve_bench
 from pagecheck.commands import bench, grade, options, report, tolerance
 from pagecheck.environment import pagecheck_version
+from pagecheck.exit_codes import ExitCode
 
 COMMANDS: tuple[ModuleType, ...] = (report, tolerance, bench, grade, serve_bench)
 
@@ -41,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     args = build_parser().parse_args(argv)
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except options.OutDirError as exc:
+        print(f"pagecheck {args.command}: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
 
 
 if __name__ == "__main__":

@@ -109,3 +109,20 @@ def test_grade_refuses_limits_out_of_range_before_grading(tmp_path, capsys, opti
     assert code == 2
     assert message.format(tmp=tmp_path) in captured.out + captured.err
     assert not (tmp_path / "out" / "results").exists()
+
+
+@pytest.mark.parametrize("command", ["report", "tolerance", "bench", "serve-bench", "grade"])
+def test_an_out_folder_that_cannot_be_made_is_a_usage_error_before_any_run(tmp_path, capsys, command: str) -> None:
+    """--out naming a file (or a folder under one) stops the command at once, with exit 2 and the reason, rather
+    than in a traceback after the run (serve-bench once made its folder only at the end)."""
+    from pagecheck.cli import main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    submission = tmp_path / "sub.py"
+    submission.write_text("x = 1\n")
+    extra = [str(submission)] if command == "grade" else []
+    for out, reason in ((blocker, "is a file, not a folder"), (blocker / "below", "cannot be created: Not a directory")):
+        code = main([command, *extra, "--out", str(out)])
+        assert code == 2
+        assert f"pagecheck {command}: --out={str(out)!r} {reason}" in capsys.readouterr().err

@@ -82,6 +82,18 @@ def test_line_chart_draws_each_series_with_its_band_whiskers_and_legend() -> Non
     assert lines[1].get("stroke-dasharray") and not lines[0].get("stroke-dasharray")
 
 
+def test_a_line_chart_with_nothing_measured_says_so_instead_of_failing() -> None:
+    """Every run of every series failed (a context too large for memory): the picture still opens, with its
+    title and a note naming the series, and no axes that would pretend to a scale."""
+    root = parse(line_chart([Series("subject", []), Series("MLX SDPA", [])], title="latency", subtitle="B 1",
+                            x_label="context", y_label="latency"))  # fmt: skip
+    texts = [t.text for t in root.iter(f"{SVG}text")]
+    assert "latency" in texts and "B 1" in texts
+    (note,) = of_class(root, "empty")
+    assert note.text == "nothing to plot: no measurement of subject, MLX SDPA; the report says why"
+    assert not of_class(root, "series") and "context" not in texts
+
+
 def test_every_drawn_point_lies_inside_the_plot_and_inside_its_band() -> None:
     root = parse(line_chart(SPREAD, title="t", x_label="x", y_label="y"))
     bottom = HEIGHT - MARGIN_BOTTOM

@@ -146,11 +146,15 @@ def run_bench_stage(
     measured = document["medians_us"].get("subject", {})
     longest = str(config.contexts[-1])
     speed = document["speedups"][longest].get("vs_dense_gather")
-    progress.finish(
-        f"subject {measured.get(longest) or float('nan'):.0f} µs at context {longest}"
-        + ("" if document["subject_correct"] else " (WRONG output)")
-        + (f", {speed:.1f}x faster than dense + gather" if speed else "")
-    )
+    if measured.get(longest) is None:
+        error = document["errors"].get("subject", {}).get(longest) or "no run finished"
+        progress.finish(f"subject not measured at context {longest}: {error[:160]} (bench.md has every error)")
+    else:
+        progress.finish(
+            f"subject {measured[longest]:.0f} µs at context {longest}"
+            + ("" if document["subject_correct"] else " (WRONG output)")
+            + (f", {speed:.1f}x faster than dense + gather" if speed else "")
+        )
     if previous is not None:
         print(comparison_text(document))
     return ExitCode.OK if document["correct"] else ExitCode.BENCH_INCORRECT

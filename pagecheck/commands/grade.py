@@ -113,7 +113,7 @@ def run_merge(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     shard_dirs = [Path(d) for d in args.submissions[1:]]
     if not shard_dirs:
         raise ValueError(f"`pagecheck grade {MERGE}` needs at least one shard directory")
-    merged = merge_results(shard_dirs, args.out)
+    merged = merge_results(shard_dirs, options.make_out_dir(args.out))
     write_outputs(args.out, rubric)
     print(f"pagecheck {NAME} {MERGE}: {len(merged)} results from {len(shard_dirs)} directories; "
           f"scoreboard in {args.out / 'grades.md'}")  # fmt: skip
@@ -125,7 +125,7 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     if args.shard is not None:
         shard = parse_shard(args.shard)
         submissions = [s for s in submissions if shard.holds(s.name)]
-    args.out.mkdir(parents=True, exist_ok=True)
+    options.make_out_dir(args.out)
     given = args.seed
     if args.seed_file is not None:
         try:

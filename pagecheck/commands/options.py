@@ -87,6 +87,20 @@ def add_jobs_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class OutDirError(Exception):
+    """The --out folder cannot be made; the command line is at fault (pagecheck.cli reports it as USAGE)."""
+
+
+def make_out_dir(out: Path) -> Path:
+    """Create `out` (and its parents) if missing; OutDirError, naming --out and why, where it cannot be."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        what = "is a file, not a folder" if out.exists() else f"cannot be created: {exc.strerror or exc}"
+        raise OutDirError(f"--out={str(out)!r} {what}") from None
+    return out
+
+
 def report_dir(args: argparse.Namespace) -> Path:
     """The --out directory, or a fresh default one; created before anything runs."""
     if args.out is not None:
@@ -98,8 +112,7 @@ def report_dir(args: argparse.Namespace) -> Path:
         while out.exists():  # two runs in the same second get separate directories
             out = base.with_name(f"{base.name}-{suffix}")
             suffix += 1
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    return make_out_dir(out)
 
 
 def profile_name(args: argparse.Namespace) -> str:

@@ -189,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
                   f"request; use at least {least}", file=sys.stderr)
             return ExitCode.USAGE
 
+    # Made before the run, so a folder that cannot be made costs no serving time.
+    out = options.make_out_dir(args.out or default_report_dir(NAME))
     warm_up = args.warm_up or ("trace" if args.device == "gpu" else "short")
     settings = ServeSettings(args.batch, args.prefill_step, args.page_size, overlap=args.overlap, warm_up=warm_up)
     _progress(f"trace {trace.sha256[:16]}: {len(trace.requests)} requests, {trace.prompt_tokens} prompt tokens")
@@ -234,8 +236,6 @@ def run(args: argparse.Namespace) -> int:
                                   f"{row.get('max_concurrent_requests', 'ERROR')} at once"),
         )
 
-    out = args.out or default_report_dir(NAME)
-    out.mkdir(parents=True, exist_ok=True)
     write_json(out / "serve_bench.json", document)
     markdown = render_serve_bench(document)
     (out / "serve_bench.md").write_text(markdown)

@@ -138,6 +138,17 @@ def _frame(height: float, title: str, subtitle: str | None) -> list[str]:
     return out
 
 
+def _empty_chart(title: str, subtitle: str, names: list[str]) -> str:
+    """A chart with nothing measured (every run of every series failed): the title, and a note naming the
+    series, in place of the plot."""
+    out = _frame(HEIGHT / 2, title, subtitle)
+    out.append(f'<text class="empty" x="{WIDTH / 2}" y="{HEIGHT / 4 + 10}" text-anchor="middle" fill="#b00">'
+               f"nothing to plot: no measurement of {escape(', '.join(names) or 'any series')}; the report says why"
+               "</text>")  # fmt: skip
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 def line_chart(
     series: list[Series],
     *,
@@ -153,7 +164,7 @@ def line_chart(
 ) -> str:
     drawn = [s for s in series if s.points]
     if not drawn:
-        raise ValueError("series has no points to plot")
+        return _empty_chart(title, subtitle, [s.name for s in series])
     xs = [x for s in drawn for x, _ in s.points]
     ys = [y for s in drawn for _, y in s.points]
     ys += [v for s in drawn for _, low, high in (*s.band, *s.whiskers) for v in (low, high)]
