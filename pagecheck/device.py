@@ -9,16 +9,22 @@ class DeviceUnavailable(RuntimeError):
     """The requested device does not exist in this MLX build or on this machine."""
 
 
-def use_device(name: str) -> None:
-    """Make `name` MLX's default device for everything this process runs next."""
+def check_device(name: str) -> None:
+    """DeviceUnavailable where MLX cannot run on `name` here; changes nothing."""
     import mlx.core as mx
 
     if name not in DEVICES:
         raise ValueError(f"device={name!r} is not one of {DEVICES}")
-    device = mx.gpu if name == "gpu" else mx.cpu
-    if not mx.is_available(device):
+    if not mx.is_available(mx.gpu if name == "gpu" else mx.cpu):
         raise DeviceUnavailable(
             f"device={name!r} is not available to MLX {mx.__version__} here "
             "(Linux needs the mlx[cuda13] build and an NVIDIA GPU; macOS needs Apple silicon)"
         )
-    mx.set_default_device(device)
+
+
+def use_device(name: str) -> None:
+    """Make `name` MLX's default device for everything this process runs next."""
+    import mlx.core as mx
+
+    check_device(name)
+    mx.set_default_device(mx.gpu if name == "gpu" else mx.cpu)

@@ -716,6 +716,36 @@ def test_the_preflight_worker_loads_the_project_subject_and_says_why_not_otherwi
     assert why is not None and "the subject did not load in the worker" in why and "/nonexistent/subject.py" in why
 
 
+def test_a_gpu_worker_without_a_gpu_refuses_to_start() -> None:
+    """Never a quiet fallback to the CPU: the trusted suite would skip every GPU check, and each submission
+    would get a grade made of no check (seen: 0 of 10 with verdict ok)."""
+    import mlx.core as mx
+
+    from pagecheck.grading.worker_process import preflight_worker
+
+    if mx.is_available(mx.gpu):
+        pytest.skip("this machine has a GPU")
+    why = preflight_worker("gpu")
+    assert why is not None and "MLX reports no GPU inside the sandboxed worker" in why
+
+
+def test_grade_on_a_missing_device_stops_before_anything_is_written(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import mlx.core as mx
+
+    from pagecheck.cli import main
+    from pagecheck.exit_codes import ExitCode
+
+    if mx.is_available(mx.gpu):
+        pytest.skip("this machine has a GPU")
+    out = tmp_path / "graded"
+    code = main(["grade", "--device", "gpu", str(ROOT / "tests" / "subjects" / "course_conformant.py"),
+                 "--out", str(out)])  # fmt: skip
+    assert code == ExitCode.DEVICE_UNAVAILABLE
+    assert "device='gpu' is not available" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_grade_stops_before_any_submission_when_no_worker_can_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     # A machine whose sandbox cannot load MLX (as MLX's CUDA back-end inside it, measured on the H200) would

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 from pathlib import Path
 from types import FrameType
 
@@ -25,6 +26,7 @@ from pagecheck.invariants.catalog import INVARIANTS
 from pagecheck.invariants.profiles import DEFAULT_PROFILE, PROFILES
 from pagecheck.arg_types import positive_number
 from pagecheck.commands import options
+from pagecheck.device import DeviceUnavailable, check_device
 from pagecheck.exit_codes import ExitCode
 from pagecheck.grading.merge import merge_results
 from pagecheck.grading.outputs import write_outputs
@@ -121,6 +123,13 @@ def run_merge(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
 
 
 def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
+    try:
+        # The trusted suite runs its checks on this device: without it they would all skip, and every
+        # submission would get a grade made of no check.
+        check_device(args.device)
+    except DeviceUnavailable as exc:
+        print(f"pagecheck {NAME}: {exc}; no submission was graded", file=sys.stderr)
+        return ExitCode.DEVICE_UNAVAILABLE
     submissions = load_submissions(args.submissions)
     if args.shard is not None:
         shard = parse_shard(args.shard)

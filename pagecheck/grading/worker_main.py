@@ -449,7 +449,11 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
     import mlx.core as mx
     import numpy as np
 
-    if config.get("device") == "gpu" and mx.is_available(mx.gpu):
+    if config.get("device") == "gpu":
+        # Never a quiet fallback to the CPU: the trusted suite would skip every GPU check, and every
+        # submission would be graded on nothing.
+        if not mx.is_available(mx.gpu):
+            raise RuntimeError("device='gpu' was asked for, but MLX reports no GPU inside the sandboxed worker")
         mx.set_default_device(mx.gpu)
     worker.tripwires = modules["tripwires"].Tripwires(worker.report)
     worker.tripwires.install_sdpa_trap(mx.fast)
