@@ -152,6 +152,23 @@ def test_a_file_too_large_to_grade_is_refused_unread(tmp_path: Path, kind: str) 
         content_digest(submission)
 
 
+def test_a_path_that_is_no_submission_is_graded_load_failed_not_refused(tmp_path: Path) -> None:
+    """An empty folder or a stray file among a class's submissions is listed with the reason (its files cannot
+    be staged), and the run goes on; only a path that does not exist stops the run (a typo)."""
+    from pagecheck.grading.submission import load_submissions
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "amy.py").write_text("x = 1\n")
+    found = load_submissions([str(tmp_path / name) for name in ("empty", "notes.txt", "amy.py")])
+    assert [(s.name, s.kind) for s in found] == [("amy", "file"), ("empty", "unrecognized"), ("notes", "unrecognized")]
+    for submission, kind in zip(found[1:], ("folder 'empty'", "file 'notes.txt'")):
+        with pytest.raises(SubmissionFilesError, match=f"the {kind} is not a tiny-llm checkout"):
+            content_digest(submission)
+    with pytest.raises(ValueError, match="does not exist"):
+        load_submissions([str(tmp_path / "missing")])
+
+
 def test_the_digest_streams_files_to_the_same_value(tmp_path: Path) -> None:
     import hashlib
 

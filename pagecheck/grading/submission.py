@@ -23,7 +23,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-KINDS = ("tiny-llm", "file", "package")
+# "unrecognized": a path that exists but is none of the others (an empty folder in a class's folder of
+# submissions); it is graded load-failed with the reason, so the scoreboard lists it and the run goes on.
+KINDS = ("tiny-llm", "file", "package", "unrecognized")
+NOT_A_SUBMISSION = "not a tiny-llm checkout (src/tiny_llm/__init__.py), a .py file or a package"
 # Never staged: VCS data, caches and build trees a checkout may carry.
 SKIPPED_NAMES = frozenset({".git", "__pycache__", ".venv", "venv", "build", ".pytest_cache", ".hypothesis"})
 # Never staged from a tiny-llm checkout: compiled extension files. The grader builds the extension from its
@@ -105,9 +108,7 @@ def find_kind(path: Path) -> str:
         return "file"
     if path.is_dir() and (path / "__init__.py").is_file():
         return "package"
-    raise ValueError(
-        f"submission={str(path)!r} is not a tiny-llm checkout (src/tiny_llm/__init__.py), a .py file or a package"
-    )
+    return "unrecognized"
 
 
 def load_submissions(paths: list[str]) -> list[Submission]:
@@ -135,6 +136,9 @@ def graded_files(submission: Submission, keep_compiled: bool = False) -> list[tu
     if submission.kind == "file":
         _checked_size(repr(submission.path.name), submission.path.stat)
         return [(submission.path.name, submission.path)]
+    if submission.kind == "unrecognized":
+        kind = "folder" if submission.path.is_dir() else "file"
+        raise SubmissionFilesError(f"the {kind} {submission.path.name!r} is {NOT_A_SUBMISSION}")
     top = submission.path / "src" if submission.kind == "tiny-llm" else submission.path
     prefix = "src/" if submission.kind == "tiny-llm" else ""
     if top.is_symlink():  # its files would be another folder's, wherever the link points
