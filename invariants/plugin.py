@@ -3,7 +3,7 @@
     pytest -n auto --pyargs pagecheck.invariants --pagecheck-subject SPEC
            [--pagecheck-device cpu|gpu] [--pagecheck-seed N]
            [--pagecheck-profile default|thorough] [--pagecheck-results PATH]
-           [--pagecheck-invariant ID ...]
+           [--pagecheck-invariant ID ...] [--pagecheck-check-timeout S]
 
 Installed with pagecheck, it is loaded by every pytest run, so it costs
 nothing until a run asks for the suite: it adds only `--pagecheck-*` options
@@ -56,6 +56,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--pagecheck-profile", default=DEFAULT_PROFILE, choices=sorted(PROFILES), help="Hypothesis search depth"
     )
     group.addoption("--pagecheck-results", default=None, metavar="PATH", help="write per-check results JSON here")
+    group.addoption(
+        "--pagecheck-check-timeout",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="fail a check that runs past S seconds, so a subject that never returns holds one check, not the "
+        "run (invariants/check_timeout.py); 0: no limit (default)",
+    )
     group.addoption(
         "--pagecheck-invariant",
         action="append",
@@ -114,6 +122,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     register_profiles()
     load_profile(config.getoption("pagecheck_profile"))
+    timeout = config.getoption("pagecheck_check_timeout")
+    if not 0 <= timeout < float("inf"):
+        raise pytest.UsageError(f"--pagecheck-check-timeout={timeout} must be 0 (no limit) or a number of seconds")
     seed = config.getoption("pagecheck_seed")
     if not 0 <= seed < 2**64:
         raise pytest.UsageError(f"--pagecheck-seed={seed} must be in 0..2**64-1 (NumPy's and MLX's seeds)")
@@ -152,6 +163,21 @@ def _run_info(config: pytest.Config) -> dict[str, object]:
         "device": config.getoption("pagecheck_device"),
         "invariants": dict(INVARIANTS),
     }
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    seconds = item.config.getoption("pagecheck_check_timeout", 0.0) or 0.0
+    if seconds <= 0:
+        yield
+        return
+    from pagecheck.invariants.check_timeout import CheckTimedOut, time_limit
+
+    with time_limit(seconds):
+        outcome = yield
+    error = outcome.excinfo[1] if outcome.excinfo else None
+    if isinstance(error, CheckTimedOut):
+        outcome.force_exception(pytest.fail.Exception(str(error), pytrace=False))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -94,10 +94,13 @@ class SuiteRequest:
     jobs: int
     results_path: Path
     invariants: tuple[str, ...] = ()
+    check_timeout_s: float = 0.0  # per check (invariants/check_timeout.py); 0: none
 
     def __post_init__(self) -> None:
         if self.jobs < 0:
             raise ValueError(f"jobs={self.jobs} must be 0 (no workers) or a positive worker count")
+        if not 0 <= self.check_timeout_s < float("inf"):
+            raise ValueError(f"check_timeout={self.check_timeout_s} must be 0 (none) or a number of seconds")
 
     def command(self) -> list[str]:
         command = [
@@ -113,6 +116,8 @@ class SuiteRequest:
             command += ["-n", str(self.jobs)]
         for invariant in self.invariants:
             command += ["--pagecheck-invariant", invariant]
+        if self.check_timeout_s:
+            command += ["--pagecheck-check-timeout", f"{self.check_timeout_s:g}"]
         return command
 
 

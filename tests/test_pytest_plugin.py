@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,57 @@ def test_a_seed_out_of_range_is_a_one_line_usage_error(elsewhere: Path, seed: st
     assert done.returncode == USAGE_ERROR, done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR:")]
     assert errors == [f"ERROR: --pagecheck-seed={seed} must be in 0..2**64-1 (NumPy's and MLX's seeds)"], done.stderr
+
+
+HANGS = """
+from {module} import *  # noqa: F403
+import {module} as _base
+
+
+def _attend_forever(*args):
+    {before}
+    while True:
+        pass
+
+
+_base._attend = _attend_forever
+"""
+TWO_CHECKS = "test_any_group_size_matches_the_reference or test_query_heads_read_their_groups_kv_head[1-2]"
+
+
+def hanging_subject(folder: Path, before: str = "pass") -> Path:
+    """The course-conformant subject whose attention never returns, with `before` run first in the call."""
+    shutil.copy(ROOT / "tests" / "subjects" / "course_conformant.py", folder / "conformant_base.py")
+    subject = folder / "hangs.py"
+    subject.write_text(HANGS.format(module="conformant_base", before=before))
+    return subject
+
+
+def test_a_check_that_never_returns_fails_at_the_time_limit_and_the_run_goes_on(elsewhere: Path) -> None:
+    subject = hanging_subject(elsewhere)
+    started = time.monotonic()
+    done = pytest_in(elsewhere, "-q", "--pyargs", "pagecheck.invariants", "--pagecheck-subject", str(subject),
+                     "--pagecheck-invariant", "gqa_mapping", "-k", TWO_CHECKS, "--pagecheck-check-timeout", "1")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "2 failed" in done.stdout and done.stdout.count("the check ran past --pagecheck-check-timeout 1 s") == 2
+    assert time.monotonic() - started < RUN_LIMIT_S / 2
+
+
+def test_a_check_stuck_where_no_alarm_reaches_ends_its_worker_not_the_run(elsewhere: Path) -> None:
+    """SIGALRM ignored (as native code that never returns to Python never runs its handler): the second stage ends the
+    xdist worker, xdist fails the check, and the next check runs in a new worker."""
+    subject = hanging_subject(elsewhere, "import signal; signal.signal(signal.SIGALRM, signal.SIG_IGN)")
+    done = pytest_in(elsewhere, "-q", "-n", "1", "--pyargs", "pagecheck.invariants", "--pagecheck-subject",
+                     str(subject), "--pagecheck-invariant", "gqa_mapping", "-k", TWO_CHECKS,
+                     "--pagecheck-check-timeout", "1")  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "2 failed" in done.stdout and done.stdout.count("crashed while running") == 2, done.stdout[-3000:]
+
+
+@pytest.mark.parametrize("value", ["-1", "inf", "nan"])
+def test_a_check_timeout_out_of_range_is_a_usage_error(elsewhere: Path, value: str) -> None:
+    done = pytest_in(elsewhere, "-q", "--pyargs", "pagecheck.invariants", "--pagecheck-check-timeout", value)
+    assert done.returncode == USAGE_ERROR and "--pagecheck-check-timeout" in done.stderr, done.stderr
 
 
 def test_other_pytest_runs_load_nothing_of_the_suite(elsewhere: Path) -> None:
@@ -135,3 +188,13 @@ def test_the_suite_runs_beside_a_plugin_that_takes_the_plain_option_names(elsewh
     done = subprocess.run(command, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" in done.stdout
+
+
+def test_the_suite_command_carries_the_check_timeout(tmp_path: Path) -> None:
+    from pagecheck.invariants.runner import SuiteRequest
+
+    request = SuiteRequest("impl", "cpu", 1, "default", 0, tmp_path / "r.json", check_timeout_s=600.0)
+    assert request.command()[-2:] == ["--pagecheck-check-timeout", "600"]
+    assert "--pagecheck-check-timeout" not in SuiteRequest("impl", "cpu", 1, "default", 0, tmp_path / "r.json").command()
+    with pytest.raises(ValueError, match="check_timeout=-1"):
+        SuiteRequest("impl", "cpu", 1, "default", 0, tmp_path / "r.json", check_timeout_s=-1)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pagecheck.invariants.catalog import INVARIANTS
+from pagecheck.arg_types import positive_number
 from pagecheck.commands import options
 from pagecheck.commands.bench import (
     CompareFileError,
@@ -36,6 +37,9 @@ NAME = "report"
 STAGES = ("invariants", "tolerance", "bench", "gpu_kernels")
 # The Hypothesis profile (invariants/profiles.py) of the suite for each report profile.
 SUITE_PROFILE = {"full": "thorough", "quick": "default"}
+# Per invariants check. The slowest check on the built-in subject takes seconds (all 208 run in about 20 s on
+# two cores), so a correct subject hundreds of times slower still finishes inside it.
+DEFAULT_CHECK_TIMEOUT_S = 600.0
 
 
 def _course_part(totals: dict) -> str:
@@ -86,6 +90,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="STAGE",
         help=f"leave a stage out (repeatable); STAGE is one of {', '.join(STAGES)}. The index covers the rest",
     )
+    parser.add_argument(
+        "--check-timeout",
+        type=positive_number,
+        default=DEFAULT_CHECK_TIMEOUT_S,
+        metavar="S",
+        help="fail an invariants check that runs past S seconds, so a subject that never returns holds one "
+        "check, not the report (default: %(default)g)",
+    )
     add_bench_options(parser)
     return parser
 
@@ -112,6 +124,7 @@ def run_conformance_stage(args: argparse.Namespace, out: Path, progress: StagePr
             jobs=args.jobs,
             results_path=results_path,
             invariants=selected,
+            check_timeout_s=args.check_timeout,
         )
         run = run_suite(request, out / "invariants.log", show)
         results = load_results(results_path) if results_path.exists() else None

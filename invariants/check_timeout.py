@@ -1,0 +1,56 @@
+"""A time limit for each check of the suite (--pagecheck-check-timeout S): a subject that never returns fails
+that one check instead of holding the run forever.
+
+Two stages, both armed around the check's call and disarmed after it:
+
+    at S s        SIGALRM; its handler raises CheckTimedOut as soon as the subject's Python code takes its next
+                  step, so a loop in Python ends here and the run goes on. CheckTimedOut derives from
+                  BaseException alone: neither a subject's `except Exception` nor Hypothesis (which would
+                  shrink, running the subject again) takes it for an ordinary failure. The plugin reports it
+                  as the check's failure.
+    at S + grace  faulthandler prints every thread's stack and ends the process: a subject stuck in native
+                  code never returns to Python. Under pytest-xdist the worker dies, xdist fails the check
+                  ("worker crashed") and starts another; without workers the run itself ends there.
+
+The alarm needs the main thread and a platform with SIGALRM; elsewhere only the second stage holds.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+GRACE_S = 30.0  # the grace before the second stage: this, or S itself when S is shorter
+
+
+class CheckTimedOut(BaseException):
+    """A check ran past its time limit (raised in the main thread by SIGALRM)."""
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Fail the check run inside once it passes `seconds`; end the process a grace later. 0: no limit."""
+    if seconds <= 0:
+        yield
+        return
+    alarm = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+    previous = None
+    if alarm:
+
+        def expire(signum: int, frame: object) -> None:
+            raise CheckTimedOut(f"the check ran past --pagecheck-check-timeout {seconds:g} s")
+
+        previous = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+    faulthandler.dump_traceback_later(seconds + min(GRACE_S, seconds), exit=True, file=sys.__stderr__ or sys.stderr)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
