@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import shlex
 import subprocess
 import sys
@@ -24,6 +25,7 @@ PROGRESS_LINE = re.compile(r"^([.FEsxX]+)\s*(?:\[\s*(\d+)%\])?\s*$")
 OUTCOME_OF_CHAR = {".": "passed", "F": "failed", "E": "errors", "s": "skipped", "x": "passed", "X": "passed"}
 
 Progress = Callable[[dict[str, int], int | None], None]
+HEARTBEAT_S = 5.0  # the longest the progress callback waits while the suite prints nothing
 
 SUITE_PACKAGE = __name__.rpartition(".")[0]  # pagecheck.invariants
 SUITE_FOLDER = "invariants"  # the suite's folder name, in a checkout and installed
@@ -153,7 +155,17 @@ def run_suite(request: SuiteRequest, log_path: Path, progress: Progress | None =
         assert child.stdout is not None
         pending = ""
         try:
-            while chunk := os.read(child.stdout.fileno(), 4096):
+            while True:
+                # A check may run for minutes: the progress line's clock keeps moving while the suite is quiet.
+                if not select.select([child.stdout], [], [], HEARTBEAT_S)[0]:
+                    if progress is not None:
+                        partial = dict(done)
+                        _count_progress(pending, partial)
+                        progress(partial, percent)
+                    continue
+                chunk = os.read(child.stdout.fileno(), 4096)
+                if not chunk:
+                    break
                 log.write(chunk)
                 pending += chunk.decode(errors="replace")
                 *complete, pending = pending.split("\n")

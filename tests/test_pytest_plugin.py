@@ -198,3 +198,21 @@ def test_the_suite_command_carries_the_check_timeout(tmp_path: Path) -> None:
     assert "--pagecheck-check-timeout" not in SuiteRequest("impl", "cpu", 1, "default", 0, tmp_path / "r.json").command()
     with pytest.raises(ValueError, match="check_timeout=-1"):
         SuiteRequest("impl", "cpu", 1, "default", 0, tmp_path / "r.json", check_timeout_s=-1)
+
+
+def test_progress_keeps_coming_while_the_suite_is_quiet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check that runs for minutes prints nothing; the progress callback still runs every HEARTBEAT_S, so the
+    report's clock moves."""
+    from pagecheck.invariants import runner
+
+    class Quiet(runner.SuiteRequest):
+        def command(self) -> list[str]:
+            return [sys.executable, "-c", "import time; print('..', flush=True); time.sleep(1.5); print('. [100%]')"]
+
+    monkeypatch.setattr(runner, "HEARTBEAT_S", 0.2)
+    calls: list[tuple[dict[str, int], int | None]] = []
+    run = runner.run_suite(Quiet("impl", "cpu", 1, "default", 0, tmp_path / "r.json"), tmp_path / "log",
+                           lambda counts, percent: calls.append((dict(counts), percent)))  # fmt: skip
+    assert run.returncode == 0 and run.counts["passed"] == 3
+    quiet = [counts for counts, _ in calls if counts["passed"] == 2]
+    assert len(quiet) >= 4, calls
