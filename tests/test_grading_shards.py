@@ -29,3 +29,18 @@ def test_bad_shard_is_rejected(text: str) -> None:
 
 def test_shard_round_trips() -> None:
     assert str(parse_shard(" 2/5")) == "2/5"
+
+
+def test_merge_refuses_a_folder_that_no_grade_run_wrote(tmp_path) -> None:
+    """A wrong path among the shards is named; a shard that graded nothing (its scoreboard, no results/) is
+    merged as an empty shard."""
+    from pagecheck.grading.merge import merge_results
+
+    stray, empty = tmp_path / "stray", tmp_path / "empty-shard"
+    stray.mkdir()
+    empty.mkdir()
+    (empty / "grades.md").write_text("# Grades\n")
+    with pytest.raises(ValueError, match=r"'.*stray' is not the output of a `pagecheck grade` run \(it has no results/"):
+        merge_results([empty, stray], tmp_path / "out")
+    (tmp_path / "out").mkdir()
+    assert merge_results([empty], tmp_path / "out") == []

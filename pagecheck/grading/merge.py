@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pagecheck.grading.results_store import load_all_results, result_path, write_json_atomic
+from pagecheck.grading.results_store import RESULTS_DIR, SCOREBOARD, load_all_results, result_path, write_json_atomic
 
 
 def merge_results(shard_dirs: list[Path], out: Path) -> list[dict[str, Any]]:
@@ -22,6 +22,10 @@ def merge_results(shard_dirs: list[Path], out: Path) -> list[dict[str, Any]]:
     for directory in shard_dirs:
         if not directory.is_dir():
             raise ValueError(f"shard directory={str(directory)!r} does not exist")
+        if not (directory / RESULTS_DIR).is_dir() and not (directory / SCOREBOARD).is_file():
+            # A shard that graded nothing still writes its scoreboard; a folder with neither is a wrong path.
+            raise ValueError(f"shard directory={str(directory)!r} is not the output of a `pagecheck grade` run "
+                             f"(it has no {RESULTS_DIR}/ and no {SCOREBOARD})")  # fmt: skip
         for document in load_all_results(directory):
             name = document["name"]
             if name in taken:

@@ -18,6 +18,7 @@ from typing import Any
 FORMAT = "pagecheck-grade"
 VERSION = 3  # 2: each check carries its scope (course or beyond_course); 3: settings carry the grader's fingerprint
 RESULTS_DIR = "results"
+SCOREBOARD = "grades.md"  # written by every grade run, one that graded nothing included
 
 
 def write_text_atomic(path: Path, text: str) -> None:
