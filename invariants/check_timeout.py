@@ -53,4 +53,5 @@ def time_limit(seconds: float) -> Iterator[None]:
         faulthandler.cancel_dump_traceback_later()
         if alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+            # None: the handler before was not set from Python; the default is what can be put back.
+            signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
