@@ -65,4 +65,6 @@ def model_config(name: str, num_layers: int | None = None) -> Qwen3Config:
     if name not in QWEN3_CONFIGS:
         raise ValueError(f"model={name!r} is not one of {sorted(QWEN3_CONFIGS)}")
     config = QWEN3_CONFIGS[name]
+    if num_layers is not None and isinstance(num_layers, int) and num_layers > config.num_layers:
+        raise ValueError(f"layers={num_layers} is more than the {config.num_layers} layers of {name}")
     return config if num_layers is None else config.with_layers(num_layers)

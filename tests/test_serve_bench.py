@@ -286,3 +286,16 @@ def test_a_budget_too_small_for_the_largest_request_is_refused_before_any_model_
     err = capsys.readouterr().err
     assert "--kv-budget-bytes 10 cannot hold the trace's largest request; use at least " in err
     assert "building" not in err
+
+
+def test_more_layers_than_the_model_has_is_refused(capsys) -> None:
+    """--layers keeps the model's first N layers; more than it has would build (and time) a model that does not
+    exist."""
+    from pagecheck.commands import serve_bench
+    from pagecheck.exit_codes import ExitCode
+    from pagecheck.serving.model_config import model_config
+
+    assert serve_bench.main(["--model", "qwen3-tiny", "--layers", "99"]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "layers=99 is more than the 2 layers of qwen3-tiny" in err and "building" not in err
+    assert model_config("qwen3-tiny", 2).num_layers == 2

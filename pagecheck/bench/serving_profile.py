@@ -142,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     active = args.batch if args.active is None else args.active
     if args.cpu:
         mx.set_default_device(mx.cpu)
-    config = model_config(args.model, args.layers)
+    try:
+        config = model_config(args.model, args.layers)
+    except ValueError as exc:
+        parser.error(str(exc))
     dtype = getattr(mx, args.dtype)
     model = Qwen3Model(random_qwen3_weights(config, seed=0, dtype=dtype), args.variant, compile_decode=not args.eager,
                        whole_step=not args.layer_halves)

@@ -177,7 +177,11 @@ def run(args: argparse.Namespace) -> int:
     except DeviceUnavailable as exc:
         print(f"pagecheck {NAME}: {exc}", file=sys.stderr)
         return ExitCode.DEVICE_UNAVAILABLE
-    config = model_config(args.model or DEFAULT_MODEL[args.device], args.layers)
+    try:
+        config = model_config(args.model or DEFAULT_MODEL[args.device], args.layers)
+    except ValueError as exc:
+        print(f"pagecheck {NAME}: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
     dtype_name = args.dtype or DEFAULT_DTYPE[args.device]
     dtype = getattr(mx, dtype_name)
     trace = course_trace(args.seed, config.vocab_size, num_requests=args.requests, prompt_lens=args.prompt_lens,
