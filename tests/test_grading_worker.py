@@ -318,9 +318,6 @@ def test_cpu_share_follows_the_kernels_autogroup(sandbox: tuple[Subject, Session
     except OSError:
         assert state.startswith("off: the kernel has no autogroup scheduling")
         return
-    outcome, theirs = probe(subject, "autogroup")
-    ours = Path("/proc/self/autogroup").read_text().strip()  # empty where our session predates autogroups
-    assert outcome == "ok" and theirs.startswith("/autogroup-") and not ours.startswith(theirs + " ")
     where = cpu_group.placement()
     if not enabled:
         assert state.startswith("off: autogroup scheduling is switched off")
@@ -330,6 +327,10 @@ def test_cpu_share_follows_the_kernels_autogroup(sandbox: tuple[Subject, Session
         assert state.startswith("off: whether the grader runs in the root CPU cgroup")
     else:
         assert state.startswith("on (its own session, one autogroup")
+        # What "on" claims: the worker's session has an autogroup of its own, not the grader's.
+        outcome, theirs = probe(subject, "autogroup")
+        ours = Path("/proc/self/autogroup").read_text().strip()  # empty where our session predates autogroups
+        assert outcome == "ok" and theirs.startswith("/autogroup-") and not ours.startswith(theirs + " ")
 
 
 def _cgroup_machine(root, version: int, membership: str, folders: dict[str, list[str]], mount_root: str = "/"):
