@@ -156,23 +156,19 @@ def run_suite(request: SuiteRequest, log_path: Path, progress: Progress | None =
         pending = ""
         try:
             while True:
-                # A check may run for minutes: the progress line's clock keeps moving while the suite is quiet.
-                if not select.select([child.stdout], [], [], HEARTBEAT_S)[0]:
-                    if progress is not None:
-                        partial = dict(done)
-                        _count_progress(pending, partial)
-                        progress(partial, percent)
-                    continue
-                chunk = os.read(child.stdout.fileno(), 4096)
-                if not chunk:
-                    break
-                log.write(chunk)
-                pending += chunk.decode(errors="replace")
-                *complete, pending = pending.split("\n")
-                for line in complete:
-                    percent = _count_progress(line, done) or percent
+                # A check may run for minutes: while the suite is quiet, the progress line still comes every
+                # HEARTBEAT_S, so its clock keeps moving.
+                if select.select([child.stdout], [], [], HEARTBEAT_S)[0]:
+                    chunk = os.read(child.stdout.fileno(), 4096)
+                    if not chunk:
+                        break
+                    log.write(chunk)
+                    pending += chunk.decode(errors="replace")
+                    *complete, pending = pending.split("\n")
+                    for line in complete:
+                        percent = _count_progress(line, done) or percent
                 if progress is not None:
-                    # The unfinished line is counted afresh on every read, into a copy.
+                    # The unfinished line is counted afresh on every turn, into a copy.
                     partial = dict(done)
                     _count_progress(pending, partial)
                     progress(partial, percent)

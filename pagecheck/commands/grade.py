@@ -30,6 +30,7 @@ from pagecheck.device import DeviceUnavailable, check_device
 from pagecheck.exit_codes import ExitCode
 from pagecheck.grading.merge import merge_results
 from pagecheck.grading.outputs import write_outputs
+from pagecheck.grading.results_store import SCOREBOARD
 from pagecheck.grading.plan import DEFAULT_CALL_TIMEOUT_S, DEFAULT_DISK_BYTES, GradePlan
 from pagecheck.grading.rubric import DEFAULT_RUBRIC, Rubric, load_rubric
 from pagecheck.grading.sandbox import GIB, GradingInterrupted, LiveChildren, Limits
@@ -118,7 +119,7 @@ def run_merge(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     merged = merge_results(shard_dirs, options.make_out_dir(args.out))
     write_outputs(args.out, rubric)
     print(f"pagecheck {NAME} {MERGE}: {len(merged)} results from {len(shard_dirs)} directories; "
-          f"scoreboard in {args.out / 'grades.md'}")  # fmt: skip
+          f"scoreboard in {args.out / SCOREBOARD}")  # fmt: skip
     return ExitCode.OK
 
 
@@ -179,7 +180,7 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     documents = write_outputs(args.out, rubric)
     _remove_if_empty(args.out / "work")
     progress.finish(f"graded {len(finished)}, reused {len(reused)}; scoreboard of {len(documents)} in "
-                    f"{args.out / 'grades.md'}")  # fmt: skip
+                    f"{args.out / SCOREBOARD}")  # fmt: skip
     return ExitCode.OK
 
 

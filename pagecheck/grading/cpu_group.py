@@ -35,8 +35,8 @@ class Placement:
 
 def placement(proc_self: str = "/proc/self") -> Placement:
     """Where the kernel schedules the process whose /proc folder is `proc_self` (this one by default)."""
-    memberships = _read(os.path.join(proc_self, "cgroup"))
-    mounts = _read(os.path.join(proc_self, "mountinfo"))
+    memberships = read_text(os.path.join(proc_self, "cgroup"))
+    mounts = read_text(os.path.join(proc_self, "mountinfo"))
     if memberships is None or mounts is None:
         return Placement(None, f"{proc_self}/cgroup or {proc_self}/mountinfo is unreadable")
     v1_path, v2_path = None, None
@@ -112,7 +112,8 @@ def _unescape(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
 
 
-def _read(path: str) -> str | None:
+def read_text(path: str) -> str | None:
+    """A file's text (of /proc or /sys); None where it cannot be read."""
     try:
         with open(path) as file:
             return file.read()

@@ -339,11 +339,8 @@ def _cpu_share(protections: Protections, where: cpu_group.Placement) -> None:
 def _proc_text(path: str) -> str | None:
     """A /proc file's text, stripped; None where it cannot be read. /proc/self/autogroup names the session's
     autogroup ("/autogroup-N") and is empty for a process whose session began before autogroups were made."""
-    try:
-        with open(path) as file:
-            return file.read().strip()
-    except OSError:
-        return None
+    text = cpu_group.read_text(path)
+    return None if text is None else text.strip()
 
 
 def _sandbox_program(config: LaunchConfig, scratch: str, read_paths: list[str], limits_fd: int) -> None:
