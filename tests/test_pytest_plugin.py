@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,13 @@ def pytest_in(directory: Path, *arguments: str) -> subprocess.CompletedProcess[s
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *arguments]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S)
+
+
+def failure_messages(junit: Path) -> dict[str, str]:
+    """Each check that did not pass, by name, with its message, from a --junitxml report (a crashed xdist worker is
+    written as an error). The terminal's text wraps and repeats messages by its width, so counts are read here."""
+    cases = ET.parse(junit).getroot().iter("testcase")
+    return {case.get("name", ""): bad.get("message", "") for case in cases for bad in case if bad.tag in ("failure", "error")}
 
 
 @pytest.fixture
@@ -101,9 +109,12 @@ def test_a_check_that_never_returns_fails_at_the_time_limit_and_the_run_goes_on(
     subject = hanging_subject(elsewhere)
     started = time.monotonic()
     done = pytest_in(elsewhere, "-q", "--pyargs", "pagecheck.invariants", "--pagecheck-subject", str(subject),
-                     "--pagecheck-invariant", "gqa_mapping", "-k", TWO_CHECKS, "--pagecheck-check-timeout", "1")
+                     "--pagecheck-invariant", "gqa_mapping", "-k", TWO_CHECKS, "--pagecheck-check-timeout", "1",
+                     f"--junitxml={elsewhere / 'junit.xml'}")  # fmt: skip
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "2 failed" in done.stdout and done.stdout.count("the check ran past --pagecheck-check-timeout 1 s") == 2
+    failed = failure_messages(elsewhere / "junit.xml")
+    assert len(failed) == 2, failed
+    assert all("the check ran past --pagecheck-check-timeout 1 s" in message for message in failed.values()), failed
     assert time.monotonic() - started < RUN_LIMIT_S / 2
 
 
@@ -113,9 +124,11 @@ def test_a_check_stuck_where_no_alarm_reaches_ends_its_worker_not_the_run(elsewh
     subject = hanging_subject(elsewhere, "import signal; signal.signal(signal.SIGALRM, signal.SIG_IGN)")
     done = pytest_in(elsewhere, "-q", "-n", "1", "--pyargs", "pagecheck.invariants", "--pagecheck-subject",
                      str(subject), "--pagecheck-invariant", "gqa_mapping", "-k", TWO_CHECKS,
-                     "--pagecheck-check-timeout", "1")  # fmt: skip
+                     "--pagecheck-check-timeout", "1", f"--junitxml={elsewhere / 'junit.xml'}")  # fmt: skip
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "2 failed" in done.stdout and done.stdout.count("crashed while running") == 2, done.stdout[-3000:]
+    failed = failure_messages(elsewhere / "junit.xml")
+    assert len(failed) == 2, failed
+    assert all("crashed while running" in message for message in failed.values()), failed
 
 
 @pytest.mark.parametrize("value", ["-1", "inf", "nan"])
