@@ -353,8 +353,9 @@ __device__ __forceinline__ float move_running_max(
 }
 
 // Copy key tile `tile` (position_tile) of the warp's (request, kv head) from
-// the pools into a ring stage's K and V rows (layout ROWS), with all
-// `threads` threads of the block. A tile inside one page (always, where pages
+// the pools into a ring stage's K and V rows (layout ROWS), with the THREADS
+// threads numbered `thread` 0..THREADS-1 (every thread of a block, or its
+// producer warpgroup). A tile inside one page (always, where pages
 // hold whole tiles, and in the dense view) has one page id, looked up once; a
 // tile across pages looks up each row's page, a table read before every
 // row's copy (~25% slower at pages of 128 on the H200, so it is kept to the
@@ -369,17 +370,18 @@ __device__ __forceinline__ void copy_key_tile(
     const T* value_pages,
     T* stage_k,
     T* stage_v,
-    bool vector_copy) {
+    bool vector_copy,
+    int thread) {
   if (tile.slot_begin + tile.count <= geo.page_size) {
     const int page_id = tile_page_id(geo, table_row, warp.request_idx, tile);
     const long long base =
         page_offset(geo, page_id, warp.kv_head_idx) + static_cast<long long>(tile.slot_begin) * HEAD_DIM;
     copy_tile_rows<T, HEAD_DIM, TILE, ROWS, THREADS>(
-        stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy, threadIdx.x);
+        stage_k, stage_v, key_pages, value_pages, base, tile.count, page_id >= 0, vector_copy, thread);
   } else {
     copy_position_rows<T, HEAD_DIM, TILE, ROWS>(
         stage_k, stage_v, key_pages, value_pages, geo, table_row, warp.request_idx, warp.kv_head_idx,
-        tile.pos_begin, tile.count, vector_copy, threadIdx.x, THREADS);
+        tile.pos_begin, tile.count, vector_copy, thread, THREADS);
   }
 }
 

@@ -74,7 +74,7 @@ auto tile_of = [&](int tile_idx) {
 auto issue = [&](int tile_idx, int stage) {
   copy_key_tile<T, HEAD_DIM, KEY_TILE, Rows, THREADS>(geo, table_row, warp, tile_of(tile_idx), key_pages,
                                                      value_pages, k_ring + stage * STAGE_ELEMS,
-                                                     v_ring + stage * STAGE_ELEMS, vector_copy);
+                                                     v_ring + stage * STAGE_ELEMS, vector_copy, threadIdx.x);
 };
 
 float out_acc[O_TILES][4];

@@ -9,7 +9,8 @@
 // batch, num_q_heads, num_queries, head_dim, num_pages, num_kv_heads,
 // page_size, max_pages (the shapes the other kernels read). Constants: T (bfloat16 or float16), HEAD_DIM (64 or
 // 128), KEY_TILE (64 or 128), STAGES (ring depth, at least 2), WARPGROUPS
-// (1 to 3), CAUSAL, TABLE, SCALE_BITS, SCALE_NEGATIVE (paged_common.cuh).
+// (1 to 3), PRODUCER_REGISTERS (0, or the registers of a producer warpgroup),
+// CAUSAL, TABLE, SCALE_BITS, SCALE_NEGATIVE (paged_common.cuh).
 //
 // Ownership: block x owns (request_idx, kv_head_idx, row_tile_idx), the
 // 64 * WARPGROUPS query rows [row_tile_idx * 64 * WARPGROUPS, +64 *
@@ -19,13 +20,18 @@
 // warp w rows 16w..16w+15 of those, with their running output (float32), max
 // and sum in registers, in the layouts of paged_mma.cuh.
 // The block walks the request's positions in key tiles of KEY_TILE
-// positions (position_tile). All threads copy a tile's K and V rows with
-// cp.async into a ring of STAGES stages in the swizzled layout of
+// positions (position_tile). The copying threads copy a tile's K and V rows
+// with cp.async into a ring of STAGES stages in the swizzled layout of
 // paged_wgmma.cuh (Sw128Rows): a tile inside one page by fixed per-thread
 // offsets from the page's base (copy_tile_rows), a tile across pages row by
-// row. Each stage has two mbarriers: full (every thread's copies landed,
-// arrived on by cp.async completion) and free (every thread is done reading
-// it), so no block-wide barrier ties the warpgroups together.
+// row. The copying threads are every thread where PRODUCER_REGISTERS is 0;
+// otherwise a producer warpgroup after the WARPGROUPS consumers, which keeps
+// PRODUCER_REGISTERS registers a thread and gives the rest to the consumers
+// (setmaxnreg), copies every tile as soon as its stage is free and takes no
+// other part. Each stage has two mbarriers: full (every copying thread's
+// copies landed, arrived on by cp.async completion) and free (every consumer
+// thread is done reading it), so no block-wide barrier ties the warpgroups
+// together.
 // The warpgroups take turns on the tensor cores (named barriers, turn_wait /
 // turn_pass): in its turn a warpgroup issues S = Q K^T for this tile and
 // O += P V for the previous one, then runs this tile's softmax
@@ -33,12 +39,23 @@
 // the whole tile) as soon as the scores land, while its own O += P V and the
 // next warpgroup's products run. Under the causal mask the walk stops after
 // the last key the block's last row can see.
-// Launch: 128 * WARPGROUPS threads per block, blocks = B * H_kv * ceil(G * L
+// Launch: 128 * (WARPGROUPS + (PRODUCER_REGISTERS > 0)) threads per block, blocks = B * H_kv * ceil(G * L
 // / (64 * WARPGROUPS)), dynamic shared memory (2 * STAGES * KEY_TILE +
 // WARPGROUPS * 64) * HEAD_DIM * sizeof(T) + 16 * STAGES + 1024 (the ring, the
 // query tiles, the barriers, and slack to align the ring to 1024 bytes).
 using namespace pagecheck;
-constexpr int THREADS = WARPGROUP_THREADS * WARPGROUPS;
+constexpr bool PRODUCER = PRODUCER_REGISTERS > 0;
+constexpr int CONSUMER_THREADS = WARPGROUP_THREADS * WARPGROUPS;
+constexpr int THREADS = CONSUMER_THREADS + (PRODUCER ? WARPGROUP_THREADS : 0);
+// The threads that copy the ring's tiles.
+constexpr int COPY_THREADS = PRODUCER ? WARPGROUP_THREADS : THREADS;
+// Each consumer's share of the 64K registers of a multiprocessor the producer leaves, rounded down to setmaxnreg's
+// multiple of 8.
+constexpr int CONSUMER_REGISTERS =
+    PRODUCER ? ((65536 / WARPGROUP_THREADS - PRODUCER_REGISTERS) / WARPGROUPS / 8 * 8 > 256
+                    ? 256
+                    : (65536 / WARPGROUP_THREADS - PRODUCER_REGISTERS) / WARPGROUPS / 8 * 8)
+             : 0;
 constexpr int ROW_TILE = 64 * WARPGROUPS;
 constexpr int ELEM_BYTES = static_cast<int>(sizeof(T));
 using Rows = Sw128Rows<KEY_TILE>;
@@ -57,6 +74,7 @@ static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "HEAD_DIM");
 static_assert(KEY_TILE == 64 || KEY_TILE == 128, "KEY_TILE");
 static_assert(STAGES >= 2, "STAGES");
 static_assert(WARPGROUPS >= 1 && WARPGROUPS <= 3, "WARPGROUPS");
+static_assert(!PRODUCER || (PRODUCER_REGISTERS % 8 == 0 && PRODUCER_REGISTERS >= 24), "PRODUCER_REGISTERS");
 // The guard of require_shared_bytes without its printf: a call anywhere in
 // the kernel makes ptxas serialize every wgmma.
 if (dynamic_shared_bytes() < SHARED_BYTES) {
@@ -68,12 +86,16 @@ const unsigned shared_base = shared_address(shared);
 T* k_ring = reinterpret_cast<T*>(shared + ((1024 - (shared_base & 1023)) & 1023));
 T* v_ring = k_ring + STAGES * STAGE_ELEMS;
 T* q_tiles = v_ring + STAGES * STAGE_ELEMS;
-// stage_full[s]: stage s holds its tile (every thread's copies landed); stage_free[s]: every thread is done
-// reading it.
+// stage_full[s]: stage s holds its tile (every copying thread's copies landed); stage_free[s]: every consumer
+// thread is done reading it.
 unsigned long long* stage_full = reinterpret_cast<unsigned long long*>(q_tiles + WARPGROUPS * Q_TILE_ELEMS);
 unsigned long long* stage_free = stage_full + STAGES;
-init_stage_barriers(stage_full, 2 * STAGES, threadIdx.x, THREADS);
+init_stage_barriers(stage_full, STAGES, threadIdx.x, COPY_THREADS);
+init_stage_barriers(stage_free, STAGES, threadIdx.x, CONSUMER_THREADS);
 const int group = threadIdx.x / WARPGROUP_THREADS;
+const bool is_producer = PRODUCER && group == WARPGROUPS;
+// This thread's number among the copying threads.
+const int copy_thread = PRODUCER ? static_cast<int>(threadIdx.x) - CONSUMER_THREADS : static_cast<int>(threadIdx.x);
 
 // ---- Positions -----------------------------------------------------------------
 // The shapes the other kernels read from MLX's signature, from the int parameters.
@@ -83,7 +105,9 @@ const int table_dims[2] = {batch, max_pages};
 const PagedGeometry geo = make_geometry(query_dims, pool_dims, table_dims, TABLE);
 const WarpRows warp = warp_rows(geo, context_lens, ROW_TILE, CAUSAL);
 T* q_tile = q_tiles + group * Q_TILE_ELEMS;
-store_query_tile<T, HEAD_DIM>(q_tile, query, warp.rows, warp.pair_idx, (threadIdx.x / 32) % 4);
+if (!is_producer) {
+  store_query_tile<T, HEAD_DIM>(q_tile, query, warp.rows, warp.pair_idx, (threadIdx.x / 32) % 4);
+}
 fence_async_shared();
 __syncthreads();
 const float score_scale = scale_of(SCALE_BITS, SCALE_NEGATIVE) * LOG2_E;
@@ -101,15 +125,15 @@ const bool vector_copy = is_aligned16(key_pages) && is_aligned16(value_pages);
 
 auto tile_of = [&](int tile_idx) { return position_tile(tile_idx, KEY_TILE, geo.page_size, pos_end); };
 
-// All threads copy tile `tile_idx`'s K and V rows into its ring stage and
-// arrive on the stage's full barrier once their copies have landed.
+// The copying threads copy tile `tile_idx`'s K and V rows into its ring
+// stage and arrive on the stage's full barrier once their copies have landed.
 auto issue = [&](int tile_idx) {
   const int stage = tile_idx % STAGES;
   const PageTile tile = tile_of(tile_idx);
   T* stage_k = k_ring + stage * STAGE_ELEMS;
   T* stage_v = v_ring + stage * STAGE_ELEMS;
-  copy_key_tile<T, HEAD_DIM, KEY_TILE, Rows, THREADS>(geo, table_row, warp, tile, key_pages, value_pages, stage_k,
-                                                     stage_v, vector_copy);
+  copy_key_tile<T, HEAD_DIM, KEY_TILE, Rows, COPY_THREADS>(geo, table_row, warp, tile, key_pages, value_pages,
+                                                          stage_k, stage_v, vector_copy, copy_thread);
   if (vector_copy) {
     barrier_arrive_after_copies(stage_full + stage);
   } else {
@@ -189,13 +213,32 @@ auto softmax = [&](float (&score)[S_TILES][4], float (&rescale)[2], const PageTi
 // values yet) and the last (no scores) are separate calls of the step, so
 // that no product is issued on a branch: ptxas serializes every wgmma of a
 // kernel whose commit groups differ between paths.
+// With a producer, it fills each stage as soon as the consumers free it and
+// leaves (its copies land on their own, arriving on the full barriers); the
+// consumers' steps then copy nothing.
+if (PRODUCER) {
+  if (is_producer) {
+    release_registers<PRODUCER ? PRODUCER_REGISTERS : 24>();
+    for (int tile_idx = 0; tile_idx < num_tiles; ++tile_idx) {
+      if (tile_idx >= STAGES) {
+        barrier_wait(stage_free + tile_idx % STAGES, (tile_idx / STAGES - 1) % 2);
+      }
+      issue(tile_idx);
+    }
+    wait_all_async();
+    return;
+  }
+  claim_registers<PRODUCER ? CONSUMER_REGISTERS : 24>();
+}
 constexpr bool TURNS = WARPGROUPS > 1;
 const int my_turn = 1 + group;
 const int next_turn = 1 + (group + 1) % WARPGROUPS;
+if (!PRODUCER) {
 #pragma unroll
-for (int tile_idx = 0; tile_idx + 1 < STAGES; ++tile_idx) {
-  if (tile_idx < num_tiles) {
-    issue(tile_idx);
+  for (int tile_idx = 0; tile_idx + 1 < STAGES; ++tile_idx) {
+    if (tile_idx < num_tiles) {
+      issue(tile_idx);
+    }
   }
 }
 if (TURNS && num_tiles > 0 && group == WARPGROUPS - 1) {
@@ -249,7 +292,7 @@ auto walk_step = [&](int step, bool scores, bool values) {
     pack_weights(score);
   }
   const int refill = step + STAGES - 1;
-  if (refill < num_tiles) {
+  if (!PRODUCER && refill < num_tiles) {
     if (refill >= STAGES) {
       barrier_wait(stage_free + prior_stage, (refill / STAGES - 1) % 2);
     }

@@ -132,6 +132,21 @@ __device__ __forceinline__ void turn_pass(int barrier_id) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(barrier_id), "n"(2 * WARPGROUP_THREADS) : "memory");
 }
 
+// Register reallocation between the warpgroups of a block (sm_90a): every
+// thread of a warpgroup runs the same call. A producer warpgroup gives up
+// registers (release_registers) that the consumer warpgroups then take
+// (claim_registers); N is a multiple of 8 in [24, 256].
+template <int N>
+__device__ __forceinline__ void release_registers() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg count");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void claim_registers() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg count");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 // How far (base 2, scaled) a tile's max may pass the running max before the
 // running max moves: weights up to 2^8 lose nothing in bfloat16 or float16 and
 // sum safely in float32.

@@ -36,8 +36,8 @@ constexpr int HEAD_DIM_ARG = 128;
 constexpr int SCALE_BITS_ARG = 0x3db504f3;  // 1 / sqrt(128) as float32 bits
 constexpr double TOLERANCE = 2e-2;  // absolute, on outputs of magnitude <= 1 (bfloat16 output rounding)
 
-template <typename T, int HEAD_DIM, int KEY_TILE, int STAGES, int WARPGROUPS>
-__global__ void __launch_bounds__(128 * WARPGROUPS, 1) probe_kernel(
+template <typename T, int HEAD_DIM, int KEY_TILE, int STAGES, int WARPGROUPS, int PRODUCER_REGISTERS>
+__global__ void __launch_bounds__(128 * (WARPGROUPS + (PRODUCER_REGISTERS > 0)), 1) probe_kernel(
     const T* query, const T* key_pages, const T* value_pages, const int32_t* block_table,
     const int32_t* context_lens, T* out, int batch, int num_q_heads, int num_queries, int head_dim, int num_pages,
     int num_kv_heads, int page_size, int max_pages) {
@@ -56,14 +56,20 @@ using Kernel = void (*)(const bf16*, const bf16*, const bf16*, const int32_t*, c
 struct Variant {
   const char* name;
   Kernel kernel;
-  int key_tile, stages, warpgroups;
+  int key_tile, stages, warpgroups, producer_registers;
 };
 
-#define PROBE_VARIANT(KT, S, WG) \
-  Variant { "wg" #WG "_kt" #KT "_s" #S, probe_kernel<bf16, HEAD_DIM_ARG, KT, S, WG>, KT, S, WG }
+// wgW_ktK_sS: W consumer warpgroups that copy their own tiles; a _pR suffix adds a producer warpgroup of R registers
+// a thread that copies them instead.
+#define PROBE_VARIANT(KT, S, WG, PR, SUFFIX)                                                  \
+  Variant {                                                                                   \
+    "wg" #WG "_kt" #KT "_s" #S SUFFIX, probe_kernel<bf16, HEAD_DIM_ARG, KT, S, WG, PR>, KT, S, WG, PR \
+  }
 const Variant VARIANTS[] = {
-    PROBE_VARIANT(128, 3, 2), PROBE_VARIANT(128, 2, 2), PROBE_VARIANT(64, 3, 2),
-    PROBE_VARIANT(64, 3, 3), PROBE_VARIANT(64, 4, 3), PROBE_VARIANT(64, 3, 1),
+    PROBE_VARIANT(128, 3, 2, 0, ""),    PROBE_VARIANT(128, 3, 2, 40, "_p40"), PROBE_VARIANT(128, 3, 2, 24, "_p24"),
+    PROBE_VARIANT(128, 2, 2, 0, ""),    PROBE_VARIANT(128, 2, 2, 40, "_p40"), PROBE_VARIANT(64, 3, 2, 0, ""),
+    PROBE_VARIANT(64, 4, 2, 40, "_p40"), PROBE_VARIANT(64, 3, 3, 0, ""),     PROBE_VARIANT(64, 4, 3, 0, ""),
+    PROBE_VARIANT(64, 3, 1, 0, ""),     PROBE_VARIANT(64, 4, 1, 40, "_p40"),
 };
 
 }  // namespace
@@ -131,7 +137,7 @@ int main(int argc, char** argv) {
           "shared memory attribute");
     check(cudaMemset(out_d, 0xff, query_elems * 2), "fill out");
     auto launch = [&]() {
-      variant.kernel<<<blocks, 128 * variant.warpgroups, shared_bytes>>>(
+      variant.kernel<<<blocks, 128 * (variant.warpgroups + (variant.producer_registers > 0)), shared_bytes>>>(
           device.query, device.keys, device.values, device.table, device.context_lens, out_d, batch, num_q_heads,
           num_queries, D, num_pages, num_kv_heads, page_size, max_pages);
     };
