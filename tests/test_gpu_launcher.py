@@ -141,13 +141,13 @@ def test_every_run_the_harness_pins_is_a_plan_the_planner_takes() -> None:
             wgmma = schedule == gpu_harness.PREFILL_WGMMA
             if wgmma and not ext.gpu_takes_warpgroup_mma(case.head_dim, case.dtype):
                 continue
-            heights = gpu_harness.WGMMA_WARPGROUPS if wgmma else (None,)
-            for bulk, warpgroups in itertools.product((False, True), heights):
+            blocks = gpu_harness.WGMMA_BLOCKS if wgmma else ((None, None),)
+            for bulk, (warpgroups, producer) in itertools.product((False, True), blocks):
                 ext.gpu_launch_plan(len(case.contexts), case.group * case.num_kv_heads, case.num_queries,
                                     case.head_dim, case.num_kv_heads, case.page_size,
                                     -(-max(case.contexts) // case.page_size), case.dtype, schedule=schedule,
                                     splits=splits, tensor_cores=tensor_cores, bulk=bulk, warpgroup_mma=wgmma,
-                                    warpgroups=warpgroups)
+                                    warpgroups=warpgroups, producer_registers=producer)
                 planned += 1
     assert planned > 100
 
@@ -176,7 +176,7 @@ def test_the_warpgroup_prefill_launch_is_the_plans(monkeypatch) -> None:
                                warpgroup_mma=True, warpgroups=3)
     assert plan["schedule"] == "paged_prefill_wgmma"
     half_bits = 0x3F000000  # 0.5
-    assert compiled == [("bfloat16", HEAD_DIM, plan["key_tile"], plan["mma_stages"], 3, True, 0, half_bits, True)]
+    assert compiled == [("bfloat16", HEAD_DIM, plan["key_tile"], plan["mma_stages"], 3, True, 0, half_bits, True, 0)]
     (launch,) = launches
     assert (launch["name"], launch["compiled_source"]) == ("wgmma_variant", b"\x7fELF image")
     assert launch["grid"] == (plan["threads"] * plan["blocks"], 1, 1)

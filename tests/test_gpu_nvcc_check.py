@@ -194,11 +194,14 @@ def test_the_checked_warpgroup_prefill_has_the_plans_ring_depth(batch, query_len
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH: the CUDA toolkit's compiler checks the kernels "
                     "without a GPU")
-@pytest.mark.parametrize("warpgroups, key_tile", [(2, 128), (3, 64)])
-def test_the_warpgroup_prefill_compiles_for_sm90a_without_spills_or_serialized_mma(tmp_path, warpgroups, key_tile):
-    # The plan's two block heights at the benchmark's shape. A spill, or ptxas serializing the warpgroup MMAs
-    # (a function call in the kernel, or too few registers), would cost the kernel most of its speed.
-    wanted = {"HEAD_DIM": 128, "KEY_TILE": key_tile, "WARPGROUPS": warpgroups, "CAUSAL": True, "TABLE": 0}
+@pytest.mark.parametrize("warpgroups, key_tile, producer", [(2, 128, 0), (3, 64, 0), (2, 128, 56)])
+def test_the_warpgroup_prefill_compiles_for_sm90a_without_spills_or_serialized_mma(tmp_path, warpgroups, key_tile,
+                                                                                  producer):
+    # The plan's two block heights at the benchmark's shape, and the pinned block with a producer warpgroup. A
+    # spill, or ptxas serializing the warpgroup MMAs (a function call in the kernel, or too few registers), would
+    # cost the kernel most of its speed.
+    wanted = {"HEAD_DIM": 128, "KEY_TILE": key_tile, "WARPGROUPS": warpgroups, "CAUSAL": True, "TABLE": 0,
+              "PRODUCER_REGISTERS": producer}
     variant, ok, summary = gpu_nvcc_check.compile_one(NVCC, op_variant("paged_prefill_wgmma", "bfloat16", wanted),
                                                       tmp_path)
     assert ok, summary[-3000:]

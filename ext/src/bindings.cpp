@@ -268,7 +268,7 @@ NB_MODULE(_ext, module) {
       [](int batch, int num_q_heads, int query_len, int head_dim, int num_kv_heads, int page_size,
          int pages_per_request, const std::string& dtype, const std::optional<std::string>& schedule,
          std::optional<int> splits, std::optional<bool> tensor_cores, std::optional<int> mma_stages, bool bulk,
-         bool warpgroup_mma, std::optional<int> warpgroups) {
+         bool warpgroup_mma, std::optional<int> warpgroups, std::optional<int> producer_registers) {
         const mlx::core::Dtype storage = storage_dtype_named(dtype);
         if (batch < 1 || num_q_heads < 1 || query_len < 1 || head_dim < 1 || num_kv_heads < 1 || page_size < 1 ||
             pages_per_request < 0 || num_q_heads % num_kv_heads != 0) {
@@ -292,6 +292,7 @@ NB_MODULE(_ext, module) {
         pins.mma_stages = mma_stages;
         pins.bulk = bulk;
         pins.warpgroups = warpgroups;
+        pins.producer_registers = producer_registers;
         const pagecheck::GpuPlan plan =
             pagecheck::plan_gpu_call(shape, storage, pagecheck::GpuCaps{true, warpgroup_mma}, pins);
         return dict_of({{"schedule", nb::cast(std::string(pagecheck::gpu_schedule_name(plan.schedule)))},
@@ -303,6 +304,7 @@ NB_MODULE(_ext, module) {
                         {"key_tile", nb::cast(plan.key_tile)},
                         {"threads", nb::cast(plan.threads)},
                         {"warpgroups", nb::cast(plan.warpgroups)},
+                        {"producer_registers", nb::cast(plan.producer_registers)},
                         {"mma_stages", nb::cast(plan.mma_stages)},
                         {"bulk", nb::cast(plan.bulk)},
                         {"swizzled_rows", nb::cast(plan.swizzled_rows)},
@@ -312,14 +314,15 @@ NB_MODULE(_ext, module) {
       "batch"_a, "num_q_heads"_a, "query_len"_a, "head_dim"_a, "num_kv_heads"_a, "page_size"_a,
       "pages_per_request"_a, "dtype"_a, nb::kw_only(), "schedule"_a = nb::none(), "splits"_a = nb::none(),
       "tensor_cores"_a = nb::none(), "mma_stages"_a = nb::none(), "bulk"_a = false, "warpgroup_mma"_a = false,
-      "warpgroups"_a = nb::none(),
+      "warpgroups"_a = nb::none(), "producer_registers"_a = nb::none(),
       "The CUDA launch plan for this shape as a dict (schedule: the kernel's name; mma: the tensor-core "
       "walk or prefill; rows, blocks, threads (per block), splits, shared_bytes, key_tile, mma_stages (the "
       "ring depth of the tensor-core decode walk or of the warpgroup prefill), warpgroups (of the warpgroup "
-      "prefill's blocks), bulk, swizzled_rows, scratch_words, out_begin_words), computed on any machine. "
+      "prefill's blocks), producer_registers (its producer warpgroup's, 0 for none), bulk, swizzled_rows, scratch_words, out_begin_words), computed on any machine. "
       "warpgroup_mma says whether the device has Hopper's warpgroup MMA (pagecheck.ext.gpu_warpgroup_mma()); "
       "with no pins it is then the op's plan on that device. schedule, splits, tensor_cores, mma_stages and "
-      "warpgroups (1..3, the warpgroup prefill's block height) fix those choices, bulk asks for bulk copies "
+      "warpgroups (1..3, the warpgroup prefill's block height) and producer_registers (0, or a multiple of 8 "
+      "in 24..256: a producer warpgroup that copies the tiles) fix those choices, bulk asks for bulk copies "
       "where the tensor-core decode walk runs. A pin out of range or "
       "at odds with the shape raises ValueError.");
 
@@ -331,34 +334,36 @@ NB_MODULE(_ext, module) {
 
   // The warpgroup prefill's variants, named by the constants of paged_prefill_wgmma.cu.
   auto wgmma_variant = [](const std::string& dtype, int head_dim, int key_tile, int stages, int warpgroups,
-                          bool causal, int table, int scale_bits, bool scale_negative) {
+                          bool causal, int table, int scale_bits, bool scale_negative, int producer_registers) {
     return pagecheck::WgmmaVariant{storage_dtype_named(dtype), head_dim, key_tile, stages, warpgroups, causal, table,
-                                   scale_bits, scale_negative};
+                                   scale_bits, scale_negative, producer_registers};
   };
   module.def(
       "gpu_prefill_wgmma_source",
       [wgmma_variant](const std::string& dtype, int head_dim, int key_tile, int stages, int warpgroups, bool causal,
-                      int table, int scale_bits, bool scale_negative) {
-        const pagecheck::WgmmaVariant variant =
-            wgmma_variant(dtype, head_dim, key_tile, stages, warpgroups, causal, table, scale_bits, scale_negative);
+                      int table, int scale_bits, bool scale_negative, int producer_registers) {
+        const pagecheck::WgmmaVariant variant = wgmma_variant(
+            dtype, head_dim, key_tile, stages, warpgroups, causal, table, scale_bits, scale_negative,
+            producer_registers);
         const std::string name = pagecheck::prefill_wgmma_name(variant);
         return nb::make_tuple(name, pagecheck::prefill_wgmma_source(name, variant));
       },
       "dtype"_a, "head_dim"_a, "key_tile"_a, "stages"_a, "warpgroups"_a, "causal"_a, "table"_a, "scale_bits"_a,
-      "scale_negative"_a,
+      "scale_negative"_a, "producer_registers"_a = 0,
       "(name, source) of one variant of the warpgroup prefill: the whole translation unit the op hands NVRTC "
       "(compute_90a), on any machine, for compilers that check it without a GPU.");
 
   module.def(
       "gpu_prefill_wgmma_kernel",
       [wgmma_variant](const std::string& dtype, int head_dim, int key_tile, int stages, int warpgroups, bool causal,
-                      int table, int scale_bits, bool scale_negative) {
-        const pagecheck::WgmmaKernel& kernel = pagecheck::prefill_wgmma_kernel(
-            wgmma_variant(dtype, head_dim, key_tile, stages, warpgroups, causal, table, scale_bits, scale_negative));
+                      int table, int scale_bits, bool scale_negative, int producer_registers) {
+        const pagecheck::WgmmaKernel& kernel = pagecheck::prefill_wgmma_kernel(wgmma_variant(
+            dtype, head_dim, key_tile, stages, warpgroups, causal, table, scale_bits, scale_negative,
+            producer_registers));
         return nb::make_tuple(kernel.name, nb::bytes(kernel.image.data(), kernel.image.size()), kernel.format);
       },
       "dtype"_a, "head_dim"_a, "key_tile"_a, "stages"_a, "warpgroups"_a, "causal"_a, "table"_a, "scale_bits"_a,
-      "scale_negative"_a,
+      "scale_negative"_a, "producer_registers"_a = 0,
       "(name, image, format) of one variant of the warpgroup prefill (scale_bits: the float32 bit pattern of "
       "the scale's magnitude; scale_negative: its sign), compiled by NVRTC as the op compiles it (needs MLX's "
       "CUDA back-end, which loads NVRTC): format 'cubin' (sm_90a machine code, the default) or 'ptx' "

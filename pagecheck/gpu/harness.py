@@ -40,9 +40,10 @@ SPLIT = "paged_decode_split"
 PREFILL = "paged_prefill"
 PREFILL_MMA = "paged_prefill_mma"
 PREFILL_WGMMA = "paged_prefill_wgmma"
-# The warpgroup prefill runs in each block height the plan takes (warpgroups
-# per block); only on a device with warpgroup MMA.
-WGMMA_WARPGROUPS = (2, 3)
+# The warpgroup prefill runs in each block the plan takes or may be pinned to:
+# (consumer warpgroups, registers of a producer warpgroup's threads, 0 for
+# none); only on a device with warpgroup MMA.
+WGMMA_BLOCKS = ((2, 0), (3, 0), (2, 56))
 DECODE_RUNS: tuple[Run, ...] = (
     (DECODE, None, False), (SPLIT, 3, False), (DECODE, None, True), (SPLIT, 16, True), (None, None, None),
 )
@@ -168,23 +169,26 @@ def run_layout(label: str, layout: PagedLayout, want: np.ndarray, runs: tuple[Ru
             continue
         if schedule == PREFILL_WGMMA and not wgmma:
             continue
-        for warpgroups in WGMMA_WARPGROUPS if schedule == PREFILL_WGMMA else (None,):
+        for warpgroups, producer in WGMMA_BLOCKS if schedule == PREFILL_WGMMA else ((None, None),):
             walk = "" if mma is None else ("/mma" if mma else "/lanes")
-            height = "" if warpgroups is None else f"/wg{warpgroups}"
+            height = "" if warpgroups is None else f"/wg{warpgroups}" + (f"p{producer}" if producer else "")
             name = (schedule or "auto") + walk + height
             # A kernel that never returns leaves this line last in the log, naming the run that hung.
             print(f"RUN  {label} [{name}]", file=sys.stderr, flush=True)
             start = time.perf_counter()
             got = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, splits=splits,
-                                              tensor_cores=mma, bulk=bulk, warpgroups=warpgroups, poison_output=True)
+                                              tensor_cores=mma, bulk=bulk, warpgroups=warpgroups,
+                                              producer_registers=producer, poison_output=True)
             mx.eval(got)
             seconds = time.perf_counter() - start
             result = compare(got, want, layout.dtype)
             extra: dict[str, Any] = {}
             passed = result.passed
-            if schedule == SPLIT:
+            if schedule == SPLIT or producer:
+                # Blocks that meet through a merge counter or a producer's barriers: a race shows as a difference.
                 again = gpu_kernels.paged_attention(**args, scale=scale, schedule=schedule, splits=splits,
-                                                    tensor_cores=mma, bulk=bulk)
+                                                    tensor_cores=mma, bulk=bulk, warpgroups=warpgroups,
+                                                    producer_registers=producer)
                 same = bool(mx.array_equal(got, again, equal_nan=True).item())
                 extra["repeatable"] = same
                 passed = passed and same

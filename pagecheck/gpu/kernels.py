@@ -124,7 +124,7 @@ def scale_bits(scale: float) -> tuple[int, bool]:
 def launch_plan(query_shape: tuple[int, ...], dtype: mx.Dtype, num_kv_heads: int, page_size: int,
                 table_width: int, *, schedule: str | None = None, splits: int | None = None,
                 tensor_cores: bool | None = None, mma_stages: int | None = None, bulk: bool = False,
-                warpgroups: int | None = None) -> dict[str, Any]:
+                warpgroups: int | None = None, producer_registers: int | None = None) -> dict[str, Any]:
     """The planner's plan for a query of `query_shape` over pages of `page_size` in a table `table_width`
     wide on this machine's GPU: the op's own without pins (pagecheck.ext.gpu_launch_plan says what each
     pin and field means)."""
@@ -132,7 +132,7 @@ def launch_plan(query_shape: tuple[int, ...], dtype: mx.Dtype, num_kv_heads: int
     return ext.gpu_launch_plan(batch, num_q_heads, num_queries, head_dim, num_kv_heads, page_size, table_width,
                                dtype_name(dtype), schedule=schedule, splits=splits, tensor_cores=tensor_cores,
                                mma_stages=mma_stages, bulk=bulk, warpgroup_mma=ext.gpu_warpgroup_mma(),
-                               warpgroups=warpgroups)
+                               warpgroups=warpgroups, producer_registers=producer_registers)
 
 
 # ---- Launch ---------------------------------------------------------------------
@@ -159,6 +159,7 @@ def paged_attention(
     mma_stages: int | None = None,
     bulk: bool = False,
     warpgroups: int | None = None,
+    producer_registers: int | None = None,
     poison_output: bool = False,
 ) -> mx.array:
     """Paged attention on the GPU with the automatic plan, or with the pins of launch_plan.
@@ -181,7 +182,7 @@ def paged_attention(
         return mx.zeros(query.shape, dtype=query.dtype)
     plan = launch_plan(query.shape, query.dtype, key_pages.shape[1], page_size, block_table.shape[1],
                        schedule=schedule, splits=splits, tensor_cores=tensor_cores, mma_stages=mma_stages, bulk=bulk,
-                       warpgroups=warpgroups)
+                       warpgroups=warpgroups, producer_registers=producer_registers)
     causal = mask == "causal"
     bits, negative = scale_bits(head_dim**-0.5 if scale is None else scale)
     # As the op: lengths of one or two requests are read from a device copy (ext/src/paged_attention/resident_lens.h).
@@ -214,7 +215,7 @@ def paged_attention(
     if plan["schedule"] == "paged_prefill_wgmma":
         name, image, _ = ext.gpu_prefill_wgmma_kernel(dtype_name(query.dtype), head_dim, plan["key_tile"],
                                                       plan["mma_stages"], plan["warpgroups"], causal, TABLE_PAGED,
-                                                      bits, negative)
+                                                      bits, negative, plan["producer_registers"])
         # The shapes the other kernels read from MLX's signature, as the kernel's int scalars.
         geometry = [*query.shape, *key_pages.shape[:3], block_table.shape[1]]
         (result,) = mx.fast.precompiled_cuda_kernel(

@@ -95,7 +95,8 @@ def output_type(name: str, dtype: str) -> str:
 
 WGMMA_STEM = "paged_prefill_wgmma"
 # Its template, in the order of pagecheck.ext.gpu_prefill_wgmma_source's arguments after the dtype.
-WGMMA_TEMPLATE = ("HEAD_DIM", "KEY_TILE", "STAGES", "WARPGROUPS", "CAUSAL", "TABLE", "SCALE_BITS", "SCALE_NEGATIVE")
+WGMMA_TEMPLATE = ("HEAD_DIM", "KEY_TILE", "STAGES", "WARPGROUPS", "CAUSAL", "TABLE", "SCALE_BITS", "SCALE_NEGATIVE",
+                  "PRODUCER_REGISTERS")
 SERIALIZED = "wgmma.mma_async instructions are serialized"
 # The ring depth the launch plan gives it (tests/test_gpu_nvcc_check.py holds the two equal).
 WGMMA_STAGES = 3
@@ -160,11 +161,12 @@ def variants() -> list[Variant]:
                 )
     out += [Variant(STREAM_PROBE.stem, "bfloat16", (("HEAD_DIM", 128), ("STAGES", 3), ("MODE", mode)))
             for mode in range(6)]  # every MODE of paged_stream.cu
-    # The warpgroup prefill in each block height the plan takes (3 warpgroups with key tiles of 64, 2 with
-    # 128), at the plan's ring depth, causal or not, over pages and over the dense view.
-    for dtype, head_dim, (warpgroups, key_tile), causal, table in itertools.product(
-            ("bfloat16", "float16"), (128, 64), ((3, 64), (2, 128)), (True, False), (0, 1)):
-        values = (head_dim, key_tile, WGMMA_STAGES, warpgroups, causal, table, SCALE[0][1], SCALE[1][1])
+    # The warpgroup prefill in each block the plan takes or may be pinned to (3 warpgroups with key tiles of
+    # 64, 2 with 128, 2 with 128 beside a producer warpgroup of 56 registers a thread), at the plan's ring
+    # depth, causal or not, over pages and over the dense view.
+    for dtype, head_dim, (warpgroups, key_tile, producer), causal, table in itertools.product(
+            ("bfloat16", "float16"), (128, 64), ((3, 64, 0), (2, 128, 0), (2, 128, 56)), (True, False), (0, 1)):
+        values = (head_dim, key_tile, WGMMA_STAGES, warpgroups, causal, table, SCALE[0][1], SCALE[1][1], producer)
         out.append(Variant(WGMMA_STEM, dtype, tuple(zip(WGMMA_TEMPLATE, values))))
     for dtype in CUDA_TYPES:
         out += [Variant("quantized_embedding", dtype, (("BITS", bits), ("GROUP_SIZE", group)))

@@ -190,7 +190,8 @@ std::string prefill_wgmma_source(const std::string& name, const WgmmaVariant& va
     source += kernel_file(header) + "\n";
   }
   source += "extern \"C\" __global__ void __launch_bounds__(" +
-      std::to_string(kGpuWarpgroupThreads * variant.warpgroups) + ", 1) " +
+      std::to_string(kGpuWarpgroupThreads * (variant.warpgroups + (variant.producer_registers > 0 ? 1 : 0))) +
+      ", 1) " +
       name + "(const " + type + "* query, const " + type + "* key_pages, const " + type +
       "* value_pages, const int32_t* block_table, const int32_t* context_lens, " + type +
       "* out, int batch, int num_q_heads, int num_queries, int head_dim, int num_pages, int num_kv_heads, "
@@ -198,7 +199,8 @@ std::string prefill_wgmma_source(const std::string& name, const WgmmaVariant& va
   source += "using T = " + type + ";\n";
   const std::pair<const char*, int> ints[] = {
       {"HEAD_DIM", variant.head_dim}, {"KEY_TILE", variant.key_tile}, {"STAGES", variant.stages},
-      {"WARPGROUPS", variant.warpgroups}, {"TABLE", variant.table}, {"SCALE_BITS", variant.scale_bits}};
+      {"WARPGROUPS", variant.warpgroups}, {"TABLE", variant.table}, {"SCALE_BITS", variant.scale_bits},
+      {"PRODUCER_REGISTERS", variant.producer_registers}};
   for (const auto& [key, value] : ints) {
     source += std::string("constexpr int ") + key + " = " + std::to_string(value) + ";\n";
   }
@@ -210,7 +212,9 @@ std::string prefill_wgmma_source(const std::string& name, const WgmmaVariant& va
 
 std::string prefill_wgmma_name(const WgmmaVariant& v) {
   if (!gpu_takes_warpgroup_mma(v.dtype, v.head_dim) || (v.key_tile != 64 && v.key_tile != 128) || v.stages < 2 ||
-      v.warpgroups < 1 || v.warpgroups > 3 || v.table < 0 || v.table > 2 || v.scale_bits < 0) {
+      v.warpgroups < 1 || v.warpgroups > 3 || v.table < 0 || v.table > 2 || v.scale_bits < 0 ||
+      (v.producer_registers != 0 &&
+       (v.producer_registers < 24 || v.producer_registers > 256 || v.producer_registers % 8 != 0))) {
     throw std::invalid_argument("pagecheck: no warpgroup prefill variant for these parameters");
   }
   char scale_text[16];
@@ -220,7 +224,7 @@ std::string prefill_wgmma_name(const WgmmaVariant& v) {
       (v.dtype == mx::bfloat16 ? "bf16" : "f16") + "_d" + std::to_string(v.head_dim) + "_k" +
       std::to_string(v.key_tile) + "_s" + std::to_string(v.stages) + "_w" + std::to_string(v.warpgroups) +
       (v.causal ? "_causal" : "_full") + "_t" + std::to_string(v.table) + (v.scale_negative ? "_minus" : "_plus") +
-      scale_text;
+      scale_text + (v.producer_registers > 0 ? "_p" + std::to_string(v.producer_registers) : std::string());
 }
 
 std::string wgmma_image_format() {
@@ -304,7 +308,7 @@ void eval_attention_gpu(
     try {
       wgmma = &prefill_wgmma_kernel({dtype, shape.head_dim, plan.key_tile, plan.mma_stages, plan.warpgroups,
                                      shape.causal, static_cast<int>(table), magnitude_bits(shape.scale),
-                                     sign_bit(shape.scale)});
+                                     sign_bit(shape.scale), plan.producer_registers});
     } catch (const std::exception& error) {
       if (!wgmma_failed.exchange(true)) {
         std::fprintf(stderr, "pagecheck: the warpgroup prefill kernel did not compile, so prefills run "

@@ -39,6 +39,7 @@ struct WgmmaVariant {
   int table = 0; // GpuTable
   int scale_bits = 0; // the float32 bit pattern of the scale's magnitude (SCALE_BITS)
   bool scale_negative = false; // its sign (SCALE_NEGATIVE)
+  int producer_registers = 0; // PRODUCER_REGISTERS: 0, or a producer warpgroup's registers a thread
 };
 
 // Its name, which is also its entry point; std::invalid_argument for

@@ -60,6 +60,9 @@ constexpr int kPrefillMmaRowTile = 64;
 // leave 44 multiprocessors idle). ext/kernels/NOTES.md.
 constexpr int kWgmmaRowsPerWarpgroup = 64;
 constexpr int kWgmmaStages = 3;
+// The warpgroup prefill's producer warpgroup by default: none (its consumers copy their own tiles). A
+// producer is a pin until the H200 measures it (ext/kernels/NOTES.md v39).
+constexpr int kWgmmaProducerRegisters = 0;
 constexpr int kWgmmaTallBlocksPerSm = 2;
 constexpr int kWgmmaWideKeyTile = 128;
 // The CUDA-core prefill takes 64 query rows per block; its Metal mirror 16,
@@ -177,6 +180,13 @@ void check_pin_ranges(const GpuPlanPins& pins) {
     message << "pagecheck: warpgroups = " << *pins.warpgroups << " must be in 1..3";
     throw std::invalid_argument(message.str());
   }
+  if (pins.producer_registers && *pins.producer_registers != 0 &&
+      (*pins.producer_registers < 24 || *pins.producer_registers > 256 || *pins.producer_registers % 8 != 0)) {
+    ErrorText message;
+    message << "pagecheck: producer_registers = " << *pins.producer_registers
+            << " must be 0 (no producer warpgroup) or a multiple of 8 in 24..256";
+    throw std::invalid_argument(message.str());
+  }
   if (pins.splits && (*pins.splits < 1 || *pins.splits > kMaxSplits)) {
     ErrorText message;
     message << "pagecheck: splits = " << *pins.splits << " must be in 1.." << kMaxSplits
@@ -240,10 +250,11 @@ void check_prefill_pins(const GpuPlanPins& pins, GpuSchedule schedule) {
 // The warpgroups pin on a plan that does not run the warpgroup prefill (`runs`
 // names what it runs instead).
 void check_warpgroups_pin(const GpuPlanPins& pins, const char* runs) {
-  if (pins.warpgroups) {
+  const char* field = pins.warpgroups ? "warpgroups" : pins.producer_registers ? "producer_registers" : nullptr;
+  if (field != nullptr) {
     ErrorText message;
-    message << "pagecheck: warpgroups = " << *pins.warpgroups << " pins the warpgroup prefill, and this plan runs "
-            << runs;
+    message << "pagecheck: " << field << " = " << (pins.warpgroups ? *pins.warpgroups : *pins.producer_registers)
+            << " pins the warpgroup prefill, and this plan runs " << runs;
     throw std::invalid_argument(message.str());
   }
 }
@@ -396,7 +407,8 @@ GpuPlan plan_gpu_call(
           pins.warpgroups.value_or(!whole_tiles && tall_blocks >= kWgmmaTallBlocksPerSm * kSmCount ? 3 : 2);
       plan.key_tile = plan.warpgroups == 3 ? 64 : kWgmmaWideKeyTile;
       plan.mma_stages = kWgmmaStages;
-      plan.threads = plan.warpgroups * kGpuWarpgroupThreads;
+      plan.producer_registers = pins.producer_registers.value_or(kWgmmaProducerRegisters);
+      plan.threads = (plan.warpgroups + (plan.producer_registers > 0 ? 1 : 0)) * kGpuWarpgroupThreads;
       plan.blocks = heads * ceil_div(group_rows, plan.warpgroups * kWgmmaRowsPerWarpgroup);
       // The ring's K and V stages, each warpgroup's 64 query rows, a full and a free barrier per stage, and 1024
       // bytes to align the ring to a swizzle line group.

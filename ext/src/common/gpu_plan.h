@@ -62,6 +62,10 @@ struct GpuPlanPins {
   // Warpgroups per block of the warpgroup prefill, 1..3 (its key tile follows:
   // 64 for 3, else 128). That prefill only.
   std::optional<int> warpgroups;
+  // Registers a thread of the warpgroup prefill's producer warpgroup keeps (0:
+  // no producer, every thread copies; else a multiple of 8 in 24..256, and
+  // the consumers share the rest). That prefill only.
+  std::optional<int> producer_registers;
   // The tensor-core ring filled by bulk (TMA) copies, sm_90+, rows padded.
   // A request: honoured where the tensor-core decode walk runs, dropped
   // elsewhere (GpuPlan::bulk says which).
@@ -92,6 +96,9 @@ struct GpuPlan {
   // Warpgroups (128 threads, 64 query rows each) per block of the warpgroup
   // prefill; its ring depth is mma_stages.
   int warpgroups = 0;
+  // Registers of its producer warpgroup's threads, 0 for none (threads counts
+  // the producer's 128 with the consumers').
+  int producer_registers = 0;
   // The split scratch (split_scratch of paged_decode_split_scratch.cuh, the
   // kernel's own layout): its float32 words, 0 unless split, and where the
   // output starts inside it.

@@ -66,10 +66,10 @@ struct Variant {
     "wg" #WG "_kt" #KT "_s" #S SUFFIX, probe_kernel<bf16, HEAD_DIM_ARG, KT, S, WG, PR>, KT, S, WG, PR \
   }
 const Variant VARIANTS[] = {
-    PROBE_VARIANT(128, 3, 2, 0, ""),    PROBE_VARIANT(128, 3, 2, 40, "_p40"), PROBE_VARIANT(128, 3, 2, 24, "_p24"),
-    PROBE_VARIANT(128, 2, 2, 0, ""),    PROBE_VARIANT(128, 2, 2, 40, "_p40"), PROBE_VARIANT(64, 3, 2, 0, ""),
-    PROBE_VARIANT(64, 4, 2, 40, "_p40"), PROBE_VARIANT(64, 3, 3, 0, ""),     PROBE_VARIANT(64, 4, 3, 0, ""),
-    PROBE_VARIANT(64, 3, 1, 0, ""),     PROBE_VARIANT(64, 4, 1, 40, "_p40"),
+    PROBE_VARIANT(128, 3, 2, 0, ""),    PROBE_VARIANT(128, 3, 2, 56, "_p56"), PROBE_VARIANT(128, 2, 2, 0, ""),
+    PROBE_VARIANT(128, 2, 2, 56, "_p56"), PROBE_VARIANT(64, 3, 2, 0, ""),     PROBE_VARIANT(64, 4, 2, 56, "_p56"),
+    PROBE_VARIANT(64, 3, 3, 0, ""),     PROBE_VARIANT(64, 4, 3, 0, ""),       PROBE_VARIANT(64, 3, 1, 0, ""),
+    PROBE_VARIANT(64, 4, 1, 56, "_p56"),
 };
 
 }  // namespace
