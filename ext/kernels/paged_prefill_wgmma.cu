@@ -213,9 +213,9 @@ auto softmax = [&](float (&score)[S_TILES][4], float (&rescale)[2], const PageTi
 // values yet) and the last (no scores) are separate calls of the step, so
 // that no product is issued on a branch: ptxas serializes every wgmma of a
 // kernel whose commit groups differ between paths.
-// With a producer, it fills each stage as soon as the consumers free it and
-// leaves (its copies land on their own, arriving on the full barriers); the
-// consumers' steps then copy nothing.
+// With a producer, it fills each stage as soon as the consumers free it (its
+// copies arrive on the full barriers as they land), waits for its last copies
+// and leaves; the consumers' steps then copy nothing.
 if (PRODUCER) {
   if (is_producer) {
     release_registers<PRODUCER ? PRODUCER_REGISTERS : 24>();
