@@ -98,20 +98,33 @@ PINNED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # 3 warpgroups (192 rows) would number 8 x 11 = 88, short of two per multiprocessor (264), so blocks of 2
     # (128 rows, 16 per kv head) with key tiles of 128: a ring of 3 stages of K and V, 128 keys of 128 bfloat16
     # each, the 2 warpgroups' 64 query rows, a full and a free barrier of 8 bytes per stage, and 1024 bytes to
-    # align the ring.
+    # align the ring. Pages of 128 hold whole key tiles, so a third warpgroup of 56 registers copies them
+    # (threads 384); the producer adds no shared memory.
     "warpgroup prefill in blocks of two": (
         dict(batch=1, pages=32, query_len=512, warpgroup_mma=True),
-        dict(schedule="paged_prefill_wgmma", warpgroups=2, key_tile=128, threads=256, blocks=128, mma_stages=3,
-             shared_bytes=2 * 3 * 128 * 128 * 2 + 2 * 64 * 128 * 2 + 2 * 3 * 8 + 1024, scratch_words=0)),
-    # B 4 x L 2048 over pages of 128: tiles of 128 keys lie inside pages, so blocks of 2 as well.
+        dict(schedule="paged_prefill_wgmma", warpgroups=2, key_tile=128, producer_registers=56, threads=384,
+             blocks=128, mma_stages=3, shared_bytes=2 * 3 * 128 * 128 * 2 + 2 * 64 * 128 * 2 + 2 * 3 * 8 + 1024,
+             scratch_words=0)),
+    "warpgroup prefill in blocks of two, the producer pinned off": (
+        dict(batch=1, pages=32, query_len=512, warpgroup_mma=True, producer_registers=0),
+        dict(schedule="paged_prefill_wgmma", warpgroups=2, producer_registers=0, threads=256, blocks=128)),
+    # Pages of 64: a tile of 128 keys spans two pages, so the consumers copy their own (no producer); blocks of 2
+    # (88 blocks of 3 would be too few, as above).
+    "warpgroup prefill in blocks of two where tiles span pages": (
+        dict(batch=1, pages=64, query_len=512, page_size=64, warpgroup_mma=True),
+        dict(schedule="paged_prefill_wgmma", warpgroups=2, key_tile=128, producer_registers=0, threads=256,
+             blocks=128)),
+    # B 4 x L 2048 over pages of 128: tiles of 128 keys lie inside pages, so blocks of 2 and a producer as well.
     "warpgroup prefill in blocks of two where pages hold whole tiles": (
         dict(batch=4, pages=64, query_len=2048, warpgroup_mma=True),
-        dict(schedule="paged_prefill_wgmma", warpgroups=2, key_tile=128, threads=256, blocks=2048, mma_stages=3)),
+        dict(schedule="paged_prefill_wgmma", warpgroups=2, key_tile=128, producer_registers=56, threads=384,
+             blocks=2048, mma_stages=3)),
     # B 4 x L 2048 over pages of 16: 8192 rows per kv head, 4 x 8 x 43 = 1376 blocks of 192 rows, key tiles of
     # 64.
     "warpgroup prefill in blocks of three": (
         dict(batch=4, pages=512, query_len=2048, page_size=16, warpgroup_mma=True),
-        dict(schedule="paged_prefill_wgmma", warpgroups=3, key_tile=64, threads=384, blocks=1376, mma_stages=3,
+        dict(schedule="paged_prefill_wgmma", warpgroups=3, key_tile=64, producer_registers=0, threads=384,
+             blocks=1376, mma_stages=3,
              shared_bytes=2 * 3 * 64 * 128 * 2 + 3 * 64 * 128 * 2 + 2 * 3 * 8 + 1024)),
     "warpgroup prefill pinned to one warpgroup, float16, D 64": (
         dict(batch=1, pages=32, query_len=512, warpgroup_mma=True, warpgroups=1, dtype="float16", head_dim=64),

@@ -60,9 +60,12 @@ constexpr int kPrefillMmaRowTile = 64;
 // leave 44 multiprocessors idle). ext/kernels/NOTES.md.
 constexpr int kWgmmaRowsPerWarpgroup = 64;
 constexpr int kWgmmaStages = 3;
-// The warpgroup prefill's producer warpgroup by default: none (its consumers copy their own tiles). A
-// producer is a pin until the H200 measures it (ext/kernels/NOTES.md v39).
-constexpr int kWgmmaProducerRegisters = 0;
+// The warpgroup prefill's producer warpgroup, by default where pages hold whole key tiles of 128 and the
+// blocks have two consumer warpgroups: a third warpgroup at this many registers copies every tile, the
+// consumers only multiply. Where a tile spans pages (pages of 5 or 16) the producer's 128 threads resolve
+// more pages a tile than the consumers' 256 did, and it loses; there the consumers copy their own tiles
+// (ext/kernels/NOTES.md v40).
+constexpr int kWgmmaProducerRegisters = 56;
 constexpr int kWgmmaTallBlocksPerSm = 2;
 constexpr int kWgmmaWideKeyTile = 128;
 // The CUDA-core prefill takes 64 query rows per block; its Metal mirror 16,
@@ -407,7 +410,8 @@ GpuPlan plan_gpu_call(
           pins.warpgroups.value_or(!whole_tiles && tall_blocks >= kWgmmaTallBlocksPerSm * kSmCount ? 3 : 2);
       plan.key_tile = plan.warpgroups == 3 ? 64 : kWgmmaWideKeyTile;
       plan.mma_stages = kWgmmaStages;
-      plan.producer_registers = pins.producer_registers.value_or(kWgmmaProducerRegisters);
+      plan.producer_registers =
+          pins.producer_registers.value_or(whole_tiles && plan.warpgroups == 2 ? kWgmmaProducerRegisters : 0);
       plan.threads = (plan.warpgroups + (plan.producer_registers > 0 ? 1 : 0)) * kGpuWarpgroupThreads;
       plan.blocks = heads * ceil_div(group_rows, plan.warpgroups * kWgmmaRowsPerWarpgroup);
       // The ring's K and V stages, each warpgroup's 64 query rows, a full and a free barrier per stage, and 1024
