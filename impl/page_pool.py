@@ -19,7 +19,10 @@ evaluated; a caller that keeps `key_pages`, `read_page` results or old
 metadata alive across the next append makes that append copy the whole pool.
 
 Every rejected call raises ValueError naming the field and the bad value, and
-leaves the pool exactly as it was. `checkpoint` / `rollback` let a caller undo
+leaves the pool exactly as it was. That includes storage MLX could not hold:
+creation or growth whose K and V (with the old rows while they are copied)
+would pass MLX's memory limit (`mx.get_memory_limit()`) is refused before any
+array is made, as MLX ends the process when an allocation fails. `checkpoint` / `rollback` let a caller undo
 a sequence of allocations and writes as one step.
 """
 
@@ -368,9 +371,25 @@ class TinyKvPagedPool:
         if page_id in self._free_set:
             raise ValueError(f"page_id={page_id} is free; only a live page can be written or read")
 
+    def _check_storage_fits(self, shape: tuple[int, ...], dtype: mx.Dtype, held_bytes: int) -> None:
+        """K and V storage of `shape` each, beside `held_bytes` already held, within MLX's memory limit."""
+        needed = 2 * dtype.size
+        for extent in shape:
+            needed *= extent
+        limit = mx.get_memory_limit()
+        if needed + held_bytes > limit:
+            rows, heads, _, dim = shape
+            raise ValueError(
+                f"page_size={self.page_size}: K and V storage of {rows} pages [{rows}, H_kv={heads}, "
+                f"{self.page_size}, D={dim}] {_dtype_label(dtype)} needs {needed + held_bytes} bytes"
+                + (f" ({held_bytes} of them the old rows being copied)" if held_bytes else "")
+                + f", above MLX's memory limit of {limit} bytes (mx.get_memory_limit())"
+            )
+
     def _create_storage(self, like: mx.array) -> None:
         """First write: storage shaped by the chunk, rows for every page issued so far (at least 4)."""
         shape = (max(MIN_CAPACITY, self._num_pages), like.shape[1], self.page_size, like.shape[3])
+        self._check_storage_fits(shape, like.dtype, 0)
         self._keys = _nan_rows(shape, like.dtype)
         self._values = _nan_rows(shape, like.dtype)
         self.storage_growths += 1
@@ -378,6 +397,7 @@ class TinyKvPagedPool:
     def _grow(self, keys: mx.array, values: mx.array, rows: int) -> None:
         """Replace storage by `rows` rows: the old rows copied, the new ones NaN."""
         copied_pages = keys.shape[0]
+        self._check_storage_fits((rows, *keys.shape[1:]), keys.dtype, keys.nbytes + values.nbytes)
         fill_shape = (rows - copied_pages, *keys.shape[1:])
         self._keys = mx.concatenate([keys, _nan_rows(fill_shape, keys.dtype)], axis=0)
         self._values = mx.concatenate([values, _nan_rows(fill_shape, values.dtype)], axis=0)

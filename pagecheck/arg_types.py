@@ -25,6 +25,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def int_in(least: int, most: int) -> Callable[[str], int]:
+    """A type for one integer in least..most (e.g. --batch, at most serving's decode slots)."""
+
+    def parse(text: str) -> int:
+        value = _integer(text)
+        if not least <= value <= most:
+            raise argparse.ArgumentTypeError(f"{value} must be in {least}..{most}")
+        return value
+
+    return parse
+
+
 def non_negative_int(text: str) -> int:
     """A type for one integer of at least 0 (e.g. --jobs 0, which means no worker processes)."""
     value = _integer(text)

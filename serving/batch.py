@@ -46,6 +46,9 @@ from pagecheck.serving.serving_kv import DEFAULT_PAGE_SIZE, KvUsage, ServingKv, 
 __all__ = ["GenerationResult", "Request", "SchedulerState", "StepRecord", "batch_generate"]
 
 DEFAULT_BATCH_SIZE = 4
+# Decode slots at most: a step's graph, its bookkeeping and its KV reservation grow with the slots, filled or
+# not (100000 slots took over 3 GiB and minutes before the first step), and serving here needs a few dozen.
+MAX_BATCH_SIZE = 1024
 DEFAULT_PREFILL_STEP = 128
 
 
@@ -102,6 +105,10 @@ def batch_generate(
     """
     _check_arguments(requests, batch_size, prefill_step, kv_budget_bytes, overlap)
     config = model.config
+    too_long = [r.request_id for r in requests if r.max_context > config.max_context]
+    if too_long:
+        raise ValueError(f"requests {too_long} hold more than {config.name}'s context of {config.max_context} "
+                         "positions (prompt and output together)")
     kv = serving_kv_for(
         model.attention_path, config.num_layers, batch_size,
         2 * config.num_kv_heads * config.head_dim * model.dtype.size, page_size,
@@ -137,6 +144,8 @@ def _check_arguments(
     for name, value in (("batch_size", batch_size), ("prefill_step", prefill_step)):
         if not is_int(value) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if batch_size > MAX_BATCH_SIZE:
+        raise ValueError(f"batch_size={batch_size} is above the {MAX_BATCH_SIZE} decode slots serving takes")
     if kv_budget_bytes is not None and (not is_int(kv_budget_bytes) or kv_budget_bytes <= 0):
         raise ValueError(f"kv_budget_bytes must be None or a positive int, got {kv_budget_bytes!r}")
     ids = [request.request_id for request in requests]

@@ -1,7 +1,8 @@
 """Qwen3 decoder geometry: the public dimensions of three released sizes, and a CPU-sized one.
 
 The released configs share vocab 151936, head_dim 128, rope theta 1e6, RMS eps
-1e-6 and tied input/output embeddings. `qwen3-tiny` keeps qwen3-0.6b's
+1e-6, tied input/output embeddings and a context of 40960 positions
+(max_position_embeddings). `qwen3-tiny` keeps qwen3-0.6b's
 attention geometry (16 query heads, 8 KV heads, head_dim 128), so its K/V
 bytes per token and layer equal the real model's, and shrinks everything the
 KV cache does not see (hidden size, MLP, vocabulary) so a CPU run of a whole
@@ -18,6 +19,7 @@ QWEN3_VOCAB_SIZE = 151936
 QWEN3_HEAD_DIM = 128
 QWEN3_ROPE_THETA = 1e6
 QWEN3_RMS_NORM_EPS = 1e-6
+QWEN3_MAX_CONTEXT = 40960
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Qwen3Config:
     rope_theta: float = QWEN3_ROPE_THETA
     rms_norm_eps: float = QWEN3_RMS_NORM_EPS
     tie_word_embeddings: bool = True
+    max_context: int = QWEN3_MAX_CONTEXT  # positions a request may hold, prompt and output together
 
     def with_layers(self, num_layers: int) -> Qwen3Config:
         """The same geometry with the first `num_layers` layers only."""

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from pagecheck.arg_types import int_list, non_negative_int, positive_int, positive_number, seed_int
+from pagecheck.arg_types import int_in, int_list, non_negative_int, positive_int, positive_number, seed_int
 
 
 @pytest.mark.parametrize("text, value", [("1", 1), ("60", 60), (" 7 ", 7)])
@@ -19,6 +19,16 @@ def test_positive_int_keeps_positive_values(text: str, value: int) -> None:
 def test_positive_int_names_the_bad_text(text: str, message: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=message):
         positive_int(text)
+
+
+def test_int_in_keeps_its_bounds_and_names_the_bad_text() -> None:
+    slots = int_in(1, 1024)
+    assert slots("1") == 1 and slots("1024") == 1024
+    for text in ("0", "1025"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"{text} must be in 1..1024"):
+            slots(text)
+    with pytest.raises(argparse.ArgumentTypeError, match="'8x' is not an integer"):
+        slots("8x")
 
 
 def test_non_negative_int_takes_zero_and_names_the_bad_text() -> None:

@@ -219,6 +219,33 @@ def test_a_rejected_first_write_creates_no_storage() -> None:
     assert pool.key_pages is None
 
 
+def test_first_storage_beyond_mlxs_memory_limit_is_refused_before_any_array_is_made() -> None:
+    """MLX ends the process when an allocation fails; K and V of 4 pages of 2**30 slots (8 heads of 128 floats)
+    are 32 TiB, beyond any machine's limit, so the pool refuses them and stays empty."""
+    pool = TinyKvPagedPool(page_size=2**30)
+    pool.allocate_page()
+    before = pool_state(pool)
+    chunk = mx.ones((1, 8, 1, 128))
+    with pytest.raises(ValueError, match=r"page_size=1073741824: .* above MLX's memory limit"):
+        pool.write_page_slice(0, 0, chunk, chunk)
+    assert pool_state(pool) == before and pool.key_pages is None
+
+
+def test_growth_beyond_mlxs_memory_limit_is_refused_and_changes_nothing(rng: np.random.Generator) -> None:
+    """Growth holds the old rows and the new storage at once: with the limit just above the old rows' bytes,
+    the fifth page's growth (to 8 rows) is refused, and the pool keeps its 4 pages, contents and counters."""
+    pool = _pool_of_written_pages(rng, 4)
+    before = pool_state(pool)
+    previous = mx.set_memory_limit(pool.storage_nbytes + 2 * _bytes_per_page())
+    try:
+        with pytest.raises(ValueError, match=r"old rows being copied.*memory limit"):
+            pool.allocate_page()
+    finally:
+        mx.set_memory_limit(previous)
+    assert pool_state(pool) == before
+    assert pool.allocate_page() == 4 and pool.capacity == 8
+
+
 def test_reading_needs_a_live_written_page(rng: np.random.Generator) -> None:
     pool = TinyKvPagedPool(page_size=PAGE_SIZE)
     pool.allocate_page()

@@ -299,3 +299,32 @@ def test_more_layers_than_the_model_has_is_refused(capsys) -> None:
     err = capsys.readouterr().err
     assert "layers=99 is more than the 2 layers of qwen3-tiny" in err and "building" not in err
     assert model_config("qwen3-tiny", 2).num_layers == 2
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--prompt-lens", "1,40000", "--output-lens", "1,962"], "allow requests of 40961 positions (the longest prompt "
+     "and output, less the last token), above qwen3-tiny's context of 40960"),
+    (["--prompt-lens", "1000000000,1000000000"], "allow requests of 1000000127 positions"),
+    (["--page-size", "10000000"], "--page-size 10000000 is above qwen3-tiny's context of 40960 positions"),
+])
+def test_sizes_beyond_the_models_context_are_refused_before_the_trace_is_drawn(
+    capsys, options: list[str], message: str
+) -> None:
+    """A prompt of a billion tokens was a MemoryError while drawing the trace; a page of ten million tokens
+    ended the process in MLX's allocator."""
+    from pagecheck.commands import serve_bench
+    from pagecheck.exit_codes import ExitCode
+
+    assert serve_bench.main(["--model", "qwen3-tiny", *options]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert message in err and "trace" not in err
+
+
+@pytest.mark.parametrize("option", ["--batch", "--budget-slots"])
+def test_decode_slots_above_what_serving_takes_are_usage_errors(capsys, option: str) -> None:
+    from pagecheck.commands import serve_bench
+
+    with pytest.raises(SystemExit) as exit_:
+        serve_bench.main([option, "1025"])
+    assert exit_.value.code == 2
+    assert f"argument {option}: 1025 must be in 1..1024" in capsys.readouterr().err

@@ -104,10 +104,30 @@ def test_a_prefill_profile_times_chunks_over_a_cached_context(capsys) -> None:
     assert counts["PagedAttention"] == 2 and "ArgReduce" not in counts
 
 
-@pytest.mark.parametrize("option", ["--batch", "--context", "--steps", "--page-size", "--prefill-chunk", "--chunk",
-                                    "--layers"])
+@pytest.mark.parametrize("option", ["--context", "--steps", "--page-size", "--prefill-chunk", "--chunk", "--layers"])
 def test_sizes_must_be_positive(capsys, option: str) -> None:
     with pytest.raises(SystemExit) as exit_:
         serving_profile.main(["--model", "qwen3-tiny", option, "0", "--cpu"])
     assert exit_.value.code == 2
     assert f"argument {option}: 0 must be positive" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("batch", ["0", "1025"])
+def test_the_batch_is_one_to_serving_s_most_decode_slots(capsys, batch: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        serving_profile.main(["--model", "qwen3-tiny", "--batch", batch, "--cpu"])
+    assert exit_.value.code == 2
+    assert f"argument --batch: {batch} must be in 1..1024" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--context", "40950"], "--context 40950 and --steps 20 reach 40975 positions, above qwen3-tiny's context of 40960"),
+    (["--phase", "prefill", "--context", "30000", "--chunk", "512"],
+     "--context 30000 and --steps 20 reach 42800 positions"),
+    (["--page-size", "40961"], "--page-size 40961 is above qwen3-tiny's context of 40960"),
+])
+def test_sizes_beyond_the_models_context_are_usage_errors(capsys, options: list[str], message: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        serving_profile.main(["--model", "qwen3-tiny", *options, "--cpu"])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err

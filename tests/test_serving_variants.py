@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from pagecheck.serving.batch import batch_generate
+from pagecheck.serving.batch import MAX_BATCH_SIZE, Request, batch_generate
 from pagecheck.serving.dense_kv_cache import DenseKvCache
 from pagecheck.impl.page_pool import TinyKvPagedPool
 from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
@@ -123,6 +123,23 @@ def test_pipelined_decode_leaves_at_most_the_newest_token_unread_and_reads_every
 def test_overlap_must_be_a_bool() -> None:
     with pytest.raises(ValueError, match="overlap must be a bool, got 1"):
         batch_generate(serving_model("paged"), short_trace(), overlap=1)
+
+
+def test_more_decode_slots_than_serving_takes_are_refused_before_any_step() -> None:
+    requests = short_trace()
+    with pytest.raises(ValueError, match=f"batch_size={MAX_BATCH_SIZE + 1} is above the {MAX_BATCH_SIZE} decode"):
+        batch_generate(serving_model("paged"), requests, batch_size=MAX_BATCH_SIZE + 1)
+    assert all(request.caches is None and request.prefilled == 0 for request in requests)
+
+
+def test_a_request_beyond_the_models_context_is_refused_before_any_step() -> None:
+    model = serving_model("paged")
+    limit = model.config.max_context
+    fits = Request([1] * (limit - 1), 2, request_id=0)
+    too_long = Request([1] * 3, limit - 1, request_id=1)
+    with pytest.raises(ValueError, match=rf"requests \[1\] hold more than .*context of {limit} positions"):
+        batch_generate(model, [fits, too_long])
+    assert fits.caches is None and fits.prefilled == 0
 
 
 @pytest.mark.parametrize("overlap", [True, False])

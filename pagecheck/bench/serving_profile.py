@@ -38,14 +38,14 @@ from collections.abc import Callable
 import mlx.core as mx
 
 from pagecheck.bench.graph import graph_primitives
-from pagecheck.serving.batch import DEFAULT_PREFILL_STEP
+from pagecheck.serving.batch import DEFAULT_PREFILL_STEP, MAX_BATCH_SIZE
 from pagecheck.serving.kv_traffic import KvTraffic
 from pagecheck.serving.model_config import QWEN3_CONFIGS, model_config
 from pagecheck.serving.qwen3 import Qwen3Model
 from pagecheck.serving.qwen3_attention import ATTENTION_PATHS
 from pagecheck.serving.qwen3_weights import random_qwen3_weights
 from pagecheck.serving.serving_kv import DEFAULT_PAGE_SIZE, serving_kv_for
-from pagecheck.arg_types import positive_int
+from pagecheck.arg_types import int_in, positive_int
 
 WARMUP_STEPS = 3
 PROFILE_ROWS = 25
@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(QWEN3_CONFIGS), default="qwen3-0.6b", help="model shape (default qwen3-0.6b)")
     parser.add_argument("--layers", type=positive_int, default=None, help="layers of the model to run (default: all)")
-    parser.add_argument("--batch", type=positive_int, default=8, help="requests per decode step (default 8)")
+    parser.add_argument("--batch", type=int_in(1, MAX_BATCH_SIZE), default=8,
+                        help=f"requests per decode step, at most {MAX_BATCH_SIZE} (default 8)")
     parser.add_argument("--context", type=positive_int, default=2048,
                         help="tokens each request holds before the timed steps (default 2048)")
     parser.add_argument("--active", type=positive_int, default=None,
@@ -146,6 +147,14 @@ def main(argv: list[str] | None = None) -> int:
         config = model_config(args.model, args.layers)
     except ValueError as exc:
         parser.error(str(exc))
+    # The positions a request holds by the last timed step: the context, then the warm-up, timed, graph and
+    # profile steps (prefill: chunks of --chunk tokens).
+    held = args.context + (WARMUP_STEPS + args.steps + 2) * (args.chunk if args.phase == "prefill" else 1)
+    if held > config.max_context:
+        parser.error(f"--context {args.context} and --steps {args.steps} reach {held} positions, above "
+                     f"{config.name}'s context of {config.max_context}")
+    if args.page_size > config.max_context:
+        parser.error(f"--page-size {args.page_size} is above {config.name}'s context of {config.max_context}")
     dtype = getattr(mx, args.dtype)
     model = Qwen3Model(random_qwen3_weights(config, seed=0, dtype=dtype), args.variant, compile_decode=not args.eager,
                        whole_step=not args.layer_halves)

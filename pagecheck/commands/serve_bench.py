@@ -25,13 +25,13 @@ from typing import Any
 
 import mlx.core as mx
 
-from pagecheck.serving.batch import DEFAULT_BATCH_SIZE, DEFAULT_PREFILL_STEP
+from pagecheck.serving.batch import DEFAULT_BATCH_SIZE, DEFAULT_PREFILL_STEP, MAX_BATCH_SIZE
 from pagecheck.serving.model_config import QWEN3_CONFIGS, model_config
 from pagecheck.serving.quantized import DEFAULT_BITS, DEFAULT_GROUP_SIZE
 from pagecheck.serving.qwen3_attention import ATTENTION_PATHS
 from pagecheck.serving.qwen3_weights import random_qwen3_weights
 from pagecheck.serving.serving_kv import DEFAULT_PAGE_SIZE, serving_kv_for
-from pagecheck.arg_types import int_list, positive_int, seed_int
+from pagecheck.arg_types import int_in, int_list, positive_int, seed_int
 from pagecheck.commands import options
 from pagecheck.device import DeviceUnavailable, use_device
 from pagecheck.environment import collect_environment
@@ -87,20 +87,21 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="prompt lengths, drawn uniformly from LOW..HIGH (default: %(default)s, the course's)")
     parser.add_argument("--output-lens", type=_length_range, default=COURSE_OUTPUT_LENS, metavar="LOW,HIGH",
                         help="output lengths, drawn uniformly from LOW..HIGH (default: %(default)s, the course's)")
-    parser.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH_SIZE, metavar="N",
-                        help="decode slots (default: %(default)s)")
+    parser.add_argument("--batch", type=int_in(1, MAX_BATCH_SIZE), default=DEFAULT_BATCH_SIZE, metavar="N",
+                        help=f"decode slots, at most {MAX_BATCH_SIZE} (default: %(default)s)")
     parser.add_argument("--prefill-step", type=positive_int, default=DEFAULT_PREFILL_STEP, metavar="N",
                         help="prompt tokens per prefill chunk (default: %(default)s)")
     parser.add_argument("--page-size", type=positive_int, default=DEFAULT_PAGE_SIZE, metavar="N",
-                        help="tokens per KV page (default: %(default)s)")
+                        help="tokens per KV page, at most the model's context (default: %(default)s)")
     parser.add_argument("--dtype", choices=DTYPES, default=None,
                         help="activation and KV dtype (default: float32 on cpu, bfloat16 on gpu)")
     parser.add_argument("--seed", type=seed_int, default=DEFAULT_SEED, metavar="N",
                         help="seed of the trace and of the random weights (default: %(default)s)")
     parser.add_argument("--kv-budget-bytes", type=int_list("kv-budget-bytes"), default=None, metavar="B,B",
                         help="also run the admission sweep: each variant under each KV byte budget")
-    parser.add_argument("--budget-slots", type=positive_int, default=None, metavar="N",
-                        help="decode slots in the budget sweep (default: --requests, so only the budget limits)")
+    parser.add_argument("--budget-slots", type=int_in(1, MAX_BATCH_SIZE), default=None, metavar="N",
+                        help=f"decode slots in the budget sweep, at most {MAX_BATCH_SIZE} (default: --requests, "
+                        "so only the budget limits, or that many)")
     parser.add_argument("--no-overlap", dest="overlap", action="store_false",
                         help="read every decode step's tokens back before building the next step "
                         "(default: pipelined, the next step is built while the device runs this one)")
@@ -182,6 +183,17 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"pagecheck {NAME}: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    # Before the trace is drawn: a prompt of a billion tokens is gigabytes of token ids already.
+    longest = args.prompt_lens[1] + args.output_lens[1] - 1
+    if longest > config.max_context:
+        print(f"pagecheck {NAME}: --prompt-lens and --output-lens allow requests of {longest} positions (the "
+              f"longest prompt and output, less the last token), above {config.name}'s context of "
+              f"{config.max_context}", file=sys.stderr)
+        return ExitCode.USAGE
+    if args.page_size > config.max_context:
+        print(f"pagecheck {NAME}: --page-size {args.page_size} is above {config.name}'s context of "
+              f"{config.max_context} positions", file=sys.stderr)
+        return ExitCode.USAGE
     dtype_name = args.dtype or DEFAULT_DTYPE[args.device]
     dtype = getattr(mx, dtype_name)
     trace = course_trace(args.seed, config.vocab_size, num_requests=args.requests, prompt_lens=args.prompt_lens,
@@ -232,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     document = serve_document(device=args.device, seed=args.seed, config=config, settings=settings,
                               dtype=dtype, trace=trace, runs=runs, rounds=args.rounds, isolation=args.isolation)
     if args.kv_budget_bytes:
-        document["budget_slots"] = args.budget_slots or args.requests
+        document["budget_slots"] = args.budget_slots or min(args.requests, MAX_BATCH_SIZE)
         sweep_settings = replace(settings, batch_size=document["budget_slots"])
         document["budget_sweep"] = run_budget_sweep(
             weights(), args.variants, trace, args.kv_budget_bytes, sweep_settings,
