@@ -157,6 +157,22 @@ class TinyKvPagedPool:
         self._num_pages += 1
         return page_id
 
+    def check_room_for(self, pages: int) -> None:
+        """ValueError, changing nothing, when `pages` more allocations could not be stored: the fresh ids
+        among them (beyond the free ones) would grow storage, doubling as allocate_page does, past MLX's
+        memory limit. Before the first write there is no storage to size, so nothing is checked."""
+        fresh = pages - self._num_free
+        if fresh <= 0 or self._keys is None or self._values is None:
+            return
+        rows, total = self._keys.shape[0], self._num_pages + fresh
+        if total <= rows:
+            return
+        held = rows
+        while rows < total:
+            held, rows = rows, max(MIN_CAPACITY, rows + 1, 2 * rows)
+        page_bytes = (self._keys.nbytes + self._values.nbytes) // self._keys.shape[0]
+        self._check_storage_fits((rows, *self._keys.shape[1:]), self._keys.dtype, held * page_bytes)
+
     def free_page(self, page_id: int) -> None:
         self._check_issued(page_id)
         if page_id in self._free_set:

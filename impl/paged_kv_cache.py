@@ -26,6 +26,9 @@ import mlx.core as mx
 from pagecheck.impl.page_pool import PoolCheckpoint, TinyKvPagedPool, is_int
 from pagecheck.impl.paged_metadata import PagedKvMetadata
 
+# The most positions a cache holds: its context length goes to the kernels as int32.
+MAX_CONTEXT = 2**31 - 1
+
 __all__ = ["CacheCheckpoint", "PagedKvMetadata", "TinyKvPagedCache", "TinyKvPagedPool"]
 
 
@@ -176,7 +179,18 @@ class TinyKvPagedCache:
         return self._page_ids[-1], slot
 
     def claim_token_slots(self, count: int) -> tuple[list[int], list[int]]:
-        """claim_token_slot for `count` consecutive tokens: (page id of each, slot of each)."""
+        """claim_token_slot for `count` consecutive tokens: (page id of each, slot of each). A count that is
+        not an int >= 0, that takes the context past what int32 context lengths hold, or whose pages the
+        pool could not store, raises ValueError before anything is claimed; after a failure past these
+        checks the caller rolls back, as after claim_token_slot."""
+        if not is_int(count) or count < 0:
+            raise ValueError(f"count={count!r} must be an int >= 0")
+        if self._offset + count > MAX_CONTEXT:
+            raise ValueError(f"count={count} would take the context from {self._offset} past {MAX_CONTEXT} "
+                             "positions, the most int32 context_lens hold")
+        page_size = self._pool.page_size
+        tail_room = page_size - self._page_lens[-1] if self._page_ids else 0
+        self._pool.check_room_for(-(-max(0, count - tail_room) // page_size))
         page_ids: list[int] = []
         slots: list[int] = []
         for page_id, start, taken in self._claim_runs(count):
@@ -188,8 +202,10 @@ class TinyKvPagedCache:
     def block_table(self, max_pages: int | None = None) -> mx.array:
         """int32 [1, max_pages] of this cache's page ids, -1 past them; max_pages defaults to num_pages."""
         width = self.num_pages if max_pages is None else max_pages
-        if not is_int(width) or width < self.num_pages:
-            raise ValueError(f"max_pages={max_pages!r} must be an int >= num_pages={self.num_pages}")
+        most = -(-MAX_CONTEXT // self._pool.page_size)  # the pages of the longest context a cache holds
+        if not is_int(width) or not self.num_pages <= width <= most:
+            raise ValueError(f"max_pages={max_pages!r} must be an int in num_pages={self.num_pages}..{most}, the "
+                             "pages of the longest context (2**31 - 1 positions)")
         table = self._block_tables.get(width)
         if table is None:
             table = mx.array([self._page_ids + [-1] * (width - self.num_pages)], dtype=mx.int32)

@@ -152,7 +152,7 @@ def test_block_table_pads_with_minus_one_and_rejects_narrow_widths(
     assert table.tolist() == [[0, 1, 2, -1, -1]]
     assert cache.block_table(max_pages=5) is table
     assert cache.block_table().tolist() == [[0, 1, 2]]
-    for width in [2, -1, 3.0, True]:
+    for width in [2, -1, 3.0, True, 2**29 + 1, 2**40]:  # pages of 4: 2**29 hold the longest context
         with pytest.raises(ValueError, match="max_pages"):
             cache.block_table(max_pages=width)
 
@@ -346,6 +346,31 @@ def test_materialize_evaluates_page_storage_without_gathering(
 def test_the_cache_needs_a_page_pool() -> None:
     with pytest.raises(ValueError, match="pool"):
         TinyKvPagedCache(object())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("count", "message"), [
+    (-1, "count=-1 must be an int >= 0"), (2.0, "count=2.0 must be an int >= 0"),
+    (True, "count=True must be an int >= 0"),
+    (2**31 - 5, r"count=2147483643 would take the context from 5 past 2147483647 positions"),
+    ("memory", r"K and V storage of 32 pages .* above MLX's memory limit"),
+])
+def test_a_claim_that_cannot_be_met_is_refused_before_anything_is_claimed(
+    rng: np.random.Generator, cache: TinyKvPagedCache, count: Any, message: str
+) -> None:
+    """"memory": 20 more pages would grow storage from 4 rows to 32 (8, 16, 32), past a memory limit set just
+    above the 4 rows; refused up front, where the claims once ran page by page until the growth failed with
+    some of them taken."""
+    _fill(cache, rng, [5])
+    before = (cache_state(cache), pool_state(cache.pool))
+    previous = mx.set_memory_limit(cache.pool.storage_nbytes * 3) if count == "memory" else None
+    try:
+        with pytest.raises(ValueError, match=message):
+            cache.claim_token_slots(20 * PAGE_SIZE if count == "memory" else count)
+    finally:
+        if previous is not None:
+            mx.set_memory_limit(previous)
+    assert (cache_state(cache), pool_state(cache.pool)) == before
+    cache.claim_token_slots(20 * PAGE_SIZE)  # within the limit restored
 
 
 def test_a_checkpoint_undoes_appends_only(rng: np.random.Generator, cache: TinyKvPagedCache) -> None:
