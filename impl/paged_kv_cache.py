@@ -25,9 +25,7 @@ import mlx.core as mx
 
 from pagecheck.impl.page_pool import PoolCheckpoint, TinyKvPagedPool, is_int
 from pagecheck.impl.paged_metadata import PagedKvMetadata
-
-# The most positions a cache holds: its context length goes to the kernels as int32.
-MAX_CONTEXT = 2**31 - 1
+from pagecheck.reference.cache import MAX_CONTEXT
 
 __all__ = ["CacheCheckpoint", "PagedKvMetadata", "TinyKvPagedCache", "TinyKvPagedPool"]
 

@@ -16,6 +16,9 @@ import numpy as np
 
 from pagecheck.reference.pool import TinyKvPagedPool
 
+# The most positions a cache holds: its context length goes to the kernels as int32.
+MAX_CONTEXT = 2**31 - 1
+
 
 @dataclass(frozen=True)
 class PagedKvMetadata:
@@ -80,8 +83,10 @@ class TinyKvPagedCache:
 
     def block_table(self, max_pages: int | None = None) -> np.ndarray:
         width = self.num_pages if max_pages is None else max_pages
-        if width < self.num_pages:
-            raise ValueError(f"max_pages={max_pages} is smaller than the cache's {self.num_pages} pages")
+        most = -(-MAX_CONTEXT // self.pool.page_size)  # the pages of the longest context a cache holds
+        if not isinstance(width, int) or isinstance(width, bool) or not self.num_pages <= width <= most:
+            raise ValueError(f"max_pages={max_pages!r} must be an int in num_pages={self.num_pages}..{most}, the "
+                             "pages of the longest context (2**31 - 1 positions)")
         table = np.full((1, width), -1, dtype=np.int32)
         table[0, : self.num_pages] = self.page_ids
         return table
@@ -89,7 +94,12 @@ class TinyKvPagedCache:
     def context_lens(self) -> np.ndarray:
         return np.array([self.offset], dtype=np.int32)
 
+    def _check_storage(self, caller: str) -> None:
+        if self.pool.key_pages is None or self.pool.value_pages is None:
+            raise ValueError(f"{caller}: the pool has no page storage yet (nothing was written to it)")
+
     def paged_metadata(self, mask: Any = None) -> PagedKvMetadata:
+        self._check_storage("paged_metadata")
         return PagedKvMetadata(
             self.pool.key_pages, self.pool.value_pages, self.block_table(), self.context_lens(), self.pool.page_size, mask
         )
@@ -97,6 +107,7 @@ class TinyKvPagedCache:
     def gather_dense(self) -> tuple[np.ndarray, np.ndarray]:
         from pagecheck.reference.attention import gather_request
 
+        self._check_storage("gather_dense")
         n = self.offset
         ids = np.array(self.page_ids, dtype=np.int64)
         keys = gather_request(self.pool.key_pages, ids, n, self.pool.page_size)[None]

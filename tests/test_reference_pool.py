@@ -61,6 +61,21 @@ def test_cache_fills_the_tail_before_allocating() -> None:
     np.testing.assert_array_equal(cache.context_lens(), [10])
 
 
+@pytest.mark.parametrize("width", [2, -1, 3.0, True, 2**29 + 1, 2**40])  # pages of 4: 2**29 hold the longest context
+def test_block_table_widths_outside_the_pages_a_context_can_hold_are_refused(width: object) -> None:
+    cache = TinyKvPagedCache(TinyKvPagedPool(page_size=4))
+    cache.update_and_fetch_paged(chunk(9), chunk(9))
+    with pytest.raises(ValueError, match=f"max_pages={width!r} must be an int in num_pages=3..{2**29}"):
+        cache.block_table(max_pages=width)
+
+
+@pytest.mark.parametrize("call", ["gather_dense", "paged_metadata"])
+def test_reading_a_cache_before_any_write_names_the_missing_storage(call: str) -> None:
+    cache = TinyKvPagedCache(TinyKvPagedPool(page_size=4))
+    with pytest.raises(ValueError, match=f"{call}: the pool has no page storage yet"):
+        getattr(cache, call)()
+
+
 def test_release_frees_every_page_once_and_rewind_frees_empty_pages() -> None:
     pool = TinyKvPagedPool(page_size=4)
     cache = TinyKvPagedCache(pool)
