@@ -22,8 +22,9 @@ Every rejected call raises ValueError naming the field and the bad value, and
 leaves the pool exactly as it was. That includes storage MLX could not hold:
 creation or growth whose K and V (with the old rows while they are copied)
 would pass MLX's memory limit (`mx.get_memory_limit()`) is refused before any
-array is made, as MLX ends the process when an allocation fails. `checkpoint` / `rollback` let a caller undo
-a sequence of allocations and writes as one step.
+array is made, as MLX ends the process when an allocation fails.
+`checkpoint` / `rollback` let a caller undo a sequence of allocations and
+writes as one step.
 """
 
 from __future__ import annotations

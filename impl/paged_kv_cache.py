@@ -25,7 +25,7 @@ import mlx.core as mx
 
 from pagecheck.impl.page_pool import PoolCheckpoint, TinyKvPagedPool, is_int
 from pagecheck.impl.paged_metadata import PagedKvMetadata
-from pagecheck.reference.cache import MAX_CONTEXT
+from pagecheck.reference.cache import MAX_CONTEXT, table_width
 
 __all__ = ["CacheCheckpoint", "PagedKvMetadata", "TinyKvPagedCache", "TinyKvPagedPool"]
 
@@ -199,11 +199,7 @@ class TinyKvPagedCache:
     # -- metadata -------------------------------------------------------------
     def block_table(self, max_pages: int | None = None) -> mx.array:
         """int32 [1, max_pages] of this cache's page ids, -1 past them; max_pages defaults to num_pages."""
-        width = self.num_pages if max_pages is None else max_pages
-        most = -(-MAX_CONTEXT // self._pool.page_size)  # the pages of the longest context a cache holds
-        if not is_int(width) or not self.num_pages <= width <= most:
-            raise ValueError(f"max_pages={max_pages!r} must be an int in num_pages={self.num_pages}..{most}, the "
-                             "pages of the longest context (2**31 - 1 positions)")
+        width = table_width(max_pages, self.num_pages, self._pool.page_size)
         table = self._block_tables.get(width)
         if table is None:
             table = mx.array([self._page_ids + [-1] * (width - self.num_pages)], dtype=mx.int32)

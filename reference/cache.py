@@ -20,6 +20,17 @@ from pagecheck.reference.pool import TinyKvPagedPool
 MAX_CONTEXT = 2**31 - 1
 
 
+def table_width(max_pages: Any, num_pages: int, page_size: int) -> int:
+    """A block table's width: `max_pages`, or the cache's `num_pages` for None; ValueError for anything but an
+    int from num_pages to the pages of the longest context."""
+    width = num_pages if max_pages is None else max_pages
+    most = -(-MAX_CONTEXT // page_size)
+    if not isinstance(width, int) or isinstance(width, bool) or not num_pages <= width <= most:
+        raise ValueError(f"max_pages={max_pages!r} must be an int in num_pages={num_pages}..{most}, the pages of "
+                         "the longest context (2**31 - 1 positions)")
+    return width
+
+
 @dataclass(frozen=True)
 class PagedKvMetadata:
     key_pages: Any
@@ -82,11 +93,7 @@ class TinyKvPagedCache:
             raise
 
     def block_table(self, max_pages: int | None = None) -> np.ndarray:
-        width = self.num_pages if max_pages is None else max_pages
-        most = -(-MAX_CONTEXT // self.pool.page_size)  # the pages of the longest context a cache holds
-        if not isinstance(width, int) or isinstance(width, bool) or not self.num_pages <= width <= most:
-            raise ValueError(f"max_pages={max_pages!r} must be an int in num_pages={self.num_pages}..{most}, the "
-                             "pages of the longest context (2**31 - 1 positions)")
+        width = table_width(max_pages, self.num_pages, self.pool.page_size)
         table = np.full((1, width), -1, dtype=np.int32)
         table[0, : self.num_pages] = self.page_ids
         return table
