@@ -99,6 +99,7 @@ def test_positive_number_refuses_zero_negative_and_non_finite() -> None:
         ("--memory", "1e15", "memory=1e+15 GB is above the 1048576 GB a run takes"),
         ("--disk", "2e6", "disk=2e+06 GB is above the 1048576 GB a scratch folder takes"),
         ("--seed-file", "missing.txt", "--seed-file='{tmp}/missing.txt' cannot be read: No such file or directory"),
+        ("--jobs", "0", "argument --jobs: 0 must be positive"),
     ],
 )
 def test_grade_refuses_limits_out_of_range_before_grading(tmp_path, capsys, option: str, value: str,
@@ -118,7 +119,7 @@ def test_grade_refuses_limits_out_of_range_before_grading(tmp_path, capsys, opti
     captured = capsys.readouterr()
     assert code == 2
     assert message.format(tmp=tmp_path) in captured.out + captured.err
-    assert not (tmp_path / "out" / "results").exists()
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("command", ["report", "tolerance", "bench", "serve-bench", "grade"])

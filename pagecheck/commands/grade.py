@@ -19,12 +19,13 @@ import argparse
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
 from pagecheck.invariants.catalog import INVARIANTS
 from pagecheck.invariants.profiles import DEFAULT_PROFILE, PROFILES
-from pagecheck.arg_types import positive_number
+from pagecheck.arg_types import positive_int, positive_number
 from pagecheck.commands import options
 from pagecheck.device import DeviceUnavailable, check_device
 from pagecheck.exit_codes import ExitCode
@@ -62,7 +63,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("submissions", nargs="+", metavar="SUBMISSION",
                         help=f"tiny-llm checkouts, .py files or package directories (or: {MERGE} DIR...)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="output directory")
-    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2), metavar="N",
+    parser.add_argument("--jobs", type=positive_int, default=max(1, (os.cpu_count() or 2) // 2), metavar="N",
                         help="submissions graded at once; each sandboxed worker is one CPU scheduling group where "
                         "the kernel groups by session (the protection cpu_share says whether it does)")  # fmt: skip
     parser.add_argument("--timeout", type=positive_number, default=300.0, metavar="S",
@@ -135,7 +136,6 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     if args.shard is not None:
         shard = parse_shard(args.shard)
         submissions = [s for s in submissions if shard.holds(s.name)]
-    options.make_out_dir(args.out)
     given = args.seed
     if args.seed_file is not None:
         try:
@@ -143,8 +143,10 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
         except (OSError, UnicodeDecodeError) as exc:
             reason = getattr(exc, "strerror", None) or exc
             raise ValueError(f"--seed-file={str(args.seed_file)!r} cannot be read: {reason}") from None
-    plan = GradePlan(
-        secret=resolve_secret(given, args.out),
+    # Every limit is checked (GradePlan's own checks) before --out is made, so a usage error leaves no folder
+    # and no saved secret behind; the secret comes once the folder is there.
+    unseeded = GradePlan(
+        secret="",
         limits=Limits(args.timeout, int(args.memory * GIB)),
         build_timeout_s=args.build_timeout,
         profile=args.profile,
@@ -153,10 +155,12 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
         call_timeout_s=args.call_timeout,
         disk_bytes=int(args.disk * GIB),
     )
+    rubric.check_prices(list(unseeded.invariants))  # a rubric without points for a graded clause fails now
+    options.make_out_dir(args.out)
+    plan = replace(unseeded, secret=resolve_secret(given, args.out))
     if len(plan.secret) < MIN_SECRET_LENGTH:
         print(f"pagecheck {NAME}: warning: a --seed of under {MIN_SECRET_LENGTH} characters can be guessed; "
               "hidden inputs are only as hidden as the secret")  # fmt: skip
-    rubric.check_prices(list(plan.invariants))  # a rubric without points for a graded clause fails now, not at the end
     todo, reused = jobs_to_run(submissions, plan, args.out, force=args.force)
     progress = StageProgress(NAME, 1, 1)
     progress.begin(f"{len(todo)} to grade, {len(reused)} finished earlier, {args.jobs} at a time; output in {args.out}")
