@@ -100,8 +100,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-budget-bytes", type=int_list("kv-budget-bytes"), default=None, metavar="B,B",
                         help="also run the admission sweep: each variant under each KV byte budget")
     parser.add_argument("--budget-slots", type=int_in(1, MAX_BATCH_SIZE), default=None, metavar="N",
-                        help=f"decode slots in the budget sweep, at most {MAX_BATCH_SIZE} (default: --requests, "
-                        "so only the budget limits, or that many)")
+                        help=f"decode slots in the budget sweep, at most {MAX_BATCH_SIZE} (default: --requests "
+                        f"up to {MAX_BATCH_SIZE}, so that only the budget limits admission)")
     parser.add_argument("--no-overlap", dest="overlap", action="store_false",
                         help="read every decode step's tokens back before building the next step "
                         "(default: pipelined, the next step is built while the device runs this one)")
