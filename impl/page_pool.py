@@ -154,7 +154,7 @@ class TinyKvPagedPool:
             return page_id
         page_id = self._num_pages
         if self._keys is not None and self._values is not None and page_id >= self._keys.shape[0]:
-            self._grow(self._keys, self._values, max(MIN_CAPACITY, page_id + 1, 2 * self._keys.shape[0]))
+            self._grow(self._keys, self._values, _grown_rows(self._keys.shape[0], page_id))
         self._num_pages += 1
         return page_id
 
@@ -170,7 +170,7 @@ class TinyKvPagedPool:
             return
         held = rows
         while rows < total:
-            held, rows = rows, max(MIN_CAPACITY, rows + 1, 2 * rows)
+            held, rows = rows, _grown_rows(rows, rows)
         page_bytes = (self._keys.nbytes + self._values.nbytes) // self._keys.shape[0]
         self._check_storage_fits((rows, *self._keys.shape[1:]), self._keys.dtype, held * page_bytes)
 
@@ -421,6 +421,11 @@ class TinyKvPagedPool:
         self.storage_growths += 1
         self.copied_pages_on_growth += copied_pages
         self.copied_bytes_on_growth += keys.nbytes + values.nbytes
+
+
+def _grown_rows(rows: int, page_id: int) -> int:
+    """Storage rows after growing `rows` rows to hold `page_id`: doubled, at least 4 and at least page_id + 1."""
+    return max(MIN_CAPACITY, page_id + 1, 2 * rows)
 
 
 def _nan_rows(shape: tuple[int, ...], dtype: mx.Dtype) -> mx.array:
