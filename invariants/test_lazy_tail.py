@@ -2,8 +2,9 @@
 
 During decode, page counts are checked at every step: the cache's pages, the
 fill of each page, and the pool's issued-page count, which may never run
-ahead of what the live caches hold: pages a release gave back are reused
-before any new id is issued.
+ahead of what the live caches hold, and whose ids stay below that count (a
+page taken without being counted shows as an id past it): pages a release
+gave back are reused before any new id is issued.
 """
 
 from __future__ import annotations
@@ -84,10 +85,21 @@ def test_pool_never_issues_ahead_of_live_caches(
         for index, (cache, record) in enumerate(zip(caches, records)):
             cache.update_and_fetch_paged(*record.make_chunk(rng, 1))
             held = sum(_pages_for(r.length, page_size) for r in records)
+            where = f"decode step {step}, request {index}"
             expect(
                 pool.num_pages - pool.num_free_pages == held and pool.num_pages == held, INVARIANT,
-                f"decode step {step}, request {index}: pool issued {pool.num_pages} ({pool.num_free_pages} free) "
+                f"{where}: pool issued {pool.num_pages} ({pool.num_free_pages} free) "
                 f"while the caches need {held} (contexts {[r.length for r in records]}, page_size={page_size})",
+            )
+            # The counts above are the pool's own word; the ids the caches hold are what it really issued. Ids
+            # index storage rows, so each is below num_pages, and no two caches share one: a page the pool took
+            # without counting it shows as an id at or past its count.
+            ids = [[int(p) for p in cache.page_ids] for cache in caches]
+            flat = [p for row in ids for p in row]
+            expect(
+                len(set(flat)) == len(flat) and all(0 <= p < pool.num_pages for p in flat), INVARIANT,
+                f"{where}: the caches hold pages {ids}, but the pool counts {pool.num_pages} issued "
+                f"(ids 0..{pool.num_pages - 1}, each held once)",
             )
 
 

@@ -4,7 +4,9 @@ A request holds one cache per layer, each layer with its own pool; a second
 request shares those pools so a release that frees too much shows. After the
 release each pool's free list holds exactly the released pages, no id twice;
 once every request is released the free count equals the pages issued, and
-freeing any page again raises ValueError saying it is "already free".
+a request needing every freed page takes exactly those pages and no new id
+(the free list is the pool's own word; what the next request gets is not).
+Freeing any page again raises ValueError saying it is "already free".
 """
 
 from __future__ import annotations
@@ -107,6 +109,23 @@ def test_release_returns_every_page_of_every_layer_once(
         expect(
             pool.num_free_pages == pool.num_pages, INVARIANT,
             f"layer {layer}: {pool.num_free_pages} pages free of {pool.num_pages} issued, with no request live",
+        )
+
+    # The free lists above are the pools' own word; what a release returned is what the next request gets. As in
+    # the course's test, a request needing every freed page takes exactly those pages and no new id.
+    issued = [pool.num_pages for pool in pools]
+    if max(issued) == 0:
+        return
+    rng = np.random.default_rng(seed + 1)
+    for layer, (pool, freed) in enumerate(zip(pools, everything)):
+        taker = Request(cache_type, [pool])
+        taker.append(rng, issued[layer] * page_size)
+        taken = taker.pages()[0]
+        expect(
+            taken == freed and pool.num_pages == issued[layer] and pool.num_free_pages == 0, INVARIANT,
+            f"layer {layer}: after every release, a request of {issued[layer] * page_size} tokens "
+            f"(page_size={page_size}) holds pages {sorted(taken)}, the pool issued {pool.num_pages} with "
+            f"{pool.num_free_pages} free; expected the freed pages {sorted(freed)} reused and no new id",
         )
 
 
