@@ -108,13 +108,37 @@ def cache_state(cache: Any) -> dict[str, Any]:
     return {
         "page_ids": [int(i) for i in cache.page_ids],
         "page_lens": [int(n) for n in cache.page_lens],
-        "context_lens": to_numpy(cache.context_lens()).tolist(),
+        "context_lens": own_context_lens(cache),
     }
 
 
-def current_metadata(pool: Any, cache: Any) -> PagedKvMetadata:
-    """A cache's metadata without appending anything, built from the public pool and cache API."""
-    return PagedKvMetadata(pool.key_pages, pool.value_pages, cache.block_table(), cache.context_lens(), pool.page_size)
+# The course pins the shapes of the metadata an append returns (block_table [B, W], context_lens [B]), not those of
+# a cache's own block_table() and context_lens(): one request's row may come as [W] or [1, W], its length as [1]
+# or a 0-d array. These read either as the one-row batch.
+def _one_row(array: Any, ndim: int) -> Any:
+    """`array` reshaped to a batch of one ([1, W] for a table, [1] for lengths) when it lacks the batch axis."""
+    shape = tuple(array.shape)
+    if len(shape) == ndim - 1:
+        return array.reshape((1, *shape))
+    return array
+
+
+def own_block_table(cache: Any) -> Any:
+    """cache.block_table() as a batch of one row, [1, W], in the subject's own array type."""
+    return _one_row(cache.block_table(), 2)
+
+
+def own_context_lens(cache: Any) -> list[int]:
+    """cache.context_lens() as a list of ints: [n] for a one-request cache, whether it came as [1] or 0-d."""
+    return [int(n) for n in np.asarray(to_numpy(cache.context_lens())).reshape(-1)]
+
+
+def current_metadata(pool: Any, cache: Any, page_size: int) -> PagedKvMetadata:
+    """A cache's metadata without appending anything, built from the public pool and cache API (the course's
+    pool need not expose its page size, so the check that made the pool passes it)."""
+    return PagedKvMetadata(
+        pool.key_pages, pool.value_pages, own_block_table(cache), _one_row(cache.context_lens(), 1), page_size
+    )
 
 
 def fail_on_call(subject: Any, target: Any, name: str, at: int, message: str) -> Any:

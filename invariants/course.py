@@ -89,7 +89,7 @@ OUTSIDE_THE_API: dict[str, str] = {
 }
 
 
-COURSE_ONLY, BOTH, BEYOND_ONLY = (COURSE_MARK,), (COURSE_MARK, BEYOND_COURSE_MARK), (BEYOND_COURSE_MARK,)
+BOTH, BEYOND_ONLY = (COURSE_MARK, BEYOND_COURSE_MARK), (BEYOND_COURSE_MARK,)
 # Invariant -> the scopes its checks carry: a grade scores an invariant's course checks and its checks beyond
 # the course as two clauses (pagecheck.grading.rubric). tests/test_course_map.py holds this to the marks.
 CLAUSE_SCOPES: dict[str, tuple[str, ...]] = {
@@ -110,7 +110,7 @@ CLAUSE_SCOPES: dict[str, tuple[str, ...]] = {
     "inputs_unchanged": BEYOND_ONLY,
     "batch_consistency": BOTH,
     "batching_cache": BOTH,
-    "page_storage": COURSE_ONLY,
+    "page_storage": BOTH,
 }
 
 def course_scope(item: Any) -> list[tuple[str, str]]:

@@ -36,6 +36,7 @@ class SharedPool:
         self.cache_type = cache_type
         self.paged_attention = paged_attention
         self.pool = pool_type(page_size)
+        self.page_size = page_size
         self.rng = np.random.default_rng(seed)
         self.requests: dict[int, tuple[object, WrittenKv, np.ndarray]] = {}
         self.opened = 0
@@ -77,7 +78,7 @@ class SharedPool:
         for request, (cache, record, query) in self.requests.items():
             if record.length == 0:
                 continue
-            metadata = current_metadata(self.pool, cache)
+            metadata = current_metadata(self.pool, cache, self.page_size)
             layout = metadata_layout(query, metadata, "float32", None)
             expect_pages_hold(INVARIANT, f"{step}: request {request}'s metadata", layout, {0: record})
             expect_close(

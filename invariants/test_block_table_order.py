@@ -22,7 +22,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagecheck.invariants.calls import attention_output, attention_over_metadata, current_metadata, metadata_layout
+from pagecheck.invariants.calls import (
+    attention_output, attention_over_metadata, current_metadata, metadata_layout, own_block_table, own_context_lens,
+)
 from pagecheck.invariants.course import DAY_3
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
@@ -62,7 +64,7 @@ def test_gather_reproduces_tokens_in_logical_order(
             INVARIANT, f"{where}: gather_dense() differs from the tokens written, in order",
         )
         table_keys, table_values = gather_dense(
-            pool.key_pages, pool.value_pages, cache.block_table(), cache.context_lens(), page_size
+            pool.key_pages, pool.value_pages, own_block_table(cache), own_context_lens(cache), page_size
         )
         expect(
             np.array_equal(table_keys[0], record.keys) and np.array_equal(table_values[0], record.values),
@@ -180,14 +182,14 @@ def test_block_table_is_read_again_when_page_ids_change(
     def check(step: str) -> None:
         for name, owner in caches.items():
             where = f"{step}: {name} (page_size={page_size})"
-            row = [int(p) for p in to_numpy(owner.block_table()).reshape(-1)]
+            row = [int(p) for p in to_numpy(own_block_table(owner)).reshape(-1)]
             pages = [int(p) for p in owner.page_ids]
             # The course fixes no width for block_table(): the page ids in order, then any -1 padding.
             expect(
                 row[: len(pages)] == pages and all(p == -1 for p in row[len(pages) :]), INVARIANT,
                 f"{where}: block_table() is {row}, the page ids are {pages} (then only -1 padding)",
             )
-            metadata = current_metadata(pool, owner)
+            metadata = current_metadata(pool, owner, page_size)
             layout = metadata_layout(query, metadata, "float32", None)
             expect_pages_hold(INVARIANT, f"{where}: the metadata", layout, {0: records[name]})
             expect_close(

@@ -1,9 +1,11 @@
 """page_storage: a pool's page storage grows geometrically and counts it, materialize() reads no dense K/V, reset() empties it.
 
 The course's pool keeps one key and one value store with room for
-`capacity` pages: the first write creates room for INITIAL_CAPACITY pages
-(or every page issued so far, if more), and a page that does not fit doubles
-it, copying the pages already there. Each creation or growth counts in
+`capacity` pages: the course pins one case (17 tokens in pages of 4 leave
+room for 8 pages after 2 growths that copied 4). Beyond it, the first write
+creates room for INITIAL_CAPACITY pages (or every page issued so far, if
+more) at every page size, and a page that does not fit doubles it, copying
+the pages already there; storage_nbytes counts that room. Each creation or growth counts in
 storage_growths, each growth adds the pages and bytes it copied, and
 key_pages / value_pages show one row per issued page. materialize()
 evaluates that storage in one mx.eval call and never gathers the request's
@@ -53,6 +55,26 @@ def _page_bytes(pool: Any) -> int:
     f"{DAY_3}::test_task_1_paged_pool_grows_storage_geometrically",
     f"{DAY_4}::test_task_1_paged_attention_matches_dense_attention",
 )
+def test_the_courses_append_of_17_tokens_grows_storage_twice(
+    pool_type: type, cache_type: type, rng: np.random.Generator
+) -> None:
+    # The course's one data point: 17 tokens in pages of 4, in one append, leave 5 pages issued in room for 8,
+    # after 2 growths that copied 4 pages. Where the first storage starts and how it grows at other sizes is
+    # the check beyond the course below.
+    pool = pool_type(4)
+    _require(pool, GROWTH_COUNTERS)
+    cache_type(pool).update_and_fetch_paged(*WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32").make_chunk(rng, 17))
+    rows = (int(pool.key_pages.shape[0]), int(pool.value_pages.shape[0]))
+    step = "after one append of 17 tokens (page_size=4)"
+    expect(rows == (pool.num_pages,) * 2 == (5, 5), INVARIANT, f"{step}: key/value_pages have {rows} rows, "
+           f"{pool.num_pages} issued, expected 5")  # fmt: skip
+    want = {"capacity": 8, "storage_growths": 2, "copied_pages_on_growth": 4,
+            "copied_bytes_on_growth": 4 * _page_bytes(pool)}  # fmt: skip
+    got = _counters(pool)
+    expect(got == want, INVARIANT, f"{step}: counters {got}, expected {want}")
+
+
+@pytest.mark.beyond_course
 @pytest.mark.parametrize("page_size", [1, 4])
 def test_storage_grows_geometrically_and_counts_its_copies(
     pool_type: type, cache_type: type, page_size: int, rng: np.random.Generator

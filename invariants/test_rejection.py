@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from pagecheck.invariants.calls import (
-    attention_over_metadata, cache_state, fail_on_call, like_pages, metadata_layout, pool_state, same_pool_state,
+    attention_over_metadata, cache_state, fail_on_call, like_pages, metadata_layout, own_block_table, own_context_lens,
+    pool_state, same_pool_state,
 )
 from pagecheck.invariants.course import DAY_3, DAY_4, INVALID_METADATA
 from pagecheck.invariants.subject import Subject
@@ -235,6 +236,9 @@ class PoolRejection:
     call: Callable[[Any, Any, tuple[Any, Any]], None]
     fields: tuple[str, ...]  # advice when the message names none of these
     course: tuple[str, ...] = ()  # the course tests of the same rule; none: beyond the course
+    # Tokens the cache holds before the call. A course case starts where the course's test does (its rule is
+    # checked there only); its twin beyond the course starts mid-page, where the rejected call needs no new page.
+    prefill: int = PAGE_SIZE + 1
 
 
 POOL_REJECTIONS = [
@@ -243,12 +247,14 @@ POOL_REJECTIONS = [
     PoolRejection("free_id_equal_to_page_count", _free_id_equal_to_page_count, ("page",)),
     PoolRejection(
         "append_value_shape_differs_from_key", _append_mismatched_value, ("shape",),
-        (f"{DAY_3}::test_task_1_rejects_shape_mismatch_without_mutating_cache",),
+        (f"{DAY_3}::test_task_1_rejects_shape_mismatch_without_mutating_cache",), prefill=0,
     ),
+    PoolRejection("append_value_shape_differs_from_key_mid_page", _append_mismatched_value, ("shape",)),
     PoolRejection(
         "append_dtype_differs_from_pool", _append_in_another_dtype, ("dtype",),
-        (f"{DAY_3}::test_task_1_rejects_incompatible_dtype_before_allocating_a_page",),
+        (f"{DAY_3}::test_task_1_rejects_incompatible_dtype_before_allocating_a_page",), prefill=PAGE_SIZE,
     ),
+    PoolRejection("append_dtype_differs_from_pool_mid_page", _append_in_another_dtype, ("dtype",)),
 ]
 
 
@@ -265,7 +271,8 @@ def test_pool_and_cache_reject_bad_calls_unchanged(
     pool = pool_type(PAGE_SIZE)
     cache = cache_type(pool)
     record = WrittenKv(2, HEAD_DIM, "float32")
-    cache.update_and_fetch_paged(*record.make_chunk(rng, PAGE_SIZE + 1))
+    if case.prefill:
+        cache.update_and_fetch_paged(*record.make_chunk(rng, case.prefill))
     chunk = record.make_chunk(rng, 3)
     # The course's rejected appends compare ids, lengths and counters, not page data: slots past the context may
     # hold anything afterwards, so those cases compare the live tokens instead of whole pages.
@@ -278,10 +285,10 @@ def test_pool_and_cache_reject_bad_calls_unchanged(
         f"{case.name}: the rejected call changed the pool",
     )
     expect(cache_before == cache_state(cache), INVARIANT, f"{case.name}: the rejected call changed the cache")
-    if not page_data:
+    if not page_data and case.prefill:
         keys, values = _live_tokens(pool, cache)
         expect(
-            np.array_equal(keys, record.keys[:, : PAGE_SIZE + 1]) and np.array_equal(values, record.values[:, : PAGE_SIZE + 1]),
+            np.array_equal(keys, record.keys[:, : case.prefill]) and np.array_equal(values, record.values[:, : case.prefill]),
             INVARIANT, f"{case.name}: the rejected call changed the cache's tokens",
         )
 
@@ -382,7 +389,7 @@ def test_context_shorter_than_the_query_is_rejected_at_every_query_length(
 
 def _live_tokens(pool: Any, cache: Any) -> tuple[np.ndarray, np.ndarray]:
     """The cache's tokens read through its block table from the pool's pages (float64 [H_kv, tokens, D] each)."""
-    keys, values = gather_dense(pool.key_pages, pool.value_pages, cache.block_table(), cache.context_lens(), PAGE_SIZE)
+    keys, values = gather_dense(pool.key_pages, pool.value_pages, own_block_table(cache), own_context_lens(cache), PAGE_SIZE)
     return keys[0], values[0]
 
 

@@ -159,6 +159,50 @@ VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         vars(self).clear()'''),
         ],
     ),
+    "token_sized_first_storage": (
+        "the first storage holds 16 tokens' pages (4 at the course's page size of 4, 16 at page size 1), then doubles",
+        [("self._create_storage(key, max(INITIAL_CAPACITY, self._num_issued))",
+          "self._create_storage(key, max(16 // self.page_size or 1, self._num_issued))")],
+    ),
+    "storage_nbytes_of_issued_pages": (
+        "storage_nbytes counts the issued pages' bytes, not the whole room (the course reads it only after reset)",
+        [("return 0 if self._key_store is None else self._key_store.nbytes + self._value_store.nbytes",
+          "return 0 if self._key_store is None else self.key_pages.nbytes + self.value_pages.nbytes")],
+    ),
+    "pool_without_page_size_attribute": (
+        "the pool keeps its page size as tokens_per_page: the course's tests never read pool.page_size",
+        [("self.page_size", "self.tokens_per_page"), ("pool.page_size", "pool.tokens_per_page")],
+    ),
+    "own_tables_without_batch_axis": (
+        "a cache's block_table() is [W] and context_lens() 0-d; its metadata adds the batch axis the course pins",
+        [("self._table = mx.array([self.page_ids + [SENTINEL] * (width - self.num_pages)], dtype=mx.int32)",
+          "self._table = mx.array(self.page_ids + [SENTINEL] * (width - self.num_pages), dtype=mx.int32)"),
+         ("        return mx.array([self.offset], dtype=mx.int32)", "        return mx.array(self.offset, dtype=mx.int32)"),
+         ("self.block_table(max_pages), self.context_lens(),",
+          "self.block_table(max_pages)[None], self.context_lens()[None],")],
+    ),
+    "dtype_checked_for_a_new_page": (
+        "an append in another dtype is refused only when it needs a new page (the course's case); one that fits in "
+        "the tail page is cast to the storage dtype",
+        [("    def check_chunk(self, key: mx.array, value: mx.array) -> None:",
+          "    def check_chunk(self, key: mx.array, value: mx.array, dtype: bool = True) -> None:"),
+         ("            if key.dtype != self._key_store.dtype:", "            if dtype and key.dtype != self._key_store.dtype:"),
+         ("        self.pool.check_chunk(key, value)\n        pool_before = self.pool.snapshot()",
+          "        self.pool.check_chunk(key, value, dtype=not self.page_ids or self.page_lens[-1] == self.pool.page_size)"
+          "\n        pool_before = self.pool.snapshot()"),
+         ("        self.check_chunk(key, value)\n        self._check_live(page_id)",
+          "        self.check_chunk(key, value, dtype=False)\n        self._check_live(page_id)"),
+         ("mx.slice_update(self._key_store, key, at", "mx.slice_update(self._key_store, key.astype(self._key_store.dtype), at"),
+         ("mx.slice_update(self._value_store, value, at",
+          "mx.slice_update(self._value_store, value.astype(self._value_store.dtype), at")],
+    ),
+    "batch_needs_mask_length": (
+        "the batch's update_and_fetch_paged requires mask_length equal to the chunk length (the course always gives it)",
+        [("        length = keys.shape[2]\n        for slot in active:",
+          "        length = keys.shape[2]\n        if mask_length != length:\n"
+          "            raise ValueError(f\"mask_length={mask_length!r} must equal the chunk length {length}\")\n"
+          "        for slot in active:")],
+    ),
     "lowest_id_numpy_metadata": (
         "the lowest free id reused first, release frees oldest first, block_table and context_lens as NumPy int64",
         [

@@ -36,7 +36,7 @@ def test_default_rubric_prices_every_clause_of_every_invariant() -> None:
         ({"points": {"context_len": -1}}, "points.context_len"),
         ({"beyond_course": {"context_len": "5"}}, "beyond_course.context_len"),
         ({"points": {"head_dims": 5}}, "points.head_dims: no check of head_dims mirrors a course test"),
-        ({"beyond_course": {"page_storage": 5}}, "beyond_course.page_storage: no check of page_storage goes beyond"),
+        ({"points": {"empty_rows": 5}}, "points.empty_rows: no check of empty_rows mirrors a course test"),
         ({"scoring": "curved"}, "scoring"),
         ({"anticheat": {"sdpa_call": "ignore"}}, "anticheat.sdpa_call"),
         ({"requires": {"inputs_unchanged": ["nothing"]}}, "requires.inputs_unchanged"),
@@ -47,6 +47,15 @@ def test_default_rubric_prices_every_clause_of_every_invariant() -> None:
 def test_invalid_rubric_names_the_field(document: dict, field: str) -> None:
     with pytest.raises(ValueError, match=field):
         parse_rubric(document, "test.toml")
+
+
+def test_a_price_beyond_the_course_for_an_invariant_with_no_such_check_names_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No invariant is course-only today; page_storage stands in for one.
+    monkeypatch.setitem(CLAUSE_SCOPES, "page_storage", (COURSE_MARK,))
+    with pytest.raises(ValueError, match="beyond_course.page_storage: no check of page_storage goes beyond"):
+        parse_rubric({"beyond_course": {"page_storage": 5}}, "test.toml")
 
 
 def test_unreadable_rubric_is_a_value_error(tmp_path: Path) -> None:
@@ -125,8 +134,10 @@ def test_unfinished_run_scores_nothing() -> None:
     assert score.verdict == "crashed (SIGSEGV)"
 
 
-def test_requirement_withholds_points_until_it_is_met() -> None:
-    # page_storage has no checks beyond the course: inputs_unchanged's clause beyond it waits for its course clause.
+def test_requirement_withholds_points_until_it_is_met(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An invariant whose checks all mirror the course (none does today; page_storage stands in for one):
+    # inputs_unchanged's clause beyond the course waits for its course clause.
+    monkeypatch.setitem(CLAUSE_SCOPES, "page_storage", (COURSE_MARK,))
     rubric = _rubric(requires={"inputs_unchanged": ["page_storage"]}, points={"page_storage": 10})
     broken = result_document("a", {"page_storage": ["fail"]}, beyond={"inputs_unchanged": ["pass"]})
     working = result_document("b", {"page_storage": ["pass"]}, beyond={"inputs_unchanged": ["pass"]})
@@ -192,7 +203,8 @@ def test_scoreboard_is_sorted_and_reproducible() -> None:
 def test_every_prerequisite_must_be_met() -> None:
     # lazy_tail's course clause needs both; release_once is met and page_storage is not, so it earns nothing.
     rubric = _rubric(requires={"lazy_tail": ["release_once", "page_storage"]},
-                     points={"lazy_tail": 4, "release_once": 10, "page_storage": 5}, beyond_course={"release_once": 0})  # fmt: skip
+                     points={"lazy_tail": 4, "release_once": 10, "page_storage": 5},
+                     beyond_course={"release_once": 0, "page_storage": 0})  # fmt: skip
     one_missing = result_document("a", {"release_once": ["pass"], "page_storage": ["fail"], "lazy_tail": ["pass"]})
     score = score_result(one_missing, rubric)
     assert course_points(score) == {course("release_once"): 10.0, course("page_storage"): 0.0, course("lazy_tail"): 0.0}
