@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 GRACE_S = 30.0  # the grace before the second stage: this, or S itself when S is shorter
+# The longest limit taken (about 11.6 days): setitimer and the faulthandler timer overflow far above it.
+MAX_CHECK_TIMEOUT_S = 1_000_000.0
 
 
 class CheckTimedOut(BaseException):

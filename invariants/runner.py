@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Sequence
 
+from pagecheck.invariants.check_timeout import MAX_CHECK_TIMEOUT_S
 from pagecheck.invariants.subject import absolute_spec, is_module_spec
 
 PROGRESS_LINE = re.compile(r"^([.FEsxX]+)\s*(?:\[\s*(\d+)%\])?\s*$")
@@ -101,8 +102,11 @@ class SuiteRequest:
     def __post_init__(self) -> None:
         if self.jobs < 0:
             raise ValueError(f"jobs={self.jobs} must be 0 (no workers) or a positive worker count")
-        if not 0 <= self.check_timeout_s < float("inf"):
-            raise ValueError(f"check_timeout={self.check_timeout_s} must be 0 (none) or a number of seconds")
+        if not 0 <= self.check_timeout_s <= MAX_CHECK_TIMEOUT_S:
+            raise ValueError(
+                f"check_timeout={self.check_timeout_s} must be 0 (none) or a number of seconds up to "
+                f"{MAX_CHECK_TIMEOUT_S:g}"
+            )
 
     def command(self) -> list[str]:
         command = [

@@ -35,6 +35,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import inspect
+import reprlib
 import sys
 import textwrap
 import zlib
@@ -131,6 +132,13 @@ def load_subject(spec: str) -> Subject:
     """Resolve a spec (see the module docstring) to a Subject that exposes at least one API name, or raise
     SubjectError."""
     subject = _resolve(spec)
+    for name, value in subject.names.items():
+        if not callable(value):
+            kind = "function" if name == "paged_attention" else "class"
+            raise SubjectError(
+                f"subject spec={spec!r} ({subject.origin}): {name}={reprlib.repr(value)} is "
+                f"{type(value).__name__}, not a {kind}"
+            )
     if not subject.names:
         raise SubjectError(
             f"subject spec={spec!r} ({subject.origin}) exposes none of {', '.join(API_NAMES)}: nothing to check"
@@ -191,7 +199,9 @@ def _import(spec: str, module_name: str) -> ModuleType:
         if exc.name is not None and module_name.startswith(exc.name):
             raise SubjectError(f"subject spec={spec!r}: no module named {exc.name!r}") from exc
         raise SubjectError(f"subject spec={spec!r}: importing {module_name} failed: {exc!r}") from exc
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a module that calls sys.exit() on import is a subject that does not load
         raise SubjectError(f"subject spec={spec!r}: importing {module_name} failed: {exc!r}") from exc
 
 
@@ -229,8 +239,10 @@ def _import_file(spec: str) -> ModuleType:
     sys.modules[module_name] = module
     try:
         loader_spec.loader.exec_module(module)
-    except Exception as exc:
+    except BaseException as exc:  # sys.exit() on import included: the subject does not load
         del sys.modules[module_name]
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         raise SubjectError(f"subject spec={spec!r}: importing {path} failed: {exc!r}") from exc
     return module
 

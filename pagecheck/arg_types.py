@@ -57,6 +57,18 @@ def positive_number(text: str) -> float:
     return value
 
 
+def number_up_to(most: float) -> Callable[[str], float]:
+    """A type for a finite number above 0 and at most `most` (e.g. --check-timeout)."""
+
+    def parse(text: str) -> float:
+        value = positive_number(text)
+        if value > most:
+            raise argparse.ArgumentTypeError(f"{text.strip()} is above the most allowed, {most:g}")
+        return value
+
+    return parse
+
+
 SEED_LIMIT = 2**64  # NumPy's generators take any non-negative int, mx.random.key an unsigned 64-bit one
 
 

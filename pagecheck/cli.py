@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
-from types import ModuleType
+import threading
+import traceback
+from types import FrameType, ModuleType
 
 from pagecheck.commands import serve_bench
 from pagecheck.commands import bench, grade, options, report, tolerance
@@ -42,11 +45,29 @@ def main(argv: list[str] | None = None) -> int:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     args = build_parser().parse_args(argv)
+    # SIGTERM stops a command as Ctrl-C does: each command's own KeyboardInterrupt handling keeps what finished.
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
     try:
         return int(args.run(args))
     except options.OutDirError as exc:
         print(f"pagecheck {args.command}: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
+    except KeyboardInterrupt:
+        print(f"pagecheck {args.command}: interrupted", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+    except Exception:
+        # Exit 1 would read as a broken invariant; this is pagecheck's own failure.
+        traceback.print_exc()
+        print(f"pagecheck {args.command}: internal error (a bug in pagecheck; the traceback is above)", file=sys.stderr)
+        return int(ExitCode.INTERNAL_ERROR)
+    finally:
+        if main_thread and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 if __name__ == "__main__":

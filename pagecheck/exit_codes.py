@@ -20,6 +20,8 @@ class ExitCode(IntEnum):
     SUITE_ERROR = 6
     DEVICE_UNAVAILABLE = 7
     SUITE_CRASHED = 8
+    # pagecheck itself raised: a bug in pagecheck, not a verdict on the subject.
+    INTERNAL_ERROR = 9
     # 128 + SIGINT, what a shell reports for a command stopped with Ctrl-C.
     INTERRUPTED = 130
 
@@ -28,6 +30,7 @@ class ExitCode(IntEnum):
 # says nothing about correctness, so it outranks any verdict.
 SEVERITY: tuple[ExitCode, ...] = (
     ExitCode.INTERRUPTED,
+    ExitCode.INTERNAL_ERROR,
     ExitCode.USAGE,
     ExitCode.DEVICE_UNAVAILABLE,
     ExitCode.SUBJECT_LOAD_FAILED,
@@ -61,6 +64,7 @@ MEANING: dict[ExitCode, str] = {
     "results, or a worker died under a check); index.md shows the cause from invariants.log",
     ExitCode.DEVICE_UNAVAILABLE: "--device gpu was asked for and MLX has no GPU here (for grade: none that a "
     "sandboxed worker can use)",
+    ExitCode.INTERNAL_ERROR: "pagecheck itself failed (a bug in pagecheck; the traceback is on stderr)",
     ExitCode.INTERRUPTED: "stopped by SIGINT or SIGTERM; `pagecheck grade` keeps every finished result",
 }
 

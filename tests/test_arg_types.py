@@ -39,12 +39,19 @@ def test_non_negative_int_takes_zero_and_names_the_bad_text() -> None:
         non_negative_int("two")
 
 
-@pytest.mark.parametrize("argv, message", [(["report", "--jobs", "-1"], "argument --jobs: -1 must be 0 or more"),
+@pytest.mark.parametrize("argv, message", [(["report", "--jobs", "-1"], "argument --jobs: -1 must be in 0..256"),
                                            (["report", "--repeats", "0"], "argument --repeats: 0 must be positive"),
                                            (["bench", "--repeats", "-2"], "argument --repeats: -2 must be positive"),
                                            (["tolerance", "--seed", "-3"], "argument --seed: -3 must be in 0..2**64-1"),
                                            (["report", "--seed", str(2**64)], f"argument --seed: {2**64} must be in"),
-                                           (["serve-bench", "--seed", "-1"], "argument --seed: -1 must be in")])
+                                           (["serve-bench", "--seed", "-1"], "argument --seed: -1 must be in"),
+                                           (["report", "--jobs", "257"], "argument --jobs: 257 must be in 0..256"),
+                                           # An alarm past ~1e9 s overflowed time_t and failed every check.
+                                           (["report", "--check-timeout", "1e10"],
+                                            "argument --check-timeout: 1e10 is above the most allowed, 1e+06"),
+                                           # A trace of a billion requests filled memory before any step.
+                                           (["serve-bench", "--requests", "1000000000"],
+                                            "argument --requests: 1000000000 must be in 1..100000")])
 def test_commands_refuse_out_of_range_counts_as_usage_errors(argv: list[str], message: str, capsys) -> None:
     from pagecheck.cli import main
 
@@ -99,7 +106,8 @@ def test_positive_number_refuses_zero_negative_and_non_finite() -> None:
         ("--memory", "1e15", "memory=1e+15 GB is above the 1048576 GB a run takes"),
         ("--disk", "2e6", "disk=2e+06 GB is above the 1048576 GB a scratch folder takes"),
         ("--seed-file", "missing.txt", "--seed-file='{tmp}/missing.txt' cannot be read: No such file or directory"),
-        ("--jobs", "0", "argument --jobs: 0 must be positive"),
+        ("--jobs", "0", "argument --jobs: 0 must be in 1..256"),
+        ("--jobs", "257", "argument --jobs: 257 must be in 1..256"),
     ],
 )
 def test_grade_refuses_limits_out_of_range_before_grading(tmp_path, capsys, option: str, value: str,

@@ -124,11 +124,48 @@ def test_compare_prints_and_plots_the_ratio_per_shape(
     assert "Compared with" in (tmp_path / "bench.md").read_text()
 
 
-def test_compare_refuses_a_file_that_is_not_a_benchmark(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "content", [{"kind": "tolerance"}, {"source": "pagecheck.bench", "samples": 5},
+                {"source": "pagecheck.bench", "samples": {"impl": {"16": [[1.0, "x"]]}}}],
+    ids=["another-report", "samples-not-a-table", "a-timing-not-a-number"],
+)  # fmt: skip
+def test_compare_refuses_a_file_that_is_not_a_benchmark(tmp_path: Path, content: dict[str, Any]) -> None:
+    # Refused before anything is measured: a malformed file once failed with AttributeError after the run.
     other = tmp_path / "not-bench.json"
-    other.write_text(json.dumps({"kind": "tolerance"}))
+    other.write_text(json.dumps(content))
     assert main(["bench", "--quick", "--compare", str(other), "--out", str(tmp_path / "out")]) == ExitCode.USAGE
     assert not (tmp_path / "out").exists()
+
+
+def test_compare_with_no_point_in_common_keeps_the_run_and_says_so(
+    correct_run: tuple[Path, int, dict[str, Any]], tmp_path: Path
+) -> None:
+    # Other contexts than the earlier run's: the run's results are written, the comparison has no rows and no
+    # plot (its making used to raise after the measurements, losing them).
+    previous, _, _ = correct_run
+    code = main(["bench", "--quick", "--contexts", "8", "--repeats", "1", "--compare", str(previous / "bench.json"),
+                 "--out", str(tmp_path)])  # fmt: skip
+    document = json.loads((tmp_path / "bench.json").read_text())
+    assert code == ExitCode.OK and schema_errors("bench", document) == []
+    assert document["comparison"]["rows"] == [] and document["comparison"]["plot"] is None
+    assert "subject at 8" in document["comparison"]["unmatched"]
+    assert (tmp_path / "index.md").exists() and not list(tmp_path.glob("bench_compare*"))
+
+
+def test_the_benchmark_program_writes_only_a_new_file_or_its_own_earlier_result(tmp_path: Path) -> None:
+    from pagecheck.bench.attention import parse_args
+
+    other = tmp_path / "notes.txt"
+    other.write_text("keep me")
+    with pytest.raises(SystemExit) as stopped:
+        parse_args(["--out", str(other)])
+    assert stopped.value.code == 2 and other.read_text() == "keep me"
+    with pytest.raises(SystemExit):
+        parse_args(["--out", str(tmp_path)])  # a folder
+    earlier = tmp_path / "bench.json"
+    earlier.write_text(json.dumps({"source": "pagecheck.bench", "samples": {}}))
+    assert parse_args(["--out", str(earlier)]).out == earlier
+    assert parse_args(["--out", str(tmp_path / "new.json")]).out == tmp_path / "new.json"
 
 
 def spread(medians: list[float]) -> dict[str, Any]:

@@ -29,7 +29,8 @@ def test_mutant_report_names_the_broken_invariant(tmp_path: Path) -> None:
     failures = document["invariants"][0]["failures"]
     assert failures and all(f["message"] for f in failures)
     assert "`context_len`" in (tmp_path / "conformance.md").read_text().split("## Failing checks")[1]
-    assert "broken invariants, likely cause first: `context_len`" in (tmp_path / "index.md").read_text()
+    assert ("broken invariants, likely cause first: `context_len` (1 of them breaks a clause the course's own tests "
+            "check)") in (tmp_path / "index.md").read_text()
     assert (document["invariants"][0]["course_verdict"], document["totals"]["course_clauses_failed"]) == ("fail", 1)
     assert "Course clauses broken (checks that mirror the course's own tests): `context_len`." in (
         tmp_path / "conformance.md").read_text()
@@ -50,6 +51,9 @@ def test_a_failure_only_beyond_the_course_says_the_course_clauses_hold(tmp_path:
     assert document["totals"]["course_clauses_failed"] == 0
     assert "The course's clauses all hold: every failure is in a check beyond the course" in (
         tmp_path / "conformance.md").read_text()
+    # The first page says it too, beside the verdict.
+    assert ("broken invariants, likely cause first: `softmax_stability` (the course's own clauses all hold: every "
+            "failure is beyond the course)") in (tmp_path / "index.md").read_text()
 
 
 @pytest.mark.parametrize("command", ["report", "tolerance"])
@@ -92,3 +96,58 @@ def test_advice_is_shown_and_never_fails(tmp_path: Path) -> None:
     (rejection,) = document["invariants"]
     assert rejection["verdict"] == "pass" and rejection["advice"]
     assert "## Advice" in (tmp_path / "out" / "conformance.md").read_text()
+
+
+def test_a_report_into_a_folder_with_an_earlier_report_sets_that_one_aside(tmp_path: Path) -> None:
+    # The index once showed an earlier run's tolerance and bench files as this run's own.
+    first = ["report", "--quick", "--jobs", "0", "--invariant", "context_len", "--skip", "bench", "--out", str(tmp_path)]
+    assert main(first) == ExitCode.OK
+    earlier_log = (tmp_path / "invariants.log").read_text()
+    assert main(["report", "--quick", "--skip", "invariants", "--skip", "bench", "--out", str(tmp_path)]) == ExitCode.OK
+    (aside,) = tmp_path.glob("earlier-*")
+    assert sorted(p.name for p in aside.iterdir()) == [
+        "conformance.json", "conformance.md", "index.md", "invariants.log", "tolerance.json", "tolerance.md",
+        "tolerance.svg",
+    ]  # fmt: skip
+    assert (aside / "invariants.log").read_text() == earlier_log
+    assert not (tmp_path / "conformance.json").exists()
+    assert "[Invariants" not in (tmp_path / "index.md").read_text()
+
+
+@pytest.mark.parametrize("blocker", ["index.md", "tolerance.json"])
+def test_a_folder_where_a_report_file_goes_is_a_usage_error_before_anything_runs(tmp_path: Path, blocker: str) -> None:
+    (tmp_path / blocker).mkdir()
+    assert main(["report", "--quick", "--skip", "bench", "--skip", "invariants", "--out", str(tmp_path)]) == ExitCode.USAGE
+    assert sorted(p.name for p in tmp_path.iterdir()) == [blocker]
+
+
+def test_an_interrupted_report_is_incomplete_not_a_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pagecheck.commands import report
+
+    def interrupted(*args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "run_bench_stage", interrupted)
+    code = main(["report", "--quick", "--skip", "invariants", "--out", str(tmp_path)])
+    assert code == ExitCode.INTERRUPTED
+    assert "**Verdict: INCOMPLETE**: interrupted before `bench` finished." in (tmp_path / "index.md").read_text()
+
+
+def test_ctrl_c_and_pagechecks_own_errors_get_their_own_exit_codes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pagecheck.commands import tolerance
+
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    def broken(args: object) -> int:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(tolerance, "run", interrupted)
+    assert main(["tolerance"]) == ExitCode.INTERRUPTED
+    assert "pagecheck tolerance: interrupted" in capsys.readouterr().err
+    monkeypatch.setattr(tolerance, "run", broken)
+    assert main(["tolerance"]) == ExitCode.INTERNAL_ERROR
+    err = capsys.readouterr().err
+    assert "RuntimeError: a bug" in err and "internal error (a bug in pagecheck" in err

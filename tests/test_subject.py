@@ -91,3 +91,25 @@ def test_a_file_that_fails_to_import_is_an_error(tmp_path: Path) -> None:
     broken.write_text("raise RuntimeError('kernel library missing')\n")
     with pytest.raises(SubjectError, match="kernel library missing"):
         load_subject(str(broken))
+
+
+@pytest.mark.parametrize(
+    "source, words",
+    [("import sys\nsys.exit(0)\n", "SystemExit"), ("class Stop(BaseException):\n    pass\nraise Stop('x')\n", "Stop")],
+    ids=["sys-exit", "base-exception"],
+)
+def test_a_file_that_exits_on_import_is_an_error_not_the_end_of_pagecheck(
+    tmp_path: Path, source: str, words: str
+) -> None:
+    # sys.exit(0) at import once ended `pagecheck tolerance` with status 0 and no report: a false success.
+    subject = tmp_path / "exits.py"
+    subject.write_text(source)
+    with pytest.raises(SubjectError, match=words):
+        load_subject(str(subject))
+
+
+def test_an_api_name_that_is_not_callable_is_an_error_naming_it(tmp_path: Path) -> None:
+    subject = tmp_path / "wrong_types.py"
+    subject.write_text("paged_attention = 3\n")
+    with pytest.raises(SubjectError, match="paged_attention=3 is int, not a function"):
+        load_subject(str(subject))

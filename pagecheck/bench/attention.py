@@ -37,12 +37,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pagecheck.arg_types import int_list, positive_int
+from pagecheck.arg_types import int_list, non_negative_int, positive_int
 
 VARIANTS = ("subject", "impl", "dense_gather", "mlx_sdpa")
 DEVICES = ("cpu", "gpu")
 # The spec of this project's implementation: its row is the reference row.
 IMPL_SPEC = "impl"
+RESULT_SOURCE = "pagecheck.bench"  # the "source" of every result this program writes
 
 
 def variants_for(subject: str) -> tuple[str, ...]:
@@ -304,7 +305,7 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
             minimums[variant][context] = min(min(p) for p in processes)
             maximums[variant][context] = max(max(p) for p in processes)
     return {
-        "source": "pagecheck.bench",
+        "source": RESULT_SOURCE,
         "host": host_info(),
         "configuration": asdict(config),
         "build": ext.build_info(),
@@ -367,12 +368,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="comma-separated context lengths (default 128,1024,4096)")
     parser.add_argument("--repeats", type=positive_int, default=BenchConfig.repeats, help="fresh processes per variant and context")
     parser.add_argument("--iterations", type=positive_int, default=BenchConfig.iterations, help="timed calls per process")
-    parser.add_argument("--warmup", type=int, default=BenchConfig.warmup, help="untimed calls per process")
+    parser.add_argument("--warmup", type=non_negative_int, default=BenchConfig.warmup, help="untimed calls per process")
     parser.add_argument("--device", choices=DEVICES, default=BenchConfig.device)
     parser.add_argument("--subject", default=IMPL_SPEC, help="the subject whose paged_attention is timed (default impl)")
-    parser.add_argument("--out", type=Path, default=Path("reports/bench/bench.json"), help="where to write the JSON result")
+    parser.add_argument("--out", type=Path, default=Path("reports/bench/bench.json"),
+                        help="where to write the JSON result: a new file, or one this program wrote before, which "
+                        "is replaced (default: %(default)s)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.child is None:
+        problem = _out_problem(args.out)
+        if problem:
+            parser.error(f"--out={str(args.out)!r} {problem}")
+    return args
+
+
+def _out_problem(out: Path) -> str | None:
+    """Why the result may not be written to `out` (checked before the run), None if it may: an existing path is
+    replaced only when it is an earlier result of this program."""
+    if not out.exists():
+        return None
+    if not out.is_file():
+        return "exists and is not a file"
+    try:
+        earlier = json.loads(out.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        earlier = None
+    if not (isinstance(earlier, dict) and earlier.get("source") == RESULT_SOURCE):
+        return "exists and is not an earlier result of this program; name a new file"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -392,7 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(format_table(result))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    partial = args.out.with_name(args.out.name + ".partial")
+    partial.write_text(json.dumps(result, indent=2))
+    os.replace(partial, args.out)
     print(f"wrote {args.out}")
     return 0
 

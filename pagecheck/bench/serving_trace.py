@@ -17,6 +17,8 @@ import numpy as np
 from pagecheck.serving.request import Request
 
 COURSE_NUM_REQUESTS = 16
+# The most requests a trace holds: each is a prompt of up to the model's context in host memory.
+MAX_TRACE_REQUESTS = 100_000
 COURSE_PROMPT_LENS = (128, 1024)
 COURSE_OUTPUT_LENS = (32, 128)
 
@@ -78,8 +80,8 @@ def course_trace(
     for name, (low, high) in (("prompt_lens", prompt_lens), ("output_lens", output_lens)):
         if not 1 <= low <= high:
             raise ValueError(f"{name}={(low, high)} must satisfy 1 <= low <= high")
-    if num_requests <= 0:
-        raise ValueError(f"num_requests must be positive, got {num_requests}")
+    if not 0 < num_requests <= MAX_TRACE_REQUESTS:
+        raise ValueError(f"num_requests must be in 1..{MAX_TRACE_REQUESTS}, got {num_requests}")
     if vocab_size <= 0:
         raise ValueError(f"vocab_size must be positive, got {vocab_size}")
     rng = np.random.default_rng(seed)

@@ -7,10 +7,11 @@ import sys
 import importlib.util
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 
-from pagecheck.bench.attention import BenchConfig, variants_for
+from pagecheck.bench.attention import RESULT_SOURCE, BenchConfig, variants_for
 from pagecheck.bench.compare import compare_runs
 from pagecheck.bench.stage import FULL_CONFIG, QUICK_CONFIG, run_bench_report
 from pagecheck.gpu import bench as bench_gpu
@@ -119,9 +120,28 @@ def read_previous(args: argparse.Namespace) -> dict | None:
         previous = read_json(path)
     except (OSError, ValueError) as exc:
         raise CompareFileError(f"--compare {path}: cannot read a benchmark result: {exc}") from exc
-    if not isinstance(previous, dict) or previous.get("source") != "pagecheck.bench" or "samples" not in previous:
+    if not isinstance(previous, dict) or previous.get("source") != RESULT_SOURCE or "samples" not in previous:
         raise CompareFileError(f"--compare {path}: not a bench.json written by pagecheck bench or pagecheck report")
+    if not _samples_well_formed(previous["samples"]) or not isinstance(previous.get("configuration", {}), dict):
+        raise CompareFileError(
+            f"--compare {path}: its samples are not {{variant: {{context: [[microseconds, ...] per process]}}}}"
+        )
     return previous
+
+
+def _samples_well_formed(samples: Any) -> bool:
+    """True for bench.json's samples: variant -> context -> one list of positive timings per process."""
+    def timings(process: Any) -> bool:
+        return isinstance(process, list) and bool(process) and all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0 and t < float("inf") for t in process
+        )
+
+    return isinstance(samples, dict) and all(
+        isinstance(by_context, dict) and all(
+            isinstance(processes, list) and all(timings(p) for p in processes) for processes in by_context.values()
+        )
+        for by_context in samples.values()
+    )
 
 
 def run_bench_stage(
@@ -138,8 +158,10 @@ def run_bench_stage(
     document["plot"] = PLOT_FILE
     if previous is not None:
         document["comparison"] = compare_runs(document, previous, args.compare)
-        document["comparison"]["plot"] = COMPARE_PLOT_FILE
-        (out / COMPARE_PLOT_FILE).write_text(render_comparison_plot(document))
+        # No point measured in both runs (other contexts, say) leaves nothing to plot; the tables say so.
+        document["comparison"]["plot"] = COMPARE_PLOT_FILE if document["comparison"]["rows"] else None
+        if document["comparison"]["rows"]:
+            (out / COMPARE_PLOT_FILE).write_text(render_comparison_plot(document))
     write_json(out / "bench.json", document)
     (out / PLOT_FILE).write_text(render_plot(document))
     (out / "bench.md").write_text(render_bench(document))

@@ -25,7 +25,7 @@ from types import FrameType
 
 from pagecheck.invariants.catalog import INVARIANTS
 from pagecheck.invariants.profiles import DEFAULT_PROFILE, PROFILES
-from pagecheck.arg_types import positive_int, positive_number
+from pagecheck.arg_types import int_in, positive_number
 from pagecheck.commands import options
 from pagecheck.device import DeviceUnavailable, check_device
 from pagecheck.exit_codes import ExitCode
@@ -62,22 +62,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("submissions", nargs="+", metavar="SUBMISSION",
                         help=f"tiny-llm checkouts, .py files or package directories (or: {MERGE} DIR...)")  # fmt: skip
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="output directory")
-    parser.add_argument("--jobs", type=positive_int, default=max(1, (os.cpu_count() or 2) // 2), metavar="N",
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="output directory (default: %(default)s)")
+    parser.add_argument("--jobs", type=int_in(1, options.MAX_JOBS), default=max(1, (os.cpu_count() or 2) // 2),
+                        metavar="N",
                         help="submissions graded at once; each sandboxed worker is one CPU scheduling group where "
-                        "the kernel groups by session (the protection cpu_share says whether it does)")  # fmt: skip
+                        "the kernel groups by session (the protection cpu_share says whether it does); at most "
+                        f"{options.MAX_JOBS} (default: half the CPUs, %(default)s here)")  # fmt: skip
     parser.add_argument("--timeout", type=positive_number, default=300.0, metavar="S",
-                        help="wall-clock limit of each suite run, in seconds")  # fmt: skip
+                        help="wall-clock limit of each suite run, in seconds (default: %(default)g)")  # fmt: skip
     parser.add_argument("--build-timeout", type=positive_number, default=600.0, metavar="S",
-                        help="wall-clock limit of an extension build, in seconds")  # fmt: skip
+                        help="wall-clock limit of an extension build, in seconds (default: %(default)g)")  # fmt: skip
     parser.add_argument("--memory", type=positive_number, default=4.0, metavar="GB",
                         help="memory limit of the sandboxed worker (and of a build), in GiB: its address space, or "
-                        "with --device gpu its data segment (CUDA needs more address space than it uses)")  # fmt: skip
+                        "with --device gpu its data segment (CUDA needs more address space than it uses) (default: %(default)g)")  # fmt: skip
     parser.add_argument("--call-timeout", type=positive_number, default=DEFAULT_CALL_TIMEOUT_S, metavar="S",
                         help="wall-clock limit of each call into the submission, in seconds; a call past it fails "
-                        "its check")  # fmt: skip
+                        "its check (default: %(default)g)")  # fmt: skip
     parser.add_argument("--disk", type=positive_number, default=DEFAULT_DISK_BYTES / GIB, metavar="GB",
-                        help="size of the worker's (and a build's) scratch folder, in GiB")  # fmt: skip
+                        help="size of the worker's (and a build's) scratch folder, in GiB (default: %(default)g)")  # fmt: skip
     parser.add_argument("--seed", default=None, metavar="SECRET",
                         help="secret the hidden inputs are drawn from (default: --seed-file, else the one saved in "
                         "OUT/secret.txt, else a new random one saved there)")  # fmt: skip
@@ -90,7 +92,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         f"(default: {DEFAULT_RUBRIC.name} shipped with pagecheck)")  # fmt: skip
     parser.add_argument("--invariants", default="", metavar="ID,ID",
                         help="grade only these invariants (default: all): " + ", ".join(INVARIANTS))  # fmt: skip
-    parser.add_argument("--profile", default=DEFAULT_PROFILE, choices=sorted(PROFILES), help="Hypothesis search depth")
+    parser.add_argument("--profile", default=DEFAULT_PROFILE, choices=sorted(PROFILES),
+                        help="Hypothesis search depth (default: %(default)s)")
     options.add_device_option(parser)
     return parser
 

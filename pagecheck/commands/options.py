@@ -7,12 +7,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pagecheck.arg_types import non_negative_int, seed_int
+from pagecheck.arg_types import int_in, seed_int
 from pagecheck.invariants.profiles import DEFAULT_SEED
 from pagecheck.device import DEVICES
 from pagecheck.exit_codes import describe_exit_codes
 from pagecheck.environment import collect_environment
 from pagecheck.reports.document import default_report_dir, new_document
+from pagecheck.reports.index import REPORT_FILES, set_aside_earlier_report
 from pagecheck.invariants.subject import SPEC_HELP
 
 
@@ -76,14 +77,18 @@ def add_seed_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# The most worker processes --jobs starts (report's suite workers, grade's submissions at a time).
+MAX_JOBS = 256
+
+
 def add_jobs_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs",
-        type=non_negative_int,
+        type=int_in(0, MAX_JOBS),
         default=os.cpu_count() or 1,
         metavar="N",
         help="worker processes for the invariants suite (pytest-xdist); 0 runs it in the one child "
-        "process (default: the number of CPUs, %(default)s here)",
+        f"process; at most {MAX_JOBS} (default: the number of CPUs, %(default)s here)",
     )
 
 
@@ -102,7 +107,9 @@ def make_out_dir(out: Path) -> Path:
 
 
 def report_dir(args: argparse.Namespace) -> Path:
-    """The --out directory, or a fresh default one; created before anything runs."""
+    """The --out directory, or a fresh default one; created before anything runs. The files of an earlier
+    report found there are moved into a folder of their own inside it (said on stdout): this run's index
+    reads this run's files only, and nothing earlier is overwritten."""
     if args.out is not None:
         out = args.out
     else:
@@ -112,7 +119,26 @@ def report_dir(args: argparse.Namespace) -> Path:
         while out.exists():  # two runs in the same second get separate directories
             out = base.with_name(f"{base.name}-{suffix}")
             suffix += 1
-    return make_out_dir(out)
+    out = make_out_dir(out)
+    # Before anything runs: a folder that takes no files, or a folder in place of a report file, would otherwise
+    # fail the run at its end.
+    blocked = [name for name in REPORT_FILES if (out / name).exists() and not (out / name).is_file()]
+    if blocked:
+        raise OutDirError(f"--out={str(out)!r} holds {', '.join(blocked)} as something other than a file; a report "
+                          "writes files there")
+    probe = out / f".pagecheck-write-check-{os.getpid()}"
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise OutDirError(f"--out={str(out)!r} takes no files: {exc.strerror or exc}") from None
+    try:
+        earlier = set_aside_earlier_report(out)
+    except OSError as exc:
+        raise OutDirError(f"--out={str(out)!r} holds an earlier report that cannot be moved aside: {exc}") from None
+    if earlier is not None:
+        print(f"pagecheck: {out} held an earlier report; its files are now in {earlier}")
+    return out
 
 
 def profile_name(args: argparse.Namespace) -> str:

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from pagecheck.invariants.catalog import INVARIANTS
-from pagecheck.arg_types import positive_number
+from pagecheck.invariants.check_timeout import MAX_CHECK_TIMEOUT_S
+from pagecheck.arg_types import number_up_to
 from pagecheck.commands import options
 from pagecheck.commands.bench import (
     CompareFileError,
@@ -92,11 +93,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--check-timeout",
-        type=positive_number,
+        type=number_up_to(MAX_CHECK_TIMEOUT_S),
         default=DEFAULT_CHECK_TIMEOUT_S,
         metavar="S",
         help="fail an invariants check that runs past S seconds, so a subject that never returns holds one "
-        "check, not the report (default: %(default)g)",
+        f"check, not the report (default: %(default)g, at most {MAX_CHECK_TIMEOUT_S:g})",
     )
     add_bench_options(parser)
     return parser
@@ -190,13 +191,16 @@ def run(args: argparse.Namespace) -> int:
         "gpu_kernels": lambda progress: run_gpu_bench_stage(args, out, progress),
     }
     codes = []
+    finished = 0
     try:
         for number, name in enumerate(chosen, start=1):
             codes.append(stages[name](StageProgress(name, number, len(chosen))))
+            finished = number
     except KeyboardInterrupt:
         codes.append(ExitCode.INTERRUPTED)
         print(f"pagecheck {NAME}: interrupted; the index covers the stages that finished")
-    index = write_index(out) if any(out.glob("*.json")) else None
+    unfinished = tuple(chosen[finished:])
+    index = write_index(out, unfinished) if any(out.glob("*.json")) else None
     code = most_serious(codes)
     if index is None:
         print(f"pagecheck {NAME}: {code.name} (exit {int(code)}); no stage finished")

@@ -10,7 +10,7 @@ The variants take turns in this process; `--isolation process` serves each in
 a fresh worker process of its own instead.
 
 Writes serve_bench.json (the record) and serve_bench.md, and prints the table.
-Also runs as `python -m pagecheck.serve_bench`.
+Also runs as `python -m pagecheck.commands.serve_bench`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ from pagecheck.bench.serving_run import (
     run_variants,
     token_agreement,
 )
-from pagecheck.bench.serving_trace import COURSE_NUM_REQUESTS, COURSE_OUTPUT_LENS, COURSE_PROMPT_LENS, course_trace
+from pagecheck.bench.serving_trace import (
+    COURSE_NUM_REQUESTS, COURSE_OUTPUT_LENS, COURSE_PROMPT_LENS, MAX_TRACE_REQUESTS, course_trace,
+)
 
 NAME = "serve-bench"
 KIND = "serve_bench"
@@ -81,8 +83,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="keep only the first N layers (default: all layers of --model)")
     parser.add_argument("--variants", type=_variants, default=("dense", "paged_gather", "paged"), metavar="V,V",
                         help="serving variants to run, from dense,paged_gather,paged (default: all three)")
-    parser.add_argument("--requests", type=positive_int, default=COURSE_NUM_REQUESTS, metavar="N",
-                        help="requests in the trace (default: %(default)s)")
+    parser.add_argument("--requests", type=int_in(1, MAX_TRACE_REQUESTS), default=COURSE_NUM_REQUESTS, metavar="N",
+                        help=f"requests in the trace, at most {MAX_TRACE_REQUESTS} (default: %(default)s)")
     parser.add_argument("--prompt-lens", type=_length_range, default=COURSE_PROMPT_LENS, metavar="LOW,HIGH",
                         help="prompt lengths, drawn uniformly from LOW..HIGH (default: %(default)s, the course's)")
     parser.add_argument("--output-lens", type=_length_range, default=COURSE_OUTPUT_LENS, metavar="LOW,HIGH",
@@ -265,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pagecheck.serve_bench", description=__doc__, formatter_class=options.HelpFormatter
+        prog="python -m pagecheck.commands.serve_bench", description=__doc__, formatter_class=options.HelpFormatter
     )
     add_options(parser)
     return int(run(parser.parse_args(argv)))

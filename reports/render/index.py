@@ -80,19 +80,29 @@ def _bench_summary(document: dict[str, Any]) -> list[str]:
         flagged = [row for row in comparison["rows"] if row["change"] in ("slower", "faster")]
         named = ", ".join(f"{row['variant']} at {row['context']} {row['change']} ({row['ratio']:.2f}x)" for row in flagged)
         lines += ["", f"Compared with {inline_code(comparison['previous'])}: {len(flagged)} of {len(comparison['rows'])} "
-                  f"points changed beyond the noise{': ' + named if named else ''} ([plot]({comparison['plot']}))."]  # fmt: skip
+                  f"points changed beyond the noise{': ' + named if named else ''}"
+                  + (f" ([plot]({comparison['plot']}))." if comparison["plot"] else ".")]  # fmt: skip
     return lines
 
 
-def _overall(documents: dict[str, dict[str, Any]]) -> str:
+def _overall(documents: dict[str, dict[str, Any]], unfinished: tuple[str, ...] = ()) -> str:
     problems = []
+    if unfinished:
+        problems.append("interrupted before " + ", ".join(inline_code(stage) for stage in unfinished) + " finished")
     conformance = documents.get("conformance")
     if conformance is not None:
         if conformance.get("subject_error"):
             problems.append("the subject did not load")
         broken = conformance["broken_invariants"]
         if broken:
-            problems.append("broken invariants, likely cause first: " + ", ".join(inline_code(i) for i in broken))
+            failed = conformance["totals"]["course_clauses_failed"]
+            course = (
+                "the course's own clauses all hold: every failure is beyond the course" if failed == 0
+                else f"{failed} of them break{'s' if failed == 1 else ''} a clause the course's own tests check"
+            )
+            problems.append(
+                "broken invariants, likely cause first: " + ", ".join(inline_code(i) for i in broken) + f" ({course})"
+            )
         if conformance["suite"] and conformance["suite"]["problem"]:
             problems.append(conformance["suite"]["problem"])
     tolerance = documents.get("tolerance")
@@ -105,12 +115,13 @@ def _overall(documents: dict[str, dict[str, Any]]) -> str:
         problems.append("a benchmarked variant raised or is outside tolerance of float64 (see bench.md)")
     crashed = conformance is not None and conformance["verdict"] == "crash"
     if problems:
-        return f"**Verdict: {'CRASH' if crashed else 'FAIL'}**: " + "; ".join(problems) + "."
+        word = "CRASH" if crashed else "FAIL" if len(problems) > bool(unfinished) else "INCOMPLETE"
+        return f"**Verdict: {word}**: " + "; ".join(problems) + "."
     unchecked = conformance["totals"]["invariants_unchecked"] if conformance is not None else 0
     return "**Verdict: PASS**" + (f"; {unchecked_phrase(unchecked)}." if unchecked else "")
 
 
-def render_index(documents: dict[str, dict[str, Any]]) -> str:
+def render_index(documents: dict[str, dict[str, Any]], unfinished: tuple[str, ...] = ()) -> str:
     if not documents:
         raise ValueError("documents is empty: there is no report to index")
     first = next(iter(documents.values()))
@@ -121,7 +132,7 @@ def render_index(documents: dict[str, dict[str, Any]]) -> str:
         f"Device {first['device']}, {first['profile']} profile, seed {first['seed']}, created {first['created']}.  ",
         _environment_line(first["environment"]),
         "",
-        _overall(documents),
+        _overall(documents, unfinished),
         "",
     ]
     extras = {"conformance": ", [pytest log](invariants.log)", "bench": f", [plot]({PLOT_FILE})",
