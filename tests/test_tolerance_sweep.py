@@ -40,7 +40,7 @@ def test_grid_skips_contexts_shorter_than_the_query() -> None:
 def test_the_mlx_oracle_passes_every_cell_and_the_document_is_json() -> None:
     body = run_sweep(attention_mx.paged_attention, TINY_GRID, seed=3)
     assert body["passed"], [row for row in body["rows"] if not row["passed"]]
-    assert body["totals"] == {"rows": 6, "passed": 6, "failed": 0, "errors": 0}
+    assert body["totals"] == {"rows": 6, "passed": 6, "failed": 0, "errors": 0, "declined": 0}
     json.dumps(body, allow_nan=False)
 
 
@@ -59,6 +59,39 @@ def test_an_exception_becomes_a_failing_row_not_a_crash() -> None:
     assert {row["dtype"] for row in failed} == {"bfloat16"}
     assert all("bfloat16 is not supported" in row["error"] for row in failed)
     assert body["totals"]["errors"] == len(failed) == 3
+
+
+def declines(dtype: str, message: str):
+    """paged_attention that raises ValueError(message) on `dtype` and is the oracle otherwise."""
+
+    def paged_attention(query, key_pages, value_pages, block_table, context_lens, page_size, scale=None, mask=None):
+        if query.dtype == getattr(mx, dtype):
+            raise ValueError(message)
+        return attention_mx.paged_attention(query, key_pages, value_pages, block_table, context_lens, page_size, scale, mask)
+
+    return paged_attention
+
+
+@pytest.mark.parametrize(
+    "dtype, message, declined",
+    [("float16", "paged attention supports float32 and bfloat16, got float16", True),
+     ("float16", "paged attention supports float32 and bfloat16 only", False),  # the dtype unnamed: a failure
+     ("bfloat16", "bfloat16 is not supported", False)],  # a required dtype: a failure
+    ids=["float16-named", "float16-unnamed", "bfloat16-required"],
+)  # fmt: skip
+def test_a_declined_optional_dtype_is_unsupported_not_failed(dtype: str, message: str, declined: bool) -> None:
+    # As the invariants suite rules (invariants/dtype_support.py): the course's own solution declines float16, so
+    # its cells are unsupported; the report once exited 4 for the course-conformant subject.
+    grid = SweepGrid(dtypes=("float32", "bfloat16", "float16"), head_dims=(32,), page_sizes=(4,), query_lens=(1,),
+                     contexts=(9,))  # fmt: skip
+    body = run_sweep(declines(dtype, message), grid, seed=3)
+    raised = [row for row in body["rows"] if row["dtype"] == dtype]
+    assert len(raised) == 1 and raised[0]["declined"] is declined and not raised[0]["passed"]
+    assert body["passed"] is declined
+    assert body["totals"] == {"rows": 3, "passed": 2, "failed": 0 if declined else 1, "errors": 0 if declined else 1,
+                              "declined": int(declined)}  # fmt: skip
+    if declined:
+        assert all(worst["row"] != body["rows"].index(raised[0]) for worst in body["worst"].values())
 
 
 def test_invalid_grid_is_rejected_naming_the_field() -> None:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 import mlx.core as mx
 import numpy as np
 
+from pagecheck.invariants.dtype_support import DECLINE_ERRORS, REQUIRED_DTYPES, names_dtype
 from pagecheck.reference import attention_mx
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.layouts import DTYPES, PagedLayout, random_layout
@@ -186,6 +187,7 @@ def measure_cell(
             vs_reference=None,
             vs_mlx_oracle=None,
             passed=False,
+            declined=is_declined(exc, cell.dtype),
             error=f"{type(exc).__name__}: {exc}",
             traceback=traceback.format_exc(limit=-3),
         )
@@ -194,15 +196,24 @@ def measure_cell(
         vs_reference=_distance(vs_reference, allowance_used(got, want, cell.dtype)),
         vs_mlx_oracle=_distance(vs_oracle, allowance_used(got, oracle, cell.dtype)),
         passed=vs_reference.passed and vs_oracle.passed,
+        declined=False,
         error=None,
         traceback=None,
     )
     return row
 
 
+def is_declined(exc: Exception, dtype: str) -> bool:
+    """Whether raising `exc` on a cell of `dtype` is the subject declining an optional dtype, as the invariants
+    suite allows (invariants/dtype_support.py): the cell is then unsupported, neither passed nor failed."""
+    return dtype not in REQUIRED_DTYPES and isinstance(exc, DECLINE_ERRORS) and names_dtype(str(exc), dtype)
+
+
 def oracle_allowance(row: dict[str, Any], oracle: str) -> float:
     """How much of its allowance a row used against one oracle; a row that raised or gave NaN/inf ranks first."""
     distance = row[oracle]
+    if row.get("declined"):
+        return float("-inf")  # unsupported: never the worst
     if distance is None or distance["num_nonfinite"]:
         return float("inf")
     return distance["allowance_used"]
@@ -212,7 +223,10 @@ def worst_for(rows: list[dict[str, Any]], oracle: str) -> dict[str, Any] | None:
     """The row closest to failing (or failing worst) against one oracle, by its own allowance used."""
     if not rows:
         return None
-    index = max(range(len(rows)), key=lambda i: oracle_allowance(rows[i], oracle))
+    measured = [i for i in range(len(rows)) if not rows[i].get("declined")]
+    if not measured:
+        return None
+    index = max(measured, key=lambda i: oracle_allowance(rows[i], oracle))
     used = oracle_allowance(rows[index], oracle)
     return {"row": index, "allowance_used": used if used != float("inf") else None}
 
@@ -232,7 +246,8 @@ def run_sweep(
         rows.append(measure_cell(paged_attention, cell, grid, seed, index))
         if progress is not None:
             progress(index + 1, len(cells), cell)
-    failed = sum(1 for row in rows if not row["passed"])
+    declined = sum(1 for row in rows if row["declined"])
+    failed = sum(1 for row in rows if not row["passed"]) - declined
     return {
         "worst": {oracle: worst_for(rows, oracle) for oracle in ORACLES},
         "grid": {
@@ -252,9 +267,10 @@ def run_sweep(
         "rows": rows,
         "totals": {
             "rows": len(rows),
-            "passed": len(rows) - failed,
+            "passed": sum(1 for row in rows if row["passed"]),
             "failed": failed,
-            "errors": sum(1 for row in rows if row["error"] is not None),
+            "errors": sum(1 for row in rows if row["error"] is not None and not row["declined"]),
+            "declined": declined,
         },
         "passed": failed == 0,
         "elapsed_s": time.perf_counter() - start,

@@ -54,7 +54,10 @@ def run_tolerance_stage(subject: Subject, args: argparse.Namespace, out: Path, p
     write_json(out / "tolerance.json", document)
     (out / "tolerance.md").write_text(render_tolerance(document))
     totals = document["totals"]
-    progress.finish(f"{totals['passed']}/{totals['rows']} cells within tolerance")
+    progress.finish(
+        f"{totals['passed']}/{totals['rows']} cells within tolerance"
+        + (f", {totals['declined']} unsupported (a declined dtype)" if totals["declined"] else "")
+    )
     return ExitCode.OK if document["passed"] else ExitCode.TOLERANCE_EXCEEDED
 
 

@@ -52,7 +52,9 @@ def _conformance_summary(document: dict[str, Any]) -> list[str]:
 def _tolerance_summary(document: dict[str, Any]) -> list[str]:
     totals = document["totals"]
     plot = f" ([plot]({document['plot']}))" if document.get("plot") else ""
-    return [f"{totals['passed']} of {totals['rows']} cells within tolerance of both oracles{plot}.", "",
+    declined = totals.get("declined", 0)
+    unsupported = f"; {declined} unsupported (the subject declines their dtype)" if declined else ""
+    return [f"{totals['passed']} of {totals['rows']} cells within tolerance of both oracles{unsupported}{plot}.", "",
             *worst_cell_lines(document)]  # fmt: skip
 
 

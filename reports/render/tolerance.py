@@ -12,7 +12,10 @@ ORACLE_NAMES = {"vs_reference": "float64 reference", "vs_mlx_oracle": "mlx.core 
 
 
 def row_allowance(row: dict[str, Any]) -> float:
-    """How close a row came to failing; a row that raised or failed ranks above every pass."""
+    """How close a row came to failing; a row that raised or failed ranks above every pass, a declined one
+    below every measured one."""
+    if row.get("declined"):
+        return float("-inf")
     if row["error"] is not None:
         return float("inf")
     used = max(row["vs_reference"]["allowance_used"], row["vs_mlx_oracle"]["allowance_used"])
@@ -68,7 +71,7 @@ def _row_cells(row: dict[str, Any]) -> list[str]:
             cells += ["-"] * 4
             continue
         cells += [sci(distance["max_abs_error"]), sci(distance["max_rel_error"]), sci(distance["rel_l2_error"]), _used(distance)]
-    cells.append(verdict(row["passed"]))
+    cells.append("unsupported" if row.get("declined") else verdict(row["passed"]))
     return cells
 
 
@@ -108,7 +111,10 @@ def render_tolerance(document: dict[str, Any]) -> str:
         "",
         f"**Verdict: {'PASS' if document['passed'] else 'FAIL'}**: {totals['passed']} of {totals['rows']} cells "
         f"within tolerance of both oracles"
-        + (f"; {totals['failed']} failed ({totals['errors']} raised an exception)." if totals["failed"] else "."),
+        + (f"; {totals['failed']} failed ({totals['errors']} raised an exception)" if totals["failed"] else "")
+        + (f"; {totals['declined']} unsupported: the subject declines their dtype, which the contract allows "
+           "(float16; float32 and bfloat16 are required)" if totals.get("declined") else "")
+        + ".",
         "",
         "Each cell runs the subject once on a random paged layout from `reference.layouts.random_layout`: "
         "a shuffled block table, spare pages, and NaN in every slot no request owns. The batch holds two "
@@ -146,7 +152,7 @@ def render_tolerance(document: dict[str, Any]) -> str:
             "",
         ]
     lines += ["## Worst cell per oracle", "", *worst_cell_lines(document), ""]
-    failing = [row for row in document["rows"] if not row["passed"]]
+    failing = [row for row in document["rows"] if not row["passed"] and not row.get("declined")]
     if failing:
         lines += ["## Failing cells", "", *(_failure_detail(row) for row in failing), ""]
     lines += [

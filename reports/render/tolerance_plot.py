@@ -34,7 +34,7 @@ def oracle_series(document: dict[str, Any], oracle: str) -> list[Series]:
         for path in PATHS:
             worst: dict[int, float] = {}
             for row in document["rows"]:
-                if row["dtype"] == dtype and row["path"] == path:
+                if row["dtype"] == dtype and row["path"] == path and not row.get("declined"):
                     worst[row["context"]] = max(worst.get(row["context"], 0.0), oracle_allowance(row, oracle))
             if worst:
                 points = [(float(context), drawn_value(used)) for context, used in sorted(worst.items())]
