@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 from typing import Callable
 
 
@@ -67,6 +68,13 @@ def number_up_to(most: float) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def path_arg(text: str) -> Path:
+    """A type for a path option: an empty string (which would mean the current folder) is refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no file or folder (use . for the current folder)")
+    return Path(text)
 
 
 SEED_LIMIT = 2**64  # NumPy's generators take any non-negative int, mx.random.key an unsigned 64-bit one

@@ -51,7 +51,12 @@ def test_non_negative_int_takes_zero_and_names_the_bad_text() -> None:
                                             "argument --check-timeout: 1e10 is above the most allowed, 1e+06"),
                                            # A trace of a billion requests filled memory before any step.
                                            (["serve-bench", "--requests", "1000000000"],
-                                            "argument --requests: 1000000000 must be in 1..100000")])
+                                            "argument --requests: 1000000000 must be in 1..100000"),
+                                           # An empty --out wrote the report into the current folder.
+                                           (["report", "--out", ""], "argument --out: an empty path"),
+                                           (["grade", "--out", " ", "sub.py"], "argument --out: an empty path"),
+                                           (["serve-bench", "--variants", "dense,paged,dense"],
+                                            "names dense more than once")])
 def test_commands_refuse_out_of_range_counts_as_usage_errors(argv: list[str], message: str, capsys) -> None:
     from pagecheck.cli import main
 

@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pagecheck.arg_types import int_list, non_negative_int, positive_int
+from pagecheck.arg_types import int_list, non_negative_int, path_arg, positive_int
 
 VARIANTS = ("subject", "impl", "dense_gather", "mlx_sdpa")
 DEVICES = ("cpu", "gpu")
@@ -371,7 +371,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=non_negative_int, default=BenchConfig.warmup, help="untimed calls per process")
     parser.add_argument("--device", choices=DEVICES, default=BenchConfig.device)
     parser.add_argument("--subject", default=IMPL_SPEC, help="the subject whose paged_attention is timed (default impl)")
-    parser.add_argument("--out", type=Path, default=Path("reports/bench/bench.json"),
+    parser.add_argument("--out", type=path_arg, default=Path("reports/bench/bench.json"),
                         help="where to write the JSON result: a new file, or one this program wrote before, which "
                         "is replaced (default: %(default)s)")
     parser.add_argument("--child", help=argparse.SUPPRESS)

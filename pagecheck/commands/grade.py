@@ -25,7 +25,7 @@ from types import FrameType
 
 from pagecheck.invariants.catalog import INVARIANTS
 from pagecheck.invariants.profiles import DEFAULT_PROFILE, PROFILES
-from pagecheck.arg_types import int_in, positive_number
+from pagecheck.arg_types import int_in, path_arg, positive_number
 from pagecheck.commands import options
 from pagecheck.device import DeviceUnavailable, check_device
 from pagecheck.exit_codes import ExitCode
@@ -62,7 +62,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("submissions", nargs="+", metavar="SUBMISSION",
                         help=f"tiny-llm checkouts, .py files or package directories (or: {MERGE} DIR...)")  # fmt: skip
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="output directory (default: %(default)s)")
+    parser.add_argument("--out", type=path_arg, default=DEFAULT_OUT, metavar="DIR", help="output directory (default: %(default)s)")
     parser.add_argument("--jobs", type=int_in(1, options.MAX_JOBS), default=max(1, (os.cpu_count() or 2) // 2),
                         metavar="N",
                         help="submissions graded at once; each sandboxed worker is one CPU scheduling group where "

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pagecheck.arg_types import int_in, seed_int
+from pagecheck.arg_types import int_in, path_arg, seed_int
 from pagecheck.invariants.profiles import DEFAULT_SEED
 from pagecheck.device import DEVICES
 from pagecheck.exit_codes import describe_exit_codes
@@ -54,11 +54,11 @@ def add_device_option(parser: argparse.ArgumentParser) -> None:
 def add_out_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
-        type=Path,
+        type=path_arg,
         default=None,
         metavar="DIR",
-        help="directory for the report files, created if missing; files already there with the same "
-        "names are replaced (default: reports/<subject>-<YYYYmmdd-HHMMSS>/ under the current directory)",
+        help="directory for the report files, created if missing; an earlier report's files there are moved "
+        "into DIR/earlier-<time>/ first (default: reports/<subject>-<YYYYmmdd-HHMMSS>/ under the current directory)",
     )
 
 

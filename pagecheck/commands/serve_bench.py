@@ -20,7 +20,6 @@ import functools
 import sys
 from dataclasses import asdict, replace
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
@@ -31,7 +30,7 @@ from pagecheck.serving.quantized import DEFAULT_BITS, DEFAULT_GROUP_SIZE
 from pagecheck.serving.qwen3_attention import ATTENTION_PATHS
 from pagecheck.serving.qwen3_weights import random_qwen3_weights
 from pagecheck.serving.serving_kv import DEFAULT_PAGE_SIZE, serving_kv_for
-from pagecheck.arg_types import int_in, int_list, positive_int, seed_int
+from pagecheck.arg_types import int_in, int_list, path_arg, positive_int, seed_int
 from pagecheck.commands import options
 from pagecheck.device import DeviceUnavailable, use_device
 from pagecheck.environment import collect_environment
@@ -73,6 +72,10 @@ def _variants(text: str) -> tuple[str, ...]:
     unknown = [name for name in names if name not in ATTENTION_PATHS]
     if not names or unknown:
         raise argparse.ArgumentTypeError(f"variants={text!r}: choose from {','.join(ATTENTION_PATHS)}")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        # A variant named twice would be served twice, and one result would replace the other.
+        raise argparse.ArgumentTypeError(f"variants={text!r} names {','.join(repeated)} more than once")
     return names
 
 
@@ -121,7 +124,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         "caches and heap another left behind; each worker compiles its own GPU kernels, so the "
                         "run takes longer (default: %(default)s)")
     options.add_device_option(parser)
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+    parser.add_argument("--out", type=path_arg, default=None, metavar="DIR",
                         help="directory for serve_bench.json and serve_bench.md, created if missing "
                         "(default: reports/serve-bench-<YYYYmmdd-HHMMSS>/)")
 
