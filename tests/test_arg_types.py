@@ -150,3 +150,15 @@ def test_an_out_folder_that_cannot_be_made_is_a_usage_error_before_any_run(tmp_p
         code = main([command, *extra, "--out", str(out)])
         assert code == 2
         assert f"pagecheck {command}: --out={str(out)!r} {reason}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["report", "bench"])
+def test_a_sandboxed_subject_is_refused_where_it_cannot_run(command: str, capsys) -> None:
+    # report's suite and bench's timing processes cannot host grading's sandboxed worker: once an exit 8 or 5
+    # after a start, now a usage error naming where sandbox: subjects run.
+    from pagecheck.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main([command, "--subject", "sandbox:impl"])
+    assert stopped.value.code == 2
+    assert "sandbox: subjects run only under `pagecheck tolerance` and `pagecheck grade`" in capsys.readouterr().err

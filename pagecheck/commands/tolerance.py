@@ -30,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "tolerance.md, tolerance.json (thresholds from reference/tolerance.py) and tolerance.svg (error as a\n"
         "fraction of the allowance against context, per dtype and path, one panel per oracle).",
     )
-    options.add_subject_option(parser)
+    options.add_subject_option(parser, sandbox=True)
     options.add_device_option(parser)
     options.add_out_option(parser)
     options.add_quick_option(parser, f"{len(list(QUICK_GRID.cells()))} cells instead of {len(list(FULL_GRID.cells()))}")
