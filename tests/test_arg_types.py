@@ -56,7 +56,9 @@ def test_non_negative_int_takes_zero_and_names_the_bad_text() -> None:
                                            (["report", "--out", ""], "argument --out: an empty path"),
                                            (["grade", "--out", " ", "sub.py"], "argument --out: an empty path"),
                                            (["serve-bench", "--variants", "dense,paged,dense"],
-                                            "names dense more than once")])
+                                            "names dense more than once"),
+                                           # A context of 1e9 was a 3.7 TiB MemoryError, reported as a wrong bench.
+                                           (["bench", "--contexts", "128,1000000000"], "must be in 1..262144")])
 def test_commands_refuse_out_of_range_counts_as_usage_errors(argv: list[str], message: str, capsys) -> None:
     from pagecheck.cli import main
 
@@ -162,3 +164,23 @@ def test_a_sandboxed_subject_is_refused_where_it_cannot_run(command: str, capsys
         main([command, "--subject", "sandbox:impl"])
     assert stopped.value.code == 2
     assert "sandbox: subjects run only under `pagecheck tolerance` and `pagecheck grade`" in capsys.readouterr().err
+
+
+def test_grade_refuses_an_out_whose_other_results_were_graded_another_way(tmp_path, capsys) -> None:
+    # Grading one submission on context_len, then another on release_once into the same --out made one scoreboard
+    # of the two, each scored on different clauses.
+    import json
+
+    from pagecheck.cli import main
+    from pagecheck.grading.results_store import FORMAT, VERSION, result_path
+
+    submission = tmp_path / "sub.py"
+    submission.write_text("x = 1\n")
+    out = tmp_path / "out"
+    earlier = result_path(out, "other")
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text(json.dumps({"format": FORMAT, "version": VERSION, "name": "other", "settings": {"old": 1}}))
+    code = main(["grade", str(submission), "--out", str(out), "--seed", "s" * 32, "--invariants", "context_len"])
+    assert code == 2
+    assert "holds results for ['other'] graded with other settings" in capsys.readouterr().err
+    assert sorted(p.name for p in (out / "results").iterdir()) == ["other.json"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from pagecheck.bench.attention import RESULT_SOURCE, BenchConfig, variants_for
+from pagecheck.bench.attention import MAX_BENCH_CONTEXT, RESULT_SOURCE, BenchConfig, variants_for
 from pagecheck.bench.compare import compare_runs
 from pagecheck.bench.stage import FULL_CONFIG, QUICK_CONFIG, run_bench_report
 from pagecheck.gpu import bench as bench_gpu
@@ -48,7 +48,7 @@ def add_bench_options(parser: argparse.ArgumentParser) -> None:
     """--contexts and --repeats, shared by `bench` and `report`."""
     parser.add_argument(
         "--contexts",
-        type=int_list("contexts"),
+        type=int_list("contexts", most=MAX_BENCH_CONTEXT),
         default=None,
         metavar="N,N,...",
         help=f"benchmark: context lengths to time (default: {','.join(map(str, FULL_CONFIG.contexts))}, "

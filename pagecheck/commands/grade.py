@@ -31,7 +31,7 @@ from pagecheck.device import DeviceUnavailable, check_device
 from pagecheck.exit_codes import ExitCode
 from pagecheck.grading.merge import merge_results
 from pagecheck.grading.outputs import write_outputs
-from pagecheck.grading.results_store import SCOREBOARD
+from pagecheck.grading.results_store import SCOREBOARD, load_all_results
 from pagecheck.grading.plan import DEFAULT_CALL_TIMEOUT_S, DEFAULT_DISK_BYTES, GradePlan
 from pagecheck.grading.rubric import DEFAULT_RUBRIC, Rubric, load_rubric
 from pagecheck.grading.sandbox import GIB, GradingInterrupted, LiveChildren, Limits
@@ -164,6 +164,15 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     if len(plan.secret) < MIN_SECRET_LENGTH:
         print(f"pagecheck {NAME}: warning: a --seed of under {MIN_SECRET_LENGTH} characters can be guessed; "
               "hidden inputs are only as hidden as the secret")  # fmt: skip
+    # A scoreboard holds results graded one way: earlier results of submissions this run leaves alone, graded with
+    # other settings (other invariants, limits, seed...), would sit beside this run's, scored on other clauses.
+    settings, names = plan.settings(), {s.name for s in submissions}
+    others = sorted(d["name"] for d in load_all_results(args.out) if d["name"] not in names and d["settings"] != settings)
+    if others:
+        raise ValueError(
+            f"--out={str(args.out)!r} holds results for {others} graded with other settings than this run's; their "
+            "scoreboard would mix the two. Grade into another --out, or grade those submissions again with these"
+        )
     todo, reused = jobs_to_run(submissions, plan, args.out, force=args.force)
     progress = StageProgress(NAME, 1, 1)
     progress.begin(f"{len(todo)} to grade, {len(reused)} finished earlier, {args.jobs} at a time; output in {args.out}")
@@ -200,5 +209,5 @@ def run(args: argparse.Namespace) -> int:
             return run_merge(args, rubric)
         return run_grading(args, rubric)
     except ValueError as exc:
-        print(f"pagecheck {NAME}: {exc}")
+        print(f"pagecheck {NAME}: {exc}", file=sys.stderr)
         return ExitCode.USAGE
