@@ -156,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.page_size > config.max_context:
         parser.error(f"--page-size {args.page_size} is above {config.name}'s context of {config.max_context}")
     dtype = getattr(mx, args.dtype)
+    # Random weights of a full-size model take minutes on a CPU: say what is being built, and where, first.
+    print(f"building {config.name} ({config.num_layers} layers, {args.dtype}) with random weights on "
+          f"{mx.default_device()}", flush=True)
     model = Qwen3Model(random_qwen3_weights(config, seed=0, dtype=dtype), args.variant, compile_decode=not args.eager,
                        whole_step=not args.layer_halves)
     kv = serving_kv_for(args.variant, config.num_layers, args.batch,
