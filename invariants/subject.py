@@ -298,7 +298,10 @@ def _from_tiny_llm(spec: str, checkout: str) -> Subject:
     tiny_llm_ext` finds the extension built in this checkout and never another
     `extensions` package that happens to be installed.
     """
-    source = Path(checkout).expanduser().resolve() / "src"
+    root = Path(checkout).expanduser().resolve()
+    if not root.is_dir():
+        raise SubjectError(f"subject spec={spec!r}: {root} does not exist or is not a folder")
+    source = root / "src"
     package_dir = source / "tiny_llm"
     if not (package_dir / "__init__.py").is_file():
         raise SubjectError(f"subject spec={spec!r}: {package_dir} is not a tiny_llm package")

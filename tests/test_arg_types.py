@@ -184,3 +184,11 @@ def test_grade_refuses_an_out_whose_other_results_were_graded_another_way(tmp_pa
     assert code == 2
     assert "holds results for ['other'] graded with other settings" in capsys.readouterr().err
     assert sorted(p.name for p in (out / "results").iterdir()) == ["other.json"]
+
+
+def test_report_refuses_bench_options_when_it_skips_the_bench(tmp_path, capsys) -> None:
+    from pagecheck.cli import main
+
+    code = main(["report", "--skip", "bench", "--contexts", "128", "--out", str(tmp_path / "out")])
+    assert code == 2 and "--contexts set the bench stage, which this run skips" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

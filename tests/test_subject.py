@@ -77,7 +77,8 @@ def test_a_missing_module_is_the_reason_a_name_is_missing(tiny_llm_checkout: Pat
         ("", "empty"),
         ("no_such_module_here", "no module named"),
         ("nowhere/subject.py", "is not an existing .py file"),
-        ("tiny-llm:/nonexistent/checkout", "is not a tiny_llm package"),
+        ("tiny-llm:/nonexistent/checkout", "does not exist or is not a folder"),
+        ("tiny-llm:/", "is not a tiny_llm package"),
         ("not a spec!", "is not one of"),
     ],
 )

@@ -175,7 +175,7 @@ def run_bench_stage(
         progress.finish(
             f"subject {measured[longest]:.0f} µs at context {longest}"
             + ("" if document["subject_correct"] else " (WRONG output)")
-            + (f", {speed:.1f}x faster than dense + gather" if speed else "")
+            + (f", {speed:.1f}x faster than dense + gather" if speed and document["subject_correct"] else "")
         )
     if previous is not None:
         print(comparison_text(document))

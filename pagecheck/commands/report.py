@@ -163,7 +163,11 @@ def chosen_stages(skip: list[str], device: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     chosen = chosen_stages(args.skip, args.device)
     if not chosen:
-        print(f"pagecheck {NAME}: every stage was skipped; nothing to report")
+        print(f"pagecheck {NAME}: every stage was skipped; nothing to report", file=sys.stderr)
+        return ExitCode.USAGE
+    unused = [f"--{name}" for name in ("contexts", "repeats", "compare") if getattr(args, name, None)]
+    if unused and "bench" not in chosen:
+        print(f"pagecheck {NAME}: {', '.join(unused)} set the bench stage, which this run skips", file=sys.stderr)
         return ExitCode.USAGE
     try:
         previous = read_previous(args) if "bench" in chosen else None
@@ -198,12 +202,12 @@ def run(args: argparse.Namespace) -> int:
             finished = number
     except KeyboardInterrupt:
         codes.append(ExitCode.INTERRUPTED)
-        print(f"pagecheck {NAME}: interrupted; the index covers the stages that finished")
+        print(f"pagecheck {NAME}: interrupted during {chosen[finished]}")
     unfinished = tuple(chosen[finished:])
     index = write_index(out, unfinished) if any(out.glob("*.json")) else None
     code = most_serious(codes)
     if index is None:
-        print(f"pagecheck {NAME}: {code.name} (exit {int(code)}); no stage finished")
+        print(f"pagecheck {NAME}: {code.name} (exit {int(code)}); no stage finished, so there is no index")
         return code
     print(f"pagecheck {NAME}: {code.name} (exit {int(code)}); summary in {index}")
     return code
