@@ -76,7 +76,17 @@ BUILT_IN_SUBJECTS = ("impl", "reference")
 SANDBOX_PREFIX = "sandbox:"
 # A checkout's C++ extension package, built in place under src/extensions (`from extensions import tiny_llm_ext`).
 TINY_LLM_EXTENSIONS = "extensions"
-SPEC_HELP = "impl, reference, a dotted module name, a path to a .py file, tiny-llm:PATH, or sandbox:SPEC"
+# What a spec may be, in words; SANDBOX_PREFIX specs only where grading's worker can run (spec_help).
+SPEC_KINDS = ("impl", "reference", "a dotted module name", "a path to a .py file", "tiny-llm:PATH")
+
+
+def spec_help(sandbox: bool = True) -> str:
+    """The spec kinds as one phrase, with or without sandbox:SPEC."""
+    kinds = (*SPEC_KINDS, f"{SANDBOX_PREFIX}SPEC") if sandbox else SPEC_KINDS
+    return ", ".join(kinds[:-1]) + ", or " + kinds[-1]
+
+
+SPEC_HELP = spec_help()
 # Loaders of spec prefixes that layers above the suite provide (grading registers SANDBOX_PREFIX), so the
 # suite loads such a subject without importing them: register_prefix_loader.
 PREFIX_LOADERS: dict[str, Callable[[str], "Subject"]] = {}

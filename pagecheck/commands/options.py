@@ -14,7 +14,7 @@ from pagecheck.exit_codes import describe_exit_codes
 from pagecheck.environment import collect_environment
 from pagecheck.reports.document import default_report_dir, new_document
 from pagecheck.reports.index import REPORT_FILES, set_aside_earlier_report
-from pagecheck.invariants.subject import SANDBOX_PREFIX, SPEC_HELP
+from pagecheck.invariants.subject import SANDBOX_PREFIX, spec_help
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -34,15 +34,12 @@ def add_command_parser(
 
 def add_subject_option(parser: argparse.ArgumentParser, sandbox: bool = False) -> None:
     """--subject; `sandbox`: the command also runs a subject in grading's sandboxed worker (sandbox:SPEC)."""
-    spec_help = SPEC_HELP if sandbox else SPEC_HELP.replace(f", or {SANDBOX_PREFIX}SPEC", "").replace(
-        ", tiny-llm:PATH", ", or tiny-llm:PATH"
-    )
     parser.add_argument(
         "--subject",
         default="impl",
         type=None if sandbox else _not_sandboxed,
         metavar="SPEC",
-        help=f"the implementation to check: {spec_help} (default: %(default)s)",
+        help=f"the implementation to check: {spec_help(sandbox)} (default: %(default)s)",
     )
 
 
