@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagecheck.invariants.course import DAY_3
+from pagecheck.invariants.course import DAY_3, DAY_4
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, seeds
 from pagecheck.invariants.verdict import expect
 from pagecheck.invariants.workload import WrittenKv
@@ -69,6 +69,28 @@ def test_decode_takes_a_page_only_when_the_tail_is_full(
             pool.num_pages == cache.num_pages, INVARIANT,
             f"{step}: the pool issued {pool.num_pages} pages for a cache holding {cache.num_pages}",
         )
+
+
+@pytest.mark.course(f"{DAY_4}::test_paged_attention_preserves_bfloat16_for_decode")
+def test_a_decode_after_another_request_takes_the_next_page(
+    pool_type: type, cache_type: type, rng: np.random.Generator
+) -> None:
+    # The course's own sequence, pages of 32: a request fills pages 0 and 1, a second request fills page 2, then
+    # the first one's decode token takes page 3. A page taken before the tail filled shows in these ids.
+    page_size = 32
+    pool = pool_type(page_size)
+    cache, blocker = cache_type(pool), cache_type(pool)
+    cache.update_and_fetch_paged(*WrittenKv(2, HEAD_DIM, "float32").make_chunk(rng, 2 * page_size))
+    blocker.update_and_fetch_paged(*WrittenKv(2, HEAD_DIM, "float32").make_chunk(rng, page_size))
+    record = WrittenKv(2, HEAD_DIM, "float32")
+    cache.update_and_fetch_paged(*record.make_chunk(rng, 1))
+    pages = [int(p) for p in cache.page_ids]
+    expect(
+        pages == [0, 1, 3] and [int(p) for p in blocker.page_ids] == [2], INVARIANT,
+        f"a request of {2 * page_size} tokens, then another of {page_size}, then one decode token of the first "
+        f"(page_size={page_size}): the first holds pages {pages} and the other {list(blocker.page_ids)}, expected "
+        "[0, 1, 3] and [2] (the course's own sequence)",
+    )
 
 
 @pytest.mark.beyond_course
