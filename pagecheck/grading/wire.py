@@ -385,8 +385,9 @@ def error_entry(error: BaseException) -> dict[str, str]:
     builtin = next((n for n, cls in BUILTIN_ERRORS.items() if type(error) is cls), None)
     if builtin is None:  # a subclass of a builtin keeps the builtin it derives from, named after itself
         base = next((n for n, cls in BUILTIN_ERRORS.items() if isinstance(error, cls)), None)
-        message = f"{name}: {error}"
         builtin = base if base in ("ValueError", "TypeError", "NotImplementedError", "MemoryError") else None
+        # A SubjectError is named on the trusted side (error_from); only a builtin's message carries the name.
+        message = f"{name}: {error}" if builtin is not None else str(error)
     else:
         message = str(error.args[0]) if isinstance(error, KeyError) and len(error.args) == 1 else str(error)
     return {"type": builtin or "SubjectError", "name": clean_text(name, 200), "message": clean_text(message)}
