@@ -212,8 +212,6 @@ def is_declined(exc: Exception, dtype: str) -> bool:
 def oracle_allowance(row: dict[str, Any], oracle: str) -> float:
     """How much of its allowance a row used against one oracle; a row that raised or gave NaN/inf ranks first."""
     distance = row[oracle]
-    if row.get("declined"):
-        return float("-inf")  # unsupported: never the worst
     if distance is None or distance["num_nonfinite"]:
         return float("inf")
     return distance["allowance_used"]

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
-from types import FrameType
 
 from pagecheck.invariants.catalog import INVARIANTS
 from pagecheck.invariants.profiles import DEFAULT_PROFILE, PROFILES
@@ -106,10 +104,6 @@ def _selected_invariants(text: str) -> tuple[str, ...]:
     return names
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 def _remove_if_empty(directory: Path) -> None:
     """Each submission removes its own working copy; the parent goes once a run leaves none behind."""
     if directory.is_dir() and not any(directory.iterdir()):
@@ -185,14 +179,12 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
                   f"so no submission was graded: {unusable}")  # fmt: skip
             return ExitCode.DEVICE_UNAVAILABLE if args.device == "gpu" else ExitCode.SUITE_ERROR
     live = LiveChildren()
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # SIGTERM arrives as KeyboardInterrupt (pagecheck.cli.main installs that for every command).
     try:
         finished = run_jobs(todo, plan, args.out, jobs=args.jobs, live=live, progress=progress)
     except (KeyboardInterrupt, GradingInterrupted):
         progress.note("interrupted; finished submissions keep their results, a rerun grades the rest")
         return ExitCode.INTERRUPTED
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     documents = write_outputs(args.out, rubric)
     _remove_if_empty(args.out / "work")
     progress.finish(f"graded {len(finished)}, reused {len(reused)}; scoreboard of {len(documents)} in "
