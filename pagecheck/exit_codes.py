@@ -65,7 +65,8 @@ MEANING: dict[ExitCode, str] = {
     ExitCode.DEVICE_UNAVAILABLE: "--device gpu was asked for and MLX has no GPU here (for grade: none that a "
     "sandboxed worker can use)",
     ExitCode.INTERNAL_ERROR: "pagecheck itself failed (a bug in pagecheck; the traceback is on stderr)",
-    ExitCode.INTERRUPTED: "stopped by SIGINT or SIGTERM; `pagecheck grade` keeps every finished result",
+    ExitCode.INTERRUPTED: "stopped by SIGINT or SIGTERM; grade keeps every finished result, serve-bench its "
+    "finished runs, report an index over its finished stages",
 }
 
 

@@ -328,3 +328,69 @@ def test_decode_slots_above_what_serving_takes_are_usage_errors(capsys, option: 
         serve_bench.main([option, "1025"])
     assert exit_.value.code == 2
     assert f"argument {option}: 1025 must be in 1..1024" in capsys.readouterr().err
+
+
+def _interrupt_timed_run(monkeypatch, at: int) -> list[str]:
+    """serving_run's timed run, with its `at`-th call (1-based) raising KeyboardInterrupt as Ctrl-C would
+    there; returns the variants of the timed runs, in order."""
+    from pagecheck.bench import serving_run
+
+    timed: list[str] = []
+    real = serving_run._timed_run
+
+    def timed_run(model, trace, settings):
+        timed.append(model.attention_path)
+        if len(timed) == at:
+            raise KeyboardInterrupt
+        return real(model, trace, settings)
+
+    monkeypatch.setattr(serving_run, "_timed_run", timed_run)
+    return timed
+
+
+def test_an_interrupt_between_rounds_keeps_the_runs_that_finished(monkeypatch) -> None:
+    from pagecheck.bench import serving_run
+
+    timed = _interrupt_timed_run(monkeypatch, at=4)  # run order: paged, dense, dense, [paged]
+    with pytest.raises(serving_run.PartialRun) as stopped:
+        serving_run.run_variants(serving_weights(), ("paged", "dense"), small_trace(), SETTINGS, rounds=2)
+    assert timed == ["paged", "dense", "dense", "paged"]
+    assert isinstance(stopped.value, KeyboardInterrupt)
+    assert (stopped.value.finished, stopped.value.planned) == (3, 4)
+    partial = stopped.value.partial
+    assert list(partial) == ["paged", "dense"]
+    assert "rounds" not in partial["paged"] and partial["paged"]["metrics"]["output_tokens"] > 0
+    assert len(partial["dense"]["rounds"]) == 2
+
+    _interrupt_timed_run(monkeypatch, at=1)
+    with pytest.raises(serving_run.PartialRun) as stopped:
+        serving_run.run_variants(serving_weights(), ("paged", "dense"), small_trace(), SETTINGS)
+    assert stopped.value.partial == {} and stopped.value.finished == 0
+
+
+@pytest.mark.parametrize(("interrupt_at", "stage", "kept", "sweep_rows"), [
+    (2, "variants", ["paged"], None),
+    (4, "budget_sweep", ["paged", "dense"], 1),  # the sweep's second run is the fourth timed run
+])
+def test_the_command_writes_what_finished_before_an_interrupt_and_exits_130(
+    monkeypatch, tmp_path, capsys, interrupt_at: int, stage: str, kept: list[str], sweep_rows: int | None
+) -> None:
+    """Ctrl-C used to lose every finished variant: serve_bench.json was written only at the end."""
+    from pagecheck import cli
+
+    _interrupt_timed_run(monkeypatch, interrupt_at)
+    out = tmp_path / "stopped"
+    code = cli.main(["serve-bench", "--layers", "1", "--requests", "2", "--prompt-lens", "3,5", "--output-lens", "2,3",
+                     "--variants", "paged,dense", "--kv-budget-bytes", "100000000", "--out", str(out)])
+    assert code == 130
+    err = capsys.readouterr().err
+    # Either stage plans two runs (two variants, one round or one budget) and is stopped in its second.
+    assert "interrupted after 1 of 2 timed runs; the files above keep the runs that finished" in err
+    assert err.rstrip().endswith("pagecheck serve-bench: interrupted")
+    document = json.loads((out / "serve_bench.json").read_text())
+    assert list(document["variants"]) == kept
+    assert document["interrupted"]["stage"] == stage
+    assert len(document.get("budget_sweep", [])) == (sweep_rows or 0)
+    assert "INCOMPLETE: interrupted after" in (out / "serve_bench.md").read_text()
+    needs_schema_validation()
+    assert schema_errors("serve_bench", document) == []

@@ -49,3 +49,45 @@ def test_a_worker_that_dies_is_an_error_entry_and_the_run_goes_on() -> None:
         assert runs[variant] == {"error": f"the {variant} worker process ended (exit status 1) before answering; "
                                           "its output above says why"}
     assert reported == list(VARIANTS)  # each failed once and was not run again
+
+
+def test_ctrl_c_keeps_the_finished_variant_and_stops_every_worker(tmp_path) -> None:
+    """Ctrl-C at a terminal reaches the whole process group: the parent writes the variant that finished and
+    exits 130, and the worker still serving is stopped, not recorded as a failed variant."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "stopped"
+    command = [sys.executable, "-m", "pagecheck.cli", "serve-bench", "--isolation", "process", "--layers", "1",
+               "--requests", "4", "--prompt-lens", "3,5", "--output-lens", "1000,1000", "--variants", "dense,paged",
+               "--out", str(out)]
+    # Each timed run takes seconds; the signal comes as the paged worker starts, after dense's run finished.
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    lines: list[str] = []
+    deadline = time.monotonic() + 240
+    for line in process.stderr:
+        lines.append(line)
+        if "paged: warming up" in line or time.monotonic() > deadline:
+            break
+    os.killpg(process.pid, signal.SIGINT)
+    _, rest = process.communicate(timeout=120)
+    err = "".join(lines) + rest
+    assert process.returncode == 130, err[-3000:]
+    assert "interrupted after 1 of 2 timed runs" in err and "ERROR" not in err, err[-3000:]
+    document = json.loads((out / "serve_bench.json").read_text())
+    assert list(document["variants"]) == ["dense"] and "metrics" in document["variants"]["dense"]
+    assert document["interrupted"] == {"stage": "variants", "finished_runs": 1, "planned_runs": 2}
+    deadline = time.monotonic() + 15  # multiprocessing's resource tracker leaves when it sees the parent gone
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        left = subprocess.run(["ps", "-o", "pid,args", "-g", str(process.pid)], capture_output=True, text=True).stdout
+        pytest.fail(f"processes left in the run's group:\n{left}")

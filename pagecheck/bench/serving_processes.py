@@ -23,6 +23,7 @@ naming its exit status; the other variants still run.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -58,6 +59,9 @@ def _worker(spec: ServeSpec, variant: str, conn: Connection) -> None:
     from pagecheck.device import use_device
     from pagecheck.serving.qwen3_weights import random_qwen3_weights
 
+    # The parent alone answers Ctrl-C (a terminal sends it to the whole process group): it keeps the runs that
+    # finished and stops this worker, which would otherwise die first and read as a failed variant.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     use_device(spec.device)
     weights = random_qwen3_weights(spec.config, seed=spec.seed, dtype=getattr(mx, spec.dtype),
                                    group_size=spec.group_size, bits=spec.bits)
@@ -86,8 +90,8 @@ class VariantProcesses:
     def __enter__(self) -> VariantProcesses:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        self.close(stop_now=exc_type is not None and issubclass(exc_type, KeyboardInterrupt))
 
     def _worker_for(self, variant: str) -> tuple[Any, Connection]:
         if variant not in self._workers:
@@ -110,13 +114,17 @@ class VariantProcesses:
                              "answering; its output above says why"}
         return entry
 
-    def close(self) -> None:
+    def close(self, stop_now: bool = False) -> None:
+        """Stop every worker: tell each to finish and wait STOP_SECONDS, or with `stop_now` (an interrupt, which
+        may come mid-run) terminate each at once."""
         for _, conn in self._workers.values():
             try:
                 conn.send(None)
             except (OSError, ValueError):
                 pass
         for process, conn in self._workers.values():
+            if stop_now:
+                process.terminate()
             process.join(STOP_SECONDS)
             if process.is_alive():
                 process.terminate()

@@ -133,6 +133,19 @@ def run_variants(
                       starting, rounds)
 
 
+class PartialRun(KeyboardInterrupt):
+    """An interrupt (Ctrl-C, SIGTERM) during run_rounds or run_budget_sweep, carrying what finished:
+    `partial` is run_rounds' entries of the variants with a finished run, or run_budget_sweep's finished
+    rows; `finished` and `planned` count timed runs. It is a KeyboardInterrupt, so a caller that keeps
+    nothing still stops as at any interrupt."""
+
+    def __init__(self, partial: Any, finished: int, planned: int) -> None:
+        super().__init__(f"interrupted after {finished} of {planned} timed runs")
+        self.partial = partial
+        self.finished = finished
+        self.planned = planned
+
+
 def run_rounds(
     variants: tuple[str, ...],
     serve: Callable[[str], dict[str, Any]],
@@ -143,34 +156,47 @@ def run_rounds(
     """Each variant's entry: its metrics and greedy tokens, or an 'error'.
 
     `rounds` timed runs per variant, each `serve(variant)`, in rounds that alternate the order
-    (round_orders). The entry is the median round's (median_round), and with more than one round it lists
-    every round's ROUND_FIELDS under "rounds", in run order. `starting(variant)` comes before each run,
-    `report(variant, entry)` after it. A variant that fails is not run again.
+    (round_orders). The entry is the median round's (median_round), and with more than one finished round
+    it lists every round's ROUND_FIELDS under "rounds", in run order. `starting(variant)` comes before each
+    run, `report(variant, entry)` after it. A variant that fails is not run again. An interrupt raises
+    PartialRun with the entries of the variants that have a finished run.
     """
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds <= 0:
         raise ValueError(f"rounds must be a positive int, got {rounds!r}")
     done: dict[str, list[dict[str, Any]]] = {variant: [] for variant in variants}
     failed: dict[str, dict[str, Any]] = {}
-    for order in round_orders(variants, rounds):
-        for variant in order:
-            if variant in failed:
-                continue
-            if starting is not None:
-                starting(variant)
-            entry = serve(variant)
-            if "error" in entry:
-                failed[variant] = entry
-            else:
-                done[variant].append(entry)
-            if report is not None:
-                report(variant, entry)
+    try:
+        for order in round_orders(variants, rounds):
+            for variant in order:
+                if variant in failed:
+                    continue
+                if starting is not None:
+                    starting(variant)
+                entry = serve(variant)
+                if "error" in entry:
+                    failed[variant] = entry
+                else:
+                    done[variant].append(entry)
+                if report is not None:
+                    report(variant, entry)
+    except KeyboardInterrupt:
+        finished = sum(len(entries) for entries in done.values()) + len(failed)
+        partial = _round_entries([v for v in variants if v in failed or done[v]], done, failed)
+        raise PartialRun(partial, finished, rounds * len(variants)) from None
+    return _round_entries(list(variants), done, failed)
+
+
+def _round_entries(
+    variants: list[str], done: dict[str, list[dict[str, Any]]], failed: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """run_rounds' entry of each variant given, from its finished runs (`done`) or its error (`failed`)."""
     runs = {}
     for variant in variants:
         if variant in failed:
             runs[variant] = failed[variant]
             continue
         runs[variant] = dict(median_round(done[variant]))
-        if rounds > 1:
+        if len(done[variant]) > 1:
             runs[variant]["rounds"] = [
                 {field: entry["metrics"][field] for field in ROUND_FIELDS}
                 | {"decode_step_ms_median": entry["metrics"]["decode_step_ms"]["median"]}
@@ -221,9 +247,26 @@ def run_budget_sweep(
     """For each KV byte budget and variant: how many requests ran at once, and the throughput reached.
 
     `settings.batch_size` is the slot count, set high so that the budget, not
-    the slots, limits admission.
+    the slots, limits admission. An interrupt raises PartialRun with the finished rows.
     """
-    rows = []
+    rows: list[dict[str, Any]] = []
+    try:
+        _sweep(weights, variants, trace, budgets, settings, report, rows)
+    except KeyboardInterrupt:
+        raise PartialRun(rows, len(rows), len(budgets) * len(variants)) from None
+    return rows
+
+
+def _sweep(
+    weights: Qwen3Weights,
+    variants: tuple[str, ...],
+    trace: ServeTrace,
+    budgets: tuple[int, ...],
+    settings: ServeSettings,
+    report: Callable[[dict[str, Any]], None] | None,
+    rows: list[dict[str, Any]],
+) -> None:
+    """run_budget_sweep's runs, each row appended to `rows` as it finishes."""
     for budget in budgets:
         for variant in variants:
             run = run_variant(weights, variant, trace, replace(settings, kv_budget_bytes=budget))
@@ -243,4 +286,3 @@ def run_budget_sweep(
             rows.append(row)
             if report is not None:
                 report(row)
-    return rows

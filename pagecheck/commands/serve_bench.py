@@ -40,6 +40,7 @@ from pagecheck.reports.document import SCHEMA_VERSION, default_report_dir, write
 from pagecheck.bench.serving_processes import ServeSpec, run_variants_in_processes
 from pagecheck.bench.serving_run import (
     WARM_UPS,
+    PartialRun,
     ServeSettings,
     copy_ratios,
     run_budget_sweep,
@@ -238,30 +239,49 @@ def run(args: argparse.Namespace) -> int:
         else:
             _progress(f"{variant}: {timed}")
 
-    if args.isolation == "process":
-        _progress(f"each variant in a worker process of its own, which builds {config.name} ({config.num_layers} "
-                  "layers) with the seeded random weights")
-        spec = ServeSpec(args.device, config, args.seed, dtype_name, trace, settings)
-        runs = run_variants_in_processes(spec, args.variants, report_variant, start_variant, rounds=args.rounds)
-    else:
-        runs = run_variants(weights(), args.variants, trace, settings, report_variant, start_variant,
-                            rounds=args.rounds)
+    interrupted: PartialRun | None = None
+    try:
+        if args.isolation == "process":
+            _progress(f"each variant in a worker process of its own, which builds {config.name} "
+                      f"({config.num_layers} layers) with the seeded random weights")
+            spec = ServeSpec(args.device, config, args.seed, dtype_name, trace, settings)
+            runs = run_variants_in_processes(spec, args.variants, report_variant, start_variant, rounds=args.rounds)
+        else:
+            runs = run_variants(weights(), args.variants, trace, settings, report_variant, start_variant,
+                                rounds=args.rounds)
+    except PartialRun as exc:
+        if not exc.partial:
+            raise
+        runs, interrupted = exc.partial, exc
     document = serve_document(device=args.device, seed=args.seed, config=config, settings=settings,
                               dtype=dtype, trace=trace, runs=runs, rounds=args.rounds, isolation=args.isolation)
-    if args.kv_budget_bytes:
+    if interrupted is None and args.kv_budget_bytes:
         document["budget_slots"] = args.budget_slots or min(args.requests, MAX_BATCH_SIZE)
         sweep_settings = replace(settings, batch_size=document["budget_slots"])
-        document["budget_sweep"] = run_budget_sweep(
-            weights(), args.variants, trace, args.kv_budget_bytes, sweep_settings,
-            lambda row: _progress(f"budget {row['kv_budget_bytes']} {row['variant']}: "
-                                  f"{row.get('max_concurrent_requests', 'ERROR')} at once"),
-        )
+        try:
+            document["budget_sweep"] = run_budget_sweep(
+                weights(), args.variants, trace, args.kv_budget_bytes, sweep_settings,
+                lambda row: _progress(f"budget {row['kv_budget_bytes']} {row['variant']}: "
+                                      f"{row.get('max_concurrent_requests', 'ERROR')} at once"),
+            )
+        except PartialRun as exc:
+            document["budget_sweep"], interrupted = exc.partial, exc
+    if interrupted is not None:
+        # What finished is kept; the interrupt then ends the command as any interrupt does (exit 130).
+        document["interrupted"] = {
+            "stage": "budget_sweep" if "budget_sweep" in document else "variants",
+            "finished_runs": interrupted.finished,
+            "planned_runs": interrupted.planned,
+        }
 
     write_json(out / "serve_bench.json", document)
     markdown = render_serve_bench(document)
     (out / "serve_bench.md").write_text(markdown)
     print(markdown)
     _progress(f"wrote {out / 'serve_bench.json'} and serve_bench.md")
+    if interrupted is not None:
+        _progress(f"{interrupted}; the files above keep the runs that finished")
+        raise KeyboardInterrupt
     failed = any("error" in entry for entry in runs.values()) or any(
         "error" in row for row in document.get("budget_sweep", [])
     )

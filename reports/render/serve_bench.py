@@ -133,6 +133,18 @@ def round_lines(document: dict[str, Any]) -> list[str]:
     return lines
 
 
+def interrupted_lines(document: dict[str, Any]) -> list[str]:
+    """What an interrupted run kept (serve_bench.json's "interrupted"), above everything else."""
+    stopped = document.get("interrupted")
+    if stopped is None:
+        return []
+    where = ("during the KV budget sweep: every variant's run finished, the sweep lists its finished rows"
+             if stopped["stage"] == "budget_sweep" else
+             "before every variant's runs finished: each row is the runs that finished, a variant with none is left out")
+    return [f"**INCOMPLETE: interrupted after {stopped['finished_runs']} of {stopped['planned_runs']} timed runs**, "
+            f"{where}.", ""]
+
+
 def render_serve_bench(document: dict[str, Any]) -> str:
     model = document["model"]
     trace = document["trace"]
@@ -140,6 +152,7 @@ def render_serve_bench(document: dict[str, Any]) -> str:
     lines = [
         "# Serving benchmark",
         "",
+        *interrupted_lines(document),
         f"- **Model:** {model['name']} ({model['num_layers']} layers, hidden {model['hidden_size']}, "
         f"{model['num_q_heads']} q / {model['num_kv_heads']} kv heads, head_dim {model['head_dim']}, "
         f"vocab {model['vocab_size']}), random weights seed {document['seed']}, "
