@@ -13,8 +13,8 @@ from pagecheck.grading.sandboxed_command import SYSTEM_BIN_PATH, build_path
 import pytest
 
 from pagecheck.grading.submission import (
-    MAX_FILE_BYTES, MAX_FOLDER_DEPTH, Submission, SubmissionFilesError, content_digest, find_kind, graded_files, stage_copy,
-    submission_name,
+    DIGEST_SCHEME, MAX_FILE_BYTES, MAX_FOLDER_DEPTH, Submission, SubmissionFilesError, content_digest, find_kind,
+    graded_files, stage_copy, submission_name,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,9 +176,10 @@ def test_the_digest_streams_files_to_the_same_value(tmp_path: Path) -> None:
     package.mkdir()
     (package / "__init__.py").write_bytes(b"x" * 3_000_000)  # several read chunks
     (package / "a.py").write_bytes(b"VALUE = 1\n")
-    whole = hashlib.sha256()
+    whole = hashlib.sha256(DIGEST_SCHEME)
     for name in ("__init__.py", "a.py"):
-        whole.update(name.encode() + b"\0" + (package / name).read_bytes() + b"\0")
+        contents = hashlib.sha256((package / name).read_bytes()).digest()
+        whole.update(len(name).to_bytes(8, "big") + name.encode() + contents)
     assert content_digest(Submission(name="pkg", path=package, kind=find_kind(package))) == whole.hexdigest()
 
 
@@ -215,3 +216,19 @@ def test_a_checkout_whose_src_is_a_link_is_refused(tmp_path: Path) -> None:
     for step in (graded_files, content_digest):
         with pytest.raises(SubmissionFilesError, match="folder 'src' is a link"):
             step(submission)
+
+
+def test_no_two_listings_share_a_digest_by_moving_bytes_between_files(tmp_path: Path) -> None:
+    """With bare separators between paths and contents, the bytes of a file could end with a separator and the
+    next file's path: a package of a data file and the correct __init__.py then hashed as another of the same
+    data file emptied, the broken __init__.py and a file holding the correct one, and the broken one reused
+    the correct one's result on a rerun."""
+    honest, broken = b"honest = 1\n", b"broken = 1\n"
+    one, two = tmp_path / "one" / "sub", tmp_path / "two" / "sub"
+    for folder, files in ((one, {"A.dat": b"\0__init__.py\0" + broken + b"\0__init__.q\0", "__init__.py": honest}),
+                          (two, {"A.dat": b"", "__init__.py": broken, "__init__.q": b"\0__init__.py\0" + honest})):
+        folder.mkdir(parents=True)
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+    digests = {content_digest(Submission(name="sub", path=path, kind=find_kind(path))) for path in (one, two)}
+    assert len(digests) == 2

@@ -228,11 +228,20 @@ def unstaged_digest(error: SubmissionFilesError) -> str:
     return hashlib.sha256(b"unstaged\0" + str(error).encode("utf-8", "replace")).hexdigest()
 
 
+# Starts every content_digest: a digest of another scheme (an earlier pagecheck's) never equals one of this.
+DIGEST_SCHEME = b"pagecheck submission digest 2\0"
+
+
 def content_digest(submission: Submission) -> str:
-    """sha256 over relative paths and bytes of every graded file: a changed submission is graded again."""
-    digest = hashlib.sha256()
+    """sha256 over every graded file's relative path and contents: a changed submission is graded again.
+
+    Each file adds its path's length (8 bytes), the path, and the sha256 of its contents, so that no two
+    listings give the same stream: with bare separators, a file whose bytes held a separator and a path could
+    stand for the next file, and a broken submission could share a correct one's digest, and its result."""
+    digest = hashlib.sha256(DIGEST_SCHEME)
     for relative, path in graded_files(submission):
-        digest.update(os.fsencode(relative) + b"\0")  # names need not be UTF-8
-        _digest_file(digest, relative, path)
-        digest.update(b"\0")
+        name = os.fsencode(relative)  # names need not be UTF-8
+        contents = hashlib.sha256()
+        _digest_file(contents, relative, path)
+        digest.update(len(name).to_bytes(8, "big") + name + contents.digest())
     return digest.hexdigest()
