@@ -8,22 +8,30 @@ then add the module to COMMANDS.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
 import threading
+import time
 import traceback
-from types import FrameType, ModuleType
+from types import FrameType
 
-from pagecheck.commands import serve_bench
-from pagecheck.commands import bench, grade, options, report, tolerance
-from pagecheck.environment import pagecheck_version
+from pagecheck import supervisor
 from pagecheck.exit_codes import ExitCode
 
-COMMANDS: tuple[ModuleType, ...] = (report, tolerance, bench, grade, serve_bench)
+# The command modules under pagecheck.commands, imported when a parser is built: the watcher process
+# (pagecheck.supervisor) needs none of them, nor MLX.
+COMMANDS: tuple[str, ...] = ("report", "tolerance", "bench", "grade", "serve_bench")
+# The signals that stop a command as Ctrl-C does, and how close a repeat must come to count as the same one.
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+DUPLICATE_S = 1.0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pagecheck.commands import options
+    from pagecheck.environment import pagecheck_version
+
     parser = argparse.ArgumentParser(
         prog="pagecheck",
         description="Check, measure and benchmark a paged-attention implementation against the references.\n"
@@ -33,21 +41,46 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"pagecheck {pagecheck_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMANDS:
+    for name in COMMANDS:
+        module = importlib.import_module(f"pagecheck.commands.{name}")
         module.add_parser(subparsers).set_defaults(run=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command; from the console (no `argv`) on Linux, in a watched child process (pagecheck.supervisor)."""
+    if argv is None and supervisor.wanted():
+        return supervisor.watch(sys.argv[1:], _command_name(sys.argv[1:]))
+    supervisor.become_child()
+    # Sent only here and for argparse's exits: a SystemExit from inside a command (a subject's sys.exit)
+    # leaves the watcher without a status, and it reports the run as ended early.
+    code = _run(argv)
+    supervisor.send_result(code)
+    return code
+
+
+def _command_name(args: list[str]) -> str:
+    """The subcommand named on a command line, for the watcher's messages."""
+    return next((arg for arg in args if not arg.startswith("-")), "")
+
+
+def _run(argv: list[str] | None) -> int:
+    from pagecheck.commands import options
+
     # `python -m pytest`, which runs the invariants suite, imports from the current directory;
     # the console script does not. Doing the same here loads a module or file subject the
     # same way in both processes.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # a usage error, --help, --version
+        supervisor.send_result(exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1)
+        raise
     # SIGTERM stops a command as Ctrl-C does: each command's own KeyboardInterrupt handling keeps what finished.
+    interrupt = _Interrupt()
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
+    previous = {signum: signal.signal(signum, interrupt) for signum in INTERRUPTS} if main_thread else {}
     try:
         return int(args.run(args))
     except options.OutDirError as exc:
@@ -62,12 +95,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pagecheck {args.command}: internal error (a bug in pagecheck; the traceback is above)", file=sys.stderr)
         return int(ExitCode.INTERNAL_ERROR)
     finally:
-        if main_thread and previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+class _Interrupt:
+    """SIGINT and SIGTERM as KeyboardInterrupt. A signal within DUPLICATE_S of the first is the same interrupt
+    delivered twice, as when a Ctrl-C sent to the whole process group also reaches the watcher, which passes it
+    on (pagecheck.supervisor), and is ignored, so that it cannot cut short the first one's handling; a later
+    one stops the command again."""
+
+    def __init__(self) -> None:
+        self.first: float | None = None
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if self.first is not None and now - self.first < DUPLICATE_S:
+            return
+        self.first = now
+        raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ class ExitCode(IntEnum):
     SUITE_CRASHED = 8
     # pagecheck itself raised: a bug in pagecheck, not a verdict on the subject.
     INTERNAL_ERROR = 9
+    # The command's process ended before pagecheck finished (pagecheck.supervisor says so).
+    ENDED_EARLY = 10
     # 128 + SIGINT, what a shell reports for a command stopped with Ctrl-C.
     INTERRUPTED = 130
 
@@ -30,6 +32,7 @@ class ExitCode(IntEnum):
 # says nothing about correctness, so it outranks any verdict.
 SEVERITY: tuple[ExitCode, ...] = (
     ExitCode.INTERRUPTED,
+    ExitCode.ENDED_EARLY,
     ExitCode.INTERNAL_ERROR,
     ExitCode.USAGE,
     ExitCode.DEVICE_UNAVAILABLE,
@@ -65,6 +68,8 @@ MEANING: dict[ExitCode, str] = {
     ExitCode.DEVICE_UNAVAILABLE: "--device gpu was asked for and MLX has no GPU here (for grade: none that a "
     "sandboxed worker can use)",
     ExitCode.INTERNAL_ERROR: "pagecheck itself failed (a bug in pagecheck; the traceback is on stderr)",
+    ExitCode.ENDED_EARLY: "the command's process ended before pagecheck finished: code in it (the subject's, most "
+    "likely) called os._exit or sys.exit inside a call; nothing it wrote is a verdict",
     ExitCode.INTERRUPTED: "stopped by SIGINT or SIGTERM; grade keeps every finished result, serve-bench its "
     "finished runs, report an index over its finished stages",
 }

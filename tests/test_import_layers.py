@@ -33,7 +33,7 @@ TOOLS: dict[str, tuple[str, frozenset[str]]] = {
     "pagecheck.reports": ("reports", BELOW_TOOLS | UTILITIES | {"pagecheck.bench"}),
     "pagecheck.grading": ("pagecheck/grading", BELOW_TOOLS | UTILITIES | {"pagecheck.reports"}),
 }
-TOP = frozenset({"pagecheck.commands", "pagecheck.cli"})
+TOP = frozenset({"pagecheck.commands", "pagecheck.cli", "pagecheck.supervisor"})
 # The utilities import nothing of pagecheck but the extension's build facts.
 UTILITY_IMPORTS = frozenset({"pagecheck.ext"})
 OLD_TOP_LEVEL = ("reference", "impl", "ext", "invariants", "serving", "reports")
