@@ -221,13 +221,34 @@ for position, page_id in enumerate(request):
     out[:, :] = out + mx.softmax(query @ buffer.swapaxes(-1, -2), axis=-1) @ buffer
 tripwires.end_call()
 results["walk"] = [r["op"] for r in reports]
+
+# The functional forms of the same writes: slice_update and put_along_axis return the filled array.
+for name in ("slice_update", "put_along_axis"):
+    reports.clear()
+    tripwires.begin_call(key_pages, key_pages, mx.array([context, 0]))
+    dense = mx.zeros((heads, len(request) * page, dim))
+    for position, page_id in enumerate(request):
+        if name == "slice_update":
+            dense = mx.slice_update(dense, key_pages[page_id], mx.array([0, position * page, 0]), axes=(0, 1, 2))
+        else:
+            rows = mx.broadcast_to(mx.arange(position * page, (position + 1) * page)[None, :, None], (heads, page, dim))
+            dense = mx.put_along_axis(dense, rows, key_pages[page_id], axis=1)
+    tripwires.end_call()
+    results[name] = sorted({r["op"] for r in reports})
+    results[name + "_copied"] = bool(mx.array_equal(dense, mx.concatenate([key_pages[p] for p in request], axis=1)).item())
 print(json.dumps(results))
 """
 
 
 def test_installed_watch_judges_an_array_filled_with_pages_in_place() -> None:
+    """In place or functional (slice_update, put_along_axis: a helper's submission gathered with slice_update
+    unseen), pages written into a preallocated array are a gather; a page-sized buffer is not."""
     results = run_installed(SETITEM_SCRIPT)
-    assert results == {"preallocated": ["mlx.core.array.__setitem__"], "copied": True, "walk": []}
+    assert results == {
+        "preallocated": ["mlx.core.array.__setitem__"], "copied": True, "walk": [],
+        "slice_update": ["mlx.core.slice_update"], "slice_update_copied": True,
+        "put_along_axis": ["mlx.core.put_along_axis"], "put_along_axis_copied": True,
+    }
 
 
 CONTRACTION_SCRIPT = INSTALLED_PRELUDE + r"""

@@ -57,8 +57,10 @@ SDPA_MESSAGE = (
     "mx.fast.scaled_dot_product_attention is not allowed in graded code: "
     "paged attention must read K/V through the block table itself"
 )
+# slice_update and put_along_axis are the functional form of `target[index] = value`: pages written one by
+# one into a preallocated array gather a request as surely as a concatenate does.
 MLX_GATHERS = ("take", "take_along_axis", "concatenate", "concat", "stack", "split", "repeat", "tile", "pad",
-               "broadcast_to", "slice")  # fmt: skip
+               "broadcast_to", "slice", "slice_update", "put_along_axis")  # fmt: skip
 # Elementwise arithmetic: a whole pool through it is still a whole pool (`key_pages + 0` is a copy); on a part
 # of the pages its result stays derived but is not judged (it is compute on what was already read).
 MLX_ELEMENTWISE = ("add", "subtract", "multiply", "divide", "negative", "abs", "maximum", "minimum", "clip",
