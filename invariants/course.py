@@ -17,11 +17,43 @@ entry of COURSE_TESTS to be mapped by at least one check.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+import pytest
 
 DAY_3 = "test_week_3_day_3.py"
 DAY_4 = "test_week_3_day_4.py"
 COURSE_FILES = (DAY_3, DAY_4)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The shapes one part of a check split by split_at_the_course draws from."""
+
+    page_sizes: tuple[int, ...]
+    kv_heads: tuple[int, ...]  # H_kv of the K/V written; queries have 2 heads per kv head unless a check says
+    head_dim: int
+    # The course part calls the subject only as the course's tests do: mask "causal" on every paged_attention
+    # call (at one query row it is the same attention as none), no rewind(0), no append to a released cache.
+    course: bool = False
+
+
+# The course's own geometry: every pool in its tests has pages of 4 tokens, and every chunk is [1, 2, L, 4]
+# float32 (_random_chunk's 2 kv heads of head dim 4). An implementation the course accepts may refuse other
+# page sizes (a power-of-two kernel), head counts or head dims its tests never use.
+COURSE_PAGE_SIZE = 4
+COURSE_HEAD_DIM = 4
+COURSE_GEOMETRY = Geometry(page_sizes=(COURSE_PAGE_SIZE,), kv_heads=(2,), head_dim=COURSE_HEAD_DIM, course=True)
+
+
+def split_at_the_course(course_test: str, wider: Geometry) -> pytest.MarkDecorator:
+    """Parametrize a check over `geometry`: the course's own (COURSE_GEOMETRY), a course check of
+    `course_test`, and `wider`, the same check beyond the course."""
+    return pytest.mark.parametrize("geometry", [
+        pytest.param(COURSE_GEOMETRY, marks=pytest.mark.course(course_test), id="course"),
+        pytest.param(wider, marks=pytest.mark.beyond_course, id="wider"),
+    ])
 
 COURSE_MARK = "course"
 BEYOND_COURSE_MARK = "beyond_course"

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
+from pagecheck.invariants.calls import call_attention
 from pagecheck.invariants.verdict import InvariantViolation, same_array
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.layouts import PagedLayout, random_layout
@@ -62,7 +63,7 @@ def _probe_once(paged_attention: Callable[..., Any], dtype: str) -> Probe:
     inputs = probe_layout(dtype).as_mx()
     before = {name: to_numpy(inputs[name]).copy() for name in INPUT_ARRAYS}
     try:
-        paged_attention(**inputs)
+        call_attention(paged_attention, inputs)
     except DECLINE_ERRORS as exc:
         said = f"{type(exc).__name__}: {exc}"
         if not names_dtype(str(exc), dtype):

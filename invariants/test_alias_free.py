@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from pagecheck.invariants.calls import attention_over_metadata, current_metadata, metadata_layout
-from pagecheck.invariants.course import DAY_3
+from pagecheck.invariants.course import DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import seeds
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
 from pagecheck.invariants.workload import WrittenKv
@@ -32,8 +32,13 @@ MAX_REQUESTS = 4
 class SharedPool:
     """Requests on one pool, each with the record of what it wrote and a fixed decode query."""
 
-    def __init__(self, pool_type: type, cache_type: type, paged_attention: object, page_size: int, seed: int) -> None:
+    def __init__(
+        self, pool_type: type, cache_type: type, paged_attention: object, page_size: int, seed: int,
+        head_dim: int = HEAD_DIM, mask: str | None = None,
+    ) -> None:
         self.cache_type = cache_type
+        self.head_dim = head_dim
+        self.mask = mask  # of the decode calls: None, or "causal" as the course passes it
         self.paged_attention = paged_attention
         self.pool = pool_type(page_size)
         self.page_size = page_size
@@ -42,7 +47,7 @@ class SharedPool:
         self.opened = 0
 
     def open(self) -> int:
-        record = WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32")
+        record = WrittenKv(NUM_KV_HEADS, self.head_dim, "float32")
         self.requests[self.opened] = (self.cache_type(self.pool), record, record.make_query(self.rng, NUM_Q_HEADS, 1))
         self.opened += 1
         return self.opened - 1
@@ -79,12 +84,12 @@ class SharedPool:
             if record.length == 0:
                 continue
             metadata = current_metadata(self.pool, cache, self.page_size)
-            layout = metadata_layout(query, metadata, "float32", None)
+            layout = metadata_layout(query, metadata, "float32", self.mask)
             expect_pages_hold(INVARIANT, f"{step}: request {request}'s metadata", layout, {0: record})
             expect_close(
                 INVARIANT, f"{step}: request {request}'s decode output vs the tokens it wrote",
-                attention_over_metadata(self.paged_attention, query, metadata, None), record.attention(query, None),
-                layout,
+                attention_over_metadata(self.paged_attention, query, metadata, self.mask),
+                record.attention(query, self.mask), layout,
             )
 
 
@@ -134,12 +139,20 @@ def test_live_requests_never_share_pages(pool_type: type, cache_type: type, page
     run_state_machine_as_test(lambda: SharedPoolMachine(pool_type, cache_type, paged_attention))
 
 
-@pytest.mark.course(f"{DAY_3}::test_task_1_paged_pool_reuses_freed_pages")
-@pytest.mark.parametrize("page_size", [1, 4])
+@split_at_the_course(f"{DAY_3}::test_task_1_paged_pool_reuses_freed_pages",
+                     Geometry(page_sizes=(1, 4), kv_heads=(NUM_KV_HEADS,), head_dim=HEAD_DIM))
 def test_pages_freed_by_one_request_are_not_shared_by_the_next(
-    pool_type: type, cache_type: type, paged_attention: object, page_size: int, rng: np.random.Generator
+    pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry, rng: np.random.Generator
 ) -> None:
-    shared = SharedPool(pool_type, cache_type, paged_attention, page_size, int(rng.integers(2**32)))
+    for page_size in geometry.page_sizes:
+        _pages_freed_by_one_request_are_not_shared_by_the_next(
+            SharedPool(pool_type, cache_type, paged_attention, page_size, int(rng.integers(2**32)), geometry.head_dim,
+                       "causal" if geometry.course else None)
+        )
+
+
+def _pages_freed_by_one_request_are_not_shared_by_the_next(shared: SharedPool) -> None:
+    page_size = shared.page_size
     first, second = shared.open(), shared.open()
     shared.append(first, 3 * page_size)
     shared.append(second, page_size)

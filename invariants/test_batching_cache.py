@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from pagecheck.invariants.calls import attention_over_metadata, cache_state, metadata_layout, pool_state, same_pool_state
-from pagecheck.invariants.course import DAY_3, DAY_4
+from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold, expect_value_error
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
@@ -70,14 +70,14 @@ def test_batch_metadata_pads_rows_and_empties_slots(
     for step in range(STEPS):
         for _, action, slot, prefill in (event for event in SCHEDULE if event[0] == step):
             if action == "add":
-                cache, record = cache_type(pool), WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32")
+                cache, record = cache_type(pool), WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32")
                 cache.update_and_fetch_paged(*record.make_chunk(rng, prefill))
                 batching.add_request(cache, slot)
                 live[slot] = (cache, record)
             else:
                 batching.remove_request(slot)
                 del live[slot]
-        empty = mx.zeros((1, NUM_KV_HEADS, 1, HEAD_DIM), dtype=mx.float32)
+        empty = mx.zeros((1, NUM_KV_HEADS, 1, COURSE_HEAD_DIM), dtype=mx.float32)
         chunks = [live[s][1].make_chunk(rng, 1) if s in live else (empty, empty) for s in range(SLOTS)]
         # The course's decode call: mask_length 1 and a causal mask (one query row: the same as none).
         metadata = batching.update_and_fetch_paged(
@@ -87,17 +87,17 @@ def test_batch_metadata_pads_rows_and_empties_slots(
         where = f"decode step {step}, live slots {sorted(live)} with contexts {[live[s][1].length for s in sorted(live)]}"
         _check_step(batching, metadata, live, where, exact_width=False)
 
-        query = rng.standard_normal((SLOTS, NUM_Q_HEADS, 1, HEAD_DIM)).astype(np.float32)
+        query = rng.standard_normal((SLOTS, NUM_Q_HEADS, 1, COURSE_HEAD_DIM)).astype(np.float32)
         want = np.zeros(query.shape)
         for slot, (_, record) in live.items():
-            want[slot : slot + 1] = record.attention(query[slot : slot + 1], None)
-        layout = metadata_layout(query, metadata, "float32", None)
+            want[slot : slot + 1] = record.attention(query[slot : slot + 1], "causal")
+        layout = metadata_layout(query, metadata, "float32", "causal")
         expect_pages_hold(INVARIANT, f"{where}: the batch metadata", layout, {s: r for s, (_, r) in live.items()})
         # The course compares the live rows only; an empty slot's output is beyond it (empty_rows).
         rows = sorted(live)
         expect_close(
             INVARIANT, f"{where}: attention over the batch metadata (live slots)",
-            attention_over_metadata(paged_attention, query, metadata, None)[rows], want[rows], layout,
+            attention_over_metadata(paged_attention, query, metadata, "causal")[rows], want[rows], layout,
         )
 
 
@@ -151,7 +151,7 @@ def test_requests_on_two_pools_are_refused_before_any_row_changes(
     pools = [pool_type(4), pool_type(4)]
     caches = [cache_type(pool) for pool in pools]
     for cache in caches:
-        cache.update_and_fetch_paged(*WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32").make_chunk(rng, 3))
+        cache.update_and_fetch_paged(*WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32").make_chunk(rng, 3))
     # As the course's test: ids, lengths and counters, not page data (a slot past a context may hold anything).
     before = [(pool_state(pool, page_data=False), cache_state(cache)) for pool, cache in zip(pools, caches)]
     batching = batching_cache_type(2, MAX_SEQ_LEN)
@@ -161,7 +161,7 @@ def test_requests_on_two_pools_are_refused_before_any_row_changes(
     except ValueError as exc:
         message, where = str(exc), "add_request of a request on a second pool"
     else:
-        keys = mx.zeros((2, NUM_KV_HEADS, 1, HEAD_DIM), dtype=mx.float32)
+        keys = mx.zeros((2, NUM_KV_HEADS, 1, COURSE_HEAD_DIM), dtype=mx.float32)
         where = "a batched append over requests on two pools"
         message = expect_value_error(INVARIANT, where, lambda: batching.update_and_fetch_paged(keys, keys, mask_length=1))
     if "pool" not in message.lower():

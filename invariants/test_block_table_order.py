@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from pagecheck.invariants.calls import (
     attention_output, attention_over_metadata, current_metadata, metadata_layout, own_block_table, own_context_lens,
 )
-from pagecheck.invariants.course import DAY_3
+from pagecheck.invariants.course import DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
 from pagecheck.invariants.workload import WrittenKv
@@ -40,15 +40,17 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 HEAD_DIM = 32
 
 
-@pytest.mark.course(f"{DAY_3}::test_task_1_paged_cache_matches_full_cache")
-@given(page_size=st.sampled_from(SMALL_PAGE_SIZES), requests=st.integers(2, 3), seed=seeds(), data=st.data())
+@split_at_the_course(f"{DAY_3}::test_task_1_paged_cache_matches_full_cache",
+                     Geometry(page_sizes=SMALL_PAGE_SIZES, kv_heads=(2,), head_dim=HEAD_DIM))
+@given(requests=st.integers(2, 3), seed=seeds(), data=st.data())
 def test_gather_reproduces_tokens_in_logical_order(
-    pool_type: type, cache_type: type, page_size: int, requests: int, seed: int, data: st.DataObject
+    pool_type: type, cache_type: type, geometry: Geometry, requests: int, seed: int, data: st.DataObject
 ) -> None:
+    page_size = data.draw(st.sampled_from(geometry.page_sizes), label="page_size")
     rng = np.random.default_rng(seed)
     pool = pool_type(page_size)
     caches = [cache_type(pool) for _ in range(requests)]
-    records = [WrittenKv(2, HEAD_DIM, "float32") for _ in range(requests)]
+    records = [WrittenKv(2, geometry.head_dim, "float32") for _ in range(requests)]
     plans = [data.draw(chunk_plans(page_size=page_size, max_decode=3), label=f"request {r}") for r in range(requests)]
     # Round-robin appends interleave the requests' pages in the pool.
     for step in range(max(len(p) for p in plans)):
@@ -127,14 +129,21 @@ def test_renaming_pages_consistently_changes_nothing(paged_attention: object, la
     )
 
 
-@pytest.mark.course(f"{DAY_3}::test_task_1_paged_cache_matches_full_cache")
-@pytest.mark.parametrize("page_size", [3, 4])
+@split_at_the_course(f"{DAY_3}::test_task_1_paged_cache_matches_full_cache",
+                     Geometry(page_sizes=(3, 4), kv_heads=(2,), head_dim=HEAD_DIM))
 def test_update_and_fetch_returns_the_tokens_in_order(
-    pool_type: type, cache_type: type, page_size: int, rng: np.random.Generator
+    pool_type: type, cache_type: type, geometry: Geometry, rng: np.random.Generator
+) -> None:
+    for page_size in geometry.page_sizes:
+        _update_and_fetch_returns_the_tokens_in_order(pool_type, cache_type, page_size, geometry.head_dim, rng)
+
+
+def _update_and_fetch_returns_the_tokens_in_order(
+    pool_type: type, cache_type: type, page_size: int, head_dim: int, rng: np.random.Generator
 ) -> None:
     pool = pool_type(page_size)
     cache = cache_type(pool)
-    record = WrittenKv(2, HEAD_DIM, "float32")
+    record = WrittenKv(2, head_dim, "float32")
     for length in (3, 2, 5):
         keys, values, offset, _ = cache.update_and_fetch(*record.make_chunk(rng, length))
         step = f"update_and_fetch of {length} token(s), {record.length} written in all (page_size={page_size})"
@@ -152,9 +161,9 @@ def test_update_and_fetch_returns_the_tokens_in_order(
             for page_id, used in zip(cache.page_ids, lens):
                 page_keys, page_values = (to_numpy(x, np.float64) for x in pool.read_page(int(page_id)))
                 expect(
-                    page_keys.shape == (1, 2, page_size, HEAD_DIM), INVARIANT,
+                    page_keys.shape == (1, 2, page_size, head_dim), INVARIANT,
                     f"{step}: read_page({int(page_id)}) gave keys {page_keys.shape}, expected a whole page "
-                    f"{(1, 2, page_size, HEAD_DIM)}",
+                    f"{(1, 2, page_size, head_dim)}",
                 )
                 expect(
                     np.array_equal(page_keys[0, :, :used], record.keys[:, start : start + used])
@@ -164,17 +173,29 @@ def test_update_and_fetch_returns_the_tokens_in_order(
                 start += used
 
 
-@pytest.mark.course(f"{DAY_3}::test_task_1_reuses_block_table_until_page_ids_change")
-@pytest.mark.parametrize("page_size", [2, 3])
+@split_at_the_course(f"{DAY_3}::test_task_1_reuses_block_table_until_page_ids_change",
+                     Geometry(page_sizes=(2, 3), kv_heads=(2,), head_dim=HEAD_DIM))
 def test_block_table_is_read_again_when_page_ids_change(
-    pool_type: type, cache_type: type, paged_attention: object, page_size: int, rng: np.random.Generator,
+    pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry, rng: np.random.Generator,
     advise: Callable[[str], None],
+) -> None:
+    for page_size in geometry.page_sizes:
+        _block_table_is_read_again_when_page_ids_change(
+            pool_type, cache_type, paged_attention, geometry, page_size, rng, advise
+        )
+
+
+def _block_table_is_read_again_when_page_ids_change(
+    pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry, page_size: int,
+    rng: np.random.Generator, advise: Callable[[str], None],
 ) -> None:
     pool = pool_type(page_size)
     cache, other = cache_type(pool), cache_type(pool)
-    records = {"cache": WrittenKv(2, HEAD_DIM, "float32"), "other": WrittenKv(2, HEAD_DIM, "float32")}
+    head_dim = geometry.head_dim
+    records = {"cache": WrittenKv(2, head_dim, "float32"), "other": WrittenKv(2, head_dim, "float32")}
     caches = {"cache": cache, "other": other}
     query = records["cache"].make_query(rng, 4, 1)
+    mask = "causal" if geometry.course else None
 
     def append(name: str, length: int) -> None:
         caches[name].update_and_fetch_paged(*records[name].make_chunk(rng, length))
@@ -190,11 +211,11 @@ def test_block_table_is_read_again_when_page_ids_change(
                 f"{where}: block_table() is {row}, the page ids are {pages} (then only -1 padding)",
             )
             metadata = current_metadata(pool, owner, page_size)
-            layout = metadata_layout(query, metadata, "float32", None)
+            layout = metadata_layout(query, metadata, "float32", mask)
             expect_pages_hold(INVARIANT, f"{where}: the metadata", layout, {0: records[name]})
             expect_close(
                 INVARIANT, f"{where}: decode attention over block_table()",
-                attention_over_metadata(paged_attention, query, metadata, None), records[name].attention(query, None),
+                attention_over_metadata(paged_attention, query, metadata, mask), records[name].attention(query, mask),
                 layout,
             )
 
@@ -209,7 +230,9 @@ def test_block_table_is_read_again_when_page_ids_change(
     check("the tail page filled")
 
     cache.release()
-    records["cache"] = WrittenKv(2, HEAD_DIM, "float32")
+    records["cache"] = WrittenKv(2, head_dim, "float32")
+    if geometry.course:  # the course starts each request on a cache of its own
+        cache = caches["cache"] = cache_type(pool)
     append("other", page_size)  # fills its tail, then takes a page the release freed
     append("cache", 2 * page_size)
     check("released, another request took a freed page, appended to two pages again")

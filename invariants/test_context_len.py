@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import attention_output, attention_over_metadata, metadata_layout, own_context_lens
-from pagecheck.invariants.course import DAY_3, DAY_4
+from pagecheck.invariants.course import DAY_3, DAY_4, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
 from pagecheck.invariants.workload import WrittenKv
@@ -34,21 +34,18 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 HEAD_DIM = 32
 
 
-@pytest.mark.course(f"{DAY_4}::test_task_1_paged_attention_matches_dense_attention")
-@given(
-    page_size=st.sampled_from(SMALL_PAGE_SIZES),
-    num_kv_heads=st.sampled_from((1, 2)),
-    seed=seeds(),
-    data=st.data(),
-)
+@split_at_the_course(f"{DAY_4}::test_task_1_paged_attention_matches_dense_attention",
+                     Geometry(page_sizes=SMALL_PAGE_SIZES, kv_heads=(1, 2), head_dim=HEAD_DIM))
+@given(seed=seeds(), data=st.data())
 def test_context_lens_count_tokens_written(
-    pool_type: type, cache_type: type, paged_attention: object, page_size: int, num_kv_heads: int, seed: int,
-    data: st.DataObject,
+    pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry, seed: int, data: st.DataObject,
 ) -> None:
+    page_size = data.draw(st.sampled_from(geometry.page_sizes), label="page_size")
+    num_kv_heads = data.draw(st.sampled_from(geometry.kv_heads), label="num_kv_heads")
     plan = data.draw(chunk_plans(page_size=page_size), label="append lengths")
     rng = np.random.default_rng(seed)
     cache = cache_type(pool_type(page_size))
-    written = WrittenKv(num_kv_heads, HEAD_DIM, "float32")
+    written = WrittenKv(num_kv_heads, geometry.head_dim, "float32")
     for length in plan:
         metadata = cache.update_and_fetch_paged(*written.make_chunk(rng, length))
         step = f"after appending {length} token(s), {written.length} written in all (page_size={page_size})"
@@ -58,7 +55,7 @@ def test_context_lens_count_tokens_written(
         expect(in_metadata == [written.length], INVARIANT, f"{step}: metadata context_lens is {in_metadata}")
         expect(cache.offset == written.length, INVARIANT, f"{step}: offset is {cache.offset}")
 
-        mask = "causal" if length > 1 else None
+        mask = "causal" if length > 1 or geometry.course else None
         query = written.make_query(rng, 2 * num_kv_heads, length)
         got = attention_over_metadata(paged_attention, query, metadata, mask)
         layout = metadata_layout(query, metadata, "float32", mask)
@@ -114,19 +111,28 @@ def test_last_token_of_the_context_is_read(paged_attention: object, page_size: i
     )
 
 
-@pytest.mark.course(f"{DAY_3}::test_task_1_paged_cache_rewind")
-@pytest.mark.parametrize("page_size", [1, 3, 4])
+@split_at_the_course(f"{DAY_3}::test_task_1_paged_cache_rewind",
+                     Geometry(page_sizes=(1, 3, 4), kv_heads=(2,), head_dim=HEAD_DIM))
 def test_rewind_to_every_offset_then_append(
-    pool_type: type, cache_type: type, paged_attention: object, page_size: int, rng: np.random.Generator
+    pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry, rng: np.random.Generator
 ) -> None:
-    # Every target from 0 to the whole context, page boundaries (whole numbers of pages) included.
+    for page_size in geometry.page_sizes:
+        _rewind_to_every_offset_then_append(pool_type, cache_type, paged_attention, geometry, page_size, rng)
+
+
+def _rewind_to_every_offset_then_append(
+    pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry, page_size: int,
+    rng: np.random.Generator,
+) -> None:
+    # Every target from 0 to the whole context, page boundaries (whole numbers of pages) included; the course
+    # part leaves out rewind(0), which the course never calls.
     total = 3 * page_size + 1
-    for target in range(total + 1):
+    for target in range(total if geometry.course else total + 1):
         pool = pool_type(page_size)
         cache = cache_type(pool)
         if not callable(getattr(cache, "rewind", None)):
             pytest.skip("the subject's TinyKvPagedCache has no rewind")
-        written = WrittenKv(2, HEAD_DIM, "float32")
+        written = WrittenKv(2, geometry.head_dim, "float32")
         cache.update_and_fetch_paged(*written.make_chunk(rng, total))
         issued = pool.num_pages
         cache.rewind(total - target)
@@ -158,7 +164,7 @@ def test_rewind_to_every_offset_then_append(
             expect(cache.offset == written.length, INVARIANT, f"{then}: offset is {cache.offset}")
             in_metadata = to_numpy(metadata.context_lens).tolist()
             expect(in_metadata == [written.length], INVARIANT, f"{then}: metadata context_lens is {in_metadata}")
-            mask = "causal" if length > 1 else None
+            mask = "causal" if length > 1 or geometry.course else None
             query = written.make_query(rng, 4, length)
             layout = metadata_layout(query, metadata, "float32", mask)
             expect_pages_hold(INVARIANT, f"{then}: the metadata", layout, {0: written})

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pagecheck.invariants.calls import call_attention
 from pagecheck.invariants.dtype_support import require_dtype
 from pagecheck.invariants.profiles import shared_examples
 from pagecheck.invariants.strategies import paged_layouts
@@ -33,7 +34,7 @@ def test_bfloat16_decode_keeps_bfloat16(paged_attention: object, rng: np.random.
     # `output.dtype == mx.bfloat16`, which a NumPy output (NumPy has no bfloat16) never satisfies.
     layout = random_layout(rng, context_lens=[70, 9, 33], page_size=32, num_queries=1, mask="causal", dtype="bfloat16",
                            head_dim=128, unused_fill=COURSE_UNUSED_FILL)  # fmt: skip
-    out = paged_attention(**layout.as_mx())
+    out = call_attention(paged_attention, layout.as_mx())
     kind = "an MLX" if type(out).__module__.startswith("mlx") else f"a {type(out).__module__.partition('.')[0]}"
     out_dtype = str(getattr(out, "dtype", None)).rsplit(".", 1)[-1]
     expect(
@@ -55,7 +56,7 @@ def test_dtype_within_tolerance(
     layout = random_layout(
         rng, context_lens=[70, 9, 33], page_size=16, num_queries=num_queries, mask=mask, dtype=dtype, head_dim=64
     )
-    out = paged_attention(**layout.as_mx())
+    out = call_attention(paged_attention, layout.as_mx())
     out_dtype = getattr(out, "dtype", None)
     # NumPy has no bfloat16, so only an MLX output is held to the query's dtype.
     if type(out).__module__.startswith("mlx"):

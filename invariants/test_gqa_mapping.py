@@ -19,16 +19,33 @@ INVARIANT = "gqa_mapping"
 pytestmark = pytest.mark.invariant(INVARIANT)
 
 
-@pytest.mark.course(f"{DAY_4}::test_task_1_paged_attention_matches_dense_attention")
-@pytest.mark.parametrize("num_kv_heads", [2, 3])
-@pytest.mark.parametrize("group", range(1, MAX_GROUP + 1))
+# The course's groups: 4 query heads over 2 kv heads (head dim 4, float32), and 8 over 2 (head dim 128, bfloat16).
+COURSE_GROUPS = ((2, 4, "float32"), (4, 128, "bfloat16"))
+
+
+def _group_params() -> list:
+    """(group, H_kv, head dim, dtype, course) per case: the course's two groups are course checks (called with
+    mask "causal", as the course calls); every group from 1 to MAX_GROUP over 2 and 3 kv heads of head dim 32 is
+    the same check beyond the course (an implementation the course accepts may take only the groups its tests
+    use)."""
+    course = pytest.mark.course(f"{DAY_4}::test_task_1_paged_attention_matches_dense_attention")
+    params = [pytest.param(group, 2, head_dim, dtype, True, marks=course, id=f"course-{group}-2")
+              for group, head_dim, dtype in COURSE_GROUPS]
+    params += [pytest.param(group, kv_heads, 32, "float32", False, marks=pytest.mark.beyond_course,
+                            id=f"{group}-{kv_heads}")
+               for kv_heads in (2, 3) for group in range(1, MAX_GROUP + 1)]
+    return params
+
+
+@pytest.mark.parametrize("group, num_kv_heads, head_dim, dtype, course", _group_params())
 def test_query_heads_read_their_groups_kv_head(
-    paged_attention: object, group: int, num_kv_heads: int, rng: np.random.Generator
+    paged_attention: object, group: int, num_kv_heads: int, head_dim: int, dtype: str, course: bool,
+    rng: np.random.Generator,
 ) -> None:
-    for num_queries, mask in ((1, None), (4, "causal")):
+    for num_queries, mask in ((1, "causal" if course else None), (4, "causal")):
         layout = random_layout(
-            rng, context_lens=[13, 6], page_size=4, num_queries=num_queries, mask=mask,
-            num_q_heads=group * num_kv_heads, num_kv_heads=num_kv_heads, unused_fill=COURSE_UNUSED_FILL,
+            rng, context_lens=[13, 6], page_size=4, num_queries=num_queries, mask=mask, head_dim=head_dim,
+            dtype=dtype, num_q_heads=group * num_kv_heads, num_kv_heads=num_kv_heads, unused_fill=COURSE_UNUSED_FILL,
         )
         expect_reference(INVARIANT, f"H_q/H_kv = {group} with H_kv = {num_kv_heads}", paged_attention, layout)
 

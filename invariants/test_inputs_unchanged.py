@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pagecheck.invariants.calls import call_attention
 from pagecheck.invariants.dtype_support import require_dtype
 from pagecheck.invariants.profiles import shared_examples
 from pagecheck.invariants.strategies import paged_layouts
@@ -33,6 +34,6 @@ def test_inputs_are_unchanged_by_the_call(paged_attention: object, dtype: str, d
     layout = data.draw(paged_layouts(dtypes=(dtype,), num_queries=(1, 9), masks=(None, "causal"), allow_empty_rows=True))
     inputs = layout.as_mx()
     before = {name: to_numpy(inputs[name]).copy() for name in ARRAYS}
-    paged_attention(**inputs)
+    call_attention(paged_attention, inputs)
     for name in ARRAYS:
         expect(same_array(inputs[name], before[name]), INVARIANT, f"the call changed its input {name}", layout)

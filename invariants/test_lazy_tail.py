@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagecheck.invariants.course import DAY_3, DAY_4
+from pagecheck.invariants.course import DAY_3, DAY_4, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, seeds
 from pagecheck.invariants.verdict import expect
 from pagecheck.invariants.workload import WrittenKv
@@ -38,20 +38,18 @@ def _check_pages(cache: object, tokens: int, page_size: int, step: str) -> None:
     expect(fills == want_fills, INVARIANT, f"{step}: page_lens={fills}, expected {want_fills}")
 
 
-@pytest.mark.course(f"{DAY_3}::test_task_1_paged_cache_matches_full_cache")
-@given(
-    page_size=st.sampled_from(SMALL_PAGE_SIZES),
-    prefill=st.integers(0, 40),
-    decode_steps=st.integers(1, 20),
-    seed=seeds(),
-)
+@split_at_the_course(f"{DAY_3}::test_task_1_paged_cache_matches_full_cache",
+                     Geometry(page_sizes=SMALL_PAGE_SIZES, kv_heads=(2,), head_dim=HEAD_DIM))
+@given(prefill=st.integers(0, 40), decode_steps=st.integers(1, 20), seed=seeds(), data=st.data())
 def test_decode_takes_a_page_only_when_the_tail_is_full(
-    pool_type: type, cache_type: type, page_size: int, prefill: int, decode_steps: int, seed: int
+    pool_type: type, cache_type: type, geometry: Geometry, prefill: int, decode_steps: int, seed: int,
+    data: st.DataObject,
 ) -> None:
+    page_size = data.draw(st.sampled_from(geometry.page_sizes), label="page_size")
     rng = np.random.default_rng(seed)
     pool = pool_type(page_size)
     cache = cache_type(pool)
-    record = WrittenKv(2, HEAD_DIM, "float32")
+    record = WrittenKv(2, geometry.head_dim, "float32")
     if prefill:
         cache.update_and_fetch_paged(*record.make_chunk(rng, prefill))
         _check_pages(cache, prefill, page_size, f"after a prefill of {prefill}")
@@ -80,9 +78,10 @@ def test_a_decode_after_another_request_takes_the_next_page(
     page_size = 32
     pool = pool_type(page_size)
     cache, blocker = cache_type(pool), cache_type(pool)
-    cache.update_and_fetch_paged(*WrittenKv(2, HEAD_DIM, "float32").make_chunk(rng, 2 * page_size))
-    blocker.update_and_fetch_paged(*WrittenKv(2, HEAD_DIM, "float32").make_chunk(rng, page_size))
-    record = WrittenKv(2, HEAD_DIM, "float32")
+    # The course's chunks too: 2 kv heads of head dim 128, in bfloat16.
+    cache.update_and_fetch_paged(*WrittenKv(2, 128, "bfloat16").make_chunk(rng, 2 * page_size))
+    blocker.update_and_fetch_paged(*WrittenKv(2, 128, "bfloat16").make_chunk(rng, page_size))
+    record = WrittenKv(2, 128, "bfloat16")
     cache.update_and_fetch_paged(*record.make_chunk(rng, 1))
     pages = [int(p) for p in cache.page_ids]
     expect(
@@ -125,14 +124,21 @@ def test_pool_never_issues_ahead_of_live_caches(
             )
 
 
-@pytest.mark.course(f"{DAY_3}::test_task_1_paged_pool_reuses_freed_pages")
-@pytest.mark.parametrize("page_size", [1, 4])
+@split_at_the_course(f"{DAY_3}::test_task_1_paged_pool_reuses_freed_pages",
+                     Geometry(page_sizes=(1, 4), kv_heads=(2,), head_dim=HEAD_DIM))
 def test_released_pages_are_reused_before_new_ones(
-    pool_type: type, cache_type: type, page_size: int, rng: np.random.Generator
+    pool_type: type, cache_type: type, geometry: Geometry, rng: np.random.Generator
+) -> None:
+    for page_size in geometry.page_sizes:
+        _released_pages_are_reused_before_new_ones(pool_type, cache_type, page_size, geometry.head_dim, rng)
+
+
+def _released_pages_are_reused_before_new_ones(
+    pool_type: type, cache_type: type, page_size: int, head_dim: int, rng: np.random.Generator
 ) -> None:
     pool = pool_type(page_size)
     first, second = cache_type(pool), cache_type(pool)
-    first.update_and_fetch_paged(*WrittenKv(2, HEAD_DIM, "float32").make_chunk(rng, 2 * page_size))
+    first.update_and_fetch_paged(*WrittenKv(2, head_dim, "float32").make_chunk(rng, 2 * page_size))
     held = {int(p) for p in first.page_ids}
     issued = pool.num_pages
     first.release()
@@ -142,7 +148,7 @@ def test_released_pages_are_reused_before_new_ones(
         pool.num_pages == issued and pool.num_free_pages == issued, INVARIANT,
         f"{step}: {pool.num_free_pages} of {pool.num_pages} pages free, expected all {issued}",
     )
-    second.update_and_fetch_paged(*WrittenKv(2, HEAD_DIM, "float32").make_chunk(rng, page_size + 1))
+    second.update_and_fetch_paged(*WrittenKv(2, head_dim, "float32").make_chunk(rng, page_size + 1))
     step = f"{step}, then a request of {page_size + 1} tokens"
     taken = {int(p) for p in second.page_ids}
     expect(

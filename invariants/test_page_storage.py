@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pagecheck.invariants.course import DAY_3, DAY_4
+from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4
 from pagecheck.invariants.calls import watch_materialize
 from pagecheck.invariants.subject import Subject
 from pagecheck.invariants.verdict import expect
@@ -63,7 +63,7 @@ def test_the_courses_append_of_17_tokens_grows_storage_twice(
     # the check beyond the course below.
     pool = pool_type(4)
     _require(pool, GROWTH_COUNTERS)
-    cache_type(pool).update_and_fetch_paged(*WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32").make_chunk(rng, 17))
+    cache_type(pool).update_and_fetch_paged(*WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32").make_chunk(rng, 17))
     rows = (int(pool.key_pages.shape[0]), int(pool.value_pages.shape[0]))
     step = "after one append of 17 tokens (page_size=4)"
     expect(rows == (pool.num_pages,) * 2 == (5, 5), INVARIANT, f"{step}: key/value_pages have {rows} rows, "
@@ -114,14 +114,14 @@ def test_reset_empties_an_idle_pool(pool_type: type, cache_type: type, rng: np.r
         pytest.skip("the subject's TinyKvPagedPool has no reset")
     _require(pool, (*GROWTH_COUNTERS, "storage_nbytes"))
     cache = cache_type(pool)
-    cache.update_and_fetch_paged(*WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32").make_chunk(rng, 17))
+    cache.update_and_fetch_paged(*WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32").make_chunk(rng, 17))
     cache.release()
     pool.reset()
     got = {**_counters(pool), "num_pages": pool.num_pages, "num_free_pages": pool.num_free_pages,
            "storage_nbytes": int(pool.storage_nbytes)}  # fmt: skip
     expect(all(v == 0 for v in got.values()), INVARIANT, f"after release and reset: {got}, expected all zero")
     # The pool serves again from scratch.
-    record = WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32")
+    record = WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32")
     again = cache_type(pool)
     again.update_and_fetch_paged(*record.make_chunk(rng, 5))
     keys, values = (to_numpy(x, np.float64)[0] for x in again.gather_dense())
@@ -142,7 +142,7 @@ def test_materialize_evaluates_the_storage_without_a_dense_gather(
     cache = cache_type(pool)
     if not callable(getattr(cache, "materialize", None)):
         pytest.skip("the subject's TinyKvPagedCache has no materialize")
-    record = WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32")
+    record = WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32")
     cache.update_and_fetch_paged(*record.make_chunk(rng, 5))
     watched = watch_materialize(subject, cache)
     expect(not watched["gathers"], INVARIANT, "materialize() called gather_dense()")

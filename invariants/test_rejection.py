@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from pagecheck.invariants.calls import (
-    attention_over_metadata, cache_state, fail_on_call, like_pages, metadata_layout, own_block_table, own_context_lens,
-    pool_state, same_pool_state,
+    attention_over_metadata, cache_state, call_attention, fail_on_call, like_pages, metadata_layout, own_block_table,
+    own_context_lens, pool_state, same_pool_state,
 )
-from pagecheck.invariants.course import DAY_3, DAY_4, INVALID_METADATA
+from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4, INVALID_METADATA
 from pagecheck.invariants.subject import Subject
 from pagecheck.invariants.verdict import InvariantViolation, expect, expect_close, expect_pages_hold, expect_value_error, same_array
 from pagecheck.invariants.workload import WrittenKv
@@ -40,7 +40,9 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 PAGE_SIZE = 4
 CONTEXTS = (2 * PAGE_SIZE + 1, PAGE_SIZE)  # three pages and one page
 WIDTH = 4  # block-table columns: one past the widest row
-HEAD_DIM = 32
+# The course's head dim (its chunks' 4) for every case: a rejection does not depend on it, and an implementation
+# the course accepts may take only the head dims its tests use.
+HEAD_DIM = COURSE_HEAD_DIM
 
 Inputs = dict[str, Any]
 
@@ -119,7 +121,7 @@ def _call(paged_attention: Any, inputs: Inputs) -> dict[str, Any]:
     }
     snapshot = {name: to_numpy(array).copy() for name, array in passed.items()}
     try:
-        paged_attention(**passed, page_size=inputs["page_size"], mask=inputs["mask"])
+        call_attention(paged_attention, {**passed, "page_size": inputs["page_size"], "mask": inputs["mask"]})
     except ValueError as exc:
         for name, array in passed.items():
             expect(same_array(array, snapshot[name]), INVARIANT, f"the rejected call changed its input {name}")
@@ -170,12 +172,14 @@ def _check_rejected(paged_attention: Any, case: Rejection, inputs: Inputs, advis
 def test_invalid_inputs_are_rejected_unchanged(
     paged_attention: Any, case: Rejection, rng: np.random.Generator, advise: Advise
 ) -> None:
-    layout = random_layout(rng, context_lens=CONTEXTS, page_size=PAGE_SIZE, spare_pages=1, extra_columns=1)
+    layout = random_layout(
+        rng, context_lens=CONTEXTS, page_size=PAGE_SIZE, spare_pages=1, extra_columns=1, head_dim=HEAD_DIM
+    )
     arrays = layout.as_mx()
     inputs = {
         "query": layout.query, "key_pages": arrays["key_pages"], "value_pages": arrays["value_pages"],
         "block_table": layout.block_table, "context_lens": layout.context_lens, "page_size": PAGE_SIZE,
-        "mask": None, "query_dtype": None,
+        "mask": "causal", "query_dtype": None,  # as the course calls: one query row, so the same as no mask
     }
     _check_rejected(paged_attention, case, inputs, advise)
 
@@ -198,7 +202,8 @@ def test_rejected_call_on_cache_metadata_leaves_pool_and_caches_unchanged(
     inputs = {
         "query": round_to_dtype(rng.standard_normal((2, 4, 1, HEAD_DIM)), "float32"),
         "key_pages": pool.key_pages, "value_pages": pool.value_pages, "block_table": table,
-        "context_lens": np.array(CONTEXTS, dtype=np.int32), "page_size": PAGE_SIZE, "mask": None, "query_dtype": None,
+        "context_lens": np.array(CONTEXTS, dtype=np.int32), "page_size": PAGE_SIZE, "mask": "causal",
+        "query_dtype": None,
     }
     pool_before, caches_before = pool_state(pool), [cache_state(c) for c in caches]
     _check_rejected(paged_attention, case, inputs, advise)
@@ -339,7 +344,7 @@ def _rejected_unchanged(paged_attention: Any, what: str, passed: dict[str, Any],
     """Call with `passed`; it must raise ValueError and leave every array as it was. Returns the message."""
     snapshot = {name: to_numpy(array).copy() for name, array in passed.items()}
     message = expect_value_error(
-        INVARIANT, what, lambda: paged_attention(**passed, page_size=page_size, mask="causal")
+        INVARIANT, what, lambda: call_attention(paged_attention, {**passed, "page_size": page_size, "mask": "causal"})
     )
     for name, array in passed.items():
         expect(same_array(array, snapshot[name]), INVARIANT, f"{what}: the rejected call changed its input {name}")

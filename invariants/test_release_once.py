@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import pool_state, same_pool_state
-from pagecheck.invariants.course import DAY_3
+from pagecheck.invariants.course import DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import chunk_plans, seeds
 from pagecheck.invariants.verdict import expect, expect_value_error
 from pagecheck.invariants.workload import WrittenKv
@@ -34,9 +34,9 @@ NUM_KV_HEADS = 2
 class Request:
     """One cache per layer; layer l lives in pools[l]."""
 
-    def __init__(self, cache_type: type, pools: list[object]) -> None:
+    def __init__(self, cache_type: type, pools: list[object], head_dim: int = HEAD_DIM) -> None:
         self.caches = [cache_type(pool) for pool in pools]
-        self.records = [WrittenKv(NUM_KV_HEADS, HEAD_DIM, "float32") for _ in pools]
+        self.records = [WrittenKv(NUM_KV_HEADS, head_dim, "float32") for _ in pools]
 
     def append(self, rng: np.random.Generator, length: int) -> None:
         for cache, record in zip(self.caches, self.records):
@@ -65,12 +65,13 @@ def _check_free_lists(pools: list[object], expected: list[set[int]], step: str) 
 
 
 def _taking_turns(
-    cache_type: type, pools: list[Any], page_size: int, seed: int, data: st.DataObject, names: tuple[str, ...]
+    cache_type: type, pools: list[Any], page_size: int, seed: int, data: st.DataObject, names: tuple[str, ...],
+    head_dim: int = HEAD_DIM,
 ) -> list[Request]:
     """One Request per name over every layer's pool, each given a drawn chunk plan (labelled by its name), the
     requests appending their chunks in turn."""
     rng = np.random.default_rng(seed)
-    requests = [Request(cache_type, pools) for _ in names]
+    requests = [Request(cache_type, pools, head_dim) for _ in names]
     plans = [data.draw(chunk_plans(page_size=page_size), label=name) for name in names]
     for step in range(max(map(len, plans))):
         for request, plan in zip(requests, plans):
@@ -79,18 +80,16 @@ def _taking_turns(
     return requests
 
 
-@pytest.mark.course(f"{DAY_3}::test_task_1_paged_pool_reuses_freed_pages")
-@given(
-    page_size=st.sampled_from((1, 2, 3, 8)),
-    layers=st.integers(1, 4),
-    seed=seeds(),
-    data=st.data(),
-)
+@split_at_the_course(f"{DAY_3}::test_task_1_paged_pool_reuses_freed_pages",
+                     Geometry(page_sizes=(1, 2, 3, 8), kv_heads=(NUM_KV_HEADS,), head_dim=HEAD_DIM))
+@given(layers=st.integers(1, 4), seed=seeds(), data=st.data())
 def test_release_returns_every_page_of_every_layer_once(
-    pool_type: type, cache_type: type, page_size: int, layers: int, seed: int, data: st.DataObject
+    pool_type: type, cache_type: type, geometry: Geometry, layers: int, seed: int, data: st.DataObject
 ) -> None:
+    page_size = data.draw(st.sampled_from(geometry.page_sizes), label="page_size")
     pools = [pool_type(page_size) for _ in range(layers)]
-    leaving, staying = _taking_turns(cache_type, pools, page_size, seed, data, ("leaving", "staying"))
+    leaving, staying = _taking_turns(cache_type, pools, page_size, seed, data, ("leaving", "staying"),
+                                     geometry.head_dim)
 
     held = leaving.pages()
     leaving.release()
@@ -118,7 +117,7 @@ def test_release_returns_every_page_of_every_layer_once(
         return
     rng = np.random.default_rng(seed + 1)
     for layer, (pool, freed) in enumerate(zip(pools, everything)):
-        taker = Request(cache_type, [pool])
+        taker = Request(cache_type, [pool], geometry.head_dim)
         taker.append(rng, issued[layer] * page_size)
         taken = taker.pages()[0]
         expect(
@@ -153,14 +152,21 @@ def test_second_free_of_a_released_page_says_already_free(
             )
 
 
-@pytest.mark.course(f"{DAY_3}::test_task_1_paged_cache_rewind")
+@split_at_the_course(f"{DAY_3}::test_task_1_paged_cache_rewind",
+                     Geometry(page_sizes=(2, 5), kv_heads=(NUM_KV_HEADS,), head_dim=HEAD_DIM))
 @pytest.mark.parametrize("whole_pages", [False, True], ids=["inside-a-page", "to-a-page-boundary"])
-@pytest.mark.parametrize("page_size", [2, 5])
 def test_rewind_then_release_returns_every_page(
-    pool_type: type, cache_type: type, page_size: int, whole_pages: bool, rng: np.random.Generator
+    pool_type: type, cache_type: type, geometry: Geometry, whole_pages: bool, rng: np.random.Generator
+) -> None:
+    for page_size in geometry.page_sizes:
+        _rewind_then_release_returns_every_page(pool_type, cache_type, page_size, geometry.head_dim, whole_pages, rng)
+
+
+def _rewind_then_release_returns_every_page(
+    pool_type: type, cache_type: type, page_size: int, head_dim: int, whole_pages: bool, rng: np.random.Generator
 ) -> None:
     pools = [pool_type(page_size) for _ in range(2)]
-    request = Request(cache_type, pools)
+    request = Request(cache_type, pools, head_dim)
     if not hasattr(request.caches[0], "rewind"):
         pytest.skip("the subject's TinyKvPagedCache has no rewind")
     total = 3 * page_size + 1

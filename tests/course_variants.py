@@ -220,6 +220,214 @@ VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
              "    table, lens = _check_inputs(query,"),
         ],
     ),
+    "keyword_only_ctors": (
+        (
+            "constructors take their settings by keyword only, as the course's tests always pass them:"
+            " TinyKvPagedPool(*, page_size), TinyKvPagedCache(*, pool), BatchingKvCache(*, max_active_requests,"
+            " max_seq_len)"
+        ),
+        [
+            ("    def __init__(self, page_size: int = 128) -> None:",
+             "    def __init__(self, *, page_size: int = 128) -> None:"),
+            ("    def __init__(self, pool: TinyKvPagedPool) -> None:",
+             "    def __init__(self, *, pool: TinyKvPagedPool) -> None:"),
+            ("    def __init__(self, max_active_requests: int, max_seq_len: int | None = None) -> None:",
+             "    def __init__(self, *, max_active_requests: int, max_seq_len: int | None = None) -> None:"),
+        ],
+    ),
+    "no_scale_argument": (
+        "paged_attention has no scale argument (always 1/sqrt(D)); the course never passes one",
+        [
+            ((
+                "    page_size: int,\n"
+                "    scale: float | None = None,\n"
+                "    mask: mx.array | str | None = None,\n"
+                ") -> mx.array:"
+            ),
+             (
+                 "    page_size: int,\n"
+                 "    mask: mx.array | str | None = None,\n"
+                 ") -> mx.array:"
+             )),
+            ("    scale = head_dim**-0.5 if scale is None else scale",
+             "    scale = head_dim**-0.5"),
+        ],
+    ),
+    "positional_only_attention": (
+        (
+            "paged_attention's array arguments are positional-only (as MLX's own ops take them):"
+            " paged_attention(query, key_pages, value_pages, block_table, context_lens, page_size, /, scale=None,"
+            " mask=None)"
+        ),
+        [
+            ((
+                "    page_size: int,\n"
+                "    scale: float | None = None,\n"
+                "    mask: mx.array | str | None = None,\n"
+                ") -> mx.array:"
+            ),
+             (
+                 "    page_size: int,\n"
+                 "    /,\n"
+                 "    scale: float | None = None,\n"
+                 "    mask: mx.array | str | None = None,\n"
+                 ") -> mx.array:"
+             )),
+        ],
+    ),
+    "rewind_needs_positive_n": (
+        "rewind(n) needs 1 <= n <= offset: rewinding nothing is refused as a caller error (the course rewinds 3)",
+        [
+            ((
+                "        if not _is_int(n) or not 0 <= n <= self.offset:\n"
+                "            raise ValueError(f\"rewind n={n!r} must be an integer in [0, offset={self.offset}]\")"
+            ),
+             (
+                 "        if not _is_int(n) or not 1 <= n <= self.offset:\n"
+                 "            raise ValueError(f\"rewind n={n!r} must be an integer in [1, offset={self.offset}]\")"
+             )),
+        ],
+    ),
+    "causal_required": (
+        "paged_attention requires mask='causal' (a decoder's attention); mask=None raises ValueError",
+        [
+            ((
+                "    if mask is not None and not (isinstance(mask, str) and mask == \"causal\"):\n"
+                "        raise ValueError(f\"mask={mask!r} must be None or 'causal'\")"
+            ),
+             (
+                 "    if not (isinstance(mask, str) and mask == \"causal\"):\n"
+                 "        raise ValueError(f\"mask={mask!r} must be 'causal': this decoder's paged attention is"
+                 " always causal\")"
+             )),
+        ],
+    ),
+    "closed_after_release": (
+        "a released cache is closed: appending to it again raises ValueError (use a new cache per request)",
+        [
+            ((
+                "    def append(self, key: mx.array, value: mx.array) -> None:\n"
+                "        \"\"\"Fill the tail page, then new pages; if anything fails, the pool and this cache are put"
+                " back.\"\"\"\n"
+            ),
+             (
+                 "    def append(self, key: mx.array, value: mx.array) -> None:\n"
+                 "        \"\"\"Fill the tail page, then new pages; if anything fails, the pool and this cache are"
+                 " put back.\"\"\"\n"
+                 "        if getattr(self, \"_released\", False):\n"
+                 "            raise ValueError(\"this TinyKvPagedCache was released; create a new cache for a new"
+                 " request\")\n"
+             )),
+            ((
+                "        self.page_ids, self.page_lens, self.offset = [], [], 0\n"
+                "\n"
+                "\n"
+                "# ---------------------------------------------------------------------------- batch"
+            ),
+             (
+                 "        self.page_ids, self.page_lens, self.offset = [], [], 0\n"
+                 "        self._released = True\n"
+                 "\n"
+                 "\n"
+                 "# ---------------------------------------------------------------------------- batch"
+             )),
+        ],
+    ),
+    "pow2_gqa_group": (
+        "H_q / H_kv must be a power of two (the course uses groups 2 and 4)",
+        [
+            ((
+                "    if num_q_heads % num_kv_heads:\n"
+                "        raise ValueError(f\"query heads H_q={num_q_heads} must be a multiple of kv heads"
+                " H_kv={num_kv_heads}\")"
+            ),
+             (
+                 "    if num_q_heads % num_kv_heads or (num_q_heads // num_kv_heads) & (num_q_heads // num_kv_heads -"
+                 " 1):\n"
+                 "        raise ValueError(f\"query heads H_q={num_q_heads} must be a power-of-two multiple of kv"
+                 " heads H_kv={num_kv_heads}\")"
+             )),
+        ],
+    ),
+    "pow2_page_size": (
+        (
+            "page_size must be a power of two (pool and paged_attention), as many kernels require; the course uses 4"
+            " and 32"
+        ),
+        [
+            ((
+                "        if not _is_int(page_size) or page_size <= 0:\n"
+                "            raise ValueError(f\"page_size must be a positive integer, got {page_size!r}\")\n"
+                "        self.page_size = page_size"
+            ),
+             (
+                 "        if not _is_int(page_size) or page_size <= 0 or page_size & (page_size - 1):\n"
+                 "            raise ValueError(f\"page_size must be a positive integer power of two, got"
+                 " {page_size!r}\")\n"
+                 "        self.page_size = page_size"
+             )),
+            ((
+                "    if not _is_int(page_size) or page_size <= 0:\n"
+                "        raise ValueError(f\"page_size must be a positive integer, got {page_size!r}\")\n"
+                "    if mask is not None"
+            ),
+             (
+                 "    if not _is_int(page_size) or page_size <= 0 or page_size & (page_size - 1):\n"
+                 "        raise ValueError(f\"page_size must be a positive integer power of two, got {page_size!r}\")\n"
+                 "    if mask is not None"
+             )),
+        ],
+    ),
+    "storage_required_for_pages": (
+        (
+            "pool.key_pages / value_pages raise RuntimeError before the first write created storage (the course reads"
+            " them only after writes)"
+        ),
+        [
+            ((
+                "        \"\"\"The issued pages' keys [num_pages, H_kv, page_size, D], or None before the first"
+                " write.\"\"\"\n"
+                "        return None if self._key_store is None else self._key_store[: self._num_issued]"
+            ),
+             (
+                 "        \"\"\"The issued pages' keys [num_pages, H_kv, page_size, D]; no storage before the first"
+                 " write.\"\"\"\n"
+                 "        if self._key_store is None:\n"
+                 "            raise RuntimeError(\"the pool has no page storage yet: write a page first\")\n"
+                 "        return self._key_store[: self._num_issued]"
+             )),
+            ("        return None if self._value_store is None else self._value_store[: self._num_issued]",
+             (
+                 "        if self._value_store is None:\n"
+                 "            raise RuntimeError(\"the pool has no page storage yet: write a page first\")\n"
+                 "        return self._value_store[: self._num_issued]"
+             )),
+            ((
+                "        if self.pool.key_pages is None:\n"
+                "            raise ValueError(\"paged_metadata"
+            ),
+             (
+                 "        if self.pool._key_store is None:\n"
+                 "            raise ValueError(\"paged_metadata"
+             )),
+            ((
+                "        if self.pool.key_pages is None:\n"
+                "            raise ValueError(\"gather_dense"
+            ),
+             (
+                 "        if self.pool._key_store is None:\n"
+                 "            raise ValueError(\"gather_dense"
+             )),
+            ((
+                "        if self.pool.key_pages is not None:\n"
+                "            mx.eval"
+            ),
+             (
+                 "        if self.pool._key_store is not None:\n"
+                 "            mx.eval"
+             )),
+        ],
+    ),
 }
 
 
