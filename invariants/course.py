@@ -47,12 +47,19 @@ COURSE_HEAD_DIM = 4
 COURSE_GEOMETRY = Geometry(page_sizes=(COURSE_PAGE_SIZE,), kv_heads=(2,), head_dim=COURSE_HEAD_DIM, course=True)
 
 
-def split_at_the_course(course_test: str, wider: Geometry) -> pytest.MarkDecorator:
+def split_at_the_course(course_test: str, wider: Geometry, *, per_page_size: bool = False) -> pytest.MarkDecorator:
     """Parametrize a check over `geometry`: the course's own (COURSE_GEOMETRY), a course check of
-    `course_test`, and `wider`, the same check beyond the course."""
-    return pytest.mark.parametrize("geometry", [
-        pytest.param(COURSE_GEOMETRY, marks=pytest.mark.course(course_test), id="course"),
-        pytest.param(wider, marks=pytest.mark.beyond_course, id="wider"),
+    `course_test`, and `wider`, the same check beyond the course. With `per_page_size`, over `geometry,
+    page_size` instead: the course's case at its page size, and one wider case per page size of `wider`."""
+    course, beyond = pytest.mark.course(course_test), pytest.mark.beyond_course
+    if not per_page_size:
+        return pytest.mark.parametrize("geometry", [
+            pytest.param(COURSE_GEOMETRY, marks=course, id="course"),
+            pytest.param(wider, marks=beyond, id="wider"),
+        ])
+    return pytest.mark.parametrize("geometry, page_size", [
+        pytest.param(COURSE_GEOMETRY, COURSE_PAGE_SIZE, marks=course, id=f"course-{COURSE_PAGE_SIZE}"),
+        *(pytest.param(wider, size, marks=beyond, id=f"wider-{size}") for size in wider.page_sizes),
     ])
 
 COURSE_MARK = "course"

@@ -140,19 +140,13 @@ def test_live_requests_never_share_pages(pool_type: type, cache_type: type, page
 
 
 @split_at_the_course(f"{DAY_3}::test_task_1_paged_pool_reuses_freed_pages",
-                     Geometry(page_sizes=(1, 4), kv_heads=(NUM_KV_HEADS,), head_dim=HEAD_DIM))
+                     Geometry(page_sizes=(1, 4), kv_heads=(NUM_KV_HEADS,), head_dim=HEAD_DIM), per_page_size=True)
 def test_pages_freed_by_one_request_are_not_shared_by_the_next(
-    pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry, rng: np.random.Generator
+    pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry, page_size: int,
+    rng: np.random.Generator,
 ) -> None:
-    for page_size in geometry.page_sizes:
-        _pages_freed_by_one_request_are_not_shared_by_the_next(
-            SharedPool(pool_type, cache_type, paged_attention, page_size, int(rng.integers(2**32)), geometry.head_dim,
-                       "causal" if geometry.course else None)
-        )
-
-
-def _pages_freed_by_one_request_are_not_shared_by_the_next(shared: SharedPool) -> None:
-    page_size = shared.page_size
+    shared = SharedPool(pool_type, cache_type, paged_attention, page_size, int(rng.integers(2**32)),
+                        geometry.head_dim, "causal" if geometry.course else None)
     first, second = shared.open(), shared.open()
     shared.append(first, 3 * page_size)
     shared.append(second, page_size)

@@ -130,17 +130,11 @@ def test_renaming_pages_consistently_changes_nothing(paged_attention: object, la
 
 
 @split_at_the_course(f"{DAY_3}::test_task_1_paged_cache_matches_full_cache",
-                     Geometry(page_sizes=(3, 4), kv_heads=(2,), head_dim=HEAD_DIM))
+                     Geometry(page_sizes=(3, 4), kv_heads=(2,), head_dim=HEAD_DIM), per_page_size=True)
 def test_update_and_fetch_returns_the_tokens_in_order(
-    pool_type: type, cache_type: type, geometry: Geometry, rng: np.random.Generator
+    pool_type: type, cache_type: type, geometry: Geometry, page_size: int, rng: np.random.Generator
 ) -> None:
-    for page_size in geometry.page_sizes:
-        _update_and_fetch_returns_the_tokens_in_order(pool_type, cache_type, page_size, geometry.head_dim, rng)
-
-
-def _update_and_fetch_returns_the_tokens_in_order(
-    pool_type: type, cache_type: type, page_size: int, head_dim: int, rng: np.random.Generator
-) -> None:
+    head_dim = geometry.head_dim
     pool = pool_type(page_size)
     cache = cache_type(pool)
     record = WrittenKv(2, head_dim, "float32")
@@ -174,18 +168,8 @@ def _update_and_fetch_returns_the_tokens_in_order(
 
 
 @split_at_the_course(f"{DAY_3}::test_task_1_reuses_block_table_until_page_ids_change",
-                     Geometry(page_sizes=(2, 3), kv_heads=(2,), head_dim=HEAD_DIM))
+                     Geometry(page_sizes=(2, 3), kv_heads=(2,), head_dim=HEAD_DIM), per_page_size=True)
 def test_block_table_is_read_again_when_page_ids_change(
-    pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry, rng: np.random.Generator,
-    advise: Callable[[str], None],
-) -> None:
-    for page_size in geometry.page_sizes:
-        _block_table_is_read_again_when_page_ids_change(
-            pool_type, cache_type, paged_attention, geometry, page_size, rng, advise
-        )
-
-
-def _block_table_is_read_again_when_page_ids_change(
     pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry, page_size: int,
     rng: np.random.Generator, advise: Callable[[str], None],
 ) -> None:

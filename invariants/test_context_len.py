@@ -112,15 +112,8 @@ def test_last_token_of_the_context_is_read(paged_attention: object, page_size: i
 
 
 @split_at_the_course(f"{DAY_3}::test_task_1_paged_cache_rewind",
-                     Geometry(page_sizes=(1, 3, 4), kv_heads=(2,), head_dim=HEAD_DIM))
+                     Geometry(page_sizes=(1, 3, 4), kv_heads=(2,), head_dim=HEAD_DIM), per_page_size=True)
 def test_rewind_to_every_offset_then_append(
-    pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry, rng: np.random.Generator
-) -> None:
-    for page_size in geometry.page_sizes:
-        _rewind_to_every_offset_then_append(pool_type, cache_type, paged_attention, geometry, page_size, rng)
-
-
-def _rewind_to_every_offset_then_append(
     pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry, page_size: int,
     rng: np.random.Generator,
 ) -> None:

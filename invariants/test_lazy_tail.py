@@ -125,17 +125,11 @@ def test_pool_never_issues_ahead_of_live_caches(
 
 
 @split_at_the_course(f"{DAY_3}::test_task_1_paged_pool_reuses_freed_pages",
-                     Geometry(page_sizes=(1, 4), kv_heads=(2,), head_dim=HEAD_DIM))
+                     Geometry(page_sizes=(1, 4), kv_heads=(2,), head_dim=HEAD_DIM), per_page_size=True)
 def test_released_pages_are_reused_before_new_ones(
-    pool_type: type, cache_type: type, geometry: Geometry, rng: np.random.Generator
+    pool_type: type, cache_type: type, geometry: Geometry, page_size: int, rng: np.random.Generator
 ) -> None:
-    for page_size in geometry.page_sizes:
-        _released_pages_are_reused_before_new_ones(pool_type, cache_type, page_size, geometry.head_dim, rng)
-
-
-def _released_pages_are_reused_before_new_ones(
-    pool_type: type, cache_type: type, page_size: int, head_dim: int, rng: np.random.Generator
-) -> None:
+    head_dim = geometry.head_dim
     pool = pool_type(page_size)
     first, second = cache_type(pool), cache_type(pool)
     first.update_and_fetch_paged(*WrittenKv(2, head_dim, "float32").make_chunk(rng, 2 * page_size))

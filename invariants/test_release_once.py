@@ -153,20 +153,14 @@ def test_second_free_of_a_released_page_says_already_free(
 
 
 @split_at_the_course(f"{DAY_3}::test_task_1_paged_cache_rewind",
-                     Geometry(page_sizes=(2, 5), kv_heads=(NUM_KV_HEADS,), head_dim=HEAD_DIM))
+                     Geometry(page_sizes=(2, 5), kv_heads=(NUM_KV_HEADS,), head_dim=HEAD_DIM), per_page_size=True)
 @pytest.mark.parametrize("whole_pages", [False, True], ids=["inside-a-page", "to-a-page-boundary"])
 def test_rewind_then_release_returns_every_page(
-    pool_type: type, cache_type: type, geometry: Geometry, whole_pages: bool, rng: np.random.Generator
-) -> None:
-    for page_size in geometry.page_sizes:
-        _rewind_then_release_returns_every_page(pool_type, cache_type, page_size, geometry.head_dim, whole_pages, rng)
-
-
-def _rewind_then_release_returns_every_page(
-    pool_type: type, cache_type: type, page_size: int, head_dim: int, whole_pages: bool, rng: np.random.Generator
+    pool_type: type, cache_type: type, geometry: Geometry, page_size: int, whole_pages: bool,
+    rng: np.random.Generator,
 ) -> None:
     pools = [pool_type(page_size) for _ in range(2)]
-    request = Request(cache_type, pools, head_dim)
+    request = Request(cache_type, pools, geometry.head_dim)
     if not hasattr(request.caches[0], "rewind"):
         pytest.skip("the subject's TinyKvPagedCache has no rewind")
     total = 3 * page_size + 1

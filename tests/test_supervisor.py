@@ -100,13 +100,19 @@ def test_a_signal_stops_the_command_once_and_it_keeps_what_finished(tmp_path: Pa
     assert list(document["variants"]) == ["dense"]
 
 
-def test_a_command_killed_outright_is_reported_with_its_signal(tmp_path: Path) -> None:
+def serving(tmp_path: Path) -> tuple[subprocess.Popen, int]:
+    """A long serve-bench started and warming up: the watcher, and the pid of the command's process."""
     process = pagecheck(*LONG_SERVE, "--out", "out", cwd=tmp_path, stdout=subprocess.DEVNULL,
                         stderr=subprocess.PIPE)
     for line in process.stderr:
         if "warming up" in line:
             break
     (child,) = children(process.pid)
+    return process, child
+
+
+def test_a_command_killed_outright_is_reported_with_its_signal(tmp_path: Path) -> None:
+    process, child = serving(tmp_path)
     os.kill(child, signal.SIGKILL)
     err = process.stderr.read()
     assert process.wait(timeout=60) == 128 + signal.SIGKILL
@@ -114,12 +120,7 @@ def test_a_command_killed_outright_is_reported_with_its_signal(tmp_path: Path) -
 
 
 def test_the_command_stops_when_its_watcher_is_killed(tmp_path: Path) -> None:
-    process = pagecheck(*LONG_SERVE, "--out", "out", cwd=tmp_path, stdout=subprocess.DEVNULL,
-                        stderr=subprocess.PIPE)
-    for line in process.stderr:
-        if "warming up" in line:
-            break
-    (child,) = children(process.pid)
+    process, child = serving(tmp_path)
     process.kill()
     process.wait()
     assert gone(child, 30), "the command outlived its watcher"
