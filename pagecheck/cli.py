@@ -67,16 +67,19 @@ def _command_name(args: list[str]) -> str:
 def _run(argv: list[str] | None) -> int:
     from pagecheck.commands import options
 
+    parser = build_parser()  # imports every command, and through them the standard library modules they use
     # `python -m pytest`, which runs the invariants suite, imports from the current directory;
     # the console script does not. Doing the same here loads a module or file subject the
-    # same way in both processes.
+    # same way in both processes; only now, so that a random.py there cannot stand in for the
+    # standard library's while pagecheck loads.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except SystemExit as exc:  # a usage error, --help, --version
         supervisor.send_result(exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1)
         raise
+    supervisor.send_started()
     # SIGTERM stops a command as Ctrl-C does: each command's own KeyboardInterrupt handling keeps what finished.
     interrupt = _Interrupt()
     main_thread = threading.current_thread() is threading.main_thread()

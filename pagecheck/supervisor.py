@@ -38,6 +38,18 @@ SI_KERNEL = 0x80
 # prctl's PR_SET_PDEATHSIG: the child is sent SIGTERM if the watcher dies first (include/uapi/linux/prctl.h).
 PR_SET_PDEATHSIG = 1
 
+# The child: `pagecheck.cli`'s main, started without the current folder first on sys.path (where `python -m`
+# and `-c` put it), so that a student's random.py there does not stand in for the standard library's.
+CHILD_CODE = (
+    "import sys\n"
+    "if sys.path and sys.path[0] == '':\n"
+    "    del sys.path[0]\n"
+    "from pagecheck.cli import main\n"
+    "sys.exit(main())\n"
+)
+# What the child sends once it has parsed its command line and is about to run the command.
+STARTED = "started"
+
 # Where this process is the watched child: the pipe's write end, taken out of the environment at start.
 _result_fd: int | None = None
 
@@ -59,7 +71,7 @@ def watch(args: list[str], command: str) -> int:
     env = dict(os.environ, **{RESULT_FD_ENV: f"{write_end},{os.getpid()}"})
     previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
     try:
-        child = subprocess.Popen([sys.executable, "-m", "pagecheck.cli", *args], env=env, pass_fds=(write_end,))
+        child = subprocess.Popen([sys.executable, "-c", CHILD_CODE, *args], env=env, pass_fds=(write_end,))
     except BaseException:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         os.close(read_end)
@@ -77,22 +89,28 @@ def watch(args: list[str], command: str) -> int:
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
     with os.fdopen(read_end, "rb") as pipe:
-        sent = pipe.read().decode("ascii", "replace").strip()
-    if sent.lstrip("-").isdigit():
-        return int(sent)
-    return ended_early(command, child.returncode)
+        sent = pipe.read().decode("ascii", "replace").split()
+    statuses = [word for word in sent if word.lstrip("-").isdigit()]
+    if statuses:
+        return int(statuses[-1])
+    return ended_early(command, child.returncode, started=STARTED in sent)
 
 
-def ended_early(command: str, returncode: int) -> int:
-    """The watcher's status for a child that ended without sending its own, with one line on stderr."""
+def ended_early(command: str, returncode: int, *, started: bool = True) -> int:
+    """The watcher's status for a child that ended without sending its own, with one line on stderr. `started`:
+    whether the child had begun the command (after that, code of the subject's may have run in it)."""
+    name = f"pagecheck {command}" if command else "pagecheck"
     if returncode < 0:
-        name = _signal_name(-returncode)
-        print(f"pagecheck {command}: the command's process was killed by {name} before it finished"
+        print(f"{name}: the command's process was killed by {_signal_name(-returncode)} before it finished"
               + (" (out of memory?)" if -returncode == signal.SIGKILL else ""), file=sys.stderr)
         return 128 - returncode
-    print(f"pagecheck {command}: the command's process ended with status {returncode} before pagecheck finished: "
-          "code running in it (the subject's, most likely) ended it, with os._exit or sys.exit from inside a call; "
-          "nothing it reported can be trusted", file=sys.stderr)
+    if not started:
+        print(f"{name}: the command's process ended with status {returncode} before it began the command; the "
+              "error above says why", file=sys.stderr)
+        return returncode or int(ExitCode.INTERNAL_ERROR)
+    print(f"{name}: the command's process ended with status {returncode} before pagecheck finished: code running "
+          "in it (the subject's, most likely) ended it, with os._exit or sys.exit from inside a call; nothing it "
+          "reported can be trusted", file=sys.stderr)
     return int(ExitCode.ENDED_EARLY)
 
 
@@ -130,6 +148,15 @@ def _die_with(watcher: int) -> None:
         return
     if os.getppid() != watcher:  # the watcher died before the request took effect
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def send_started() -> None:
+    """The child has parsed its command line and begins the command (from here, a subject's code may run)."""
+    if _result_fd is not None:
+        try:
+            os.write(_result_fd, f"{STARTED}\n".encode("ascii"))
+        except OSError:
+            pass
 
 
 def send_result(code: int) -> None:

@@ -142,3 +142,23 @@ def test_the_result_pipe_is_not_handed_on(monkeypatch) -> None:
     finally:
         os.close(read_end)
         monkeypatch.setattr(supervisor, "_result_fd", None)
+
+
+def test_a_file_named_like_a_standard_module_in_the_current_folder_changes_nothing(tmp_path: Path) -> None:
+    """`python -m` puts the current folder first on sys.path; the command's process takes it off until pagecheck
+    has loaded, so a student's random.py there broke every command, --version included."""
+    (tmp_path / "random.py").write_text("raise ImportError('not the standard library random')\n")
+    (tmp_path / "string.py").write_text("")
+    version = run("--version", cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.startswith("pagecheck "), version.stderr[-2000:]
+    done = run("tolerance", "--quick", "--out", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_process_that_never_began_the_command_is_not_blamed_on_a_subject(capsys) -> None:
+    assert supervisor.ended_early("", 1, started=False) == 1
+    assert supervisor.ended_early("report", 0, started=False) == ExitCode.INTERNAL_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith("pagecheck: the command's process ended with status 1 before it began the command")
+    assert "pagecheck report: the command's process ended with status 0 before it began" in err
+    assert "subject" not in err
