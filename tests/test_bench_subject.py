@@ -98,6 +98,27 @@ def test_a_wrong_subject_is_timed_but_marked(tmp_path: Path) -> None:
     assert "(WRONG output)" in (tmp_path / document["plot"]).read_text()
 
 
+
+@pytest.mark.parametrize("ending", [
+    "import atexit\natexit.register(lambda: print('bye from the subject'))\n",  # stdout after the result
+    "import os\n_real = paged_attention\n\n\ndef paged_attention(*args, **kwargs):\n    os._exit(0)\n",
+    "import sys\n_real = paged_attention\n\n\ndef paged_attention(*args, **kwargs):\n    sys.exit(3)\n",
+], ids=["prints-at-exit", "os-exit-in-a-call", "sys-exit-in-a-call"])
+def test_a_subject_that_prints_or_exits_is_an_error_entry_not_a_crash(tmp_path: Path, ending: str) -> None:
+    """The measuring process's outcome was the last line of its stdout: a subject printing at exit made it a
+    JSONDecodeError, one exiting inside a call an IndexError, each ending bench with exit 9."""
+    subject = tmp_path / "subject.py"
+    subject.write_text(CORRECT_SUBJECT + ending)
+    code = main(["bench", "--quick", "--subject", str(subject), "--contexts", "16", "--repeats", "1",
+                 "--out", str(tmp_path / "run")])
+    document = json.loads((tmp_path / "run" / "bench.json").read_text())
+    if "atexit" in ending:
+        assert code == ExitCode.OK, document["problems"]
+    else:
+        assert code == ExitCode.BENCH_INCORRECT
+        assert any("subject" in problem for problem in document["problems"]), document["problems"]
+        assert document["correctness"]["impl"]["16"]["passed"]
+
 def test_compare_prints_and_plots_the_ratio_per_shape(
     correct_run: tuple[Path, int, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

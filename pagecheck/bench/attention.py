@@ -30,6 +30,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -195,17 +196,28 @@ def run_child(variant: str, context: int, config: BenchConfig, *, check: bool = 
     """time_variant in a fresh interpreter; returns time_variant's result or {"error": "..."}.
 
     The child runs in this process's working directory, with it on its path,
-    so a module subject resolves there as it does here.
+    so a module subject resolves there as it does here. It writes its outcome
+    to a file of its own, not to stdout, where a subject may print anything;
+    a child that ends without writing it (a crash, a subject's os._exit) is
+    an error entry naming its exit status.
     """
-    request = json.dumps({"variant": variant, "context": context, "config": asdict(config), "check": check})
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-m", "pagecheck.bench.attention", "--child", request], capture_output=True, text=True, env=env
-    )
-    if done.returncode != 0:
-        return {"error": (done.stderr.strip().splitlines() or ["exit code %d" % done.returncode])[-1]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryDirectory(prefix="pagecheck-bench-") as scratch:
+        result = Path(scratch) / "outcome.json"
+        request = json.dumps({"variant": variant, "context": context, "config": asdict(config), "check": check,
+                              "result": str(result)})
+        done = subprocess.run(
+            [sys.executable, "-m", "pagecheck.bench.attention", "--child", request], capture_output=True, text=True,
+            env=env,
+        )
+        try:
+            return json.loads(result.read_text())
+        except (OSError, ValueError):
+            pass
+    said = (done.stderr.strip().splitlines() or [""])[-1][:400]
+    return {"error": f"the measuring process ended with exit status {done.returncode} without a result"
+                     + (f": {said}" if said else "")}
 
 
 def child_main(request_text: str) -> int:
@@ -213,10 +225,9 @@ def child_main(request_text: str) -> int:
     config = config_from_dict(request["config"])
     try:
         outcome = time_variant(request["variant"], int(request["context"]), config, check=bool(request["check"]))
-    except Exception as error:  # reported by the parent next to the variant
-        print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
-        return 0
-    print(json.dumps(outcome))
+    except BaseException as error:  # reported by the parent next to the variant; a subject's sys.exit included
+        outcome = {"error": f"{type(error).__name__}: {error}"}
+    Path(request["result"]).write_text(json.dumps(outcome))
     return 0
 
 
