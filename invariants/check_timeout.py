@@ -27,6 +27,15 @@ from contextlib import contextmanager
 GRACE_S = 30.0  # the grace before the second stage: this, or S itself when S is shorter
 # The longest limit taken (about 11.6 days): setitimer and the faulthandler timer overflow far above it.
 MAX_CHECK_TIMEOUT_S = 1_000_000.0
+# The shortest: below it no check of a correct subject finishes, and every one would read as broken.
+MIN_CHECK_TIMEOUT_S = 0.1
+
+
+def check_timeout_error(seconds: float) -> str | None:
+    """Why `seconds` is no time limit a run takes (0: none, or MIN_CHECK_TIMEOUT_S..MAX_CHECK_TIMEOUT_S), or None."""
+    if seconds == 0 or MIN_CHECK_TIMEOUT_S <= seconds <= MAX_CHECK_TIMEOUT_S:
+        return None
+    return f"{seconds:g} must be 0 (no limit) or a number of seconds from {MIN_CHECK_TIMEOUT_S:g} to {MAX_CHECK_TIMEOUT_S:g}"
 
 
 class CheckTimedOut(BaseException):
@@ -34,8 +43,9 @@ class CheckTimedOut(BaseException):
 
 
 @contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Fail the check run inside once it passes `seconds`; end the process a grace later. 0: no limit."""
+def time_limit(seconds: float, option: str = "--pagecheck-check-timeout") -> Iterator[None]:
+    """Fail the check run inside once it passes `seconds` (CheckTimedOut naming `option`, the setting that gave
+    the limit); end the process a grace later. 0: no limit."""
     if seconds <= 0:
         yield
         return
@@ -44,7 +54,7 @@ def time_limit(seconds: float) -> Iterator[None]:
     if alarm:
 
         def expire(signum: int, frame: object) -> None:
-            raise CheckTimedOut(f"the check ran past --pagecheck-check-timeout {seconds:g} s")
+            raise CheckTimedOut(f"the check ran past {option} {seconds:g} s")
 
         previous = signal.signal(signal.SIGALRM, expire)
         signal.setitimer(signal.ITIMER_REAL, seconds)

@@ -122,14 +122,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     register_profiles()
     load_profile(config.getoption("pagecheck_profile"))
-    timeout = config.getoption("pagecheck_check_timeout")
-    from pagecheck.invariants.check_timeout import MAX_CHECK_TIMEOUT_S
+    from pagecheck.invariants.check_timeout import check_timeout_error
 
-    if not 0 <= timeout <= MAX_CHECK_TIMEOUT_S:
-        raise pytest.UsageError(
-            f"--pagecheck-check-timeout={timeout} must be 0 (no limit) or a number of seconds up to "
-            f"{MAX_CHECK_TIMEOUT_S:g}"
-        )
+    problem = check_timeout_error(config.getoption("pagecheck_check_timeout"))
+    if problem is not None:
+        raise pytest.UsageError(f"--pagecheck-check-timeout={problem}")
     seed = config.getoption("pagecheck_seed")
     if not 0 <= seed < 2**64:
         raise pytest.UsageError(f"--pagecheck-seed={seed} must be in 0..2**64-1 (NumPy's and MLX's seeds)")

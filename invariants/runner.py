@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Sequence
 
-from pagecheck.invariants.check_timeout import MAX_CHECK_TIMEOUT_S
+from pagecheck.invariants.check_timeout import check_timeout_error
 from pagecheck.invariants.subject import absolute_spec, is_module_spec
 
 PROGRESS_LINE = re.compile(r"^([.FEsxX]+)\s*(?:\[\s*(\d+)%\])?\s*$")
@@ -102,11 +102,9 @@ class SuiteRequest:
     def __post_init__(self) -> None:
         if self.jobs < 0:
             raise ValueError(f"jobs={self.jobs} must be 0 (no workers) or a positive worker count")
-        if not 0 <= self.check_timeout_s <= MAX_CHECK_TIMEOUT_S:
-            raise ValueError(
-                f"check_timeout={self.check_timeout_s} must be 0 (none) or a number of seconds up to "
-                f"{MAX_CHECK_TIMEOUT_S:g}"
-            )
+        problem = check_timeout_error(self.check_timeout_s)
+        if problem is not None:
+            raise ValueError(f"check_timeout={problem}")
 
     def command(self) -> list[str]:
         command = [

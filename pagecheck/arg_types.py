@@ -58,13 +58,15 @@ def positive_number(text: str) -> float:
     return value
 
 
-def number_up_to(most: float) -> Callable[[str], float]:
-    """A type for a finite number above 0 and at most `most` (e.g. --check-timeout)."""
+def number_up_to(most: float, least: float = 0.0) -> Callable[[str], float]:
+    """A type for a finite number above 0 (and at least `least`) and at most `most` (e.g. --check-timeout)."""
 
     def parse(text: str) -> float:
         value = positive_number(text)
         if value > most:
             raise argparse.ArgumentTypeError(f"{text.strip()} is above the most allowed, {most:g}")
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{text.strip()} is below the least allowed, {least:g}")
         return value
 
     return parse

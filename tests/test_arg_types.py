@@ -49,6 +49,11 @@ def test_non_negative_int_takes_zero_and_names_the_bad_text() -> None:
                                            # An alarm past ~1e9 s overflowed time_t and failed every check.
                                            (["report", "--check-timeout", "1e10"],
                                             "argument --check-timeout: 1e10 is above the most allowed, 1e+06"),
+                                           # 1e-300 failed every check of a correct subject as broken.
+                                           (["report", "--check-timeout", "1e-300"],
+                                            "argument --check-timeout: 1e-300 is below the least allowed, 0.1"),
+                                           (["tolerance", "--check-timeout", "0.05"],
+                                            "argument --check-timeout: 0.05 is below the least allowed, 0.1"),
                                            # A trace of a billion requests filled memory before any step.
                                            (["serve-bench", "--requests", "1000000000"],
                                             "argument --requests: 1000000000 must be in 1..100000"),

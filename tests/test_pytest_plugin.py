@@ -131,7 +131,7 @@ def test_a_check_stuck_where_no_alarm_reaches_ends_its_worker_not_the_run(elsewh
     assert all("crashed while running" in message for message in failed.values()), failed
 
 
-@pytest.mark.parametrize("value", ["-1", "inf", "nan"])
+@pytest.mark.parametrize("value", ["-1", "inf", "nan", "1e-300"])
 def test_a_check_timeout_out_of_range_is_a_usage_error(elsewhere: Path, value: str) -> None:
     done = pytest_in(elsewhere, "-q", "--pyargs", "pagecheck.invariants", "--pagecheck-check-timeout", value)
     assert done.returncode == USAGE_ERROR and "--pagecheck-check-timeout" in done.stderr, done.stderr

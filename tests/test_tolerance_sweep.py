@@ -61,6 +61,43 @@ def test_an_exception_becomes_a_failing_row_not_a_crash() -> None:
     assert body["totals"]["errors"] == len(failed) == 3
 
 
+class SubjectQuit(BaseException):
+    """Not an Exception: what a subject's own BaseException subclass looks like to the sweep."""
+
+
+@pytest.mark.parametrize("raised", [SystemExit(0), SubjectQuit("stop")], ids=["sys.exit", "BaseException"])
+def test_a_subject_that_raises_past_exception_fails_its_cells_and_the_sweep_goes_on(raised: BaseException) -> None:
+    """sys.exit(0) inside a call ended the sweep (and the command, with no report)."""
+
+    def quits(*args, **kwargs):
+        raise raised
+
+    body = run_sweep(quits, TINY_GRID, seed=3)
+    assert body["totals"]["errors"] == body["totals"]["rows"] == 6 and not body["passed"]
+    assert all(row["error"].startswith(type(raised).__name__) for row in body["rows"])
+
+
+def test_a_call_that_never_returns_fails_its_cell_at_the_time_limit() -> None:
+    """Without a limit the tolerance stage waited for ever on such a subject, after the suite had timed it out."""
+    import time
+
+    calls = []
+
+    def hangs_on_bfloat16(query, *args, **kwargs):
+        calls.append(query.dtype)
+        while query.dtype == mx.bfloat16:
+            time.sleep(0.01)
+        return attention_mx.paged_attention(query, *args, **kwargs)
+
+    started = time.monotonic()
+    body = run_sweep(hangs_on_bfloat16, TINY_GRID, seed=3, call_timeout_s=0.2)
+    assert time.monotonic() - started < 30
+    failed = [row for row in body["rows"] if not row["passed"]]
+    assert {row["dtype"] for row in failed} == {"bfloat16"} and len(failed) == 3
+    assert all(row["error"] == "CheckTimedOut: the check ran past --check-timeout 0.2 s" for row in failed)
+    assert len(calls) == 6  # every cell called once: the float32 ones after a timed-out one too
+
+
 def declines(dtype: str, message: str):
     """paged_attention that raises ValueError(message) on `dtype` and is the oracle otherwise."""
 

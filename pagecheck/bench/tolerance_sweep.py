@@ -20,6 +20,8 @@ from typing import Any, Callable, Iterator
 import mlx.core as mx
 import numpy as np
 
+from pagecheck.invariants.calls import call_attention
+from pagecheck.invariants.check_timeout import time_limit
 from pagecheck.invariants.dtype_support import DECLINE_ERRORS, REQUIRED_DTYPES, names_dtype
 from pagecheck.reference import attention_mx
 from pagecheck.reference.arrays import to_numpy
@@ -159,9 +161,11 @@ def _layout_for(cell: SweepCell, grid: SweepGrid, seed: int, cell_index: int) ->
 
 
 def measure_cell(
-    paged_attention: PagedAttention, cell: SweepCell, grid: SweepGrid, seed: int, cell_index: int
+    paged_attention: PagedAttention, cell: SweepCell, grid: SweepGrid, seed: int, cell_index: int,
+    call_timeout_s: float = 0.0,
 ) -> dict[str, Any]:
-    """One row of the sweep: the cell, both distances, the threshold, the verdict."""
+    """One row of the sweep: the cell, both distances, the threshold, the verdict. The subject's call fails the
+    cell once it runs past `call_timeout_s` (0: no limit; check_timeout.time_limit, as --check-timeout)."""
     tolerance = TOLERANCES[cell.dtype]
     row: dict[str, Any] = {
         **asdict(cell),
@@ -179,10 +183,14 @@ def measure_cell(
         oracle = to_numpy(attention_mx.paged_attention(**inputs), np.float64)
     want = layout.reference_output()
     try:
-        got = to_numpy(paged_attention(**inputs), np.float64)
+        with time_limit(call_timeout_s, "--check-timeout"):
+            got = to_numpy(call_attention(paged_attention, inputs), np.float64)
         vs_reference = compare(got, want, cell.dtype)
         vs_oracle = compare(got, oracle, cell.dtype)
-    except Exception as exc:  # the subject's failure is the row's finding, not the sweep's
+    except KeyboardInterrupt:
+        raise
+    # The subject's failure is the row's finding, not the sweep's: its sys.exit or another BaseException too.
+    except BaseException as exc:
         row.update(
             vs_reference=None,
             vs_mlx_oracle=None,
@@ -203,7 +211,7 @@ def measure_cell(
     return row
 
 
-def is_declined(exc: Exception, dtype: str) -> bool:
+def is_declined(exc: BaseException, dtype: str) -> bool:
     """Whether raising `exc` on a cell of `dtype` is the subject declining an optional dtype, as the invariants
     suite allows (invariants/dtype_support.py): the cell is then unsupported, neither passed nor failed."""
     return dtype not in REQUIRED_DTYPES and isinstance(exc, DECLINE_ERRORS) and names_dtype(str(exc), dtype)
@@ -235,13 +243,14 @@ def run_sweep(
     *,
     seed: int = 0,
     progress: Progress | None = None,
+    call_timeout_s: float = 0.0,
 ) -> dict[str, Any]:
     """Measure every cell; returns the body of tolerance.json (without the document header)."""
     cells = list(grid.cells())
     rows = []
     start = time.perf_counter()
     for index, cell in enumerate(cells):
-        rows.append(measure_cell(paged_attention, cell, grid, seed, index))
+        rows.append(measure_cell(paged_attention, cell, grid, seed, index, call_timeout_s))
         if progress is not None:
             progress(index + 1, len(cells), cell)
     declined = sum(1 for row in rows if row["declined"])

@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pagecheck.arg_types import int_in, path_arg, seed_int
+from pagecheck.arg_types import int_in, number_up_to, path_arg, seed_int
+from pagecheck.invariants.check_timeout import MAX_CHECK_TIMEOUT_S, MIN_CHECK_TIMEOUT_S
 from pagecheck.invariants.profiles import DEFAULT_SEED
 from pagecheck.device import DEVICES
 from pagecheck.exit_codes import describe_exit_codes
@@ -90,6 +91,23 @@ def add_seed_option(parser: argparse.ArgumentParser) -> None:
 
 # The most worker processes --jobs starts (report's suite workers, grade's submissions at a time).
 MAX_JOBS = 256
+
+
+# Per invariants check or tolerance cell. The slowest check on the built-in subject takes seconds (all 208 run
+# in about 20 s on two cores), so a correct subject hundreds of times slower still finishes inside it.
+DEFAULT_CHECK_TIMEOUT_S = 600.0
+
+
+def add_check_timeout_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """--check-timeout S: fail `what` once a call into the subject runs past S seconds."""
+    parser.add_argument(
+        "--check-timeout",
+        type=number_up_to(MAX_CHECK_TIMEOUT_S, least=MIN_CHECK_TIMEOUT_S),
+        default=DEFAULT_CHECK_TIMEOUT_S,
+        metavar="S",
+        help=f"fail {what} that runs past S seconds, so a subject that never returns holds that one, not the run "
+        f"(default: %(default)g, from {MIN_CHECK_TIMEOUT_S:g} to {MAX_CHECK_TIMEOUT_S:g})",
+    )
 
 
 def add_jobs_option(parser: argparse.ArgumentParser) -> None:

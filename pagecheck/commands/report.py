@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from pagecheck.invariants.catalog import INVARIANTS
-from pagecheck.invariants.check_timeout import MAX_CHECK_TIMEOUT_S
-from pagecheck.arg_types import number_up_to
 from pagecheck.commands import options
 from pagecheck.commands.bench import (
     CompareFileError,
@@ -38,9 +36,6 @@ NAME = "report"
 STAGES = ("invariants", "tolerance", "bench", "gpu_kernels")
 # The Hypothesis profile (invariants/profiles.py) of the suite for each report profile.
 SUITE_PROFILE = {"full": "thorough", "quick": "default"}
-# Per invariants check. The slowest check on the built-in subject takes seconds (all 208 run in about 20 s on
-# two cores), so a correct subject hundreds of times slower still finishes inside it.
-DEFAULT_CHECK_TIMEOUT_S = 600.0
 
 
 def _course_part(totals: dict) -> str:
@@ -91,14 +86,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="STAGE",
         help=f"leave a stage out (repeatable); STAGE is one of {', '.join(STAGES)}. The index covers the rest",
     )
-    parser.add_argument(
-        "--check-timeout",
-        type=number_up_to(MAX_CHECK_TIMEOUT_S),
-        default=DEFAULT_CHECK_TIMEOUT_S,
-        metavar="S",
-        help="fail an invariants check that runs past S seconds, so a subject that never returns holds one "
-        f"check, not the report (default: %(default)g, at most {MAX_CHECK_TIMEOUT_S:g})",
-    )
+    options.add_check_timeout_option(parser, "an invariants check or a tolerance cell")
     add_bench_options(parser)
     return parser
 

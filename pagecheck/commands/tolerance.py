@@ -14,7 +14,7 @@ from pagecheck.reports.render.tolerance import render_tolerance
 from pagecheck.reports.render.tolerance_plot import PLOT_FILE, render_tolerance_plot
 from pagecheck.reports.document import write_json
 from pagecheck.reports.index import write_index
-from pagecheck.invariants.subject import Subject
+from pagecheck.invariants.subject import SANDBOX_PREFIX, Subject
 from pagecheck.bench.tolerance_sweep import FULL_GRID, QUICK_GRID, SweepCell, run_sweep
 
 NAME = "tolerance"
@@ -35,6 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     options.add_out_option(parser)
     options.add_quick_option(parser, f"{len(list(QUICK_GRID.cells()))} cells instead of {len(list(FULL_GRID.cells()))}")
     options.add_seed_option(parser)
+    options.add_check_timeout_option(parser, "a cell whose call")
     return parser
 
 
@@ -48,7 +49,10 @@ def run_tolerance_stage(subject: Subject, args: argparse.Namespace, out: Path, p
         progress.update(done, count, f"cells ({cell.dtype} D={cell.head_dim} page={cell.page_size} L={cell.query_len} C={cell.context})")
 
     document = options.start_document("tolerance", args)
-    document.update(run_sweep(subject.get("paged_attention"), grid, seed=args.seed, progress=show))
+    # A sandboxed subject's calls have the worker's own time limit; an alarm here would leave its pipe mid-reply.
+    timeout = 0.0 if args.subject.startswith(SANDBOX_PREFIX) else args.check_timeout
+    document.update(run_sweep(subject.get("paged_attention"), grid, seed=args.seed, progress=show,
+                              call_timeout_s=timeout))
     document["plot"] = PLOT_FILE
     (out / PLOT_FILE).write_text(render_tolerance_plot(document))
     write_json(out / "tolerance.json", document)
