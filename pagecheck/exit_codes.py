@@ -70,8 +70,8 @@ MEANING: dict[ExitCode, str] = {
     ExitCode.INTERNAL_ERROR: "pagecheck itself failed (a bug in pagecheck; the traceback is on stderr)",
     ExitCode.ENDED_EARLY: "the command's process ended before pagecheck finished: code in it (the subject's, most "
     "likely) called os._exit or sys.exit inside a call; nothing it wrote is a verdict",
-    ExitCode.INTERRUPTED: "stopped by SIGINT or SIGTERM; grade keeps every finished result, serve-bench its "
-    "finished runs, report an index over its finished stages",
+    ExitCode.INTERRUPTED: "stopped by SIGINT or SIGTERM; what finished is written, marked INCOMPLETE (grade's "
+    "results, serve-bench's runs, tolerance's cells, bench's contexts, report's stages)",
 }
 
 

@@ -119,6 +119,30 @@ def test_a_subject_that_prints_or_exits_is_an_error_entry_not_a_crash(tmp_path: 
         assert any("subject" in problem for problem in document["problems"]), document["problems"]
         assert document["correctness"]["impl"]["16"]["passed"]
 
+
+def test_an_interrupted_bench_keeps_its_finished_contexts_and_does_not_pass(monkeypatch, tmp_path: Path, capsys) -> None:
+    """Ctrl-C or SIGTERM used to leave an empty folder after minutes of measurements."""
+    from pagecheck.bench import stage
+
+    real, runs = stage.run_bench, []
+
+    def run_bench(config):
+        runs.append(config.contexts)
+        if len(runs) == 2:
+            raise KeyboardInterrupt
+        return real(config)
+
+    monkeypatch.setattr(stage, "run_bench", run_bench)
+    code = main(["bench", "--quick", "--contexts", "16,64,256", "--repeats", "1", "--out", str(tmp_path)])
+    assert code == ExitCode.INTERRUPTED
+    assert "interrupted after 1 of 3 contexts; bench.md keeps the contexts that finished" in capsys.readouterr().err
+    document = json.loads((tmp_path / "bench.json").read_text())
+    assert document["interrupted"] == {"finished": 1, "planned": 3} and document["correct"] is False
+    assert document["configuration"]["contexts"] == [16] and list(document["medians_us"]["subject"]) == ["16"]
+    assert "INCOMPLETE: interrupted after 1 of 3 contexts" in (tmp_path / "bench.md").read_text()
+    pytest.importorskip("jsonschema")
+    assert schema_errors("bench", document) == []
+
 def test_compare_prints_and_plots_the_ratio_per_shape(
     correct_run: tuple[Path, int, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -95,3 +95,31 @@ def test_the_plot_draws_the_worst_cell_per_context_clamped_to_the_log_axis(sweep
     edge_y = float(next(e for e in panel.iter() if e.get("class") == "reference").get("y1"))
     ys = [float(p.split(",")[1]) for p in line.get("points").split()]
     assert sum(y < edge_y for y in ys) == 1
+
+
+def test_an_interrupted_sweep_keeps_its_finished_cells_and_does_not_pass(monkeypatch, tmp_path, capsys) -> None:
+    """Ctrl-C or SIGTERM used to leave an empty folder after minutes of cells."""
+    import json
+
+    from pagecheck import cli
+    from pagecheck.bench import tolerance_sweep
+    from pagecheck.reports.schema_check import schema_errors
+
+    real = tolerance_sweep.measure_cell
+    calls = []
+
+    def measure(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tolerance_sweep, "measure_cell", measure)
+    assert cli.main(["tolerance", "--quick", "--out", str(tmp_path)]) == 130
+    assert "interrupted after 3 of 12 cells; tolerance.md keeps the cells that finished" in capsys.readouterr().err
+    document = json.loads((tmp_path / "tolerance.json").read_text())
+    assert len(document["rows"]) == document["totals"]["rows"] == 3 and document["totals"]["passed"] == 3
+    assert document["interrupted"] == {"finished": 3, "planned": 12} and document["passed"] is False
+    assert "INCOMPLETE: interrupted after 3 of 12 cells" in (tmp_path / "tolerance.md").read_text()
+    pytest.importorskip("jsonschema")
+    assert schema_errors("tolerance", document) == []

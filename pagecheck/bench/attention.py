@@ -116,10 +116,11 @@ def variant_call(variant: str, inputs: dict[str, Any], config: BenchConfig) -> C
     table, lens = inputs["block_table"], inputs["context_lens"]
     scale = config.head_dim**-0.5
     if variant in ("subject", "impl"):
+        from pagecheck.invariants.calls import call_attention
         from pagecheck.invariants.subject import load_subject
 
         attention = load_subject(config.subject if variant == "subject" else IMPL_SPEC).get("paged_attention")
-        return lambda: attention(**inputs)
+        return lambda: call_attention(attention, inputs)
     from pagecheck import ext
 
     if variant == "dense_gather":

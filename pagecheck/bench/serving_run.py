@@ -17,6 +17,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from pagecheck.bench.partial import PartialRun
 from pagecheck.serving.batch import batch_generate
 from pagecheck.serving.qwen3 import Qwen3Model
 from pagecheck.serving.qwen3_weights import Qwen3Weights
@@ -131,19 +132,6 @@ def run_variants(
     models: dict[str, Qwen3Model] = {}
     return run_rounds(variants, lambda variant: serve_variant(weights, variant, trace, settings, models), report,
                       starting, rounds)
-
-
-class PartialRun(KeyboardInterrupt):
-    """An interrupt (Ctrl-C, SIGTERM) during run_rounds or run_budget_sweep, carrying what finished:
-    `partial` is run_rounds' entries of the variants with a finished run, or run_budget_sweep's finished
-    rows; `finished` and `planned` count timed runs. It is a KeyboardInterrupt, so a caller that keeps
-    nothing still stops as at any interrupt."""
-
-    def __init__(self, partial: Any, finished: int, planned: int) -> None:
-        super().__init__(f"interrupted after {finished} of {planned} timed runs")
-        self.partial = partial
-        self.finished = finished
-        self.planned = planned
 
 
 def run_rounds(

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from pagecheck.bench.attention import BenchConfig, run_bench
+from pagecheck.bench.partial import PartialRun
 from pagecheck.reference.tolerance import TOLERANCES
 
 # Benchmark keys indexed [variant][context], as pagecheck.bench writes them.
@@ -87,13 +88,23 @@ def correctness_verdict(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_bench_report(config: BenchConfig, progress: Progress | None = None) -> dict[str, Any]:
-    """pagecheck.bench's result for `config`, plus speedups and the correctness verdict."""
+    """pagecheck.bench's result for `config`, plus speedups and the correctness verdict. An interrupt raises
+    PartialRun with the result over the contexts that finished (the configuration lists those)."""
     parts = []
-    for index, context in enumerate(config.contexts):
-        parts.append(run_bench(replace(config, contexts=(context,))))
-        if progress is not None:
-            progress(index + 1, len(config.contexts), context)
-    result = merge_results(parts, config)
+    try:
+        for index, context in enumerate(config.contexts):
+            parts.append(run_bench(replace(config, contexts=(context,))))
+            if progress is not None:
+                progress(index + 1, len(config.contexts), context)
+    except KeyboardInterrupt:
+        if not parts:
+            raise
+        finished = replace(config, contexts=config.contexts[: len(parts)])
+        raise PartialRun(_verdict(merge_results(parts, finished)), len(parts), len(config.contexts), "contexts") from None
+    return _verdict(merge_results(parts, config))
+
+
+def _verdict(result: dict[str, Any]) -> dict[str, Any]:
     result["speedups"] = speedups(result)
     result.update(correctness_verdict(result))
     return result

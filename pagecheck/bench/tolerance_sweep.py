@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 import mlx.core as mx
 import numpy as np
 
+from pagecheck.bench.partial import PartialRun
 from pagecheck.invariants.calls import call_attention
 from pagecheck.invariants.check_timeout import time_limit
 from pagecheck.invariants.dtype_support import DECLINE_ERRORS, REQUIRED_DTYPES, names_dtype
@@ -245,14 +246,23 @@ def run_sweep(
     progress: Progress | None = None,
     call_timeout_s: float = 0.0,
 ) -> dict[str, Any]:
-    """Measure every cell; returns the body of tolerance.json (without the document header)."""
+    """Measure every cell; returns the body of tolerance.json (without the document header). An interrupt raises
+    PartialRun with the body over the cells that finished."""
     cells = list(grid.cells())
-    rows = []
+    rows: list[dict[str, Any]] = []
     start = time.perf_counter()
-    for index, cell in enumerate(cells):
-        rows.append(measure_cell(paged_attention, cell, grid, seed, index, call_timeout_s))
-        if progress is not None:
-            progress(index + 1, len(cells), cell)
+    try:
+        for index, cell in enumerate(cells):
+            rows.append(measure_cell(paged_attention, cell, grid, seed, index, call_timeout_s))
+            if progress is not None:
+                progress(index + 1, len(cells), cell)
+    except KeyboardInterrupt:
+        raise PartialRun(sweep_body(grid, rows, start), len(rows), len(cells), "cells") from None
+    return sweep_body(grid, rows, start)
+
+
+def sweep_body(grid: SweepGrid, rows: list[dict[str, Any]], start: float) -> dict[str, Any]:
+    """tolerance.json's body over the measured `rows` (run_sweep's result; a sweep started at `start`)."""
     declined = sum(1 for row in rows if row["declined"])
     failed = sum(1 for row in rows if not row["passed"]) - declined
     return {

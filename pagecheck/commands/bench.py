@@ -13,6 +13,7 @@ import mlx.core as mx
 
 from pagecheck.bench.attention import MAX_BENCH_CONTEXT, RESULT_SOURCE, BenchConfig, variants_for
 from pagecheck.bench.compare import compare_runs
+from pagecheck.bench.partial import PartialRun
 from pagecheck.bench.stage import FULL_CONFIG, QUICK_CONFIG, run_bench_report
 from pagecheck.gpu import bench as bench_gpu
 from pagecheck.arg_types import int_list, positive_int
@@ -154,7 +155,16 @@ def run_bench_stage(
         f"{processes} fresh processes per context"
     )
     document = options.start_document("bench", args)
-    document.update(run_bench_report(config, lambda done, total, context: progress.update(done, total, f"contexts (last: {context})")))
+    interrupted: PartialRun | None = None
+    try:
+        document.update(run_bench_report(
+            config, lambda done, total, context: progress.update(done, total, f"contexts (last: {context})")
+        ))
+    except PartialRun as exc:
+        interrupted = exc
+        # What finished is kept, and it does not pass: not every context was measured.
+        document.update(exc.partial, correct=False, interrupted={"finished": exc.finished, "planned": exc.planned})
+        config = replace(config, contexts=config.contexts[: exc.finished])
     document["plot"] = PLOT_FILE
     if previous is not None:
         document["comparison"] = compare_runs(document, previous, args.compare)
@@ -179,6 +189,9 @@ def run_bench_stage(
         )
     if previous is not None:
         print(comparison_text(document))
+    if interrupted is not None:
+        progress.finish(f"{interrupted}; bench.md keeps the contexts that finished")
+        raise KeyboardInterrupt
     return ExitCode.OK if document["correct"] else ExitCode.BENCH_INCORRECT
 
 

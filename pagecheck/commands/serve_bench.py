@@ -37,10 +37,10 @@ from pagecheck.environment import collect_environment
 from pagecheck.exit_codes import ExitCode
 from pagecheck.reports.render.serve_bench import render_serve_bench
 from pagecheck.reports.document import SCHEMA_VERSION, default_report_dir, write_json
+from pagecheck.bench.partial import PartialRun
 from pagecheck.bench.serving_processes import ServeSpec, run_variants_in_processes
 from pagecheck.bench.serving_run import (
     WARM_UPS,
-    PartialRun,
     ServeSettings,
     copy_ratios,
     run_budget_sweep,

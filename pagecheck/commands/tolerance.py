@@ -15,6 +15,7 @@ from pagecheck.reports.render.tolerance_plot import PLOT_FILE, render_tolerance_
 from pagecheck.reports.document import write_json
 from pagecheck.reports.index import write_index
 from pagecheck.invariants.subject import SANDBOX_PREFIX, Subject
+from pagecheck.bench.partial import PartialRun
 from pagecheck.bench.tolerance_sweep import FULL_GRID, QUICK_GRID, SweepCell, run_sweep
 
 NAME = "tolerance"
@@ -51,12 +52,23 @@ def run_tolerance_stage(subject: Subject, args: argparse.Namespace, out: Path, p
     document = options.start_document("tolerance", args)
     # A sandboxed subject's calls have the worker's own time limit; an alarm here would leave its pipe mid-reply.
     timeout = 0.0 if args.subject.startswith(SANDBOX_PREFIX) else args.check_timeout
-    document.update(run_sweep(subject.get("paged_attention"), grid, seed=args.seed, progress=show,
-                              call_timeout_s=timeout))
+    interrupted: PartialRun | None = None
+    try:
+        document.update(run_sweep(subject.get("paged_attention"), grid, seed=args.seed, progress=show,
+                                  call_timeout_s=timeout))
+    except PartialRun as exc:
+        if not exc.partial["rows"]:
+            raise
+        interrupted = exc
+        # What finished is kept, and the sweep does not pass: it did not measure every cell.
+        document.update(exc.partial, passed=False, interrupted={"finished": exc.finished, "planned": exc.planned})
     document["plot"] = PLOT_FILE
     (out / PLOT_FILE).write_text(render_tolerance_plot(document))
     write_json(out / "tolerance.json", document)
     (out / "tolerance.md").write_text(render_tolerance(document))
+    if interrupted is not None:
+        progress.finish(f"{interrupted}; tolerance.md keeps the cells that finished")
+        raise KeyboardInterrupt
     totals = document["totals"]
     progress.finish(
         f"{totals['passed']}/{totals['rows']} cells within tolerance"

@@ -128,7 +128,12 @@ def _verdict_lines(document: dict[str, Any]) -> list[str]:
             f"the subject {subject}'s output is NOT within tolerance of the float64 reference: its times are "
             "those of a wrong implementation"
         )
+    stopped = document.get("interrupted")
+    incomplete = [] if stopped is None else [
+        f"**INCOMPLETE: interrupted after {stopped['finished']} of {stopped['planned']} contexts**; the tables "
+        "below are the contexts that finished, and the run does not pass.", ""]
     return [
+        *incomplete,
         f"**Correctness: {'PASS' if document['correct'] else 'FAIL'}**: {subject_line} "
         f"(`reference/tolerance.py`, {document['configuration']['dtype']}: {threshold}).",
     ]
@@ -147,7 +152,7 @@ def render_bench(document: dict[str, Any]) -> str:
         "",
         f"Decode attention in the Qwen3-4B shape ({shape_line(config)}) on the same paged layouts, "
         f"{len(variants)} ways: the **subject**'s `paged_attention` ({inline_code(document['subject'])}), called "
-        "with the layout's keyword arguments"
+        "as the course calls it (the six arrays and the page size in order, the mask by keyword)"
         + (", **impl** (this project's `impl.paged_attention`, called the same way: the reference row)"
            if "impl" in variants else " (the subject is this project's implementation)")
         + ", **dense + gather** (the pages are gathered into dense K/V, then `ext.dense_attention`; the gather "

@@ -102,6 +102,15 @@ def _failure_detail(row: dict[str, Any]) -> str:
     return f"- {describe_cell(row)}: " + " | ".join(parts)
 
 
+def incomplete_lines(document: dict[str, Any]) -> list[str]:
+    """What an interrupted sweep kept (tolerance.json's "interrupted"), above the verdict."""
+    stopped = document.get("interrupted")
+    if stopped is None:
+        return []
+    return [f"**INCOMPLETE: interrupted after {stopped['finished']} of {stopped['planned']} cells**; the rows below "
+            "are the cells that finished, and the sweep does not pass.", ""]
+
+
 def render_tolerance(document: dict[str, Any]) -> str:
     grid, totals = document["grid"], document["totals"]
     lines = [
@@ -109,6 +118,7 @@ def render_tolerance(document: dict[str, Any]) -> str:
         "",
         header_lines(document),
         "",
+        *incomplete_lines(document),
         f"**Verdict: {'PASS' if document['passed'] else 'FAIL'}**: {totals['passed']} of {totals['rows']} cells "
         f"within tolerance of both oracles"
         + (f"; {totals['failed']} failed ({totals['errors']} raised an exception)" if totals["failed"] else "")
