@@ -31,11 +31,11 @@ def write_index(out: Path, unfinished: tuple[str, ...] = ()) -> Path:
     return path
 
 
-def set_aside_earlier_report(out: Path) -> Path | None:
-    """Move the files of an earlier report in `out` into a folder of their own inside it, named after when that
-    report was made, so that this run's index reads this run's files only and nothing earlier is overwritten;
-    the folder, or None when `out` held no report file."""
-    present = [out / name for name in REPORT_FILES if (out / name).is_file()]
+def set_aside_earlier_report(out: Path, files: tuple[str, ...] = REPORT_FILES) -> Path | None:
+    """Move the files of an earlier report in `out` (those named in `files`) into a folder of their own inside
+    it, named after when that report was made, so that this run's index reads this run's files only and
+    nothing earlier is overwritten; the folder, or None when `out` held no report file."""
+    present = [out / name for name in files if (out / name).is_file()]
     if not present:
         return None
     created = ""

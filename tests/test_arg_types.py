@@ -57,6 +57,8 @@ def test_non_negative_int_takes_zero_and_names_the_bad_text() -> None:
                                            # A trace of a billion requests filled memory before any step.
                                            (["serve-bench", "--requests", "1000000000"],
                                             "argument --requests: 1000000000 must be in 1..100000"),
+                                           # A billion rounds ate memory before the first run.
+                                           (["serve-bench", "--rounds", "101"], "argument --rounds: 101 must be in 1..100"),
                                            # An empty --out wrote the report into the current folder.
                                            (["report", "--out", ""], "argument --out: an empty path"),
                                            (["grade", "--out", " ", "sub.py"], "argument --out: an empty path"),

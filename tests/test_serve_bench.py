@@ -394,3 +394,24 @@ def test_the_command_writes_what_finished_before_an_interrupt_and_exits_130(
     assert "INCOMPLETE: interrupted after" in (out / "serve_bench.md").read_text()
     needs_schema_validation()
     assert schema_errors("serve_bench", document) == []
+
+
+def test_an_out_folder_that_cannot_take_the_files_is_refused_before_serving_and_an_earlier_run_is_kept(
+    tmp_path, capsys
+) -> None:
+    """A folder named serve_bench.json in --out failed the run at its end (exit 9, results lost); a second run into
+    the same --out overwrote the first one's files."""
+    from pagecheck import cli
+    from pagecheck.exit_codes import ExitCode
+
+    small = ["serve-bench", "--layers", "1", "--requests", "1", "--prompt-lens", "3,4", "--output-lens", "2,2",
+             "--variants", "paged"]
+    (tmp_path / "blocked" / "serve_bench.json").mkdir(parents=True)
+    assert cli.main([*small, "--out", str(tmp_path / "blocked")]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "holds serve_bench.json as something other than a file" in err and "building" not in err
+    for _ in range(2):
+        assert cli.main([*small, "--out", str(tmp_path / "twice")]) == ExitCode.OK
+    earlier = [p for p in (tmp_path / "twice").iterdir() if p.name.startswith("earlier-")]
+    assert len(earlier) == 1 and (earlier[0] / "serve_bench.json").is_file()
+    assert (tmp_path / "twice" / "serve_bench.json").is_file()

@@ -135,14 +135,17 @@ def make_out_dir(out: Path) -> Path:
     return out
 
 
-def report_dir(args: argparse.Namespace) -> Path:
-    """The --out directory, or a fresh default one; created before anything runs. The files of an earlier
-    report found there are moved into a folder of their own inside it (said on stdout): this run's index
-    reads this run's files only, and nothing earlier is overwritten."""
+def report_dir(
+    args: argparse.Namespace, default: Path | None = None, files: tuple[str, ...] = REPORT_FILES
+) -> Path:
+    """The --out directory, or a fresh default one (`default`, else one named after the subject); created
+    before anything runs. The files of an earlier report found there (those named in `files`) are moved into a
+    folder of their own inside it (said on stdout): this run's index reads this run's files only, and nothing
+    earlier is overwritten."""
     if args.out is not None:
         out = args.out
     else:
-        out = default_report_dir(args.subject)
+        out = default or default_report_dir(args.subject)
         suffix = 2
         base = out
         while out.exists():  # two runs in the same second get separate directories
@@ -151,7 +154,7 @@ def report_dir(args: argparse.Namespace) -> Path:
     out = make_out_dir(out)
     # Before anything runs: a folder that takes no files, or a folder in place of a report file, would otherwise
     # fail the run at its end.
-    blocked = [name for name in REPORT_FILES if (out / name).exists() and not (out / name).is_file()]
+    blocked = [name for name in files if (out / name).exists() and not (out / name).is_file()]
     if blocked:
         raise OutDirError(f"--out={str(out)!r} holds {', '.join(blocked)} as something other than a file; a report "
                           "writes files there")
@@ -162,7 +165,7 @@ def report_dir(args: argparse.Namespace) -> Path:
     except OSError as exc:
         raise OutDirError(f"--out={str(out)!r} takes no files: {exc.strerror or exc}") from None
     try:
-        earlier = set_aside_earlier_report(out)
+        earlier = set_aside_earlier_report(out, files)
     except OSError as exc:
         raise OutDirError(f"--out={str(out)!r} holds an earlier report that cannot be moved aside: {exc}") from None
     if earlier is not None:

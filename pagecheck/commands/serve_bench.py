@@ -59,6 +59,9 @@ DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_SEED = 0
 BASELINE = "paged"
 ISOLATIONS = ("shared", "process")
+FILES = ("serve_bench.json", "serve_bench.md")
+# Timed runs per variant: each is a whole trace, so more than this is a mistake (a billion was a MemoryError).
+MAX_ROUNDS = 100
 
 
 def _length_range(text: str) -> tuple[int, int]:
@@ -115,10 +118,11 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="untimed run before each variant's timed one: two short requests, or the whole "
                         "trace, which compiles every GPU kernel variant the trace needs (default: short on "
                         "cpu, trace on gpu)")
-    parser.add_argument("--rounds", type=positive_int, default=1, metavar="N",
+    parser.add_argument("--rounds", type=int_in(1, MAX_ROUNDS), default=1, metavar="N",
                         help="timed runs per variant, in rounds whose variant order alternates (as given, then "
                         "reversed); each variant's numbers are its median round's by decode tok/s, the lower "
-                        "middle one for an even N, and every round's throughput is listed (default: %(default)s)")
+                        "middle one for an even N, and every round's throughput is listed; at most "
+                        f"{MAX_ROUNDS} (default: %(default)s)")
     parser.add_argument("--isolation", choices=ISOLATIONS, default="shared",
                         help="shared: every variant in this process, one after another; process: every variant in "
                         "a fresh worker process of its own, for all its rounds, so that no variant runs on the "
@@ -211,8 +215,9 @@ def run(args: argparse.Namespace) -> int:
                   f"request; use at least {least}", file=sys.stderr)
             return ExitCode.USAGE
 
-    # Made before the run, so a folder that cannot be made costs no serving time.
-    out = options.make_out_dir(args.out or default_report_dir(NAME))
+    # Made and checked before the run, so a folder that cannot take the files costs no serving time; an earlier
+    # run's files there are moved aside, not overwritten.
+    out = options.report_dir(args, default=default_report_dir(NAME), files=FILES)
     warm_up = args.warm_up or ("trace" if args.device == "gpu" else "short")
     settings = ServeSettings(args.batch, args.prefill_step, args.page_size, overlap=args.overlap, warm_up=warm_up)
     _progress(f"trace {trace.sha256[:16]}: {len(trace.requests)} requests, {trace.prompt_tokens} prompt tokens")
