@@ -13,6 +13,7 @@ import re
 import select
 import shlex
 import subprocess
+import tempfile
 import sys
 import time
 from dataclasses import dataclass
@@ -147,11 +148,13 @@ def _count_progress(line: str, counts: dict[str, int]) -> int | None:
 def run_suite(request: SuiteRequest, log_path: Path, progress: Progress | None = None) -> SuiteRun:
     """Run the suite to the end, writing pytest's output to `log_path`."""
     command = request.command()
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
     done = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
     percent: int | None = None
     start = time.perf_counter()
-    with open(log_path, "wb") as log:
+    # Hypothesis keeps files (its cache of the tests' constants) in ./.hypothesis unless told otherwise: a run
+    # writes nothing outside its results, so they go to a folder of its own, removed afterwards.
+    with tempfile.TemporaryDirectory(prefix="pagecheck-hypothesis-") as storage, open(log_path, "wb") as log:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", HYPOTHESIS_STORAGE_DIRECTORY=storage)
         log.write(("$ " + " ".join(command) + "\n\n").encode())
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
         assert child.stdout is not None

@@ -229,3 +229,16 @@ def test_progress_keeps_coming_while_the_suite_is_quiet(tmp_path: Path, monkeypa
     assert run.returncode == 0 and run.counts["passed"] == 3
     quiet = [counts for counts, _ in calls if counts["passed"] == 2]
     assert len(quiet) >= 4, calls
+
+
+def test_the_suite_run_keeps_hypothesis_files_out_of_the_current_folder(tmp_path: Path, monkeypatch) -> None:
+    """`pagecheck report --out X` left a .hypothesis folder (Hypothesis's cache of the tests' constants) wherever
+    it was run from."""
+    from pagecheck.invariants import runner
+
+    monkeypatch.chdir(tmp_path)
+    request = runner.SuiteRequest("impl", "cpu", 1, "default", 0, tmp_path / "out" / "r.json", invariants=("context_len",))
+    (tmp_path / "out").mkdir()
+    run = runner.run_suite(request, tmp_path / "out" / "invariants.log")
+    assert run.returncode == 0, (tmp_path / "out" / "invariants.log").read_text()[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
