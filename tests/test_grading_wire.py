@@ -53,6 +53,22 @@ def test_tuples_stay_tuples_and_handles_resolve() -> None:
     assert back[1][0].number == 7 and back[2]["h"].number == 9
 
 
+def test_a_named_tuple_keeps_its_field_names() -> None:
+    """A metadata record made with typing.NamedTuple crossed as a plain tuple: the grader's `metadata.block_table`
+    was an AttributeError, and a submission the course accepts lost 20 course points."""
+    from typing import NamedTuple
+
+    class Metadata(NamedTuple):
+        block_table: list
+        context_lens: list
+        page_size: int
+        mask: str | None = None
+
+    back = round_trip(Metadata([[0, 1]], [6], 4, "causal"))
+    assert back.block_table == [[0, 1]] and back.context_lens == [6] and back.page_size == 4 and back.mask == "causal"
+    assert tuple(back) == ([[0, 1]], [6], 4, "causal")
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "int32", "int64", "uint16", "bool", "complex64"])
 def test_numpy_arrays_round_trip_exactly(dtype: str) -> None:
     array = (np.arange(24).reshape(2, 3, 4) % 5).astype(dtype)
@@ -155,8 +171,15 @@ def test_frame_over_the_reader_limit_is_refused_before_reading_it() -> None:
         {wire.TAG: "pickle", "data": "x"},
         {wire.TAG: "dict", "items": [[[1], 2]]},
         json.loads("[" * 200 + "]" * 200),
+        {wire.TAG: "tuple", "items": [1, 2], "fields": ["a"]},
+        {wire.TAG: "tuple", "items": [1, 2], "fields": ["a", "a"]},
+        {wire.TAG: "tuple", "items": [1], "fields": ["__class__"]},
+        {wire.TAG: "tuple", "items": [1], "fields": ["not a name"]},
+        {wire.TAG: "tuple", "items": [1], "fields": ["def"]},
+        {wire.TAG: "tuple", "items": [1], "fields": "a"},
     ],
-    ids=["size", "negative", "object", "library", "buffer-index", "unknown-tag", "unhashable-key", "too-deep"],
+    ids=["size", "negative", "object", "library", "buffer-index", "unknown-tag", "unhashable-key", "too-deep",
+         "fields-count", "fields-repeated", "field-dunder", "field-not-identifier", "field-keyword", "fields-not-list"],
 )
 def test_malformed_values_are_protocol_errors(node: object) -> None:
     with pytest.raises(wire.ProtocolError):

@@ -18,6 +18,8 @@ Values inside a header: JSON scalars stand for themselves (NaN and the
 infinities included); every JSON object carries a tag "$t" (TAG):
 
     list, tuple   {"$t": "tuple", "items": [...]}      (a list is a JSON array)
+    namedtuple    {"$t": "tuple", "items": [...], "fields": [name, ...]}   (back as a RemoteRecord: fields and
+                  positions both read)
     dict          {"$t": "dict", "items": [[key, value], ...]}
     bytes         {"$t": "bytes", "buf": index}
     array         {"$t": "array", "lib": "mlx"|"numpy", "dtype": name, "shape": [...], "buf": index}
@@ -28,7 +30,10 @@ infinities included); every JSON object carries a tag "$t" (TAG):
 
 from __future__ import annotations
 
+import collections
+import functools
 import json
+import keyword
 import math
 import os
 import select
@@ -46,6 +51,8 @@ MAX_FRAME_BYTES = 512 << 20
 MAX_DEPTH = 64
 MAX_DIMS = 32
 MAX_TEXT = 4000  # characters kept of any message text that crosses from the worker
+MAX_FIELDS = 64  # of a named tuple
+MAX_FIELD_NAME = 64
 READ_CHUNK = 1 << 20
 
 # Exceptions that cross as themselves; anything else arrives as SubjectError.
@@ -279,7 +286,10 @@ def to_wire(value: Any, buffers: list[Any], handle_of: HandleOf, depth: int = 0)
         return float(value)
     if isinstance(value, (list, tuple)):
         items = [to_wire(item, buffers, handle_of, depth + 1) for item in value]
-        return items if type(value) is list else {TAG: "tuple", "items": items}
+        if type(value) is list:
+            return items
+        fields = _named_fields(value)
+        return {TAG: "tuple", "items": items} if fields is None else {TAG: "tuple", "items": items, "fields": fields}
     if type(value) is dict:
         return {TAG: "dict", "items": [[to_wire(k, buffers, handle_of, depth + 1), to_wire(v, buffers, handle_of, depth + 1)]
                                        for k, v in value.items()]}  # fmt: skip
@@ -295,6 +305,30 @@ def to_wire(value: Any, buffers: list[Any], handle_of: HandleOf, depth: int = 0)
         buffers.append(np.array(value).tobytes())
         return {TAG: "npscalar", "dtype": value.dtype.name, "buf": len(buffers) - 1}
     return handle_of(value)
+
+
+def _named_fields(value: tuple[Any, ...] | list[Any]) -> list[str] | None:
+    """A named tuple's field names (a metadata record a subject made with typing.NamedTuple, say), else None."""
+    fields = getattr(type(value), "_fields", None)
+    if isinstance(value, tuple) and isinstance(fields, tuple) and len(fields) == len(value):
+        if all(isinstance(name, str) for name in fields):
+            return list(fields)
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _record_type(fields: tuple[str, ...]) -> type:
+    return collections.namedtuple("RemoteRecord", fields)
+
+
+def _record(fields: Any, items: list[Any]) -> tuple[Any, ...]:
+    """A named tuple from the worker, rebuilt here from its field names (checked) and items."""
+    if (not isinstance(fields, list) or len(fields) != len(items) or len(fields) > MAX_FIELDS
+            or len(set(fields)) != len(fields)
+            or not all(isinstance(name, str) and name.isidentifier() and name.isascii() and not name.startswith("_")
+                       and not keyword.iskeyword(name) and len(name) <= MAX_FIELD_NAME for name in fields)):
+        raise ProtocolError("a named tuple's fields are not as many distinct, plain identifiers as its items")
+    return _record_type(tuple(fields))(*items)
 
 
 def _shape(entry: dict[str, Any]) -> tuple[int, ...]:
@@ -352,7 +386,8 @@ def from_wire(node: Any, buffers: list[bytearray], resolve: ResolveHandle, *, cl
         raise ProtocolError(f"unexpected JSON value of type {type(node).__name__}")
     tag = node.get(TAG)
     if tag == "tuple" and isinstance(node.get("items"), list):
-        return tuple(from_wire(item, buffers, resolve, clean=clean, depth=depth + 1) for item in node["items"])
+        items = [from_wire(item, buffers, resolve, clean=clean, depth=depth + 1) for item in node["items"]]
+        return tuple(items) if "fields" not in node else _record(node["fields"], items)
     if tag == "dict" and isinstance(node.get("items"), list):
         result = {}
         for pair in node["items"]:
