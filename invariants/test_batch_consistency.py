@@ -22,21 +22,25 @@ INVARIANT = "batch_consistency"
 pytestmark = pytest.mark.invariant(INVARIANT)
 
 
-def _row(layout: PagedLayout, b: int) -> PagedLayout:
+def _row(layout: PagedLayout, b: int, exact_width: bool = False) -> PagedLayout:
+    """Request b alone; with `exact_width`, its table only as wide as its pages, as the course's tables are."""
+    width = -(-int(layout.context_lens[b]) // layout.page_size) if exact_width else layout.block_table.shape[1]
     return replace(
-        layout, query=layout.query[b : b + 1], block_table=layout.block_table[b : b + 1],
+        layout, query=layout.query[b : b + 1], block_table=layout.block_table[b : b + 1, :width],
         context_lens=layout.context_lens[b : b + 1],
     )
 
 
 def _check_rows(paged_attention: object, layout: PagedLayout, live_only: bool = False) -> None:
+    """The batched call against the reference and each row against its request alone. `live_only` is the course's
+    view: only live rows are compared, and a request alone has a table exactly as wide as its pages."""
     batched = attention_output(paged_attention, layout)
     want = layout.reference_output()
     # The course compares only the live rows of its batch; what a row of context 0 gives is beyond it (empty_rows).
     rows = [b for b, n in enumerate(layout.context_lens) if n > 0 or not live_only]
     expect_close(INVARIANT, "the batched call vs the reference", batched[rows], want[rows], layout)
     for b in rows:
-        alone = _row(layout, b)
+        alone = _row(layout, b, exact_width=live_only)
         expect_close(
             INVARIANT, f"row {b} of the batched call vs request {b} alone", batched[b : b + 1],
             attention_output(paged_attention, alone), alone,
@@ -49,13 +53,20 @@ def test_batched_rows_equal_single_requests(paged_attention: object, layout: Pag
     _check_rows(paged_attention, layout)
 
 
-@pytest.mark.course(f"{DAY_4}::test_task_2_batched_paged_attention_matches_dense_attention")
-@pytest.mark.parametrize("num_queries", [1, 4], ids=["decode", "prefill"])
+# The course batches decode only (its one prefill is a single request), over a table exactly as wide as its
+# widest row.
+COURSE_BATCH = f"{DAY_4}::test_task_2_batched_paged_attention_matches_dense_attention"
+
+
+@pytest.mark.parametrize("num_queries", [
+    pytest.param(1, id="decode", marks=pytest.mark.course(COURSE_BATCH)),
+    pytest.param(4, id="prefill", marks=pytest.mark.beyond_course),
+])
 def test_rows_of_different_lengths(paged_attention: object, num_queries: int, rng: np.random.Generator) -> None:
     # The course's geometry and call: 4 query heads over 2 kv heads of head dim 4, pages of 4, mask "causal".
     layout = random_layout(
         rng, context_lens=[5, 17, 0, 9], page_size=COURSE_GEOMETRY.page_sizes[0], num_queries=num_queries,
-        num_q_heads=4, num_kv_heads=2, head_dim=COURSE_GEOMETRY.head_dim, mask="causal",
+        num_q_heads=4, num_kv_heads=2, head_dim=COURSE_GEOMETRY.head_dim, mask="causal", extra_columns=0,
         unused_fill=COURSE_UNUSED_FILL,
     )
     _check_rows(paged_attention, layout, live_only=True)

@@ -30,10 +30,12 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 
 @pytest.mark.course("test_week_3_day_4.py::test_paged_attention_preserves_bfloat16_for_decode")
 def test_bfloat16_decode_keeps_bfloat16(paged_attention: object, rng: np.random.Generator) -> None:
-    # The course's case: a bfloat16 decode at D=128 over pages of 32, one context past two pages. Its test asserts
+    # The course's case: one request's bfloat16 decode at D=128 over pages of 32, a context of 65 (one past two
+    # pages), 8 query heads over 2 kv heads, a table exactly as wide as the request. Its test asserts
     # `output.dtype == mx.bfloat16`, which a NumPy output (NumPy has no bfloat16) never satisfies.
-    layout = random_layout(rng, context_lens=[70, 9, 33], page_size=32, num_queries=1, mask="causal", dtype="bfloat16",
-                           head_dim=128, unused_fill=COURSE_UNUSED_FILL)  # fmt: skip
+    layout = random_layout(rng, context_lens=[65], page_size=32, num_queries=1, mask="causal", dtype="bfloat16",
+                           head_dim=128, num_q_heads=8, num_kv_heads=2, extra_columns=0,
+                           unused_fill=COURSE_UNUSED_FILL)  # fmt: skip
     out = call_attention(paged_attention, layout.as_mx())
     kind = "an MLX" if type(out).__module__.startswith("mlx") else f"a {type(out).__module__.partition('.')[0]}"
     out_dtype = str(getattr(out, "dtype", None)).rsplit(".", 1)[-1]

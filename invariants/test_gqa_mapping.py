@@ -21,6 +21,11 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 
 # The course's groups: 4 query heads over 2 kv heads (head dim 4, float32), and 8 over 2 (head dim 128, bfloat16).
 COURSE_GROUPS = ((2, 4, "float32"), (4, 128, "bfloat16"))
+# The calls each makes in the course, as (query rows, contexts, page size): group 2 decodes a batch and prefills
+# one request; group 4 (bfloat16) decodes one request over pages of 32. Tables are exactly as wide as needed.
+COURSE_CALLS = {2: ((1, [13, 6], 4), (4, [13], 4)), 4: ((1, [65], 32),)}
+# Every other case: a decode and a prefill of a batch of two over pages of 4, with a spare table column.
+WIDER_CALLS = ((1, [13, 6], 4), (4, [13, 6], 4))
 
 
 def _group_params() -> list:
@@ -42,10 +47,12 @@ def test_query_heads_read_their_groups_kv_head(
     paged_attention: object, group: int, num_kv_heads: int, head_dim: int, dtype: str, course: bool,
     rng: np.random.Generator,
 ) -> None:
-    for num_queries, mask in ((1, "causal" if course else None), (4, "causal")):
+    for num_queries, contexts, page_size in COURSE_CALLS[group] if course else WIDER_CALLS:
+        mask = "causal" if course or num_queries > 1 else None
         layout = random_layout(
-            rng, context_lens=[13, 6], page_size=4, num_queries=num_queries, mask=mask, head_dim=head_dim,
-            dtype=dtype, num_q_heads=group * num_kv_heads, num_kv_heads=num_kv_heads, unused_fill=COURSE_UNUSED_FILL,
+            rng, context_lens=contexts, page_size=page_size, num_queries=num_queries, mask=mask, head_dim=head_dim,
+            dtype=dtype, num_q_heads=group * num_kv_heads, num_kv_heads=num_kv_heads,
+            extra_columns=0 if course else 1, unused_fill=COURSE_UNUSED_FILL,
         )
         expect_reference(INVARIANT, f"H_q/H_kv = {group} with H_kv = {num_kv_heads}", paged_attention, layout)
 

@@ -428,6 +428,113 @@ VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
              )),
         ],
     ),
+    "batch_prefill_single_request": (
+        (
+            "paged_attention serves a batch only for decode (L=1); a prefill chunk (L>1) must come one request at a"
+            " time (B=1): NotImplementedError after validation"
+        ),
+        [
+            ((
+                "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size,"
+                " mask)\n"
+            ),
+             (
+                 "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens,"
+                 " page_size, mask)\n"
+                 "    if query.shape[0] > 1 and query.shape[2] > 1:\n"
+                 "        raise NotImplementedError(f'prefill (L={query.shape[2]}) is served one request at a time,"
+                 " got B={query.shape[0]}')\n"
+             )),
+        ],
+    ),
+    "bf16_prefill_unsupported": (
+        "prefill (L>1) in bfloat16 is declined (NotImplementedError) after validation; bfloat16 decode works",
+        [
+            ((
+                "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size,"
+                " mask)\n"
+            ),
+             (
+                 "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens,"
+                 " page_size, mask)\n"
+                 "    if query.dtype == mx.bfloat16 and query.shape[2] > 1:\n"
+                 "        raise NotImplementedError('bfloat16 prefill is not implemented; decode only')\n"
+             )),
+        ],
+    ),
+    "bf16_batch_decode_unsupported": (
+        "bfloat16 attention only for one request at a time (B=1)",
+        [
+            ((
+                "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size,"
+                " mask)\n"
+            ),
+             (
+                 "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens,"
+                 " page_size, mask)\n"
+                 "    if query.dtype == mx.bfloat16 and query.shape[0] > 1:\n"
+                 "        raise NotImplementedError('bfloat16 paged attention takes one request at a time')\n"
+             )),
+        ],
+    ),
+    "exact_table_width": (
+        "paged_attention refuses a block table wider than its widest row needs (after the course's checks)",
+        [
+            ((
+                "            raise ValueError(f\"context_lens[{row}]={n} must be zero or at least query length"
+                " L={num_queries}\")\n"
+            ),
+             (
+                 "            raise ValueError(f\"context_lens[{row}]={n} must be zero or at least query length"
+                 " L={num_queries}\")\n"
+                 "    need = max((-(-n // page_size) for n in lens), default=0)\n"
+                 "    if width > max(need, 1):\n"
+                 "        raise ValueError(f'block_table width {width} is wider than the widest row needs ({need}"
+                 " pages)')\n"
+             )),
+        ],
+    ),
+    "remove_request_unimplemented": (
+        "remove_request raises NotImplementedError (the course never calls it)",
+        [
+            ((
+                "            raise ValueError(f\"slot id={id} holds no request\")\n"
+                "        self.kv_caches[id] = None"
+            ),
+             (
+                 "            raise ValueError(f\"slot id={id} holds no request\")\n"
+                 "        raise NotImplementedError('remove_request: requests stay until the batch ends')"
+             )),
+        ],
+    ),
+    "rewind_keeps_a_token": (
+        "rewind(n) needs n < offset (rewinding everything is release()'s job); the course rewinds 3 of 9",
+        [
+            ((
+                "        if not _is_int(n) or not 0 <= n <= self.offset:\n"
+                "            raise ValueError(f\"rewind n={n!r} must be an integer in [0, offset={self.offset}]\")"
+            ),
+             (
+                 "        if not _is_int(n) or not 0 <= n < self.offset:\n"
+                 "            raise ValueError(f\"rewind n={n!r} must be an integer in [0, offset={self.offset}): use"
+                 " release() to drop everything\")"
+             )),
+        ],
+    ),
+    "namedtuple_metadata": (
+        "metadata is a typing.NamedTuple (same fields as the skeleton's dataclass), nothing else changed",
+        [
+            ((
+                "@dataclass\n"
+                "class PagedKvMetadata:"
+            ),
+             (
+                 "from typing import NamedTuple\n"
+                 "\n"
+                 "class PagedKvMetadata(NamedTuple):"
+             )),
+        ],
+    ),
 }
 
 
