@@ -120,6 +120,8 @@ def test_positive_number_refuses_zero_negative_and_non_finite() -> None:
         ("--memory", "1e15", "memory=1e+15 GB is above the 1048576 GB a run takes"),
         ("--disk", "2e6", "disk=2e+06 GB is above the 1048576 GB a scratch folder takes"),
         ("--seed-file", "missing.txt", "--seed-file='{tmp}/missing.txt' cannot be read: No such file or directory"),
+        # An empty file's error told the user to leave --seed out.
+        ("--seed-file", "blank.txt", "--seed-file='{tmp}/blank.txt' holds no secret (it is empty or only spaces)"),
         ("--jobs", "0", "argument --jobs: 0 must be in 1..256"),
         ("--jobs", "257", "argument --jobs: 257 must be in 1..256"),
     ],
@@ -133,6 +135,8 @@ def test_grade_refuses_limits_out_of_range_before_grading(tmp_path, capsys, opti
     submission = tmp_path / "sub.py"
     submission.write_text("x = 1\n")
     if option == "--seed-file":
+        if value == "blank.txt":
+            (tmp_path / value).write_text(" \n")
         value = str(tmp_path / value)
     try:
         code = main(["grade", option, value, str(submission), "--out", str(tmp_path / "out")])
@@ -199,3 +203,36 @@ def test_report_refuses_bench_options_when_it_skips_the_bench(tmp_path, capsys) 
     code = main(["report", "--skip", "bench", "--contexts", "128", "--out", str(tmp_path / "out")])
     assert code == 2 and "--contexts set the bench stage, which this run skips" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_grade_takes_one_of_seed_and_seed_file(tmp_path, capsys) -> None:
+    """Given both, the file won silently, though --help said --seed comes first."""
+    from pagecheck.cli import main
+
+    (tmp_path / "secret.txt").write_text("a secret of some length\n")
+    with pytest.raises(SystemExit) as stopped:
+        main(["grade", "--seed", "x" * 20, "--seed-file", str(tmp_path / "secret.txt"), str(tmp_path / "sub.py")])
+    assert stopped.value.code == 2
+    assert "argument --seed-file: not allowed with argument --seed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("blocker", ["grades.md/", "results", "feedback/sub.md/"])
+def test_grade_refuses_an_out_that_cannot_take_its_files_before_grading(tmp_path, capsys, blocker: str) -> None:
+    """A folder named grades.md (or feedback/<name>.md), or a file named results, failed the run after grading
+    (exit 9, a traceback from os.replace) or at its start (FileExistsError)."""
+    from pagecheck.cli import main
+
+    submission = tmp_path / "sub.py"
+    submission.write_text("x = 1\n")
+    out = tmp_path / "out"
+    target = out / blocker.rstrip("/")
+    if blocker.endswith("/"):
+        target.mkdir(parents=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("")
+    code = main(["grade", str(submission), "--out", str(out), "--seed", "x" * 20])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"holds {blocker.rstrip('/')} as something else than the file or folder a grading run writes there" in err
+    assert "graded" not in err

@@ -28,7 +28,7 @@ from pagecheck.commands import options
 from pagecheck.device import DeviceUnavailable, check_device
 from pagecheck.exit_codes import ExitCode
 from pagecheck.grading.merge import merge_results
-from pagecheck.grading.outputs import write_outputs
+from pagecheck.grading.outputs import out_problem, write_outputs
 from pagecheck.grading.results_store import SCOREBOARD, load_all_results
 from pagecheck.grading.plan import DEFAULT_CALL_TIMEOUT_S, DEFAULT_DISK_BYTES, GradePlan
 from pagecheck.grading.rubric import DEFAULT_RUBRIC, Rubric, load_rubric
@@ -78,10 +78,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "its check (default: %(default)g)")  # fmt: skip
     parser.add_argument("--disk", type=positive_number, default=DEFAULT_DISK_BYTES / GIB, metavar="GB",
                         help="size of the worker's (and a build's) scratch folder, in GiB (default: %(default)g)")  # fmt: skip
-    parser.add_argument("--seed", default=None, metavar="SECRET",
-                        help="secret the hidden inputs are drawn from (default: --seed-file, else the one saved in "
-                        "OUT/secret.txt, else a new random one saved there)")  # fmt: skip
-    parser.add_argument("--seed-file", type=Path, default=None, metavar="PATH",
+    secret = parser.add_mutually_exclusive_group()
+    secret.add_argument("--seed", default=None, metavar="SECRET",
+                        help="secret the hidden inputs are drawn from (default: the one in --seed-file, else the one "
+                        "saved in OUT/secret.txt, else a new random one saved there)")  # fmt: skip
+    secret.add_argument("--seed-file", type=Path, default=None, metavar="PATH",
                         help="read the secret from this file, which keeps it off the command line")  # fmt: skip
     parser.add_argument("--shard", default=None, metavar="i/n", help="grade only shard i of n (1-based)")
     parser.add_argument("--force", action="store_true", help="grade again even where a finished result exists")
@@ -114,7 +115,10 @@ def run_merge(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     shard_dirs = [Path(d) for d in args.submissions[1:]]
     if not shard_dirs:
         raise ValueError(f"`pagecheck grade {MERGE}` needs at least one shard directory")
-    merged = merge_results(shard_dirs, options.make_out_dir(args.out))
+    problem = out_problem(options.make_out_dir(args.out), [])
+    if problem is not None:
+        raise ValueError(problem)
+    merged = merge_results(shard_dirs, args.out)
     write_outputs(args.out, rubric)
     print(f"pagecheck {NAME} {MERGE}: {len(merged)} results from {len(shard_dirs)} directories; "
           f"scoreboard in {args.out / SCOREBOARD}")  # fmt: skip
@@ -140,6 +144,8 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
         except (OSError, UnicodeDecodeError) as exc:
             reason = getattr(exc, "strerror", None) or exc
             raise ValueError(f"--seed-file={str(args.seed_file)!r} cannot be read: {reason}") from None
+        if not given:
+            raise ValueError(f"--seed-file={str(args.seed_file)!r} holds no secret (it is empty or only spaces)")
     # Every limit is checked (GradePlan's own checks) before --out is made, so a usage error leaves no folder
     # and no saved secret behind; the secret comes once the folder is there.
     unseeded = GradePlan(
@@ -154,6 +160,9 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     )
     rubric.check_prices(list(unseeded.invariants))  # a rubric without points for a graded clause fails now
     options.make_out_dir(args.out)
+    problem = out_problem(args.out, [s.name for s in submissions])
+    if problem is not None:
+        raise ValueError(problem)
     plan = replace(unseeded, secret=resolve_secret(given, args.out))
     if len(plan.secret) < MIN_SECRET_LENGTH:
         print(f"pagecheck {NAME}: warning: a --seed of under {MIN_SECRET_LENGTH} characters can be guessed; "

@@ -6,13 +6,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pagecheck.grading.class_overview import overview_plots, render_overview
+from pagecheck.grading.class_overview import BROKEN_PLOT_FILE, POINTS_PLOT_FILE, overview_plots, render_overview
 from pagecheck.grading.feedback import render_feedback
-from pagecheck.grading.results_store import SCOREBOARD, load_all_results, write_text_atomic
+from pagecheck.grading.results_store import RESULTS_DIR, SCOREBOARD, load_all_results, write_text_atomic
 from pagecheck.grading.rubric import Rubric
 from pagecheck.grading.scoreboard import graded_invariants, protections_line, render_csv, render_markdown, scores_for
 
 FEEDBACK_DIR = "feedback"
+
+
+def out_problem(out: Path, names: list[str]) -> str | None:
+    """Why OUT cannot take a grading run's files (checked before any submission is graded, so that none is lost to
+    a folder where a file goes, or a file where a folder goes), or None."""
+    folders = [out / RESULTS_DIR, out / FEEDBACK_DIR]
+    files = [out / name for name in ("grades.csv", SCOREBOARD, POINTS_PLOT_FILE, BROKEN_PLOT_FILE)]
+    files += [out / RESULTS_DIR / f"{name}.json" for name in names] + [out / FEEDBACK_DIR / f"{name}.md" for name in names]
+    blocked = [path for path in folders if path.exists() and not path.is_dir()]
+    blocked += [path for path in files if path.exists() and not path.is_file()]
+    if not blocked:
+        return None
+    shown = ", ".join(str(path.relative_to(out)) for path in blocked)
+    return f"--out={str(out)!r} holds {shown} as something else than the file or folder a grading run writes there"
 
 
 def write_outputs(out: Path, rubric: Rubric) -> list[dict[str, Any]]:
