@@ -246,3 +246,22 @@ def test_compare_reads_a_result_that_has_only_samples() -> None:
     assert comparison["rows"][0]["ratio"] == pytest.approx(100.0 / 61.0)
     assert comparison["unmatched"] == ["subject at 128"]
     assert comparison["beyond_noise"] == 1
+
+
+def test_the_benchmark_program_refuses_a_subject_that_does_not_load_and_says_how_far_it_is(
+    tmp_path: Path, capsys
+) -> None:
+    """A subject that did not load was measured as errors for a minute, and the program exited 0; it printed
+    nothing until the end, and took a billion --repeats."""
+    from pagecheck.bench import attention
+
+    out = tmp_path / "bench.json"
+    assert attention.main(["--subject", str(tmp_path / "missing.py"), "--out", str(out)]) == 3
+    assert "is not an existing .py file" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit):
+        attention.parse_args(["--repeats", "1000000000"])
+    assert "argument --repeats: 1000000000 must be in 1..1000" in capsys.readouterr().err
+    assert attention.main(["--contexts", "16", "--repeats", "1", "--iterations", "2", "--warmup", "0",
+                           "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "pagecheck.bench: 3/3 measuring processes" in err and out.exists()  # impl, dense + gather, MLX SDPA

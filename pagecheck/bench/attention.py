@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pagecheck.arg_types import int_list, non_negative_int, path_arg, positive_int
+from pagecheck.arg_types import int_in, int_list, path_arg
 
 VARIANTS = ("subject", "impl", "dense_gather", "mlx_sdpa")
 DEVICES = ("cpu", "gpu")
@@ -47,6 +47,9 @@ IMPL_SPEC = "impl"
 RESULT_SOURCE = "pagecheck.bench"  # the "source" of every result this program writes
 # The longest context timed: its K and V (batch 1, 8 KV heads, D 128, bfloat16) take 1 GiB, its float64 check 4.
 MAX_BENCH_CONTEXT = 1 << 18
+# Fresh processes per point, and calls per process: past these a run is a mistake that would run for days.
+MAX_REPEATS = 1000
+MAX_CALLS = 1_000_000
 
 
 def variants_for(subject: str) -> tuple[str, ...]:
@@ -278,8 +281,9 @@ def host_info() -> dict[str, Any]:
     }
 
 
-def run_bench(config: BenchConfig) -> dict[str, Any]:
-    """Run every (variant, context) in `config.repeats` fresh processes and summarize."""
+def run_bench(config: BenchConfig, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Run every (variant, context) in `config.repeats` fresh processes and summarize; `progress(done, total)`
+    after each process."""
     import mlx.core as mx
 
     from pagecheck import ext
@@ -290,6 +294,7 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
     per_process: dict[str, dict[str, list[list[float]]]] = {v: {str(c): [] for c in config.contexts} for v in config.variants}
     checks: dict[str, dict[str, dict[str, Any]]] = {v: {} for v in config.variants}
     errors: dict[str, dict[str, str]] = {}
+    done = 0
     for repeat_idx in range(config.repeats):
         order = config.variants if repeat_idx % 2 == 0 else tuple(reversed(config.variants))
         for context in config.contexts:
@@ -297,6 +302,9 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
                 key = str(context)
                 # A variant's output is checked in its first process that ran, at each context.
                 outcome = run_child(variant, context, config, check=key not in checks[variant])
+                if progress is not None:
+                    done += 1
+                    progress(done, config.repeats * len(config.contexts) * len(config.variants))
                 if "error" in outcome:
                     errors.setdefault(variant, {})[key] = outcome["error"]
                     continue
@@ -379,12 +387,16 @@ def format_table(result: dict[str, Any]) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pagecheck.bench.attention", description=__doc__.splitlines()[0])
     parser.add_argument("--contexts", type=int_list("contexts", most=MAX_BENCH_CONTEXT), default=BenchConfig.contexts,
-                        help="comma-separated context lengths (default 128,1024,4096)")
-    parser.add_argument("--repeats", type=positive_int, default=BenchConfig.repeats, help="fresh processes per variant and context")
-    parser.add_argument("--iterations", type=positive_int, default=BenchConfig.iterations, help="timed calls per process")
-    parser.add_argument("--warmup", type=non_negative_int, default=BenchConfig.warmup, help="untimed calls per process")
-    parser.add_argument("--device", choices=DEVICES, default=BenchConfig.device)
-    parser.add_argument("--subject", default=IMPL_SPEC, help="the subject whose paged_attention is timed (default impl)")
+                        metavar="N,N,...", help="comma-separated context lengths (default: 128,1024,4096)")
+    parser.add_argument("--repeats", type=int_in(1, MAX_REPEATS), default=BenchConfig.repeats, metavar="N",
+                        help=f"fresh processes per variant and context, at most {MAX_REPEATS} (default: %(default)s)")
+    parser.add_argument("--iterations", type=int_in(1, MAX_CALLS), default=BenchConfig.iterations, metavar="N",
+                        help=f"timed calls per process, at most {MAX_CALLS} (default: %(default)s)")
+    parser.add_argument("--warmup", type=int_in(0, MAX_CALLS), default=BenchConfig.warmup, metavar="N",
+                        help=f"untimed calls per process, at most {MAX_CALLS} (default: %(default)s)")
+    parser.add_argument("--device", choices=DEVICES, default=BenchConfig.device, help="(default: %(default)s)")
+    parser.add_argument("--subject", default=IMPL_SPEC,
+                        help="the subject whose paged_attention is timed (default: %(default)s)")
     parser.add_argument("--out", type=path_arg, default=Path("reports/bench/bench.json"),
                         help="where to write the JSON result: a new file, or one this program wrote before, which "
                         "is replaced (default: %(default)s)")
@@ -417,14 +429,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child is not None:
         return child_main(args.child)
-    from pagecheck.invariants.subject import absolute_spec
+    from pagecheck.invariants.subject import SubjectError, absolute_spec, load_subject
 
+    # Loaded here first, so that a subject that does not load costs no measuring.
+    try:
+        subject = load_subject(args.subject)
+    except SubjectError as error:
+        print(f"pagecheck.bench: {error}", file=sys.stderr)
+        return 3
+    if not subject.has("paged_attention"):
+        print(f"pagecheck.bench: subject {args.subject!r} has no paged_attention", file=sys.stderr)
+        return 3
     config = BenchConfig(
         contexts=args.contexts, repeats=args.repeats, iterations=args.iterations, warmup=args.warmup, device=args.device,
         subject=absolute_spec(args.subject), variants=variants_for(args.subject),
     )
     try:
-        result = run_bench(config)
+        result = run_bench(config, progress=lambda done, total: print(
+            f"pagecheck.bench: {done}/{total} measuring processes", file=sys.stderr, flush=True))
     except ValueError as error:
         print(f"pagecheck.bench: {error}", file=sys.stderr)
         return 2
@@ -434,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     partial.write_text(json.dumps(result, indent=2))
     os.replace(partial, args.out)
     print(f"wrote {args.out}")
-    return 0
+    # Exit 5, as `pagecheck bench`, when a variant did not run (bench.json lists why).
+    return 5 if result["errors"] else 0
 
 
 if __name__ == "__main__":

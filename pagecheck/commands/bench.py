@@ -11,12 +11,12 @@ from typing import Any
 
 import mlx.core as mx
 
-from pagecheck.bench.attention import MAX_BENCH_CONTEXT, RESULT_SOURCE, BenchConfig, variants_for
+from pagecheck.bench.attention import MAX_BENCH_CONTEXT, MAX_REPEATS, RESULT_SOURCE, BenchConfig, variants_for
 from pagecheck.bench.compare import compare_runs
 from pagecheck.bench.partial import PartialRun
 from pagecheck.bench.stage import FULL_CONFIG, QUICK_CONFIG, run_bench_report
 from pagecheck.gpu import bench as bench_gpu
-from pagecheck.arg_types import int_list, positive_int
+from pagecheck.arg_types import int_in, int_list
 from pagecheck.commands import options
 from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
 from pagecheck.exit_codes import ExitCode
@@ -40,7 +40,8 @@ class CompareFileError(ValueError):
 
 def quick_bench_text() -> str:
     return (
-        f"contexts {','.join(map(str, QUICK_CONFIG.contexts))}, {QUICK_CONFIG.repeats} process per point, "
+        f"contexts {','.join(map(str, QUICK_CONFIG.contexts))}, {QUICK_CONFIG.repeats} "
+        f"process{'es' if QUICK_CONFIG.repeats > 1 else ''} per point, "
         f"{QUICK_CONFIG.iterations} timed calls"
     )
 
@@ -57,10 +58,11 @@ def add_bench_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--repeats",
-        type=positive_int,
+        type=int_in(1, MAX_REPEATS),
         default=None,
         metavar="N",
-        help=f"benchmark: fresh processes per variant and context (default: {FULL_CONFIG.repeats}, or {QUICK_CONFIG.repeats} with --quick)",
+        help=f"benchmark: fresh processes per variant and context, at most {MAX_REPEATS} (default: "
+        f"{FULL_CONFIG.repeats}, or {QUICK_CONFIG.repeats} with --quick)",
     )
     parser.add_argument(
         "--compare",
