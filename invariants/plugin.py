@@ -148,6 +148,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if results and not hasattr(config, "workerinput"):
         from pagecheck.invariants.results import ResultsCollector
 
+        target = Path(results)
+        # Checked before any check runs: a folder there failed the run at its end, with a traceback.
+        if target.exists() and not target.is_file():
+            raise pytest.UsageError(f"--pagecheck-results={results!r} exists and is not a file")
+        if not target.resolve().parent.is_dir():
+            raise pytest.UsageError(f"--pagecheck-results={results!r}: its folder does not exist")
+
         config.pluginmanager.register(ResultsCollector(Path(results).resolve(), _run_info(config)), "pagecheck-results")
 
 

@@ -242,3 +242,11 @@ def test_the_suite_run_keeps_hypothesis_files_out_of_the_current_folder(tmp_path
     run = runner.run_suite(request, tmp_path / "out" / "invariants.log")
     assert run.returncode == 0, (tmp_path / "out" / "invariants.log").read_text()[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize("where", ["a-folder", "missing/r.json"])
+def test_a_results_path_that_cannot_take_the_file_is_a_usage_error(elsewhere: Path, where: str) -> None:
+    (elsewhere / "a-folder").mkdir(exist_ok=True)
+    done = pytest_in(elsewhere, "-q", "--pyargs", "pagecheck.invariants", "--pagecheck-invariant", "gqa_mapping",
+                     "--pagecheck-results", str(elsewhere / where))
+    assert done.returncode == USAGE_ERROR and "--pagecheck-results=" in done.stderr, done.stderr[-2000:]
