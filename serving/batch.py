@@ -60,7 +60,7 @@ class StepRecord:
     prefill_seconds: float
     decode_batch: int  # requests that decoded a token this step
     decode_seconds: float
-    admitted: int  # requests holding caches after the step
+    admitted: int  # requests holding caches during the step: after its admissions, before any finished
     usage: KvUsage
     traffic: KvTraffic  # totals so far
     table_builds: int  # block tables built so far (paged storage)
@@ -187,6 +187,7 @@ class _Scheduler:
         if self.kv.table is not None:
             self.kv.table.start_step()
         self._admit(waiting)
+        holding = len(self.admitted)  # a request may be admitted, served and finished within one step
         self.read_back_seconds = 0.0
         prefill_tokens, prefill_seconds = self._prefill()
         decode_batch, decode_seconds, build_seconds, submit_seconds = self._decode()
@@ -199,7 +200,7 @@ class _Scheduler:
             decode_build_seconds=build_seconds,
             decode_submit_seconds=submit_seconds,
             decode_wait_seconds=self.read_back_seconds if decode_batch else 0.0,
-            admitted=len(self.admitted),
+            admitted=holding,
             usage=self.kv.usage(),
             traffic=KvTraffic(self.traffic.repack_bytes, self.traffic.gather_bytes),
             table_builds=0 if self.kv.table is None else self.kv.table.builds,

@@ -415,3 +415,11 @@ def test_an_out_folder_that_cannot_take_the_files_is_refused_before_serving_and_
     earlier = [p for p in (tmp_path / "twice").iterdir() if p.name.startswith("earlier-")]
     assert len(earlier) == 1 and (earlier[0] / "serve_bench.json").is_file()
     assert (tmp_path / "twice" / "serve_bench.json").is_file()
+
+
+def test_a_request_served_within_one_step_counts_as_running() -> None:
+    """Concurrency was counted after each step: a request admitted, served and finished within one step was
+    never counted, and the sweep said 0 requests at once for a trace it served."""
+    trace = course_trace(5, SERVING_CONFIG.vocab_size, num_requests=1, prompt_lens=(4, 4), output_lens=(1, 1))
+    (row,) = run_budget_sweep(serving_weights(), ("paged",), trace, (100_000_000,), SETTINGS)
+    assert row["max_concurrent_requests"] == 1, row
