@@ -15,6 +15,7 @@ from typing import Any
 import mlx.core as mx
 
 from pagecheck import ext
+from pagecheck.reference.validation import check_mask, check_scale
 from pagecheck.impl.validated_inputs import attend_after_memo_miss
 
 
@@ -44,6 +45,9 @@ def paged_attention(
     s % page_size; only s < context_lens[b] exist. mask="causal" treats the L
     queries as the last L positions of each context. Returns the query dtype.
     """
+    if scale is not None:  # a string or an overflowing number: a ValueError naming it, not the binding's TypeError
+        check_mask(mask)  # the contract's first rule comes first
+        scale = check_scale(scale)
     # Remembered int32 metadata: the extension checks the memo and runs the op in this one call (the hot
     # path of every layer and every back-to-back call, so nothing else runs before it).
     remembered = ext.validated_paged_attention(

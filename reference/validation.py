@@ -11,6 +11,7 @@ is checked before the context is compared with the query length.
 
 from __future__ import annotations
 
+import math
 import reprlib
 from typing import Any
 
@@ -24,6 +25,7 @@ from pagecheck.reference.arrays import to_numpy
 # The loop stays the statement of the rules: it runs whenever the bulk check
 # does not accept, and its exception names the first bad entry.
 BULK_CHECK_MIN_ENTRIES = 64
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _dtype(x: Any) -> str:
@@ -41,6 +43,29 @@ def _mask_label(mask: Any) -> str:
     return f"an array of shape {tuple(shape)}" if shape is not None and not isinstance(mask, str) else repr(mask)
 
 
+def check_mask(mask: Any) -> None:
+    """NotImplementedError unless `mask` is one paged attention takes (is_supported_mask); the contract's first
+    rule."""
+    if not is_supported_mask(mask):
+        raise NotImplementedError(f"mask={_mask_label(mask)} is not supported (use None or 'causal')")
+
+
+def check_scale(scale: Any) -> float | None:
+    """The softmax scale as a float, or None for 1/sqrt(D): a real number (a 0-d array included) that float32
+    holds finite; ValueError naming it otherwise."""
+    if scale is None:
+        return None
+    if isinstance(scale, (bool, str, bytes)) or getattr(scale, "size", 1) != 1:
+        raise ValueError(f"scale={reprlib.repr(scale)} must be a real number or None")
+    try:
+        value = float(scale)
+    except (TypeError, ValueError):
+        raise ValueError(f"scale={reprlib.repr(scale)} must be a real number or None") from None
+    if not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
+        raise ValueError(f"scale={value!r} must be a finite number that float32 holds (|scale| < 3.4e38)")
+    return value
+
+
 def check_paged_inputs(
     query: Any,
     key_pages: Any,
@@ -50,8 +75,7 @@ def check_paged_inputs(
     page_size: int,
     mask: str | None = None,
 ) -> None:
-    if not is_supported_mask(mask):
-        raise NotImplementedError(f"mask={_mask_label(mask)} is not supported (use None or 'causal')")
+    check_mask(mask)
     if not isinstance(page_size, (int, np.integer)) or isinstance(page_size, bool) or page_size <= 0:
         raise ValueError(f"page_size={page_size!r} must be a positive integer")
     for name, array in (("query", query), ("key_pages", key_pages), ("value_pages", value_pages)):

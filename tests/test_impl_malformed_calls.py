@@ -180,3 +180,22 @@ def test_malformed_calls_neither_crash_nor_pass_the_contract() -> None:
     tally = report["tally"]
     assert tally.get("ok->ok", 0) >= 50 and tally.get("ValueError->ValueError", 0) >= 100
     assert tally.get("NotImplementedError->NotImplementedError", 0) >= 5 and tally.get("ok->ValueError", 0) >= 5
+
+
+def test_a_scale_that_is_not_a_finite_real_number_is_a_value_error_naming_it() -> None:
+    """A string crossed into the binding as a multi-line TypeError; 1e300 was reported as 'scale = inf'."""
+    import mlx.core as mx
+    import numpy as np
+    import pytest
+
+    from pagecheck.impl.attention import paged_attention
+
+    query, pages = mx.ones((1, 4, 1, 8)), mx.ones((2, 2, 4, 8))
+    table, lens = mx.array([[0, 1]], dtype=mx.int32), mx.array([5], dtype=mx.int32)
+    for scale, message in (("abc", "scale='abc' must be a real number"), (True, "scale=True must be a real number"),
+                           (1e300, r"scale=1e\+300 must be a finite number that float32 holds"),
+                           (float("nan"), "scale=nan must be a finite"), (mx.ones((2,)), "must be a real number")):
+        with pytest.raises(ValueError, match=message):
+            paged_attention(query, pages, pages, table, lens, 4, scale=scale)
+    for scale in (2, np.float64(0.3), mx.array(0.5)):
+        assert paged_attention(query, pages, pages, table, lens, 4, scale=scale).shape == (1, 4, 1, 8)
