@@ -31,10 +31,16 @@ def slot_rows(slots: tuple[int, ...]) -> mx.array:
     return mx.array(slots, dtype=mx.int32)
 
 
+# Slots a batch may have: each is a list entry made up front, so 10**11 was a MemoryError.
+MAX_ACTIVE_REQUESTS = 1 << 16
+
+
 class BatchingKvCache:
     def __init__(self, max_active_requests: int, max_seq_len: int | None = None) -> None:
-        if not is_int(max_active_requests) or max_active_requests <= 0:
-            raise ValueError(f"max_active_requests={max_active_requests!r} must be a positive integer")
+        if not is_int(max_active_requests) or not 0 < max_active_requests <= MAX_ACTIVE_REQUESTS:
+            raise ValueError(
+                f"max_active_requests={max_active_requests!r} must be a positive integer up to {MAX_ACTIVE_REQUESTS}"
+            )
         if max_seq_len is not None and (not is_int(max_seq_len) or max_seq_len <= 0):
             raise ValueError(f"max_seq_len={max_seq_len!r} must be None or a positive integer")
         self.max_active_requests = max_active_requests

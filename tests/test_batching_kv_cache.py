@@ -176,7 +176,8 @@ def test_add_request_rejects_other_objects_and_duplicates(rng: np.random.Generat
 
 @pytest.mark.parametrize(
     "kwargs, field",
-    [({"max_active_requests": 0}, "max_active_requests"), ({"max_active_requests": 2, "max_seq_len": 0}, "max_seq_len")],
+    [({"max_active_requests": 0}, "max_active_requests"), ({"max_active_requests": 2, "max_seq_len": 0}, "max_seq_len"),
+     ({"max_active_requests": 10**11}, "max_active_requests=100000000000 must be a positive integer up to 65536")],
 )
 def test_constructor_arguments_are_checked(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
