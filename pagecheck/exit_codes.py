@@ -69,7 +69,7 @@ MEANING: dict[ExitCode, str] = {
     "sandboxed worker can use)",
     ExitCode.INTERNAL_ERROR: "pagecheck itself failed (a bug in pagecheck; the traceback is on stderr)",
     ExitCode.ENDED_EARLY: "the command's process ended before pagecheck finished: code in it (the subject's, most "
-    "likely) called os._exit or sys.exit inside a call; nothing it wrote is a verdict",
+    "likely) called os._exit or sys.exit at its import or inside a call; nothing it wrote is a verdict",
     ExitCode.INTERRUPTED: "stopped by SIGINT or SIGTERM; what finished is written, marked INCOMPLETE (grade's "
     "results, serve-bench's runs, tolerance's cells, bench's contexts, report's stages)",
 }

@@ -109,8 +109,8 @@ def ended_early(command: str, returncode: int, *, started: bool = True) -> int:
               "error above says why", file=sys.stderr)
         return returncode or int(ExitCode.INTERNAL_ERROR)
     print(f"{name}: the command's process ended with status {returncode} before pagecheck finished: code running "
-          "in it (the subject's, most likely) ended it, with os._exit or sys.exit from inside a call; nothing it "
-          "reported can be trusted", file=sys.stderr)
+          "in it (the subject's, most likely) ended it, with os._exit or sys.exit at its import or inside a call; "
+          "nothing it reported can be trusted", file=sys.stderr)
     return int(ExitCode.ENDED_EARLY)
 
 

@@ -44,3 +44,14 @@ def test_merge_refuses_a_folder_that_no_grade_run_wrote(tmp_path) -> None:
         merge_results([empty, stray], tmp_path / "out")
     (tmp_path / "out").mkdir()
     assert merge_results([empty], tmp_path / "out") == []
+
+
+def test_merge_refuses_a_shard_named_twice(tmp_path) -> None:
+    """`grade merge D D` said a submission was graded 'in both D and D'."""
+    from pagecheck.grading.merge import merge_results
+
+    shard = tmp_path / "shard"
+    shard.mkdir()
+    (shard / "grades.md").write_text("# Grades\n")
+    with pytest.raises(ValueError, match="is named more than once"):
+        merge_results([shard, tmp_path / "." / "shard"], tmp_path / "out")

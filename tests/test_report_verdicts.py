@@ -151,3 +151,13 @@ def test_ctrl_c_and_pagechecks_own_errors_get_their_own_exit_codes(
     assert main(["tolerance"]) == ExitCode.INTERNAL_ERROR
     err = capsys.readouterr().err
     assert "RuntimeError: a bug" in err and "internal error (a bug in pagecheck" in err
+
+
+def test_a_report_left_with_no_stage_for_a_subject_without_attention_says_so(tmp_path, capsys) -> None:
+    """With the invariants skipped, a subject without paged_attention left nothing to run: exit 2 and only
+    'skipping tolerance, bench' on stdout."""
+    subject = tmp_path / "pool_only.py"
+    subject.write_text("from pagecheck.impl import TinyKvPagedPool, TinyKvPagedCache  # noqa: F401\n")
+    code = main(["report", "--skip", "invariants", "--subject", str(subject), "--out", str(tmp_path / "out")])
+    assert code == ExitCode.SUBJECT_LOAD_FAILED
+    assert "nothing left to run: the stages this run keeps all need paged_attention" in capsys.readouterr().err

@@ -423,3 +423,13 @@ def test_a_request_served_within_one_step_counts_as_running() -> None:
     trace = course_trace(5, SERVING_CONFIG.vocab_size, num_requests=1, prompt_lens=(4, 4), output_lens=(1, 1))
     (row,) = run_budget_sweep(serving_weights(), ("paged",), trace, (100_000_000,), SETTINGS)
     assert row["max_concurrent_requests"] == 1, row
+
+
+def test_budget_slots_without_a_budget_is_a_usage_error(capsys) -> None:
+    """--budget-slots without --kv-budget-bytes was silently ignored."""
+    from pagecheck.commands import serve_bench
+    from pagecheck.exit_codes import ExitCode
+
+    assert serve_bench.main(["--layers", "1", "--requests", "2", "--budget-slots", "4"]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "--budget-slots sets the budget sweep's slots and needs --kv-budget-bytes" in err and "building" not in err

@@ -174,7 +174,9 @@ def run(args: argparse.Namespace) -> int:
         if skipped:
             print(f"pagecheck {NAME}: subject {args.subject} has no paged_attention; skipping {', '.join(skipped)}")
         if not chosen:
-            return ExitCode.USAGE
+            print(f"pagecheck {NAME}: nothing left to run: the stages this run keeps all need paged_attention",
+                  file=sys.stderr)
+            return ExitCode.SUBJECT_LOAD_FAILED
     out = options.report_dir(args)
     stages = {
         "invariants": lambda progress: run_conformance_stage(args, out, progress),

@@ -208,6 +208,10 @@ def run(args: argparse.Namespace) -> int:
     dtype = getattr(mx, dtype_name)
     trace = course_trace(args.seed, config.vocab_size, num_requests=args.requests, prompt_lens=args.prompt_lens,
                          output_lens=args.output_lens)
+    if args.budget_slots is not None and not args.kv_budget_bytes:
+        print(f"pagecheck {NAME}: --budget-slots sets the budget sweep's slots and needs --kv-budget-bytes",
+              file=sys.stderr)
+        return ExitCode.USAGE
     if args.kv_budget_bytes:
         least = _minimum_budget(args, config, dtype, trace)
         if min(args.kv_budget_bytes) < least:

@@ -19,6 +19,10 @@ def merge_results(shard_dirs: list[Path], out: Path) -> list[dict[str, Any]]:
     taken: dict[str, Path] = {}
     settings: tuple[Path, dict[str, Any]] | None = None
     merged: list[dict[str, Any]] = []
+    named = [directory.resolve() for directory in shard_dirs]
+    repeated = sorted({str(d) for d in named if named.count(d) > 1})
+    if repeated:
+        raise ValueError(f"shard directory {', '.join(repeated)} is named more than once")
     for directory in shard_dirs:
         if not directory.is_dir():
             raise ValueError(f"shard directory={str(directory)!r} does not exist")
