@@ -572,6 +572,9 @@ def test_hang_is_stopped_at_the_call_deadline(tmp_path: Path) -> None:
         with pytest.raises(WorkerIncident, match="did not finish within 2 s") as hang:
             probe(subject, "hang")
         assert hang.value.kind == "timed-out" and time.monotonic() - started < 15
+        # A later call of the same check does not run, and says so (it once repeated "did not finish").
+        with pytest.raises(WorkerIncident, match=r"^not run: an earlier call stopped the worker \(.*did not finish"):
+            probe(subject, "whoami")
     finally:
         configure(None)
         close_sessions()

@@ -152,8 +152,8 @@ class Session:
         self.restart_before_next_check = False
 
     def _live_worker(self) -> WorkerProcess:
-        if self.latched is not None:
-            raise WorkerIncident(self.latched.kind, str(self.latched))
+        if self.latched is not None:  # the same kind, so the check fails as the first call did; said as not run
+            raise WorkerIncident(self.latched.kind, f"not run: an earlier call stopped the worker ({self.latched})")
         if self.worker is None or not self.worker.running:
             try:
                 self.start()
