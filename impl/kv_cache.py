@@ -97,6 +97,9 @@ class BatchingKvCache:
         if keys.shape[2] == 1:
             self._append_tokens(pool, active, keys, values)
         else:
+            # Before any append: one request's new page could otherwise be another's page freed behind its back.
+            for slot, cache in active:
+                pool.check_live_pages(cache.page_ids, f"the request in slot {slot}")
             pool_before = pool.checkpoint()
             caches_before = [cache.checkpoint() for _, cache in active]
             try:

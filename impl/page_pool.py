@@ -378,6 +378,12 @@ class TinyKvPagedPool:
         self.copied_pages_on_growth = checkpoint.copied_pages_on_growth
         self.copied_bytes_on_growth = checkpoint.copied_bytes_on_growth
 
+    def check_live_pages(self, page_ids: list[int], owner: str) -> None:
+        """ValueError naming `owner` and the page, unless every id is a live (issued, not free) page."""
+        for page_id in page_ids:
+            if page_id in self._free_set:
+                raise ValueError(f"{owner} holds page_id={page_id}, which is free: it was freed behind its back")
+
     # -- internals ------------------------------------------------------------
     def _check_issued(self, page_id: int) -> None:
         if not is_int(page_id) or not 0 <= page_id < self._num_pages:

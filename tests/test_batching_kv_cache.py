@@ -182,3 +182,22 @@ def test_add_request_rejects_other_objects_and_duplicates(rng: np.random.Generat
 def test_constructor_arguments_are_checked(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         BatchingKvCache(**kwargs)
+
+
+@pytest.mark.parametrize("length", [1, 2], ids=["decode", "prefill"])
+def test_a_page_freed_behind_its_owners_back_is_refused_before_any_row_changes(length: int) -> None:
+    """A batched prefill let the first request take the freed page while the second still listed it: one page
+    in two caches. Decode refused it already; both now refuse before anything changes."""
+    pool = TinyKvPagedPool(4)
+    first, second = TinyKvPagedCache(pool), TinyKvPagedCache(pool)
+    chunk = mx.ones((1, 1, 3, 8))
+    first.append(chunk, chunk)
+    second.append(chunk, chunk)
+    batch = BatchingKvCache(2)
+    batch.add_request(first, 0)
+    batch.add_request(second, 1)
+    pool.free_page(second.page_ids[0])
+    before = pool_state(pool), [cache_state(c) for c in (first, second)]
+    with pytest.raises(ValueError, match="is free"):
+        batch.update_and_fetch_paged(mx.ones((2, 1, length, 8)), mx.ones((2, 1, length, 8)))
+    assert (pool_state(pool), [cache_state(c) for c in (first, second)]) == before
