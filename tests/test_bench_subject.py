@@ -140,6 +140,7 @@ def test_an_interrupted_bench_keeps_its_finished_contexts_and_does_not_pass(monk
     assert document["interrupted"] == {"finished": 1, "planned": 3} and document["correct"] is False
     assert document["configuration"]["contexts"] == [16] and list(document["medians_us"]["subject"]) == ["16"]
     assert "INCOMPLETE: interrupted after 1 of 3 contexts" in (tmp_path / "bench.md").read_text()
+    assert "**INCOMPLETE:** interrupted after 1 of 3 contexts" in (tmp_path / "index.md").read_text()
     pytest.importorskip("jsonschema")
     assert schema_errors("bench", document) == []
 

@@ -121,5 +121,6 @@ def test_an_interrupted_sweep_keeps_its_finished_cells_and_does_not_pass(monkeyp
     assert len(document["rows"]) == document["totals"]["rows"] == 3 and document["totals"]["passed"] == 3
     assert document["interrupted"] == {"finished": 3, "planned": 12} and document["passed"] is False
     assert "INCOMPLETE: interrupted after 3 of 12 cells" in (tmp_path / "tolerance.md").read_text()
+    assert "**INCOMPLETE:** interrupted after 3 of 12 cells" in (tmp_path / "index.md").read_text()
     pytest.importorskip("jsonschema")
     assert schema_errors("tolerance", document) == []

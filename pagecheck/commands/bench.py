@@ -236,7 +236,12 @@ def run(args: argparse.Namespace) -> int:
         return exc.code
     out = options.report_dir(args)
     kernels = cuda_kernels_available(args.device)
-    code = run_bench_stage(args, out, StageProgress(NAME, 1, 2 if kernels else 1), previous)
+    try:
+        code = run_bench_stage(args, out, StageProgress(NAME, 1, 2 if kernels else 1), previous)
+    except KeyboardInterrupt:
+        if (out / "bench.json").exists():  # the contexts that finished, marked INCOMPLETE
+            write_index(out, ("bench",))
+        raise
     if kernels:
         run_gpu_bench_stage(args, out, StageProgress(NAME, 2, 2))
     elif args.device == "gpu":

@@ -84,7 +84,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"pagecheck {NAME}: {exc}", file=sys.stderr)
         return exc.code
     out = options.report_dir(args)
-    code = run_tolerance_stage(subject, args, out, StageProgress(NAME, 1, 1))
+    try:
+        code = run_tolerance_stage(subject, args, out, StageProgress(NAME, 1, 1))
+    except KeyboardInterrupt:
+        if (out / "tolerance.json").exists():  # the cells that finished, marked INCOMPLETE
+            write_index(out, ("tolerance",))
+        raise
     write_index(out)
     print(f"pagecheck {NAME}: wrote {out / 'tolerance.md'}")
     return code

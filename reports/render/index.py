@@ -54,14 +54,25 @@ def _tolerance_summary(document: dict[str, Any]) -> list[str]:
     plot = f" ([plot]({document['plot']}))" if document.get("plot") else ""
     declined = totals.get("declined", 0)
     unsupported = f"; {declined} unsupported (the subject declines their dtype)" if declined else ""
-    return [f"{totals['passed']} of {totals['rows']} cells within tolerance of both oracles{unsupported}{plot}.", "",
+    return [*_interrupted_line(document, "cells"),
+            f"{totals['passed']} of {totals['rows']} cells within tolerance of both oracles{unsupported}{plot}.", "",
             *worst_cell_lines(document)]  # fmt: skip
+
+
+def _interrupted_line(document: dict[str, Any], unit: str) -> list[str]:
+    """An interrupted stage's record says how far it got (its "interrupted"), before its figures."""
+    stopped = document.get("interrupted")
+    if stopped is None:
+        return []
+    return [f"**INCOMPLETE:** interrupted after {stopped['finished']} of {stopped['planned']} {unit}; "
+            "the figures below are those that finished.", ""]
 
 
 def _bench_summary(document: dict[str, Any]) -> list[str]:
     config = document["configuration"]
     headers = median_headers(document)
     lines = [
+        *_interrupted_line(document, "contexts"),
         f"Median latency per call with each output's correctness mark, {shape_line(config)}, {config['device']}; "
         "the spread over processes and the plot are in [bench.md](bench.md).",
         "",
