@@ -40,8 +40,8 @@ def test_non_negative_int_takes_zero_and_names_the_bad_text() -> None:
 
 
 @pytest.mark.parametrize("argv, message", [(["report", "--jobs", "-1"], "argument --jobs: -1 must be in 0..256"),
-                                           (["report", "--repeats", "0"], "argument --repeats: 0 must be positive"),
-                                           (["bench", "--repeats", "-2"], "argument --repeats: -2 must be positive"),
+                                           (["report", "--repeats", "0"], "argument --repeats: 0 must be in 1..1000"),
+                                           (["bench", "--repeats", "-2"], "argument --repeats: -2 must be in 1..1000"),
                                            (["tolerance", "--seed", "-3"], "argument --seed: -3 must be in 0..2**64-1"),
                                            (["report", "--seed", str(2**64)], f"argument --seed: {2**64} must be in"),
                                            (["serve-bench", "--seed", "-1"], "argument --seed: -1 must be in"),
