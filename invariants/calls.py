@@ -77,6 +77,15 @@ def attention_over_metadata(
     return to_numpy(out, np.float64)
 
 
+def attention_as_the_course_calls(paged_attention: PagedAttention, query: Any, metadata: Any) -> Any:
+    """paged_attention over a cache's metadata exactly as the course's tests call it: the query as given (not cast
+    to the pages' dtype) and the metadata's own mask; the subject's output as it returns it."""
+    return paged_attention(
+        query, metadata.key_pages, metadata.value_pages, metadata.block_table, metadata.context_lens,
+        metadata.page_size, mask=metadata.mask,
+    )
+
+
 # The course's pool counters (test_week_3_day_3.py's _paged_state); a pool that has them must keep them too.
 POOL_COUNTERS = (
     "capacity", "reused_page_allocations", "storage_growths", "copied_pages_on_growth", "copied_bytes_on_growth",

@@ -6,8 +6,8 @@ that request's pages in order then -1, an empty slot is all -1 with context 0,
 and the context of a live row is what that request has written. Attention
 over the metadata gives each live row its own request's output and empty
 rows zeros. Multi-token prefill chunks through the batch count every token
-of the chunk in each live row's context. Requests on two pools are refused,
-at add_request or at the batched append, before any row changes.
+of the chunk in each live row's context. Requests on two pools join a batch,
+whose append refuses them before any row changes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from pagecheck.invariants.calls import attention_over_metadata, cache_state, metadata_layout, pool_state, same_pool_state
+from pagecheck.invariants.calls import (
+    attention_as_the_course_calls, attention_over_metadata, cache_state, metadata_layout, pool_state, same_pool_state,
+)
 from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold, expect_value_error
 from pagecheck.invariants.workload import WrittenKv
@@ -108,6 +110,44 @@ def test_batch_metadata_pads_rows_and_empties_slots(
         )
 
 
+@pytest.mark.course(f"{DAY_4}::test_task_2_batched_paged_attention_matches_dense_attention")
+def test_the_courses_batch_of_two_requests_and_an_empty_slot(
+    pool_type: type, cache_type: type, batching_cache_type: type, paged_attention: object, rng: np.random.Generator
+) -> None:
+    """The course's own batch, as it builds and reads it: requests of 3 and 6 tokens in slots 0 and 2 of 3, one
+    decode token each; the metadata holds the pool's 3 pages, a table exactly 2 wide with slot 1 all -1, contexts
+    4, 0 and 7, and attention over it with its own mask matches each request's."""
+    import mlx.core as mx
+
+    pool = pool_type(4)
+    first, second = cache_type(pool), cache_type(pool)
+    records = [WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32") for _ in range(2)]
+    first.update_and_fetch(*records[0].make_chunk(rng, 3))
+    second.update_and_fetch(*records[1].make_chunk(rng, 6))
+    batching = batching_cache_type(3, 16)
+    batching.add_request(first, 0)
+    batching.add_request(second, 2)
+    empty = mx.zeros((1, NUM_KV_HEADS, 1, COURSE_HEAD_DIM), dtype=mx.float32)
+    (k0, v0), (k2, v2) = records[0].make_chunk(rng, 1), records[1].make_chunk(rng, 1)
+    metadata = batching.update_and_fetch_paged(
+        mx.concatenate([k0, empty, k2]), mx.concatenate([v0, empty, v2]), mask_length=1, mask="causal"
+    )
+    where = "the course's batch (3 and 6 tokens in slots 0 and 2 of 3, then one decode token each)"
+    lens, table = to_numpy(metadata.context_lens).tolist(), to_numpy(metadata.block_table)
+    expect(lens == [4, 0, 7], INVARIANT, f"{where}: context_lens {lens}, expected [4, 0, 7]")
+    expect(table.shape == (3, 2), INVARIANT, f"{where}: block_table shape {table.shape}, expected (3, 2)")
+    expect(table[1].tolist() == [-1, -1], INVARIANT, f"{where}: the empty slot's row is {table[1].tolist()}")
+    shapes = (tuple(metadata.key_pages.shape), tuple(metadata.value_pages.shape))
+    expect(shapes == ((3, NUM_KV_HEADS, 4, COURSE_HEAD_DIM),) * 2, INVARIANT,
+           f"{where}: key/value_pages shapes {shapes}, expected the pool's 3 pages, (3, 2, 4, 4)")  # fmt: skip
+    query = rng.standard_normal((3, 4, 1, COURSE_HEAD_DIM)).astype(np.float32)
+    got = to_numpy(attention_as_the_course_calls(paged_attention, mx.array(query), metadata), np.float64)
+    layout = metadata_layout(query, metadata, "float32", "causal")
+    for slot, record in ((0, records[0]), (2, records[1])):
+        expect_close(INVARIANT, f"{where}: slot {slot}'s output", got[slot : slot + 1],
+                     record.attention(query[slot : slot + 1], "causal"), layout)  # fmt: skip
+
+
 # Prefill chunks appended through the batch, each crossing a page boundary for some row, then a decode step.
 PREFILL_CHUNKS = (3, 6, 4, 1)
 
@@ -150,27 +190,22 @@ def test_prefill_chunks_through_the_batch_count_every_token(
 
 @pytest.mark.course(f"{DAY_3}::test_task_2_mixed_pools_fail_before_any_batch_row_mutates")
 def test_requests_on_two_pools_are_refused_before_any_row_changes(
-    pool_type: type, cache_type: type, batching_cache_type: type, rng: np.random.Generator,
-    advise: Callable[[str], None],
+    pool_type: type, cache_type: type, batching_cache_type: type, advise: Callable[[str], None],
 ) -> None:
+    """As the course's test: two empty requests on two pools both join a batch; its decode append raises
+    ValueError and changes no request nor pool (ids, lengths and counters, as the course's snapshot), and the
+    batch's HD stays None."""
     import mlx.core as mx
 
     pools = [pool_type(4), pool_type(4)]
     caches = [cache_type(pool) for pool in pools]
-    for cache in caches:
-        cache.update_and_fetch_paged(*WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32").make_chunk(rng, 3))
-    # As the course's test: ids, lengths and counters, not page data (a slot past a context may hold anything).
+    batching = batching_cache_type(2, 8)
+    for slot, cache in enumerate(caches):
+        batching.add_request(cache, slot)  # the course adds both: a refusal here fails its test
     before = [(pool_state(pool, page_data=False), cache_state(cache)) for pool, cache in zip(pools, caches)]
-    batching = batching_cache_type(2, MAX_SEQ_LEN)
-    try:
-        for slot, cache in enumerate(caches):
-            batching.add_request(cache, slot)
-    except ValueError as exc:
-        message, where = str(exc), "add_request of a request on a second pool"
-    else:
-        keys = mx.zeros((2, NUM_KV_HEADS, 1, COURSE_HEAD_DIM), dtype=mx.float32)
-        where = "a batched append over requests on two pools"
-        message = expect_value_error(INVARIANT, where, lambda: batching.update_and_fetch_paged(keys, keys, mask_length=1))
+    keys = mx.zeros((2, NUM_KV_HEADS, 1, COURSE_HEAD_DIM), dtype=mx.float32)
+    where = "a batched append over requests on two pools"
+    message = expect_value_error(INVARIANT, where, lambda: batching.update_and_fetch_paged(keys, keys, mask_length=1))
     if "pool" not in message.lower():
         advise(f"{where}: the ValueError does not say the requests must share one page pool: {message!r}")
     for row, ((pool_before, cache_before), pool, cache) in enumerate(zip(before, pools, caches)):
@@ -179,3 +214,5 @@ def test_requests_on_two_pools_are_refused_before_any_row_changes(
             f"{where}: the pool of row {row} changed",
         )
         expect(cache_before == cache_state(cache), INVARIANT, f"{where}: the cache of row {row} changed")
+    head = getattr(batching, "HD", "no HD attribute")
+    expect(head is None, INVARIANT, f"{where}: the batch's HD is {head!r} after the refused append, expected None")

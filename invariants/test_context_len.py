@@ -20,8 +20,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagecheck.invariants.calls import attention_output, attention_over_metadata, metadata_layout, own_context_lens
-from pagecheck.invariants.course import DAY_3, DAY_4, Geometry, split_at_the_course
+from pagecheck.invariants.calls import (
+    attention_as_the_course_calls, attention_output, attention_over_metadata, metadata_layout, own_context_lens,
+)
+from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
 from pagecheck.invariants.workload import WrittenKv
@@ -61,6 +63,34 @@ def test_context_lens_count_tokens_written(
         layout = metadata_layout(query, metadata, "float32", mask)
         expect_pages_hold(INVARIANT, f"{step}: the metadata", layout, {0: written})
         expect_close(INVARIANT, f"{step}: attention over the cache", got, written.attention(query, mask), layout)
+
+
+@pytest.mark.course(f"{DAY_4}::test_task_1_paged_attention_matches_dense_attention")
+def test_the_courses_prefill_after_an_append(
+    pool_type: type, cache_type: type, paged_attention: object, rng: np.random.Generator
+) -> None:
+    """The course's own prefill, as it builds and reads it: 3 tokens appended, then 3 more with mask "causal";
+    the metadata says pages [[0, 1]], context [6], holds the pool's 2 pages of 4, and attention over it with its
+    own mask (a query of 3 rows) matches causal attention over the 6 tokens."""
+    import mlx.core as mx
+
+    cache = cache_type(pool_type(4))
+    written = WrittenKv(2, COURSE_HEAD_DIM, "float32")
+    cache.update_and_fetch(*written.make_chunk(rng, 3))
+    metadata = cache.update_and_fetch_paged(*written.make_chunk(rng, 3), mask="causal")
+    where = "3 tokens, then 3 more with mask 'causal' (the course's prefill)"
+    table, lens = to_numpy(metadata.block_table).tolist(), to_numpy(metadata.context_lens).tolist()
+    expect(table == [[0, 1]], INVARIANT, f"{where}: metadata block_table {table}, expected [[0, 1]]")
+    expect(lens == [6], INVARIANT, f"{where}: metadata context_lens {lens}, expected [6]")
+    shapes = (tuple(metadata.key_pages.shape), tuple(metadata.value_pages.shape))
+    expect(shapes == ((2, 2, 4, COURSE_HEAD_DIM),) * 2, INVARIANT,
+           f"{where}: key/value_pages shapes {shapes}, expected the pool's 2 pages, (2, 2, 4, 4)")  # fmt: skip
+    query = written.make_query(rng, 4, 3)
+    got = to_numpy(attention_as_the_course_calls(paged_attention, mx.array(query.astype(np.float32)), metadata),
+                   np.float64)  # fmt: skip
+    layout = metadata_layout(query, metadata, "float32", "causal")
+    expect_close(INVARIANT, f"{where}: attention with the metadata's own mask vs causal attention over the 6 tokens",
+                 got, written.attention(query, "causal"), layout)  # fmt: skip
 
 
 @pytest.mark.beyond_course

@@ -402,24 +402,29 @@ INJECTED_FAILURE = "injected page write failure"
 
 
 @pytest.mark.course(f"{DAY_3}::test_task_1_rolls_back_every_page_when_a_later_write_fails")
-@pytest.mark.parametrize("filled", [0, 2], ids=["fresh-cache", "tail-half-full"])
+# (another request first, tokens already in the cache, tokens appended): the course's own case is a fresh pool
+# and 5 tokens (its counters, storage included, must be as they were); the others fill the tail page first.
+@pytest.mark.parametrize("others, filled, appended", [(0, 0, 5), (1, 0, 2 * PAGE_SIZE + 1), (1, 2, 2 * PAGE_SIZE - 1)],
+                         ids=["fresh-pool", "fresh-cache", "tail-half-full"])
 def test_append_whose_second_page_write_fails_changes_nothing(
-    pool_type: type, cache_type: type, paged_attention: Any, filled: int, rng: np.random.Generator, subject: Subject,
+    pool_type: type, cache_type: type, paged_attention: Any, others: int, filled: int, appended: int,
+    rng: np.random.Generator, subject: Subject,
 ) -> None:
     pool = pool_type(PAGE_SIZE)
     if not callable(getattr(pool, "write_page_slice", None)):
         pytest.skip("the subject's TinyKvPagedPool has no write_page_slice to inject a failure into")
     other, cache = cache_type(pool), cache_type(pool)
     other_record, record = WrittenKv(2, HEAD_DIM, "float32"), WrittenKv(2, HEAD_DIM, "float32")
-    other.update_and_fetch_paged(*other_record.make_chunk(rng, 1))
+    if others:
+        other.update_and_fetch_paged(*other_record.make_chunk(rng, 1))
     if filled:
         cache.update_and_fetch_paged(*record.make_chunk(rng, filled))
     # Page data is left out of the comparison: slots past a context may hold anything (the course compares none).
     pool_before, caches_before = pool_state(pool, page_data=False), [cache_state(other), cache_state(cache)]
     # Installed where the subject lives (in grading, its sandboxed worker), as the course's test patches it.
     failing = fail_on_call(subject, pool, "write_page_slice", 2, INJECTED_FAILURE)
-    # Fills the tail page (or a first page), then a whole page, then one token: three page writes.
-    spanning = WrittenKv(2, HEAD_DIM, "float32").make_chunk(rng, 2 * PAGE_SIZE - filled + 1)
+    # Spans two pages at least (the tail page or a first page, then the next): the second write fails.
+    spanning = WrittenKv(2, HEAD_DIM, "float32").make_chunk(rng, appended)
     raised = False
     try:
         cache.update_and_fetch_paged(*spanning)
@@ -431,7 +436,7 @@ def test_append_whose_second_page_write_fails_changes_nothing(
     if writes < 2:
         pytest.skip(f"the subject's append wrote {writes} page slice(s) through pool.write_page_slice, not one per page")
     expect(raised, INVARIANT, "the append did not raise the failure injected into its second page write")
-    step = f"after an append of {2 * PAGE_SIZE - filled + 1} tokens whose second page write failed ({filled} already written)"
+    step = f"after an append of {appended} tokens whose second page write failed ({filled} already written)"
     expect(writes == 2, INVARIANT, f"{step}: write_page_slice was called {writes} times, expected the failure to stop it at 2")
     expect(
         same_pool_state(pool_before, pool_state(pool, page_data=False)), INVARIANT,

@@ -69,6 +69,22 @@ def test_a_named_tuple_keeps_its_field_names() -> None:
     assert tuple(back) == ([[0, 1]], [6], 4, "causal")
 
 
+def test_a_tuple_subclass_with_properties_of_its_own_crosses_as_an_object() -> None:
+    """A hand-made record (a tuple subclass with properties, no _fields) crossed as a plain tuple and lost its
+    properties: a submission the course accepts lost 25 course points to AttributeErrors."""
+
+    class Record(tuple):
+        @property
+        def block_table(self):
+            return self[0]
+
+    record = Record(([1], 2))
+    record.number = 5
+    assert round_trip(record).number == 5  # sent as a handle, as any other object
+    ids = type("Ids", (list,), {})([3, 4])
+    assert round_trip(ids) == [3, 4] and type(round_trip(ids)) is list  # a list subclass is still its items
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "int32", "int64", "uint16", "bool", "complex64"])
 def test_numpy_arrays_round_trip_exactly(dtype: str) -> None:
     array = (np.arange(24).reshape(2, 3, 4) % 5).astype(dtype)

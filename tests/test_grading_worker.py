@@ -828,3 +828,30 @@ def test_an_rlimit_past_its_type_is_reported_not_fatal() -> None:
     os.waitpid(child, 0)
     assert "as" in applied.split(", ") and "cpu" not in applied.split(", ")
     assert missed.startswith("cpu (")
+
+
+def test_sdpa_at_import_raises_but_only_a_call_after_it_is_reported(tmp_path: Path) -> None:
+    """A submission that tries MLX's SDPA at import (a self-test that catches the error) lost every course point:
+    the course's test reads only paged_attention's source. The call still raises; once the submission is
+    loaded, a call is reported as before."""
+    source = textwrap.dedent('''
+        import mlx.core as mx
+        try:
+            mx.fast.scaled_dot_product_attention(mx.ones((1, 1, 1, 4)), mx.ones((1, 1, 2, 4)), mx.ones((1, 1, 2, 4)),
+                                                 scale=1.0)
+            AT_IMPORT = "ran"
+        except Exception as exc:
+            AT_IMPORT = type(exc).__name__
+
+        def paged_attention(probe, *args):
+            if probe == "at_import":
+                return AT_IMPORT
+            return mx.fast.scaled_dot_product_attention(mx.ones((1, 1, 1, 4)), mx.ones((1, 1, 2, 4)),
+                                                        mx.ones((1, 1, 2, 4)), scale=1.0)
+        ''')
+    with sandboxed(tmp_path, "selftest.py", source) as (subject, session):
+        assert probe(subject, "at_import") == "ForbiddenCallError"
+        assert [e for e in session.events if e["kind"] == "sdpa_trap"] == []
+        with pytest.raises(Exception, match="not allowed in graded code"):
+            probe(subject, "call")
+        assert [e["kind"] for e in session.events if e["kind"] == "sdpa_trap"] == ["sdpa_trap"]

@@ -285,10 +285,13 @@ def to_wire(value: Any, buffers: list[Any], handle_of: HandleOf, depth: int = 0)
     if isinstance(value, float):
         return float(value)
     if isinstance(value, (list, tuple)):
-        items = [to_wire(item, buffers, handle_of, depth + 1) for item in value]
-        if type(value) is list:
-            return items
         fields = _named_fields(value)
+        if isinstance(value, tuple) and type(value) is not tuple and fields is None:
+            # A tuple subclass with properties of its own (a hand-made record) keeps them only as an object.
+            return handle_of(value)
+        items = [to_wire(item, buffers, handle_of, depth + 1) for item in value]
+        if isinstance(value, list):
+            return items
         return {TAG: "tuple", "items": items} if fields is None else {TAG: "tuple", "items": items, "fields": fields}
     if type(value) is dict:
         return {TAG: "dict", "items": [[to_wire(k, buffers, handle_of, depth + 1), to_wire(v, buffers, handle_of, depth + 1)]

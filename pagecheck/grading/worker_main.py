@@ -472,11 +472,14 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
     scratch = os.getcwd()  # the launcher starts the worker in its scratch folder
     for path in reversed(config.get("import_paths", [])):
         sys.path.insert(0, path.replace(SCRATCH_PLACEHOLDER, scratch))
+    worker.tripwires.importing = True
     try:
         subject = subject_module.load_subject(config["spec"].replace(SCRATCH_PLACEHOLDER, scratch))
     except BaseException as exc:
         worker.send({"op": "load_failed", "error": worker.wire.error_entry(exc), "scratch": scratch})
         return
+    finally:
+        worker.tripwires.importing = False
     worker.api = dict(subject.names)
     kinds = {name: ("class" if isinstance(value, type) else "function") for name, value in subject.names.items()}
     # How each name prints in process (Hypothesis shows fixtures in its failure messages): module.qualname.
