@@ -23,8 +23,9 @@ from pagecheck.exit_codes import ExitCode
 # The command modules under pagecheck.commands, imported when a parser is built: the watcher process
 # (pagecheck.supervisor) needs none of them, nor MLX.
 COMMANDS: tuple[str, ...] = ("report", "tolerance", "bench", "grade", "serve_bench")
-# The signals that stop a command as Ctrl-C does, and how close a repeat must come to count as the same one.
-INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+# The signals that stop a command as Ctrl-C does (a closed terminal's SIGHUP too: an ssh session that drops keeps
+# what finished), and how close a repeat must come to count as the same one.
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DUPLICATE_S = 1.0
 
 
@@ -64,38 +65,44 @@ def _command_name(args: list[str]) -> str:
     return next((arg for arg in args if not arg.startswith("-")), "")
 
 
+def _shown_name(argv: list[str] | None) -> str:
+    """"pagecheck COMMAND" for messages, or "pagecheck" before a command is known."""
+    name = _command_name(sys.argv[1:] if argv is None else argv)
+    return f"pagecheck {name}" if name else "pagecheck"
+
+
 def _run(argv: list[str] | None) -> int:
     from pagecheck.commands import options
 
     parser = build_parser()  # imports every command, and through them the standard library modules they use
-    # `python -m pytest`, which runs the invariants suite, imports from the current directory;
-    # the console script does not. Doing the same here loads a module or file subject the
-    # same way in both processes; only now, so that a random.py there cannot stand in for the
-    # standard library's while pagecheck loads.
+    # A module subject in the current folder resolves as under `python -m pytest`, which runs the invariants
+    # suite; the folder goes last, so that a random.py there cannot stand in for the standard library's, here or
+    # in the worker processes that start from this one's sys.path (serve-bench's).
     if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # a usage error, --help, --version
-        supervisor.send_result(exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1)
-        raise
-    supervisor.send_started()
+        sys.path.append(os.getcwd())
     # SIGTERM stops a command as Ctrl-C does: each command's own KeyboardInterrupt handling keeps what finished.
     interrupt = _Interrupt()
     main_thread = threading.current_thread() is threading.main_thread()
     previous = {signum: signal.signal(signum, interrupt) for signum in INTERRUPTS} if main_thread else {}
+    supervisor.unblock_interrupts()  # a watched child held them until now
     try:
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # a usage error, --help, --version
+            supervisor.send_result(exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1)
+            raise
+        supervisor.send_started()
         return int(args.run(args))
     except options.OutDirError as exc:
-        print(f"pagecheck {args.command}: {exc}", file=sys.stderr)
+        print(f"{_shown_name(argv)}: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
     except KeyboardInterrupt:
-        print(f"pagecheck {args.command}: interrupted", file=sys.stderr)
+        print(f"{_shown_name(argv)}: interrupted", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)
     except Exception:
         # Exit 1 would read as a broken invariant; this is pagecheck's own failure.
         traceback.print_exc()
-        print(f"pagecheck {args.command}: internal error (a bug in pagecheck; the traceback is above)", file=sys.stderr)
+        print(f"{_shown_name(argv)}: internal error (a bug in pagecheck; the traceback is above)", file=sys.stderr)
         return int(ExitCode.INTERNAL_ERROR)
     finally:
         for signum, handler in previous.items():

@@ -23,13 +23,18 @@ process, unwatched, as before.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
+import stat
 import subprocess
 import sys
+import time
 
 from pagecheck.exit_codes import ExitCode
+from pagecheck.python_child import module_command
 
-# The child's end of the result pipe and the watcher's process id, "FD,PID", in the child's environment.
+# The child's end of the result pipe, the watcher's process id and a token for its lines, "FD,PID,TOKEN", in
+# the child's environment.
 RESULT_FD_ENV = "PAGECHECK_RESULT_FD"
 # Signals the watcher takes over while the child runs: blocked, then read with sigtimedwait.
 WATCHED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)
@@ -38,20 +43,18 @@ SI_KERNEL = 0x80
 # prctl's PR_SET_PDEATHSIG: the child is sent SIGTERM if the watcher dies first (include/uapi/linux/prctl.h).
 PR_SET_PDEATHSIG = 1
 
-# The child: `pagecheck.cli`'s main, started without the current folder first on sys.path (where `python -m`
-# and `-c` put it), so that a student's random.py there does not stand in for the standard library's.
-CHILD_CODE = (
-    "import sys\n"
-    "if sys.path and sys.path[0] == '':\n"
-    "    del sys.path[0]\n"
-    "from pagecheck.cli import main\n"
-    "sys.exit(main())\n"
-)
 # What the child sends once it has parsed its command line and is about to run the command.
 STARTED = "started"
 
-# Where this process is the watched child: the pipe's write end, taken out of the environment at start.
+# How long a command's process may live on after it sent its status (a thread a subject left running) before
+# the watcher ends it.
+LINGER_S = 10.0
+
+# Where this process is the watched child: the pipe's write end, taken out of the environment at start, the
+# watcher's token, and the pipe's identity (device, inode) to write only to it.
 _result_fd: int | None = None
+_token = ""
+_pipe_id: tuple[int, int] = (0, 0)
 
 
 def can_watch() -> bool:
@@ -68,19 +71,32 @@ def wanted() -> bool:
 def watch(args: list[str], command: str) -> int:
     """Run `python -m pagecheck.cli ARGS` as a child and return its exit status (see the module's note)."""
     read_end, write_end = os.pipe()
-    env = dict(os.environ, **{RESULT_FD_ENV: f"{write_end},{os.getpid()}"})
+    token = secrets.token_hex(8)  # the child's lines carry it: other bytes on the pipe are no status
+    env = dict(os.environ, **{RESULT_FD_ENV: f"{write_end},{os.getpid()},{token}"})
     previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
     try:
-        child = subprocess.Popen([sys.executable, "-c", CHILD_CODE, *args], env=env, pass_fds=(write_end,))
+        child = subprocess.Popen(module_command("pagecheck.cli", *args), env=env, pass_fds=(write_end,))
     except BaseException:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         os.close(read_end)
         os.close(write_end)
         raise
     os.close(write_end)
+    os.set_blocking(read_end, False)
+    received = b""
+    status_at: float | None = None
     try:
         while child.poll() is None:
-            info = signal.sigtimedwait(WATCHED, 1.0)
+            info = signal.sigtimedwait(WATCHED, 0.5)
+            received += _available(read_end)
+            if status_at is None and _status(received, token) is not None:
+                status_at = time.monotonic()
+            if status_at is not None and time.monotonic() - status_at > LINGER_S:
+                # The command finished and said so; what keeps its process alive (a thread a subject left) does
+                # not hold the command's status.
+                child.kill()
+                child.wait()
+                break
             if info is None or info.si_signo == signal.SIGCHLD:
                 continue
             if info.si_code == SI_KERNEL:
@@ -88,12 +104,36 @@ def watch(args: list[str], command: str) -> int:
             child.send_signal(info.si_signo)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-    with os.fdopen(read_end, "rb") as pipe:
-        sent = pipe.read().decode("ascii", "replace").split()
-    statuses = [word for word in sent if word.lstrip("-").isdigit()]
-    if statuses:
-        return int(statuses[-1])
-    return ended_early(command, child.returncode, started=STARTED in sent)
+    # Whatever the child wrote before it ended; a process it left behind may hold the pipe open, so no waiting.
+    received += _available(read_end)
+    os.close(read_end)
+    status = _status(received, token)
+    if status is not None:
+        return status
+    return ended_early(command, child.returncode, started=f"{token} {STARTED}".encode() in received)
+
+
+def _available(fd: int) -> bytes:
+    """What the non-blocking pipe holds now (at most what a status needs, many times over)."""
+    chunks = b""
+    while len(chunks) < 1 << 16:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks += chunk
+    return chunks
+
+
+def _status(received: bytes, token: str) -> int | None:
+    """The exit status the child sent (its line "TOKEN STATUS"), or None."""
+    for line in received.decode("ascii", "replace").splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] == token and words[1].lstrip("-").isdigit():
+            return int(words[1])
+    return None
 
 
 def ended_early(command: str, returncode: int, *, started: bool = True) -> int:
@@ -108,9 +148,10 @@ def ended_early(command: str, returncode: int, *, started: bool = True) -> int:
         print(f"{name}: the command's process ended with status {returncode} before it began the command; the "
               "error above says why", file=sys.stderr)
         return returncode or int(ExitCode.INTERNAL_ERROR)
-    print(f"{name}: the command's process ended with status {returncode} before pagecheck finished: code running "
-          "in it (the subject's, most likely) ended it, with os._exit or sys.exit at its import or inside a call; "
-          "nothing it reported can be trusted", file=sys.stderr)
+    print(f"{name}: the command's process ended with status {returncode} before pagecheck sent its result: code "
+          "running in it (the subject's, most likely) ended it (os._exit or sys.exit at its import or inside a "
+          "call, or a stuck call's hard stop after --check-timeout; see above), or closed the result pipe; nothing "
+          "it reported can be trusted", file=sys.stderr)
     return int(ExitCode.ENDED_EARLY)
 
 
@@ -123,19 +164,30 @@ def _signal_name(number: int) -> str:
 
 def become_child() -> None:
     """At the child's start: take the result pipe out of the environment (so that no process this one starts
-    sees it), keep it from being inherited, unblock the signals the watcher blocked, and ask for SIGTERM if
-    the watcher dies first."""
-    global _result_fd
-    fd, _, watcher = os.environ.pop(RESULT_FD_ENV, "").partition(",")
-    if not (fd.isdigit() and watcher.isdigit()):
+    sees it), keep it from being inherited, and ask for SIGTERM if the watcher dies first. A variable that names
+    no pipe from a live parent (set by hand, say) is ignored. SIGINT, SIGTERM and SIGHUP stay blocked until the
+    command's handlers are in place (unblock_interrupts); SIGCHLD is unblocked now."""
+    global _result_fd, _token, _pipe_id
+    fd, watcher, token = (os.environ.pop(RESULT_FD_ENV, "").split(",") + ["", "", ""])[:3]
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+    if not (fd.isdigit() and watcher.isdigit() and token) or int(watcher) != os.getppid():
+        unblock_interrupts()
         return
-    _result_fd = int(fd)
     try:
-        os.set_inheritable(_result_fd, False)
-    except OSError:  # not open: the result cannot be sent, and the watcher will say so
-        _result_fd = None
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, WATCHED)
+        facts = os.fstat(int(fd))
+        if not stat.S_ISFIFO(facts.st_mode):
+            raise OSError("not a pipe")
+        os.set_inheritable(int(fd), False)
+    except OSError:
+        unblock_interrupts()
+        return
+    _result_fd, _token, _pipe_id = int(fd), token, (facts.st_dev, facts.st_ino)
     _die_with(int(watcher))
+
+
+def unblock_interrupts() -> None:
+    """Let SIGINT, SIGTERM and SIGHUP in (held while the child started: one then would end it mid-import)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
 def _die_with(watcher: int) -> None:
@@ -150,23 +202,32 @@ def _die_with(watcher: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _send(text: str) -> bool:
+    """Write "TOKEN TEXT" to the result pipe, if it is still the pipe the watcher gave (code in this process may
+    have closed it, or put another file in its place)."""
+    if _result_fd is None:
+        return False
+    try:
+        facts = os.fstat(_result_fd)
+        if (facts.st_dev, facts.st_ino) != _pipe_id:
+            return False
+        os.write(_result_fd, f"{_token} {text}\n".encode("ascii"))
+        return True
+    except OSError:
+        return False
+
+
 def send_started() -> None:
     """The child has parsed its command line and begins the command (from here, a subject's code may run)."""
-    if _result_fd is not None:
-        try:
-            os.write(_result_fd, f"{STARTED}\n".encode("ascii"))
-        except OSError:
-            pass
+    _send(STARTED)
 
 
 def send_result(code: int) -> None:
     """The child's last act: its exit status, for the watcher. Does nothing in an unwatched process."""
     global _result_fd
-    if _result_fd is None:
-        return
-    fd, _result_fd = _result_fd, None
-    try:
-        os.write(fd, f"{int(code)}\n".encode("ascii"))
-        os.close(fd)
-    except OSError:
-        pass
+    if _send(str(int(code))) and _result_fd is not None:
+        try:
+            os.close(_result_fd)
+        except OSError:
+            pass
+    _result_fd = None

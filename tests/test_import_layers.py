@@ -26,7 +26,7 @@ LAYERS: dict[str, tuple[str, frozenset[str]]] = {
 }
 BELOW_TOOLS = frozenset(LAYERS)
 UTILITIES = frozenset({"pagecheck.arg_types", "pagecheck.device", "pagecheck.environment", "pagecheck.exit_codes",
-                       "pagecheck.progress"})
+                       "pagecheck.progress", "pagecheck.python_child"})
 TOOLS: dict[str, tuple[str, frozenset[str]]] = {
     "pagecheck.bench": ("pagecheck/bench", BELOW_TOOLS | UTILITIES),
     "pagecheck.gpu": ("pagecheck/gpu", BELOW_TOOLS | UTILITIES),

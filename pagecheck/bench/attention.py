@@ -39,6 +39,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pagecheck.arg_types import int_in, int_list, path_arg
+from pagecheck.python_child import module_command
 
 VARIANTS = ("subject", "impl", "dense_gather", "mlx_sdpa")
 DEVICES = ("cpu", "gpu")
@@ -199,22 +200,18 @@ def time_variant(variant: str, context: int, config: BenchConfig, *, check: bool
 def run_child(variant: str, context: int, config: BenchConfig, *, check: bool = False) -> dict[str, Any]:
     """time_variant in a fresh interpreter; returns time_variant's result or {"error": "..."}.
 
-    The child runs in this process's working directory, with it on its path,
-    so a module subject resolves there as it does here. It writes its outcome
+    The child runs in this process's working directory, with it last on its
+    path (python_child), so a module subject resolves there as it does here. It writes its outcome
     to a file of its own, not to stdout, where a subject may print anything;
     a child that ends without writing it (a crash, a subject's os._exit) is
     an error entry naming its exit status.
     """
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="pagecheck-bench-") as scratch:
         result = Path(scratch) / "outcome.json"
         request = json.dumps({"variant": variant, "context": context, "config": asdict(config), "check": check,
                               "result": str(result)})
-        done = subprocess.run(
-            [sys.executable, "-m", "pagecheck.bench.attention", "--child", request], capture_output=True, text=True,
-            env=env,
-        )
+        done = subprocess.run(module_command("pagecheck.bench.attention", "--child", request), capture_output=True,
+                              text=True)
         try:
             return json.loads(result.read_text())
         except (OSError, ValueError):
