@@ -64,6 +64,9 @@ def split_at_the_course(course_test: str, wider: Geometry, *, per_page_size: boo
 
 COURSE_MARK = "course"
 BEYOND_COURSE_MARK = "beyond_course"
+# Beside COURSE_MARK on a check that replays one of the course's own data points as its test builds and reads it
+# (through the subject's pool, the metadata's own mask, an unconverted query).
+REPLAY_MARK = "replays_the_course"
 SCOPE_PROPERTY = "scope"  # user_properties key: "course" or "beyond_course"
 COURSE_PROPERTY = "course"  # user_properties key, once per mapped course test
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from pagecheck.invariants.catalog import INVARIANTS
-from pagecheck.invariants.course import BEYOND_COURSE_MARK, COURSE_MARK, course_scope
+from pagecheck.invariants.course import BEYOND_COURSE_MARK, COURSE_MARK, course_scope, REPLAY_MARK
 from pagecheck.invariants.profiles import DEFAULT_PROFILE, DEFAULT_SEED, PROFILES
 
 SUITE_DIR = Path(__file__).resolve().parent
@@ -112,6 +112,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "invariant(name): the seed invariant or contract clause a check guards")
     config.addinivalue_line("markers", f"{COURSE_MARK}(*ids): the course tests whose behaviour a check checks")
     config.addinivalue_line("markers", f"{BEYOND_COURSE_MARK}: a check of a behaviour no course test checks")
+    config.addinivalue_line("markers", f"{REPLAY_MARK}: a course check that replays one of the course's data points "
+                            "as the course builds and reads it")
     if not suite_requested(config):
         return
     # Before mlx is imported: float32 matmuls in full float32, not MLX's default TF32 on CUDA (the float32

@@ -110,6 +110,7 @@ def test_batch_metadata_pads_rows_and_empties_slots(
         )
 
 
+@pytest.mark.replays_the_course
 @pytest.mark.course(f"{DAY_4}::test_task_2_batched_paged_attention_matches_dense_attention")
 def test_the_courses_batch_of_two_requests_and_an_empty_slot(
     pool_type: type, cache_type: type, batching_cache_type: type, paged_attention: object, rng: np.random.Generator
@@ -188,6 +189,7 @@ def test_prefill_chunks_through_the_batch_count_every_token(
         )
 
 
+@pytest.mark.replays_the_course
 @pytest.mark.course(f"{DAY_3}::test_task_2_mixed_pools_fail_before_any_batch_row_mutates")
 def test_requests_on_two_pools_are_refused_before_any_row_changes(
     pool_type: type, cache_type: type, batching_cache_type: type, advise: Callable[[str], None],

@@ -65,6 +65,7 @@ def test_context_lens_count_tokens_written(
         expect_close(INVARIANT, f"{step}: attention over the cache", got, written.attention(query, mask), layout)
 
 
+@pytest.mark.replays_the_course
 @pytest.mark.course(f"{DAY_4}::test_task_1_paged_attention_matches_dense_attention")
 def test_the_courses_prefill_after_an_append(
     pool_type: type, cache_type: type, paged_attention: object, rng: np.random.Generator

@@ -29,6 +29,7 @@ INVARIANT = "dtypes"
 pytestmark = pytest.mark.invariant(INVARIANT)
 
 
+@pytest.mark.replays_the_course
 @pytest.mark.course("test_week_3_day_4.py::test_paged_attention_preserves_bfloat16_for_decode")
 def test_bfloat16_decode_keeps_bfloat16(
     pool_type: type, cache_type: type, paged_attention: object, rng: np.random.Generator

@@ -51,6 +51,7 @@ def _page_bytes(pool: Any) -> int:
     return (pool.key_pages.nbytes + pool.value_pages.nbytes) // pool.num_pages
 
 
+@pytest.mark.replays_the_course
 @pytest.mark.course(
     f"{DAY_3}::test_task_1_paged_pool_grows_storage_geometrically",
     f"{DAY_4}::test_task_1_paged_attention_matches_dense_attention",

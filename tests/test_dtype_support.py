@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 import pytest
 
+from pagecheck.invariants.calls import ATTENTION_ARGUMENTS
 from pagecheck.invariants.dtype_support import UNSUPPORTED_DTYPE, names_dtype, require_dtype
 from pagecheck.invariants.verdict import InvariantViolation
 from pagecheck.reference.subject import paged_attention as reference_attention
@@ -14,7 +15,8 @@ from pagecheck.reference.subject import paged_attention as reference_attention
 def _declining(dtypes: tuple[str, ...], error: type[Exception], message: str) -> Callable[..., Any]:
     """A paged_attention that raises `error(message)` for `dtypes` and computes the rest."""
 
-    def paged_attention(**inputs: Any) -> Any:
+    def paged_attention(*args: Any, **options: Any) -> Any:
+        inputs = dict(zip(ATTENTION_ARGUMENTS, args), **options)
         if str(inputs["query"].dtype).rsplit(".", 1)[-1] in dtypes:
             raise error(message)
         return reference_attention(**inputs)
@@ -46,8 +48,8 @@ def test_declining_without_naming_the_dtype_fails() -> None:
 
 
 def test_declining_after_changing_an_input_fails() -> None:
-    def scribbles_then_declines(**inputs: Any) -> Any:
-        inputs["query"][...] = 0
+    def scribbles_then_declines(query: Any, *args: Any, **options: Any) -> Any:
+        query[...] = 0
         raise ValueError("float16 is not supported")
 
     with pytest.raises(InvariantViolation, match=r"changed the inputs \['query'\]"):

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pagecheck.invariants.calls import ATTENTION_ARGUMENTS
 from pagecheck.invariants.verdict import InvariantViolation, expect_reference
 from pagecheck.reference import attention_mx
 from pagecheck.reference.layouts import PagedLayout, random_layout
@@ -38,15 +39,16 @@ def round_to_tf32(x: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(x), out, x)
 
 
-def float32_subject(**inputs: Any) -> Any:
+def float32_subject(*args: Any, **options: Any) -> Any:
     """The readable mlx.core oracle: float32 math on the CPU."""
-    return attention_mx.paged_attention(**inputs)
+    return attention_mx.paged_attention(*args, **options)
 
 
-def tf32_subject(**inputs: Any) -> Any:
+def tf32_subject(*args: Any, **options: Any) -> Any:
     """The same float32 computation on query, keys and values rounded to TF32, as a TF32 matmul sees them."""
     import mlx.core as mx
 
+    inputs = dict(zip(ATTENTION_ARGUMENTS, args), **options)
     for name in ("query", "key_pages", "value_pages"):
         inputs[name] = mx.array(round_to_tf32(np.array(inputs[name])))
     return attention_mx.paged_attention(**inputs)
