@@ -64,26 +64,22 @@ def metadata_layout(query: np.ndarray, metadata: Any, dtype: str, mask: str | No
 def attention_over_metadata(
     paged_attention: PagedAttention, query: np.ndarray, metadata: Any, mask: str | None
 ) -> np.ndarray:
-    """Run the subject's attention on a cache's metadata exactly as handed out."""
-    out = paged_attention(
-        like_pages(query, metadata.key_pages),
-        metadata.key_pages,
-        metadata.value_pages,
-        metadata.block_table,
-        metadata.context_lens,
-        metadata.page_size,
-        mask=mask,
+    """Run the subject's attention on a cache's metadata exactly as handed out, the query in the pages' dtype."""
+    return to_numpy(_over_metadata(paged_attention, like_pages(query, metadata.key_pages), metadata, mask), np.float64)
+
+
+def _over_metadata(paged_attention: PagedAttention, query: Any, metadata: Any, mask: Any) -> Any:
+    """paged_attention(query, then the metadata's pages, table, lengths and page size in order, mask=mask)."""
+    return paged_attention(
+        query, metadata.key_pages, metadata.value_pages, metadata.block_table, metadata.context_lens,
+        metadata.page_size, mask=mask,
     )
-    return to_numpy(out, np.float64)
 
 
 def attention_as_the_course_calls(paged_attention: PagedAttention, query: Any, metadata: Any) -> Any:
     """paged_attention over a cache's metadata exactly as the course's tests call it: the query as given (not cast
     to the pages' dtype) and the metadata's own mask; the subject's output as it returns it."""
-    return paged_attention(
-        query, metadata.key_pages, metadata.value_pages, metadata.block_table, metadata.context_lens,
-        metadata.page_size, mask=metadata.mask,
-    )
+    return _over_metadata(paged_attention, query, metadata, metadata.mask)
 
 
 # The course's pool counters (test_week_3_day_3.py's _paged_state); a pool that has them must keep them too.

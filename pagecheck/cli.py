@@ -110,10 +110,10 @@ def _run(argv: list[str] | None) -> int:
 
 
 class _Interrupt:
-    """SIGINT and SIGTERM as KeyboardInterrupt. A signal within DUPLICATE_S of the first is the same interrupt
-    delivered twice, as when a Ctrl-C sent to the whole process group also reaches the watcher, which passes it
-    on (pagecheck.supervisor), and is ignored, so that it cannot cut short the first one's handling; a later
-    one stops the command again."""
+    """INTERRUPTS (SIGINT, SIGTERM, SIGHUP) as KeyboardInterrupt. A signal within DUPLICATE_S of the first is the
+    same interrupt delivered twice, as when a Ctrl-C sent to the whole process group also reaches the watcher,
+    which passes it on (pagecheck.supervisor), and is ignored, so that it cannot cut short the first one's
+    handling; a later one stops the command again."""
 
     def __init__(self) -> None:
         self.first: float | None = None

@@ -15,3 +15,8 @@ class PartialRun(KeyboardInterrupt):
         self.partial = partial
         self.finished = finished
         self.planned = planned
+
+    @property
+    def record(self) -> dict[str, int]:
+        """The "interrupted" record of a report document (common.schema.json): finished and planned."""
+        return {"finished": self.finished, "planned": self.planned}

@@ -165,7 +165,7 @@ def run_bench_stage(
     except PartialRun as exc:
         interrupted = exc
         # What finished is kept, and it does not pass: not every context was measured.
-        document.update(exc.partial, correct=False, interrupted={"finished": exc.finished, "planned": exc.planned})
+        document.update(exc.partial, correct=False, interrupted=exc.record)
         config = replace(config, contexts=config.contexts[: exc.finished])
     document["plot"] = PLOT_FILE
     if previous is not None:
@@ -180,7 +180,9 @@ def run_bench_stage(
     measured = document["medians_us"].get("subject", {})
     longest = str(config.contexts[-1])
     speed = document["speedups"][longest].get("vs_dense_gather")
-    if measured.get(longest) is None:
+    if interrupted is not None:
+        progress.finish(f"{interrupted}; bench.md keeps the contexts that finished")
+    elif measured.get(longest) is None:
         error = document["errors"].get("subject", {}).get(longest) or "no run finished"
         progress.finish(f"subject not measured at context {longest}: {error[:160]} (bench.md has every error)")
     else:
@@ -192,7 +194,6 @@ def run_bench_stage(
     if previous is not None:
         print(comparison_text(document))
     if interrupted is not None:
-        progress.finish(f"{interrupted}; bench.md keeps the contexts that finished")
         raise KeyboardInterrupt
     return ExitCode.OK if document["correct"] else ExitCode.BENCH_INCORRECT
 

@@ -61,7 +61,7 @@ def run_tolerance_stage(subject: Subject, args: argparse.Namespace, out: Path, p
             raise
         interrupted = exc
         # What finished is kept, and the sweep does not pass: it did not measure every cell.
-        document.update(exc.partial, passed=False, interrupted={"finished": exc.finished, "planned": exc.planned})
+        document.update(exc.partial, passed=False, interrupted=exc.record)
     document["plot"] = PLOT_FILE
     (out / PLOT_FILE).write_text(render_tolerance_plot(document))
     write_json(out / "tolerance.json", document)
