@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if getattr(config.option, "hypothesis_seed", None) is None:
         config.option.hypothesis_seed = config.getoption("pagecheck_seed")
     spec = config.getoption("pagecheck_subject") or DEFAULT_SUBJECT
+    from pagecheck.invariants.runner import SUBJECT_FOLDER_ENV
+
+    # run_suite starts pytest outside the caller's folder; a module subject there resolves, after the rest.
+    folder = os.environ.get(SUBJECT_FOLDER_ENV)
+    if folder and folder not in sys.path:
+        sys.path.append(folder)
     try:
         subject = load_subject(spec)
     except SubjectError as exc:

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Callable, Sequence
 
@@ -28,6 +28,8 @@ OUTCOME_OF_CHAR = {".": "passed", "F": "failed", "E": "errors", "s": "skipped", 
 
 Progress = Callable[[dict[str, int], int | None], None]
 HEARTBEAT_S = 5.0  # the longest the progress callback waits while the suite prints nothing
+# The folder a module subject is looked for in, last on sys.path (read by the plugin, workers included).
+SUBJECT_FOLDER_ENV = "PAGECHECK_SUBJECT_FOLDER"
 
 SUITE_PACKAGE = __name__.rpartition(".")[0]  # pagecheck.invariants
 SUITE_FOLDER = "invariants"  # the suite's folder name, in a checkout and installed
@@ -146,17 +148,26 @@ def _count_progress(line: str, counts: dict[str, int]) -> int | None:
 
 
 def run_suite(request: SuiteRequest, log_path: Path, progress: Progress | None = None) -> SuiteRun:
-    """Run the suite to the end, writing pytest's output to `log_path`."""
+    """Run the suite to the end, writing pytest's output to `log_path`.
+
+    pytest runs in a folder of its own: `python -m` (and xdist's workers, started with `-c`) put their
+    working folder first on sys.path, where a random.py or json.py of the caller's would stand in for the
+    standard library's. The caller's folder reaches the plugin through SUBJECT_FOLDER_ENV instead, which puts
+    it last, so that a module subject there still resolves; a file subject is made absolute.
+    """
+    request = replace(request, subject=absolute_spec(request.subject), results_path=request.results_path.absolute())
     command = request.command()
     done = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
     percent: int | None = None
     start = time.perf_counter()
     # Hypothesis keeps files (its cache of the tests' constants) in ./.hypothesis unless told otherwise: a run
     # writes nothing outside its results, so they go to a folder of its own, removed afterwards.
-    with tempfile.TemporaryDirectory(prefix="pagecheck-hypothesis-") as storage, open(log_path, "wb") as log:
-        env = dict(os.environ, PYTHONUNBUFFERED="1", HYPOTHESIS_STORAGE_DIRECTORY=storage)
+    with tempfile.TemporaryDirectory(prefix="pagecheck-suite-") as scratch, open(log_path, "wb") as log:
+        storage = os.path.join(scratch, "hypothesis")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", HYPOTHESIS_STORAGE_DIRECTORY=storage,
+                   **{SUBJECT_FOLDER_ENV: os.getcwd()})  # fmt: skip
         log.write(("$ " + " ".join(command) + "\n\n").encode())
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=scratch)
         assert child.stdout is not None
         pending = ""
         try:

@@ -250,3 +250,23 @@ def test_a_results_path_that_cannot_take_the_file_is_a_usage_error(elsewhere: Pa
     done = pytest_in(elsewhere, "-q", "--pyargs", "pagecheck.invariants", "--pagecheck-invariant", "gqa_mapping",
                      "--pagecheck-results", str(elsewhere / where))
     assert done.returncode == USAGE_ERROR and "--pagecheck-results=" in done.stderr, done.stderr[-2000:]
+
+
+def test_the_suite_run_resolves_a_module_subject_in_the_callers_folder_past_its_stdlib_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pagecheck report` run from a folder holding a random.py crashed its suite stage: `python -m pytest` put
+    that folder first on sys.path, and tempfile imported the student's random. The suite now runs elsewhere
+    and the caller's folder is last on the path, where a module subject there still resolves."""
+    from pagecheck.invariants import runner
+
+    (tmp_path / "random.py").write_text("raise RuntimeError('the caller folder shadowed the standard library')\n")
+    (tmp_path / "my_subject.py").write_text("from pagecheck.impl import *  # noqa: F403\n")
+    (tmp_path / "out").mkdir()
+    monkeypatch.chdir(tmp_path)
+    request = runner.SuiteRequest("my_subject", "cpu", 1, "default", 0, Path("out/r.json"), invariants=("context_len",))
+    run = runner.run_suite(request, tmp_path / "out" / "invariants.log")
+    log = (tmp_path / "out" / "invariants.log").read_text()
+    assert run.returncode == 0 and run.counts["passed"] > 0, log[-2000:]
+    assert (tmp_path / "out" / "r.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my_subject.py", "out", "random.py"]
