@@ -36,6 +36,7 @@ import importlib.machinery
 import importlib.util
 import inspect
 import reprlib
+import signal
 import sys
 import textwrap
 import zlib
@@ -97,6 +98,25 @@ def register_prefix_loader(prefix: str, loader: Callable[[str], "Subject"]) -> N
     if not prefix.endswith(":"):
         raise ValueError(f"prefix={prefix!r} must end with ':'")
     PREFIX_LOADERS[prefix] = loader
+
+
+class UserInterrupt(KeyboardInterrupt):
+    """The KeyboardInterrupt a command's signal handler raises (pagecheck.cli, for SIGINT, SIGTERM and SIGHUP):
+    the user stopping the run, as opposed to a subject raising KeyboardInterrupt itself."""
+
+
+def is_user_interrupt(exc: BaseException) -> bool:
+    """Whether `exc` stops the run rather than failing the subject's call or import.
+
+    Under a handler that raises UserInterrupt (one whose `raises` is that class), only a UserInterrupt is the
+    user's: any other KeyboardInterrupt came from the subject. Under another handler (Python's own, in a
+    pytest run or an embedding program) every KeyboardInterrupt may be Ctrl-C, and stops the run.
+    """
+    if not isinstance(exc, KeyboardInterrupt):
+        return False
+    if isinstance(exc, UserInterrupt):
+        return True
+    return getattr(signal.getsignal(signal.SIGINT), "raises", None) is not UserInterrupt
 
 
 class SubjectError(ValueError):
@@ -209,9 +229,9 @@ def _import(spec: str, module_name: str) -> ModuleType:
         if exc.name is not None and module_name.startswith(exc.name):
             raise SubjectError(f"subject spec={spec!r}: no module named {exc.name!r}") from exc
         raise SubjectError(f"subject spec={spec!r}: importing {module_name} failed: {exc!r}") from exc
-    except KeyboardInterrupt:
-        raise
     except BaseException as exc:  # a module that calls sys.exit() on import is a subject that does not load
+        if is_user_interrupt(exc):
+            raise
         raise SubjectError(f"subject spec={spec!r}: importing {module_name} failed: {exc!r}") from exc
 
 
@@ -251,7 +271,7 @@ def _import_file(spec: str) -> ModuleType:
         loader_spec.loader.exec_module(module)
     except BaseException as exc:  # sys.exit() on import included: the subject does not load
         del sys.modules[module_name]
-        if isinstance(exc, KeyboardInterrupt):
+        if is_user_interrupt(exc):
             raise
         raise SubjectError(f"subject spec={spec!r}: importing {path} failed: {exc!r}") from exc
     return module

@@ -19,6 +19,7 @@ from types import FrameType
 
 from pagecheck import supervisor
 from pagecheck.exit_codes import ExitCode
+from pagecheck.invariants.subject import UserInterrupt
 
 # The command modules under pagecheck.commands, imported when a parser is built: the watcher process
 # (pagecheck.supervisor) needs none of them, nor MLX.
@@ -115,6 +116,8 @@ class _Interrupt:
     which passes it on (pagecheck.supervisor), and is ignored, so that it cannot cut short the first one's
     handling; a later one stops the command again."""
 
+    raises = UserInterrupt  # the subject's own KeyboardInterrupt is told apart from this (is_user_interrupt)
+
     def __init__(self) -> None:
         self.first: float | None = None
 
@@ -123,7 +126,7 @@ class _Interrupt:
         if self.first is not None and now - self.first < DUPLICATE_S:
             return
         self.first = now
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+        raise UserInterrupt(signal.Signals(signum).name)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,24 @@ def test_a_file_that_exits_on_import_is_an_error_not_the_end_of_pagecheck(
         load_subject(str(subject))
 
 
+def test_a_keyboard_interrupt_at_import_is_the_subjects_error_under_the_commands_handler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subject raising KeyboardInterrupt at import read as the user's Ctrl-C (exit 130, "interrupted"); under
+    pagecheck's handler it is a subject that does not load. Without that handler it still stops the run."""
+    import signal
+
+    from pagecheck.cli import _Interrupt
+
+    subject = tmp_path / "interrupts.py"
+    subject.write_text("raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        load_subject(str(subject))
+    monkeypatch.setattr(signal, "getsignal", lambda signum: _Interrupt())
+    with pytest.raises(SubjectError, match="KeyboardInterrupt"):
+        load_subject(str(subject))
+
+
 def test_an_api_name_that_is_not_callable_is_an_error_naming_it(tmp_path: Path) -> None:
     subject = tmp_path / "wrong_types.py"
     subject.write_text("paged_attention = 3\n")

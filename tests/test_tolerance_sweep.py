@@ -77,6 +77,31 @@ def test_a_subject_that_raises_past_exception_fails_its_cells_and_the_sweep_goes
     assert all(row["error"].startswith(type(raised).__name__) for row in body["rows"])
 
 
+def test_a_subjects_own_keyboard_interrupt_fails_its_cells_under_the_commands_handler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under pagecheck's signal handler a KeyboardInterrupt the subject raises is the subject's failure (it read
+    as the user's Ctrl-C: the command stopped with exit 130); the handler's own interrupt still stops the sweep."""
+    import signal
+
+    from pagecheck.cli import _Interrupt
+    from pagecheck.invariants.subject import UserInterrupt
+
+    def interrupts(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(signal, "getsignal", lambda signum: _Interrupt())
+    body = run_sweep(interrupts, TINY_GRID, seed=3)
+    assert body["totals"]["errors"] == body["totals"]["rows"] == 6 and not body["passed"]
+    assert all(row["error"].startswith("KeyboardInterrupt") for row in body["rows"])
+
+    def stopped(*args, **kwargs):
+        raise UserInterrupt("SIGINT")
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(stopped, TINY_GRID, seed=3)
+
+
 def test_a_call_that_never_returns_fails_its_cell_at_the_time_limit() -> None:
     """Without a limit the tolerance stage waited for ever on such a subject, after the suite had timed it out."""
     import time

@@ -24,6 +24,7 @@ from pagecheck.bench.partial import PartialRun
 from pagecheck.invariants.calls import call_attention
 from pagecheck.invariants.check_timeout import time_limit
 from pagecheck.invariants.dtype_support import DECLINE_ERRORS, REQUIRED_DTYPES, names_dtype
+from pagecheck.invariants.subject import is_user_interrupt
 from pagecheck.reference import attention_mx
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.layouts import DTYPES, PagedLayout, random_layout
@@ -188,10 +189,11 @@ def measure_cell(
             got = to_numpy(call_attention(paged_attention, inputs), np.float64)
         vs_reference = compare(got, want, cell.dtype)
         vs_oracle = compare(got, oracle, cell.dtype)
-    except KeyboardInterrupt:
-        raise
-    # The subject's failure is the row's finding, not the sweep's: its sys.exit or another BaseException too.
+    # The subject's failure is the row's finding, not the sweep's: its sys.exit, its own KeyboardInterrupt or
+    # another BaseException too.
     except BaseException as exc:
+        if is_user_interrupt(exc):
+            raise
         row.update(
             vs_reference=None,
             vs_mlx_oracle=None,
