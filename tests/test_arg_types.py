@@ -124,6 +124,10 @@ def test_positive_number_refuses_zero_negative_and_non_finite() -> None:
         ("--seed-file", "blank.txt", "--seed-file='{tmp}/blank.txt' holds no secret (it is empty or only spaces)"),
         ("--jobs", "0", "argument --jobs: 0 must be in 1..256"),
         ("--jobs", "257", "argument --jobs: 257 must be in 1..256"),
+        # A list of nothing graded every invariant.
+        ("--invariants", ",", "invariants=',' names no invariant (leave the option out to grade all)"),
+        ("--invariants", "", "invariants='' names no invariant"),
+        ("--rubric", "bad.toml", "rubric='{tmp}/bad.toml' is not valid TOML: "),
     ],
 )
 def test_grade_refuses_limits_out_of_range_before_grading(tmp_path, capsys, option: str, value: str,
@@ -137,6 +141,9 @@ def test_grade_refuses_limits_out_of_range_before_grading(tmp_path, capsys, opti
     if option == "--seed-file":
         if value == "blank.txt":
             (tmp_path / value).write_text(" \n")
+        value = str(tmp_path / value)
+    if option == "--rubric":
+        (tmp_path / value).write_text("[points\n")
         value = str(tmp_path / value)
     try:
         code = main(["grade", option, value, str(submission), "--out", str(tmp_path / "out")])
@@ -234,5 +241,5 @@ def test_grade_refuses_an_out_that_cannot_take_its_files_before_grading(tmp_path
     code = main(["grade", str(submission), "--out", str(out), "--seed", "x" * 20])
     err = capsys.readouterr().err
     assert code == 2, err
-    assert f"holds {blocker.rstrip('/')} as something else than the file or folder a grading run writes there" in err
+    assert f"holds {blocker.rstrip('/')} as something other than the file or folder a grading run writes there" in err
     assert "graded" not in err

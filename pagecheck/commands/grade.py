@@ -89,7 +89,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--rubric", type=Path, default=None, metavar="PATH",
                         help=f"points per clause ([points]: course, [beyond_course]) and anti-cheat actions, TOML "
                         f"(default: {DEFAULT_RUBRIC.name} shipped with pagecheck)")  # fmt: skip
-    parser.add_argument("--invariants", default="", metavar="ID,ID",
+    parser.add_argument("--invariants", default=None, metavar="ID,ID",
                         help="grade only these invariants (default: all): " + ", ".join(INVARIANTS))  # fmt: skip
     parser.add_argument("--profile", default=DEFAULT_PROFILE, choices=sorted(PROFILES),
                         help="Hypothesis search depth (default: %(default)s)")
@@ -97,8 +97,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def _selected_invariants(text: str) -> tuple[str, ...]:
+def _selected_invariants(text: str | None) -> tuple[str, ...]:
+    """The invariants --invariants names; () for all, where the option is not given."""
+    if text is None:
+        return ()
     names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise ValueError(f"invariants={text!r} names no invariant (leave the option out to grade all)")
     unknown = [name for name in names if name not in INVARIANTS]
     if unknown:
         raise ValueError(f"invariants={text!r} names {unknown}, which are not in invariants/catalog.py")

@@ -99,13 +99,13 @@ DEFAULT_CHECK_TIMEOUT_S = 600.0
 
 
 def add_check_timeout_option(parser: argparse.ArgumentParser, what: str) -> None:
-    """--check-timeout S: fail `what` once a call into the subject runs past S seconds."""
+    """--check-timeout S: fail `what` (a phrase ending in its verb: "a cell whose call runs") past S seconds."""
     parser.add_argument(
         "--check-timeout",
         type=number_up_to(MAX_CHECK_TIMEOUT_S, least=MIN_CHECK_TIMEOUT_S),
         default=DEFAULT_CHECK_TIMEOUT_S,
         metavar="S",
-        help=f"fail {what} that runs past S seconds, so a subject that never returns holds that one, not the run "
+        help=f"fail {what} past S seconds, so a subject that never returns holds that one, not the run "
         f"(default: %(default)g, from {MIN_CHECK_TIMEOUT_S:g} to {MAX_CHECK_TIMEOUT_S:g})",
     )
 

@@ -86,7 +86,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="STAGE",
         help=f"leave a stage out (repeatable); STAGE is one of {', '.join(STAGES)}. The index covers the rest",
     )
-    options.add_check_timeout_option(parser, "an invariants check or a tolerance cell")
+    options.add_check_timeout_option(parser, "an invariants check or a tolerance cell that runs")
     add_bench_options(parser)
     return parser
 

@@ -36,7 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     options.add_out_option(parser)
     options.add_quick_option(parser, f"{len(list(QUICK_GRID.cells()))} cells instead of {len(list(FULL_GRID.cells()))}")
     options.add_seed_option(parser)
-    options.add_check_timeout_option(parser, "a cell whose call")
+    options.add_check_timeout_option(parser, "a cell whose call runs")
     return parser
 
 

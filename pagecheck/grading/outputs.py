@@ -26,7 +26,7 @@ def out_problem(out: Path, names: list[str]) -> str | None:
     if not blocked:
         return None
     shown = ", ".join(str(path.relative_to(out)) for path in blocked)
-    return f"--out={str(out)!r} holds {shown} as something else than the file or folder a grading run writes there"
+    return f"--out={str(out)!r} holds {shown} as something other than the file or folder a grading run writes there"
 
 
 def write_outputs(out: Path, rubric: Rubric) -> list[dict[str, Any]]:

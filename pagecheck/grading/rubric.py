@@ -157,6 +157,8 @@ def load_rubric(path: Path | None = None) -> Rubric:
     path = DEFAULT_RUBRIC if path is None else path
     try:
         document = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ValueError(f"rubric={str(path)!r} cannot be read: {exc}") from exc
+    except OSError as exc:
+        raise ValueError(f"rubric={str(path)!r} cannot be read: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"rubric={str(path)!r} is not valid TOML: {exc}") from exc
     return parse_rubric(document, str(path))
