@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -72,11 +73,30 @@ def number_up_to(most: float, least: float = 0.0) -> Callable[[str], float]:
     return parse
 
 
+NAME_MAX = 255  # bytes in one file or folder name (Linux, macOS)
+PATH_ROOM = 4096 - NAME_MAX - 1  # PATH_MAX, less room for a file name written under the folder given
+
+
 def path_arg(text: str) -> Path:
-    """A type for a path option: an empty string (which would mean the current folder) is refused."""
+    """A type for a path option (an output folder or file): an empty string (which would mean the current
+    folder) is refused, and so is a path the system cannot name (a NUL byte, a name over NAME_MAX bytes, a path
+    that leaves no room under PATH_MAX for the files written there), which would fail the run at its first
+    file."""
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path names no file or folder (use . for the current folder)")
-    return Path(text)
+    if "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} holds a NUL byte, which no file name can")
+    path = Path(text)
+    long_names = [part for part in path.parts if len(os.fsencode(part)) > NAME_MAX]
+    if long_names:
+        raise argparse.ArgumentTypeError(
+            f"a name in it ({long_names[0][:40]!r}...) is {len(os.fsencode(long_names[0]))} bytes long, over the "
+            f"{NAME_MAX} bytes a file or folder name may have"
+        )
+    if len(os.fsencode(os.path.abspath(text))) > PATH_ROOM:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}... is over the {PATH_ROOM} bytes a folder's path may have "
+                                         "here, with room for the names of the files written in it")  # fmt: skip
+    return path
 
 
 SEED_LIMIT = 2**64  # NumPy's generators take any non-negative int, mx.random.key an unsigned 64-bit one

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
 
 import pytest
 
-from pagecheck.arg_types import int_in, int_list, non_negative_int, positive_int, positive_number, seed_int
+from pagecheck.arg_types import int_in, int_list, non_negative_int, path_arg, positive_int, positive_number, seed_int
 
 
 @pytest.mark.parametrize("text, value", [("1", 1), ("60", 60), (" 7 ", 7)])
@@ -243,3 +245,19 @@ def test_grade_refuses_an_out_that_cannot_take_its_files_before_grading(tmp_path
     assert code == 2, err
     assert f"holds {blocker.rstrip('/')} as something other than the file or folder a grading run writes there" in err
     assert "graded" not in err
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("reports/" + "x" * 300, "a name in it ('xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'...) is 300 bytes long, over the 255"),
+        ("a/" * 2000, "is over the 3840 bytes a folder's path may have here"),
+        ("out\0x", "holds a NUL byte"),
+    ],
+    ids=["long-name", "long-path", "nul"],
+)
+def test_an_out_path_the_system_cannot_name_is_a_usage_error(text: str, message: str) -> None:
+    """Such an --out ended report, tolerance and grade in an internal error (ENAMETOOLONG at its first stat)."""
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
+        path_arg(text)
+    assert path_arg("reports/" + "x" * 255) == Path("reports/" + "x" * 255)
