@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command; from the console (no `argv`) on Linux, in a watched child process (pagecheck.supervisor)."""
+    _open_standard_streams()
     if argv is None and supervisor.wanted():
         return supervisor.watch(sys.argv[1:], _command_name(sys.argv[1:]))
     supervisor.become_child()
@@ -59,6 +60,19 @@ def main(argv: list[str] | None = None) -> int:
     code = _run(argv)
     supervisor.send_result(code)
     return code
+
+
+def _open_standard_streams() -> None:
+    """Put /dev/null on any of descriptors 0-2 started closed (`pagecheck ... 2>&-`), and a stream on it where
+    Python left sys.stdin, sys.stdout or sys.stderr None: progress and messages to a closed stream are dropped,
+    not a crash, and no pipe or file the command opens later takes descriptor 2 and receives its messages."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # takes `fd`: the descriptors below it are open by now
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False, buffering=1 if mode == "w" else -1))
 
 
 def _command_name(args: list[str]) -> str:

@@ -77,6 +77,17 @@ def test_statuses_pagecheck_reaches_pass_through(tmp_path: Path) -> None:
     assert "ended" not in missing.stderr
 
 
+@pytest.mark.parametrize("closed", [(2,), (1, 2), (0, 1, 2)], ids=["stderr", "stdout-stderr", "all"])
+def test_a_command_started_with_its_standard_streams_closed_runs_and_reports(tmp_path: Path, closed) -> None:
+    """`pagecheck tolerance ... 2>&-` ended in an internal error (sys.stderr None) whose traceback went down
+    the watcher's pipe, which had taken descriptor 2."""
+    process = pagecheck("tolerance", "--quick", "--out", "out", cwd=tmp_path, stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                        preexec_fn=lambda: [os.close(fd) for fd in closed])  # fmt: skip
+    assert process.wait(timeout=300) == ExitCode.OK
+    assert (tmp_path / "out" / "tolerance.json").is_file()
+
+
 @pytest.mark.parametrize("how", ["SIGTERM to the command", "SIGINT to the command", "Ctrl-C to its group"])
 def test_a_signal_stops_the_command_once_and_it_keeps_what_finished(tmp_path: Path, how: str) -> None:
     """Signals sent to the watcher are passed on; a terminal's Ctrl-C, which reaches the whole group, is not
