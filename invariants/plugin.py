@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -138,6 +140,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.hypothesis_seed = config.getoption("pagecheck_seed")
     spec = config.getoption("pagecheck_subject") or DEFAULT_SUBJECT
     from pagecheck.invariants.runner import SUBJECT_FOLDER_ENV
+    from pagecheck.invariants.subject import raise_user_interrupt
+
+    # Ctrl-C raises UserInterrupt, so that a KeyboardInterrupt the subject raises fails its check instead of
+    # ending the session (pytest_runtest_call).
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, raise_user_interrupt)
 
     # run_suite starts pytest outside the caller's folder; a module subject there resolves, after the rest.
     folder = os.environ.get(SUBJECT_FOLDER_ENV)
@@ -185,17 +193,21 @@ def _run_info(config: pytest.Config) -> dict[str, object]:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    seconds = item.config.getoption("pagecheck_check_timeout", 0.0) or 0.0
-    if seconds <= 0:
+    if SUBJECT_KEY not in item.config.stash:  # not a run of the suite
         yield
         return
     from pagecheck.invariants.check_timeout import CheckTimedOut, time_limit
+    from pagecheck.invariants.subject import is_user_interrupt
 
+    seconds = item.config.getoption("pagecheck_check_timeout", 0.0) or 0.0
     with time_limit(seconds):
         outcome = yield
     error = outcome.excinfo[1] if outcome.excinfo else None
     if isinstance(error, CheckTimedOut):
         outcome.force_exception(pytest.fail.Exception(str(error), pytrace=False))
+    elif isinstance(error, KeyboardInterrupt) and not is_user_interrupt(error):
+        # The subject's own KeyboardInterrupt is its failure here, not the end of the run.
+        outcome.force_exception(pytest.fail.Exception(f"the subject raised {error!r}", pytrace=False))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -105,6 +105,14 @@ class UserInterrupt(KeyboardInterrupt):
     the user stopping the run, as opposed to a subject raising KeyboardInterrupt itself."""
 
 
+def raise_user_interrupt(signum: int, frame: object) -> None:
+    """A SIGINT handler for a process that calls a subject: Ctrl-C as a UserInterrupt."""
+    raise UserInterrupt(signal.Signals(signum).name)
+
+
+raise_user_interrupt.raises = UserInterrupt  # type: ignore[attr-defined]
+
+
 def is_user_interrupt(exc: BaseException) -> bool:
     """Whether `exc` stops the run rather than failing the subject's call or import.
 

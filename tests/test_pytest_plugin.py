@@ -270,3 +270,19 @@ def test_the_suite_run_resolves_a_module_subject_in_the_callers_folder_past_its_
     assert run.returncode == 0 and run.counts["passed"] > 0, log[-2000:]
     assert (tmp_path / "out" / "r.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["my_subject.py", "out", "random.py"]
+
+
+def test_a_subjects_own_keyboard_interrupt_fails_its_check_and_the_run_goes_on(elsewhere: Path) -> None:
+    """A KeyboardInterrupt from the subject's second call ended the whole session ('!!! KeyboardInterrupt !!!'),
+    as the user's Ctrl-C does, and the report read the suite as crashed."""
+    (elsewhere / "interrupts.py").write_text(
+        "from pagecheck.impl import *  # noqa: F403\nfrom pagecheck.impl import paged_attention as _real\n"
+        "calls = []\n\n\ndef paged_attention(*args, **kwargs):\n    calls.append(1)\n"
+        "    if len(calls) == 2:\n        raise KeyboardInterrupt\n    return _real(*args, **kwargs)\n"
+    )  # fmt: skip
+    done = pytest_in(elsewhere, "-q", "--pyargs", "pagecheck.invariants", "--pagecheck-subject", "interrupts.py",
+                     "--pagecheck-invariant", "gqa_mapping", "--junitxml", str(elsewhere / "j.xml"))  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    failures = failure_messages(elsewhere / "j.xml")
+    assert list(failures.values()) == ["Failed: the subject raised KeyboardInterrupt()"], failures
+    assert "passed" in done.stdout.splitlines()[-1]
