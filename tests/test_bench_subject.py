@@ -120,6 +120,24 @@ def test_a_subject_that_prints_or_exits_is_an_error_entry_not_a_crash(tmp_path: 
         assert document["correctness"]["impl"]["16"]["passed"]
 
 
+def test_a_subject_that_never_returns_is_an_error_entry_at_the_process_timeout(tmp_path: Path) -> None:
+    """The measuring process had no time limit: bench (and report's bench stage) waited for ever."""
+    import time
+
+    subject = tmp_path / "subject.py"
+    subject.write_text(CORRECT_SUBJECT + "import time\n\n\ndef paged_attention(*args, **kwargs):\n"
+                       "    while True:\n        time.sleep(1)\n")  # fmt: skip
+    started = time.monotonic()
+    code = main(["bench", "--quick", "--subject", str(subject), "--contexts", "16", "--repeats", "1",
+                 "--process-timeout", "15", "--out", str(tmp_path / "run")])  # fmt: skip
+    assert time.monotonic() - started < 120
+    document = json.loads((tmp_path / "run" / "bench.json").read_text())
+    assert code == ExitCode.BENCH_INCORRECT
+    assert document["configuration"]["process_timeout_s"] == 15
+    assert "ran past --process-timeout 15 s" in json.dumps(document["errors"]), document["errors"]
+    assert document["correctness"]["impl"]["16"]["passed"]
+
+
 def test_an_interrupted_bench_keeps_its_finished_contexts_and_does_not_pass(monkeypatch, tmp_path: Path, capsys) -> None:
     """Ctrl-C or SIGTERM used to leave an empty folder after minutes of measurements."""
     from pagecheck.bench import stage

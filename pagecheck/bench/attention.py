@@ -58,6 +58,10 @@ def variants_for(subject: str) -> tuple[str, ...]:
     return tuple(v for v in VARIANTS if not (v == "impl" and subject.strip() == IMPL_SPEC))
 
 
+DEFAULT_PROCESS_TIMEOUT_S = 1800.0  # a full bench process on this project's CPU runs for seconds
+MAX_PROCESS_TIMEOUT_S = 1_000_000.0
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     contexts: tuple[int, ...] = (128, 1024, 4096)
@@ -77,6 +81,8 @@ class BenchConfig:
     variants: tuple[str, ...] = field(default=variants_for(IMPL_SPEC))
     # A subject spec that resolves in any working directory (pagecheck.invariants.subject.absolute_spec).
     subject: str = IMPL_SPEC
+    # A measuring process still running after this many seconds is ended; its variant and context is an error.
+    process_timeout_s: float = DEFAULT_PROCESS_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -87,6 +93,9 @@ class BenchConfig:
         for name in ("repeats", "iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        if not 0 < self.process_timeout_s <= MAX_PROCESS_TIMEOUT_S:
+            raise ValueError(f"process_timeout_s={self.process_timeout_s:g} must be above 0 and at most "
+                             f"{MAX_PROCESS_TIMEOUT_S:g}")  # fmt: skip
         if not self.contexts or min(self.contexts) < self.num_queries:
             raise ValueError(f"contexts={self.contexts} must be non-empty and each at least num_queries={self.num_queries}")
 
@@ -204,14 +213,19 @@ def run_child(variant: str, context: int, config: BenchConfig, *, check: bool = 
     path (python_child), so a module subject resolves there as it does here. It writes its outcome
     to a file of its own, not to stdout, where a subject may print anything;
     a child that ends without writing it (a crash, a subject's os._exit) is
-    an error entry naming its exit status.
+    an error entry naming its exit status, and so is one still running after
+    config.process_timeout_s (ended with SIGKILL).
     """
     with tempfile.TemporaryDirectory(prefix="pagecheck-bench-") as scratch:
         result = Path(scratch) / "outcome.json"
         request = json.dumps({"variant": variant, "context": context, "config": asdict(config), "check": check,
                               "result": str(result)})
-        done = subprocess.run(module_command("pagecheck.bench.attention", "--child", request), capture_output=True,
-                              text=True)
+        try:
+            done = subprocess.run(module_command("pagecheck.bench.attention", "--child", request),
+                                  capture_output=True, text=True, timeout=config.process_timeout_s)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return {"error": f"the measuring process ran past --process-timeout {config.process_timeout_s:g} s "
+                             "and was ended"}  # fmt: skip
         try:
             return json.loads(result.read_text())
         except (OSError, ValueError):

@@ -11,12 +11,20 @@ from typing import Any
 
 import mlx.core as mx
 
-from pagecheck.bench.attention import MAX_BENCH_CONTEXT, MAX_REPEATS, RESULT_SOURCE, BenchConfig, variants_for
+from pagecheck.bench.attention import (
+    DEFAULT_PROCESS_TIMEOUT_S,
+    MAX_BENCH_CONTEXT,
+    MAX_PROCESS_TIMEOUT_S,
+    MAX_REPEATS,
+    RESULT_SOURCE,
+    BenchConfig,
+    variants_for,
+)
 from pagecheck.bench.compare import compare_runs
 from pagecheck.bench.partial import PartialRun
 from pagecheck.bench.stage import FULL_CONFIG, QUICK_CONFIG, run_bench_report
 from pagecheck.gpu import bench as bench_gpu
-from pagecheck.arg_types import int_in, int_list
+from pagecheck.arg_types import int_in, int_list, number_up_to
 from pagecheck.commands import options
 from pagecheck.commands.subject_setup import SubjectSetupError, prepare_subject
 from pagecheck.exit_codes import ExitCode
@@ -27,6 +35,7 @@ from pagecheck.reports.render.bench_compare import COMPARE_PLOT_FILE, comparison
 from pagecheck.reports.render.bench_gpu import render_bench_gpu
 from pagecheck.reports.document import read_json, write_json
 from pagecheck.reports.index import write_index
+from pagecheck.invariants.check_timeout import MIN_CHECK_TIMEOUT_S
 from pagecheck.invariants.subject import absolute_spec
 
 NAME = "bench"
@@ -47,7 +56,7 @@ def quick_bench_text() -> str:
 
 
 def add_bench_options(parser: argparse.ArgumentParser) -> None:
-    """--contexts and --repeats, shared by `bench` and `report`."""
+    """--contexts, --repeats, --process-timeout and --compare, shared by `bench` and `report`."""
     parser.add_argument(
         "--contexts",
         type=int_list("contexts", most=MAX_BENCH_CONTEXT),
@@ -63,6 +72,14 @@ def add_bench_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"benchmark: fresh processes per variant and context, at most {MAX_REPEATS} (default: "
         f"{FULL_CONFIG.repeats}, or {QUICK_CONFIG.repeats} with --quick)",
+    )
+    parser.add_argument(
+        "--process-timeout",
+        type=number_up_to(MAX_PROCESS_TIMEOUT_S, least=MIN_CHECK_TIMEOUT_S),
+        default=DEFAULT_PROCESS_TIMEOUT_S,
+        metavar="S",
+        help="benchmark: end a measuring process still running after S seconds (a subject that never returns); "
+        "its variant and context is an error (default: %(default)g)",
     )
     parser.add_argument(
         "--compare",
@@ -111,7 +128,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
         config = replace(config, contexts=args.contexts)
     if getattr(args, "repeats", None):
         config = replace(config, repeats=args.repeats)
-    return config
+    return replace(config, process_timeout_s=getattr(args, "process_timeout", DEFAULT_PROCESS_TIMEOUT_S))
 
 
 def read_previous(args: argparse.Namespace) -> dict | None:
