@@ -8,6 +8,7 @@ field is renamed, removed or changes meaning.
 from __future__ import annotations
 
 import json
+import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,8 +35,12 @@ def new_document(kind: str, *, subject: str, device: str, seed: int | None, prof
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
+    """Write `document` to `path` whole or not at all: a process stopped mid-write leaves the earlier file."""
     # allow_nan=False: NaN is not JSON, and a report other tools cannot parse is useless.
-    path.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
+    text = json.dumps(document, indent=2, allow_nan=False) + "\n"
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -205,3 +205,22 @@ def test_a_thread_or_a_process_the_subject_leaves_does_not_hold_the_status(tmp_p
             os.killpg(process.pid, signal.SIGKILL)  # the helper, left in the run's group
     assert code == ExitCode.OK, (tmp_path / "log").read_text()[-2000:]
     assert time.monotonic() - started < 60 and (tmp_path / "out" / "tolerance.json").exists()
+
+
+def test_a_tolerance_cell_stuck_past_the_hard_stop_keeps_the_cells_before_it(tmp_path: Path) -> None:
+    """A call no alarm reaches (SIGALRM ignored, as native code that never returns to Python never runs its
+    handler) is ended with the process (faulthandler, a grace after --check-timeout); the sweep wrote
+    tolerance.json only at its end, so the cells that had passed were lost."""
+    (tmp_path / "stuck.py").write_text(
+        "import signal\nimport time\nfrom pagecheck.impl import *  # noqa: F403\n"
+        "from pagecheck.impl import paged_attention as _real\ncalls = []\n\n\n"
+        "def paged_attention(*args, **kwargs):\n    calls.append(1)\n    if len(calls) == 3:\n"
+        "        signal.signal(signal.SIGALRM, signal.SIG_IGN)\n        while True:\n"
+        "            time.sleep(1)\n    return _real(*args, **kwargs)\n"
+    )  # fmt: skip
+    done = run("tolerance", "--quick", "--subject", "stuck.py", "--check-timeout", "0.5", "--out", "out", cwd=tmp_path)
+    assert done.returncode == ExitCode.ENDED_EARLY, done.stderr[-2000:]
+    document = json.loads((tmp_path / "out" / "tolerance.json").read_text())
+    assert document["interrupted"] == {"finished": 2, "planned": 12}
+    assert document["totals"]["rows"] == document["totals"]["passed"] == 2 and document["passed"] is False
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["tolerance.json"]

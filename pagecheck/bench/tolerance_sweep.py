@@ -247,15 +247,19 @@ def run_sweep(
     seed: int = 0,
     progress: Progress | None = None,
     call_timeout_s: float = 0.0,
+    checkpoint: Callable[[PartialRun], None] | None = None,
 ) -> dict[str, Any]:
     """Measure every cell; returns the body of tolerance.json (without the document header). An interrupt raises
-    PartialRun with the body over the cells that finished."""
+    PartialRun with the body over the cells that finished; `checkpoint` gets that PartialRun after each cell but
+    the last, so that a process ended outright (a call stuck past the time limit's grace) keeps them too."""
     cells = list(grid.cells())
     rows: list[dict[str, Any]] = []
     start = time.perf_counter()
     try:
         for index, cell in enumerate(cells):
             rows.append(measure_cell(paged_attention, cell, grid, seed, index, call_timeout_s))
+            if checkpoint is not None and len(rows) < len(cells):
+                checkpoint(PartialRun(sweep_body(grid, rows, start), len(rows), len(cells), "cells"))
             if progress is not None:
                 progress(index + 1, len(cells), cell)
     except KeyboardInterrupt:

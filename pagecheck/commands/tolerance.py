@@ -53,9 +53,15 @@ def run_tolerance_stage(subject: Subject, args: argparse.Namespace, out: Path, p
     # A sandboxed subject's calls have the worker's own time limit; an alarm here would leave its pipe mid-reply.
     timeout = 0.0 if args.subject.startswith(SANDBOX_PREFIX) else args.check_timeout
     interrupted: PartialRun | None = None
+
+    def keep(partial: PartialRun) -> None:
+        # tolerance.json over the cells so far, marked INCOMPLETE; the finished sweep writes over it.
+        write_json(out / "tolerance.json", {**document, **partial.partial, "passed": False,
+                                            "interrupted": partial.record})  # fmt: skip
+
     try:
         document.update(run_sweep(subject.get("paged_attention"), grid, seed=args.seed, progress=show,
-                                  call_timeout_s=timeout))
+                                  call_timeout_s=timeout, checkpoint=keep))
     except PartialRun as exc:
         if not exc.partial["rows"]:
             raise
