@@ -20,7 +20,7 @@ from pagecheck.invariants.calls import attention_as_the_course_calls, call_atten
 from pagecheck.invariants.dtype_support import require_dtype
 from pagecheck.invariants.profiles import shared_examples
 from pagecheck.invariants.strategies import paged_layouts
-from pagecheck.invariants.verdict import expect, expect_close, expect_reference
+from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold, expect_reference
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.layouts import COURSE_UNUSED_FILL, DTYPES, random_layout
@@ -49,6 +49,9 @@ def test_bfloat16_decode_keeps_bfloat16(
     query = written.make_query(rng, 8, 1)
     out = attention_as_the_course_calls(paged_attention, mx.array(query).astype(mx.bfloat16), metadata)
     layout = metadata_layout(query, metadata, "bfloat16", "causal")
+    # Read by the oracle: an attention that finds the tokens elsewhere passes the comparison below over pages
+    # that hold nothing.
+    expect_pages_hold(INVARIANT, "the course's bfloat16 decode: the metadata", layout, {0: written})
     kind = "an MLX" if type(out).__module__.startswith("mlx") else f"a {type(out).__module__.partition('.')[0]}"
     out_dtype = str(getattr(out, "dtype", None)).rsplit(".", 1)[-1]
     expect(

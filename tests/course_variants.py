@@ -539,9 +539,9 @@ VARIANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
 
 
 def write_variant(name: str, where: Path) -> Path:
-    """The variant's source as where/<name>.py. `@@from X` replaces everything from the first line that starts
-    with X to the end."""
-    doc, edits = VARIANTS[name]
+    """The variant's source as where/<name>.py (a variant of VARIANTS or FORGING_VARIANTS). `@@from X` replaces
+    everything from the first line that starts with X to the end."""
+    doc, edits = VARIANTS[name] if name in VARIANTS else FORGING_VARIANTS[name][:2]
     text = CONFORMANT.read_text()
     for old, new in edits:
         if old.startswith("@@from "):
@@ -554,3 +554,45 @@ def write_variant(name: str, where: Path) -> Path:
     path = where / f"{name}.py"
     path.write_text(f"# Variant {name}: {doc}\n{text}")
     return path
+
+
+# Implementations the course's tests reject, each written to slip past one course check of the suite as it once
+# was: name -> (what it does, its replacements as in VARIANTS, the check that must fail it).
+PRIVATE_STORE = '''
+
+_POOLS = {}  # tag -> the pool whose real pages paged_attention swaps in
+
+
+def _blank(pool, store):
+    """What the pool shows: pages of zeros with the pool's tag in one element; the tokens stay in `store`."""
+    if store is None:
+        return None
+    if not hasattr(pool, "_tag"):
+        pool._tag = 2.0 ** (10 + len(_POOLS) % 100)
+        _POOLS[pool._tag] = pool
+    blank = mx.zeros(store[: pool._num_issued].shape, dtype=store.dtype)
+    if blank.size:
+        blank[0, 0, 0, 0] = pool._tag
+    return blank
+'''
+FORGING_VARIANTS: dict[str, tuple[str, list[tuple[str, str]], str]] = {
+    "pages_hold_nothing": (
+        "the pool's pages hold zeros and a tag; paged_attention, handed a tagged pool, reads the pool's private "
+        "store instead",
+        [
+            ("INITIAL_CAPACITY = 4  # page rows of storage created by the first write\n",
+             "INITIAL_CAPACITY = 4  # page rows of storage created by the first write\n" + PRIVATE_STORE),
+            ("        return None if self._key_store is None else self._key_store[: self._num_issued]",
+             "        return _blank(self, self._key_store)"),
+            ("        return None if self._value_store is None else self._value_store[: self._num_issued]",
+             "        return _blank(self, self._value_store)"),
+            ("    scale = head_dim**-0.5 if scale is None else scale\n    rows = []\n",
+             "    scale = head_dim**-0.5 if scale is None else scale\n    rows = []\n"
+             "    pool = _POOLS.get(float(key_pages[0, 0, 0, 0].item())) if key_pages.size else None\n"
+             "    if pool is not None and pool._key_store.shape[1:] == key_pages.shape[1:]:\n"
+             "        key_pages = pool._key_store[: key_pages.shape[0]]\n"
+             "        value_pages = pool._value_store[: value_pages.shape[0]]\n"),
+        ],
+        "pagecheck.invariants.test_dtypes::test_bfloat16_decode_keeps_bfloat16",
+    ),
+}

@@ -15,7 +15,7 @@ import pytest
 
 from pagecheck.invariants.course import BEYOND_COURSE_MARK
 from tests.course_shim import CourseFolderMissing, course_dir, run_course_tests
-from tests.course_variants import VARIANTS, write_variant
+from tests.course_variants import FORGING_VARIANTS, VARIANTS, write_variant
 from tests.test_mutants import run_suite
 
 
@@ -35,3 +35,24 @@ def test_a_course_accepted_variant_fails_no_course_clause(name: str, tmp_path: P
     failed = {c["nodeid"]: c["message"][:400] for c in results["checks"] if c["outcome"] in ("fail", "error")}
     assert not failed, f"course clauses fail variant {name}, which the course accepts: {failed}"
     assert {c["scope"] for c in results["checks"]} == {"course"}, "the run held checks beyond the course"
+
+
+@pytest.mark.parametrize("name", sorted(FORGING_VARIANTS))
+def test_an_implementation_written_to_slip_past_a_course_check_fails_it(name: str, tmp_path: Path) -> None:
+    """No unearned points: each of these fails the course's own tests, and was written against one course check
+    of the suite (a red-team finding); that check must fail it."""
+    subject = write_variant(name, tmp_path)
+    try:
+        course = course_dir()
+    except CourseFolderMissing:
+        course = None
+    if course is not None:
+        (tmp_path / "course").mkdir()
+        run = run_course_tests(course, str(subject), tmp_path / "course")
+        assert run.count("failed") > 0, f"the course accepts variant {name}: it must not be listed here"
+    check = FORGING_VARIANTS[name][2]
+    module, _, function = check.partition("::")
+    invariant = module.rpartition(".test_")[2]
+    results = run_suite(str(subject), [invariant], tmp_path / "results.json", select="course")
+    outcomes = {c["nodeid"]: c["outcome"] for c in results["checks"] if c["nodeid"].partition("[")[0].endswith(function)}
+    assert outcomes and set(outcomes.values()) == {"fail"}, outcomes
