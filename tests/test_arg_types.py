@@ -261,3 +261,19 @@ def test_an_out_path_the_system_cannot_name_is_a_usage_error(text: str, message:
     with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
         path_arg(text)
     assert path_arg("reports/" + "x" * 255) == Path("reports/" + "x" * 255)
+
+
+@pytest.mark.parametrize("inside", ["out", "deeper/out", "."], ids=["out", "deeper", "the-submission-itself"])
+def test_grade_refuses_an_out_inside_a_submission(tmp_path, capsys, inside: str) -> None:
+    """`grade pkg --out pkg/out` staged the grader's folder (the saved secret, other results) into the
+    submission's copy, which its code can read, and each rerun graded again (the digest changed)."""
+    from pagecheck.cli import main
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("x = 1\n")
+    code = main(["grade", str(package), "--out", str(package / inside)])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert f"lies inside submission 'pkg' ({package}): grade into a folder outside every submission" in captured.err
+    assert sorted(p.name for p in package.iterdir()) == ["__init__.py"]

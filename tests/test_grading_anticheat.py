@@ -13,7 +13,7 @@ SIGNATURE = "def paged_attention(query, key_pages, value_pages, block_table, con
 
 
 def kinds(source: str) -> list[str]:
-    return [f.kind for f in scan_source(textwrap.dedent(source), "attention.py")]
+    return sorted(f.kind for f in scan_source(textwrap.dedent(source), "attention.py"))
 
 
 @pytest.mark.parametrize(
@@ -28,7 +28,27 @@ def kinds(source: str) -> list[str]:
     ids=["module-attribute", "imported-name", "fast-module", "helper"],
 )
 def test_fused_sdpa_in_paged_attention_is_found(source: str) -> None:
-    assert kinds(source) == ["sdpa_call"]
+    """sdpa_call (the course's rule) only where paged_attention's own text names it, as the course's source
+    check reads; sdpa_route (beyond the course) wherever a call reaches it."""
+    course = ["sdpa_call"] if "scaled_dot_product_attention(query" in source else []
+    assert kinds(source) == sorted([*course, "sdpa_route"])
+
+
+@pytest.mark.parametrize(
+    "body, found",
+    [
+        ("    # mx.fast is not used here\n    return query\n", ["sdpa_call"]),
+        ("    return getattr(mx, 'fast').scaled_dot_product_attention.original(query)\n", ["sdpa_call"]),
+        ("    return OPS['dense'](query)\n", []),
+        ("    return query  # no gather_dense\n", ["dense_gather"]),
+    ],
+    ids=["a-comment", "an-attribute-past-the-call-scan", "through-a-dict", "gather_dense-named"],
+)
+def test_the_courses_source_check_reads_paged_attentions_text(body: str, found: list[str]) -> None:
+    """The course's test fails paged_attention whose source text holds mx.fast, scaled_dot_product_attention or
+    gather_dense, however it is written, and reads nothing else: a helper reached through a dict passes it."""
+    source = f"import mlx.core as mx\nOPS = {{'dense': mx.fast.scaled_dot_product_attention}}\n{SIGNATURE}\n{body}"
+    assert kinds(source) == found
 
 
 @pytest.mark.parametrize(
@@ -40,7 +60,8 @@ def test_fused_sdpa_in_paged_attention_is_found(source: str) -> None:
     ids=["gather_dense", "dense-helper"],
 )
 def test_what_the_course_forbids_in_paged_attention_is_found(source: str) -> None:
-    assert kinds(source) == ["dense_gather"]
+    course = "sdpa_call" if "scaled_dot_product_attention" in source else "dense_gather"
+    assert kinds(source) == sorted([course, "dense_route"])
 
 
 @pytest.mark.parametrize(
@@ -85,14 +106,15 @@ def test_a_file_nested_past_the_parser_is_flagged_unscanned_not_a_crash(nested: 
 def test_a_chain_of_attributes_past_the_recursion_limit_is_read() -> None:
     chain = "query" + ".T" * 2500
     assert kinds(f"import mlx.core as mx\n{SIGNATURE}\n    {chain}\n"
-                 f"    return mx.fast.scaled_dot_product_attention(query, query, query, scale=1.0)\n") == ["sdpa_call"]
+                 f"    return mx.fast.scaled_dot_product_attention(query, query, query, scale=1.0)\n") == ["sdpa_call",
+                                                                                                     "sdpa_route"]
 
 
 def test_bytes_are_decoded_by_the_files_coding_declaration() -> None:
     """A Latin-1 file decoded as UTF-8 has U+FFFD in its identifiers, a SyntaxError that would hide its calls."""
     source = (f"# -*- coding: latin-1 -*-\nimport mlx.core as mx\n{SIGNATURE}\n    caf\u00e9 = query\n"
               f"    return mx.fast.scaled_dot_product_attention(caf\u00e9, query, query, scale=1.0)\n")
-    assert [f.kind for f in scan_source(source.encode("latin-1"), "attention.py")] == ["sdpa_call"]
+    assert [f.kind for f in scan_source(source.encode("latin-1"), "attention.py")] == ["sdpa_call", "sdpa_route"]
 
 
 def test_importing_the_grader_code_is_found_anywhere() -> None:
@@ -132,8 +154,8 @@ def test_fused_sdpa_in_native_code_is_found(tmp_path: Path) -> None:
                                 "src/tiny_llm/libkernel.so": b"\0" * ((3 << 20) - 9) + symbol,
                                 "src/tiny_llm/weights.bin": symbol})  # ctypes loads a library under any name  # fmt: skip
     found = [(f.file, f.line, f.kind) for f in scan_submission(root, root, root / "src")]
-    assert found == [("src/extensions/src/kernel.cpp", 4, "sdpa_call"), ("src/tiny_llm/libkernel.so", 0, "sdpa_call"),
-                     ("src/tiny_llm/weights.bin", 0, "sdpa_call")]
+    assert found == [("src/extensions/src/kernel.cpp", 4, "sdpa_route"), ("src/tiny_llm/libkernel.so", 0, "sdpa_route"),
+                     ("src/tiny_llm/weights.bin", 0, "sdpa_route")]
 
 
 def test_native_code_of_its_own_is_not_a_finding(tmp_path: Path) -> None:
@@ -158,4 +180,4 @@ def test_a_copy_of_the_installed_mlx_is_not_a_finding_but_an_altered_one_is(tmp_
     root = _checkout(tmp_path, {"env/site-packages/mlx/lib/" + library.name: library.read_bytes(),
                                 "src/tiny_llm/" + library.name: library.read_bytes() + b"\0"})  # fmt: skip
     found = [(f.file, f.kind) for f in scan_submission(root, root, root / "src")]
-    assert found == [("src/tiny_llm/" + library.name, "sdpa_call")]
+    assert found == [("src/tiny_llm/" + library.name, "sdpa_route")]

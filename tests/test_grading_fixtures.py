@@ -82,16 +82,21 @@ EXPECTED: dict[str, Expected] = {
     "segfault": Expected("ok", CACHES_ONLY, "20", "5"),
     "hang": Expected("ok", CACHES_ONLY, "20", "5"),
     "hoard": Expected("ok", CACHES_ONLY, "20", "5"),
-    "calls_sdpa": Expected("ok", CACHES_ONLY, "0", "0", "dense_gather gather_trap page_join sdpa_call sdpa_trap"),
-    "sdpa_original": Expected("ok", CACHES_ONLY, "0", "0", "gather_trap page_join sdpa_trap"),
+    # paged_attention's source names mx.fast and gather_dense: the course's source check refuses it.
+    "calls_sdpa": Expected("ok", CACHES_ONLY, "0", "0",
+                           "dense_gather dense_route gather_trap page_join sdpa_call sdpa_route sdpa_trap"),
+    # SDPA through a helper and a name built at run time: the course's source check passes it, so only the total
+    # beyond the course goes (the trap raises, so the attention fails its course checks as well).
+    "sdpa_original": Expected("ok", CACHES_ONLY, "20", "0", "gather_trap page_join sdpa_trap"),
     # A gather the course does not forbid costs the total beyond the course, never a course point.
     "fancy_gather": Expected("ok", EVERYTHING, "20", "0", "gather_trap"),
     "getattr_concat": Expected("ok", EVERYTHING, "20", "0", "gather_trap"),
     "setitem_gather": Expected("ok", EVERYTHING, "20", "0", "gather_trap"),
     # Forged event frames flag the submission and hide no tripwire report: the gather is still seen.
     "forged_events": Expected("ok", EVERYTHING, "20", "0", "gather_trap tamper"),
-    # MLX's C++ SDPA from the extension: no Python trap sees it; the scan of its source and library does.
-    "native_sdpa": Expected("ok", EVERYTHING, "0", "0", "sdpa_call"),
+    # MLX's C++ SDPA from the extension: no Python trap sees it; the scan of its source and library does. The
+    # course's source check reads paged_attention's Python text alone and passes it: the course total stays.
+    "native_sdpa": Expected("ok", EVERYTHING, "20", "0", "sdpa_route"),
     "clamps_block_table": Expected("ok", CACHES_ONLY, "20", "5"),
     # An output that is not an array would be read through its handle after the call, outside the gather watch.
     "deferred_output": Expected("ok", CACHES_ONLY, "20", "5"),
@@ -113,7 +118,7 @@ EXPECTED: dict[str, Expected] = {
     "fork_bomb": Expected("ok", NOTHING, "0", "0"),
     "setsid_sleeps": Expected("ok", NOTHING, "0", "0"),
     # Throwing MLX out of sys.modules breaks the worker's own arrays: every call fails before any SDPA.
-    "reimport_mlx": Expected("ok", NOTHING, "0", "0", "sdpa_call tamper"),
+    "reimport_mlx": Expected("ok", NOTHING, "0", "0", "sdpa_call sdpa_route tamper"),
     "network": Expected("ok", NOTHING, "0", "0"),
     "odd___pkg": Expected("load-failed", NOTHING, "0", "0"),  # Python cannot import a package of that name
     "deep_folders": Expected("load-failed", NOTHING, "0", "0"),  # refused before staging, the run goes on
@@ -400,6 +405,35 @@ def test_merged_shards_reproduce_the_scoreboard(graded: Path, tmp_path: Path) ->
     assert done.returncode == 0, done.stdout + done.stderr
     for name in ("grades.md", "grades.csv"):
         assert (merged / name).read_bytes() == (graded / name).read_bytes()
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"name": "../../../escaped"}, "$.name: '../../../escaped' does not match"),
+        ({"name": ["a"]}, "$.name: ['a'] is not of type 'string'"),
+        ({"checks": "none"}, "$.checks: 'none' is not of type 'array'"),
+    ],
+    ids=["a-path-for-a-name", "a-list-for-a-name", "a-string-for-checks"],
+)
+def test_merge_refuses_a_result_that_breaks_the_schema_before_it_copies_anything(
+    graded: Path, tmp_path: Path, change: dict, words: str
+) -> None:
+    """A shard result named '../../../escaped' was written outside --out; other malformed ones crashed the merge
+    after the first files were copied."""
+    from pagecheck.grading.merge import merge_results
+
+    shard = tmp_path / "shard" / "results"
+    shard.mkdir(parents=True)
+    real = json.loads((graded / "results" / "correct.json").read_text())
+    (shard / "a.json").write_text(json.dumps(real))
+    (shard / "x.json").write_text(json.dumps({**real, **change}))
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(ValueError, match=r"shard result .*x\.json does not follow grade\.schema\.json") as refused:
+        merge_results([shard.parent], out)
+    assert words in str(refused.value)
+    assert list(out.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["out", "shard"]
 
 
 def _grader_children(out: Path) -> list[int]:

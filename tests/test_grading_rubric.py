@@ -42,6 +42,11 @@ def test_default_rubric_prices_every_clause_of_every_invariant() -> None:
         ({"requires": {"inputs_unchanged": ["nothing"]}}, "requires.inputs_unchanged"),
         ({"requires": {"context_len": ["head_dims"]}}, "requires.context_len names .'head_dims'., whose checks all"),
         ({"bonus": 1}, "bonus"),
+        # NaN or infinite points passed, and the scoreboard failed after every submission was graded.
+        ({"points": {"context_len": float("nan")}}, "points.context_len=nan must be a number of points from 0 to"),
+        ({"beyond_course": {"context_len": float("inf")}}, "beyond_course.context_len=inf must be a number"),
+        ({"anticheat": 5}, "anticheat. must be a table"),
+        ({"requires": 3}, "requires. must be a table"),
     ],
 )
 def test_invalid_rubric_names_the_field(document: dict, field: str) -> None:
@@ -172,8 +177,12 @@ def test_a_finding_beyond_the_course_costs_only_the_total_beyond_it() -> None:
     score = score_result(document, rubric)
     assert (score.total, score.beyond_total, score.flags) == (4.0, 0.0, ("gather_trap",))
     both = result_document("t", {"lazy_tail": ["pass"]}, beyond={"inputs_unchanged": ["pass"]},
-                           findings=("gather_trap", "sdpa_trap"))  # fmt: skip
+                           findings=("gather_trap", "sdpa_call"))  # fmt: skip
     assert (score_result(both, rubric).total, score_result(both, rubric).beyond_total) == (0.0, 0.0)
+    # SDPA reached where the course's source check does not read (at run time, a helper): beyond the course.
+    trapped = result_document("u", {"lazy_tail": ["pass"]}, beyond={"inputs_unchanged": ["pass"]},
+                              findings=("sdpa_trap", "sdpa_route", "dense_route"))  # fmt: skip
+    assert (score_result(trapped, rubric).total, score_result(trapped, rubric).beyond_total) == (4.0, 0.0)
 
 
 def test_invariant_without_checks_is_marked_not_checked() -> None:
@@ -226,8 +235,9 @@ def test_flag_and_zeroing_finding_together() -> None:
 def test_default_rubric_zeroes_the_course_rules_and_only_the_beyond_total_for_the_rest() -> None:
     rubric = load_rubric()
     assert {kind: rubric.anticheat[kind] for kind in rubric.anticheat} == {
-        "sdpa_call": "zero", "dense_gather": "zero", "sdpa_trap": "zero", "project_import": "zero",
-        "page_join": "zero-beyond", "gather_trap": "zero-beyond", "tamper": "flag", "unscanned": "flag",
+        "sdpa_call": "zero", "dense_gather": "zero", "project_import": "zero", "sdpa_route": "zero-beyond",
+        "dense_route": "zero-beyond", "sdpa_trap": "zero-beyond", "page_join": "zero-beyond",
+        "gather_trap": "zero-beyond", "tamper": "flag", "unscanned": "flag",
     }  # fmt: skip
     # A rubric that does not name unscanned flags it: the grader's blind spot costs a student nothing.
     assert parse_rubric({"points": {"context_len": 10}}, "t").anticheat["unscanned"] == "flag"

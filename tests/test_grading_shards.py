@@ -55,3 +55,4 @@ def test_merge_refuses_a_shard_named_twice(tmp_path) -> None:
     (shard / "grades.md").write_text("# Grades\n")
     with pytest.raises(ValueError, match="is named more than once"):
         merge_results([shard, tmp_path / "." / "shard"], tmp_path / "out")
+

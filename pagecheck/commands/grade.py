@@ -164,6 +164,13 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
         disk_bytes=int(args.disk * GIB),
     )
     rubric.check_prices(list(unseeded.invariants))  # a rubric without points for a graded clause fails now
+    out = args.out.resolve()
+    for submission in submissions:
+        if submission.path.is_dir() and (out == submission.path or submission.path in out.parents):
+            # Its staged copy would hold the secret, the other results and their feedback; and each run would
+            # change its digest, so no result could be reused.
+            raise ValueError(f"--out={str(args.out)!r} lies inside submission {submission.name!r} "
+                             f"({submission.path}): grade into a folder outside every submission")  # fmt: skip
     options.make_out_dir(args.out)
     problem = out_problem(args.out, [s.name for s in submissions])
     if problem is not None:

@@ -1,14 +1,23 @@
 """The static half of anti-cheat: what the submission's paged attention calls, read from its source.
 
-Inside every function named `paged_attention`, and every function of the same
-file it calls by name (followed transitively), three things are findings:
+The course's own rule is a source check of paged_attention (its test_paged_attention_is_course_owned): the
+function's source text, decorators included, may not contain "mx.fast", "scaled_dot_product_attention" or
+"gather_dense". In every module-level function named `paged_attention`, the same text is a finding of the
+course's rule:
 
-    sdpa_call     a call that resolves, through the file's imports, to
+    sdpa_call     its source names mx.fast or scaled_dot_product_attention
+    dense_gather  its source names gather_dense
+
+What the course's check does not read is a finding beyond the course. Inside
+those functions, and every function of the same file they call by name
+(followed transitively):
+
+    sdpa_route    a call that resolves, through the file's imports, to
                   mlx.core.fast.scaled_dot_product_attention
-    dense_gather  a call to a helper the course's own source check forbids in
-                  paged_attention (COURSE_DENSE_HELPERS: gather_dense, the
+    dense_route   a call to a helper the course's source check names
+                  (COURSE_DENSE_HELPERS: gather_dense, the
                   scaled_dot_product_attention helpers)
-    page_join     beyond the course: a call to another dense attention helper
+    page_join     a call to another dense attention helper
                   (OTHER_DENSE_HELPERS), or concatenate/stack over an
                   expression that names pages
 
@@ -24,7 +33,7 @@ And in native code anywhere in the submission (its C/C++/CUDA/Metal sources, and
 libraries and objects its build made), where neither the scan above nor the worker's SDPA trap
 (a Python attribute of mlx.core.fast) can see a call:
 
-    sdpa_call     a source that calls fast::scaled_dot_product_attention, or any
+    sdpa_route    a source that calls fast::scaled_dot_product_attention, or any
                   other file (a library loads under any name) that names
                   mlx::core::fast::scaled_dot_product_attention
                   (its mangled name: what a direct call, or a dlsym of the literal
@@ -152,13 +161,35 @@ def _call_findings(call: ast.Call, aliases: dict[str, str], where: str) -> Itera
         return
     last = name.rsplit(".", 1)[-1]
     if name == SDPA or name.endswith(".fast.scaled_dot_product_attention"):
-        yield Finding(where, call.lineno, "sdpa_call", f"calls {name}")
+        yield Finding(where, call.lineno, "sdpa_route", f"calls {name}")
     elif last in COURSE_DENSE_HELPERS:
-        yield Finding(where, call.lineno, "dense_gather", f"calls {name}, which works on dense K/V")
+        yield Finding(where, call.lineno, "dense_route", f"calls {name}, which works on dense K/V")
     elif last in OTHER_DENSE_HELPERS:
         yield Finding(where, call.lineno, "page_join", f"calls {name}, which works on dense K/V")
     elif last in JOINS and any(_names_pages(arg) for arg in [*call.args, *(k.value for k in call.keywords)]):
         yield Finding(where, call.lineno, "page_join", f"calls {name} over pages, building dense K/V")
+
+
+# The course's source check of paged_attention: text it may not contain -> the finding.
+COURSE_SOURCE_CHECK = (("mx.fast", "sdpa_call"), ("scaled_dot_product_attention", "sdpa_call"),
+                       ("gather_dense", "dense_gather"))  # fmt: skip
+
+
+def _course_source_findings(tree: ast.Module, text: str, where: str) -> Iterator[Finding]:
+    """The course's source check on each module-level paged_attention: its lines, decorators included (what
+    inspect.getsource gives), searched for COURSE_SOURCE_CHECK's words."""
+    lines = text.splitlines()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == ENTRY_POINT:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            source = "\n".join(lines[first - 1 : node.end_lineno])
+            named: dict[str, list[str]] = {}
+            for word, kind in COURSE_SOURCE_CHECK:
+                if word in source:
+                    named.setdefault(kind, []).append(word)
+            for kind, words in named.items():
+                yield Finding(where, node.lineno, kind, f"paged_attention's source names {' and '.join(words)}, "
+                              "which the course's source check of it refuses")  # fmt: skip
 
 
 def _imported_modules(tree: ast.Module) -> Iterator[tuple[str, int]]:
@@ -180,6 +211,8 @@ def scan_source(source: str | bytes, where: str, own_packages: frozenset[str] = 
         return [Finding(where, 0, "unscanned", f"its syntax tree is nested too deep to build ({type(exc).__name__})")]
     aliases = _aliases(tree)
     findings: set[Finding] = set()
+    text = importlib.util.decode_source(source) if isinstance(source, bytes) else source
+    findings.update(_course_source_findings(tree, text, where))
     for function in _reachable_functions(tree):
         for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
             findings.update(_call_findings(call, aliases, where))
@@ -233,7 +266,7 @@ def _is_installed_mlx_file(path: Path) -> bool:
 
 
 def scan_native(path: Path, where: str) -> list[Finding]:
-    """sdpa_call when a native source or binary of the submission reaches MLX's fused SDPA (module docstring);
+    """sdpa_route when a native source or binary of the submission reaches MLX's fused SDPA (module docstring);
     a file byte for byte one of the installed MLX's own is MLX, not the submission's code."""
     suffix = path.suffix.lower()
     if suffix in NATIVE_SOURCES:
@@ -241,10 +274,10 @@ def scan_native(path: Path, where: str) -> list[Finding]:
         if offset is not None:
             with open(path, "rb") as file:
                 line = file.read(offset).count(b"\n") + 1
-            return [Finding(where, line, "sdpa_call", "native code calls fast::scaled_dot_product_attention")]
+            return [Finding(where, line, "sdpa_route", "native code calls fast::scaled_dot_product_attention")]
     elif _native_match(path, NATIVE_SDPA_SYMBOL) is not None and not _is_installed_mlx_file(path):
         # any other file: a library loads under any name
-        return [Finding(where, 0, "sdpa_call", "a compiled file names mlx::core::fast::scaled_dot_product_attention")]
+        return [Finding(where, 0, "sdpa_route", "a compiled file names mlx::core::fast::scaled_dot_product_attention")]
     return []
 
 

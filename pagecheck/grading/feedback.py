@@ -37,10 +37,15 @@ RUN_PROBLEMS = {
     "out-of-memory": "The checks ran out of memory.",
 }
 FINDING_TEXT = {
-    "sdpa_call": "Paged attention must read K/V through the block table itself.",
-    "dense_gather": "The course's paged attention must not call gather_dense or a dense attention helper.",
+    "sdpa_call": "The course's source check: paged_attention's source must not name mx.fast or "
+    "scaled_dot_product_attention.",
+    "dense_gather": "The course's source check: paged_attention's source must not name gather_dense.",
+    "sdpa_route": "Beyond the course: paged attention should read K/V through the block table itself, not reach "
+    "MLX's SDPA.",
+    "dense_route": "Beyond the course: paged attention should not call gather_dense or a dense attention helper.",
     "page_join": "Beyond the course: paged attention should not join the pages into dense K/V.",
-    "sdpa_trap": "mx.fast.scaled_dot_product_attention raises during grading.",
+    "sdpa_trap": "Beyond the course: mx.fast.scaled_dot_product_attention was called while paged attention ran "
+    "(it raises during grading).",
     "gather_trap": "Beyond the course: paged attention should read K/V page by page, not gather a request's "
     "pages into one array.",
     "project_import": "A submission must not use the grader's own code.",

@@ -45,7 +45,7 @@ def load_result(path: Path) -> dict[str, Any] | None:
     """A results document, or None when the file is missing, unreadable or of another format."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
         return None
     if not isinstance(document, dict) or document.get("format") != FORMAT or document.get("version") != VERSION:
         return None

@@ -25,12 +25,13 @@ from pagecheck.invariants.course import BEYOND_COURSE_MARK, CLAUSE_SCOPES, COURS
 
 DEFAULT_RUBRIC = Path(__file__).resolve().parent / "default_rubric.toml"
 SCORINGS = ("all-or-nothing", "fraction")
-# Findings that enforce the course's own rules (its source check forbids SDPA and gather_dense in
-# paged_attention), or that mean the work is not the student's (pagecheck's own code), and findings of
-# rules the course does not make (no gather of a request's pages by other means; no reaching for the
-# worker's objects).
-COURSE_FINDINGS = ("sdpa_call", "dense_gather", "sdpa_trap", "project_import")
-BEYOND_FINDINGS = ("page_join", "gather_trap", "tamper")
+# Findings that enforce the course's own rule (its source check of paged_attention's text: no mx.fast,
+# scaled_dot_product_attention or gather_dense), or that mean the work is not the student's (pagecheck's own
+# code), and findings of rules the course does not make: SDPA or the dense helpers reached where that check
+# does not read (a helper, an alias, native code, at run time), gathers of a request's pages by other means,
+# reaching for the worker's objects.
+COURSE_FINDINGS = ("sdpa_call", "dense_gather", "project_import")
+BEYOND_FINDINGS = ("sdpa_route", "dense_route", "sdpa_trap", "page_join", "gather_trap", "tamper")
 # Findings that say what the grader could not see, for a reviewer: flagged by default, costing no points.
 REVIEW_FINDINGS = ("unscanned",)
 FINDING_KINDS = (*COURSE_FINDINGS, *BEYOND_FINDINGS, *REVIEW_FINDINGS)
@@ -93,9 +94,12 @@ class Rubric:
         return "zero" in actions or (scope == BEYOND_COURSE_MARK and "zero-beyond" in actions)
 
 
+MAX_POINTS = 1e6  # a clause's points: finite, so that totals, the scoreboard and its plots stay numbers
+
+
 def _number(value: Any, field: str, source: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"rubric {source}: {field}={value!r} must be a non-negative number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_POINTS:
+        raise ValueError(f"rubric {source}: {field}={value!r} must be a number of points from 0 to {MAX_POINTS:g}")
     return float(value)
 
 
@@ -118,7 +122,10 @@ def _table(document: dict[str, Any], scope: str, source: str) -> dict[str, float
 
 def _requires(document: dict[str, Any], source: str) -> dict[str, tuple[str, ...]]:
     requires: dict[str, tuple[str, ...]] = {}
-    for name, needed in document.get("requires", {}).items():
+    table = document.get("requires", {})
+    if not isinstance(table, dict):
+        raise ValueError(f"rubric {source}: [requires] must be a table of invariant = [invariant, ...]")
+    for name, needed in table.items():
         if not isinstance(needed, list) or not all(isinstance(n, str) for n in needed):
             raise ValueError(f"rubric {source}: requires.{name}={needed!r} must be a list of invariant ids")
         wrong = sorted({name, *needed} - set(INVARIANTS))
@@ -141,7 +148,10 @@ def parse_rubric(document: dict[str, Any], source: str) -> Rubric:
         raise ValueError(f"rubric {source}: scoring={scoring!r} must be one of {SCORINGS}")
     actions = {kind: "zero" if kind in COURSE_FINDINGS else "flag" if kind in REVIEW_FINDINGS else "zero-beyond"
                for kind in FINDING_KINDS}
-    for kind, action in document.get("anticheat", {}).items():
+    table = document.get("anticheat", {})
+    if not isinstance(table, dict):
+        raise ValueError(f"rubric {source}: [anticheat] must be a table of finding = action")
+    for kind, action in table.items():
         if kind not in FINDING_KINDS:
             raise ValueError(f"rubric {source}: anticheat.{kind} is not one of {FINDING_KINDS}")
         if action not in ACTIONS:
