@@ -110,9 +110,12 @@ def seed_int(text: str) -> int:
     return value
 
 
-def int_list(name: str, least: int = 1, most: int | None = None) -> Callable[[str], tuple[int, ...]]:
+def int_list(
+    name: str, least: int = 1, most: int | None = None, *, a_set: bool = False
+) -> Callable[[str], tuple[int, ...]]:
     """A type for comma-separated integers, each in least..most (e.g. --contexts 128,1024); an error names
-    the first item out of range."""
+    the first item out of range. With `a_set`, the values are a set of points to measure: a repeat is refused
+    (it would be measured twice, the second run over the first), and they come back in increasing order."""
 
     def parse(text: str) -> tuple[int, ...]:
         try:
@@ -126,6 +129,11 @@ def int_list(name: str, least: int = 1, most: int | None = None) -> Callable[[st
             else:
                 bound = "positive" if least == 1 else f"at least {least}"
             raise argparse.ArgumentTypeError(f"{name}={text!r} must be {bound}; {bad} is not")
+        if a_set:
+            repeated = sorted({value for value in values if values.count(value) > 1})
+            if repeated:
+                raise argparse.ArgumentTypeError(f"{name}={text!r} names {', '.join(map(str, repeated))} more than once")
+            return tuple(sorted(values))
         return values
 
     return parse

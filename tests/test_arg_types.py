@@ -119,8 +119,10 @@ def test_positive_number_refuses_zero_negative_and_non_finite() -> None:
         ("--timeout", "1e300", "timeout=1e+300 must be a positive number of seconds, at most 1e+06"),
         ("--build-timeout", "2e6", "build_timeout=2000000.0 must be a positive number of seconds, at most 1e+06"),
         ("--call-timeout", "1e7", "call_timeout=10000000.0 must be a positive number of seconds, at most 1e+06"),
-        ("--memory", "1e15", "memory=1e+15 GB is above the 1048576 GB a run takes"),
-        ("--disk", "2e6", "disk=2e+06 GB is above the 1048576 GB a scratch folder takes"),
+        ("--memory", "1e15", "argument --memory: 1e15 is above the most allowed, 1.04858e+06"),
+        ("--disk", "2e6", "argument --disk: 2e6 is above the most allowed, 1.04858e+06"),
+        # int(1e300 * GIB) overflowed: a traceback.
+        ("--memory", "1e300", "argument --memory: 1e300 is above the most allowed"),
         ("--seed-file", "missing.txt", "--seed-file='{tmp}/missing.txt' cannot be read: No such file or directory"),
         # An empty file's error told the user to leave --seed out.
         ("--seed-file", "blank.txt", "--seed-file='{tmp}/blank.txt' holds no secret (it is empty or only spaces)"),
@@ -277,3 +279,13 @@ def test_grade_refuses_an_out_inside_a_submission(tmp_path, capsys, inside: str)
     assert code == 2
     assert f"lies inside submission 'pkg' ({package}): grade into a folder outside every submission" in captured.err
     assert sorted(p.name for p in package.iterdir()) == ["__init__.py"]
+
+
+def test_a_set_of_points_refuses_repeats_and_comes_sorted() -> None:
+    """--contexts 128,128 measured 128 twice, the second run over the first; 1024,128 headlined 128 as the
+    longest context."""
+    parse = int_list("contexts", most=65536, a_set=True)
+    assert parse("1024,128") == (128, 1024)
+    with pytest.raises(argparse.ArgumentTypeError, match=r"contexts='128,4,128' names 128 more than once"):
+        parse("128,4,128")
+    assert int_list("lengths")("5,5") == (5, 5)  # a range, not a set

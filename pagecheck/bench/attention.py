@@ -397,7 +397,7 @@ def format_table(result: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pagecheck.bench.attention", description=__doc__.splitlines()[0])
-    parser.add_argument("--contexts", type=int_list("contexts", most=MAX_BENCH_CONTEXT), default=BenchConfig.contexts,
+    parser.add_argument("--contexts", type=int_list("contexts", most=MAX_BENCH_CONTEXT, a_set=True), default=BenchConfig.contexts,
                         metavar="N,N,...", help="comma-separated context lengths (default: 128,1024,4096)")
     parser.add_argument("--repeats", type=int_in(1, MAX_REPEATS), default=BenchConfig.repeats, metavar="N",
                         help=f"fresh processes per variant and context, at most {MAX_REPEATS} (default: %(default)s)")

@@ -59,7 +59,7 @@ def add_bench_options(parser: argparse.ArgumentParser) -> None:
     """--contexts, --repeats, --process-timeout and --compare, shared by `bench` and `report`."""
     parser.add_argument(
         "--contexts",
-        type=int_list("contexts", most=MAX_BENCH_CONTEXT),
+        type=int_list("contexts", most=MAX_BENCH_CONTEXT, a_set=True),
         default=None,
         metavar="N,N,...",
         help=f"benchmark: context lengths to time (default: {','.join(map(str, FULL_CONFIG.contexts))}, "

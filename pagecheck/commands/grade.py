@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pagecheck.invariants.catalog import INVARIANTS
 from pagecheck.invariants.profiles import DEFAULT_PROFILE, PROFILES
-from pagecheck.arg_types import int_in, path_arg, positive_number
+from pagecheck.arg_types import int_in, number_up_to, path_arg, positive_number
 from pagecheck.commands import options
 from pagecheck.device import DeviceUnavailable, check_device
 from pagecheck.exit_codes import ExitCode
@@ -32,7 +32,7 @@ from pagecheck.grading.outputs import out_problem, write_outputs
 from pagecheck.grading.results_store import SCOREBOARD, load_all_results
 from pagecheck.grading.plan import DEFAULT_CALL_TIMEOUT_S, DEFAULT_DISK_BYTES, GradePlan
 from pagecheck.grading.rubric import DEFAULT_RUBRIC, Rubric, load_rubric
-from pagecheck.grading.sandbox import GIB, GradingInterrupted, LiveChildren, Limits
+from pagecheck.grading.sandbox import GIB, MAX_BYTES, GradingInterrupted, LiveChildren, Limits
 from pagecheck.grading.schedule import jobs_to_run, run_jobs
 from pagecheck.grading.seeds import MIN_SECRET_LENGTH, resolve_secret
 from pagecheck.grading.shards import parse_shard
@@ -70,13 +70,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="wall-clock limit of each suite run, in seconds (default: %(default)g)")  # fmt: skip
     parser.add_argument("--build-timeout", type=positive_number, default=600.0, metavar="S",
                         help="wall-clock limit of an extension build, in seconds (default: %(default)g)")  # fmt: skip
-    parser.add_argument("--memory", type=positive_number, default=4.0, metavar="GB",
+    parser.add_argument("--memory", type=number_up_to(MAX_BYTES / GIB), default=4.0, metavar="GB",
                         help="memory limit of the sandboxed worker (and of a build), in GiB: its address space, or "
                         "with --device gpu its data segment (CUDA needs more address space than it uses) (default: %(default)g)")  # fmt: skip
     parser.add_argument("--call-timeout", type=positive_number, default=DEFAULT_CALL_TIMEOUT_S, metavar="S",
                         help="wall-clock limit of each call into the submission, in seconds; a call past it fails "
                         "its check (default: %(default)g)")  # fmt: skip
-    parser.add_argument("--disk", type=positive_number, default=DEFAULT_DISK_BYTES / GIB, metavar="GB",
+    parser.add_argument("--disk", type=number_up_to(MAX_BYTES / GIB), default=DEFAULT_DISK_BYTES / GIB, metavar="GB",
                         help="size of the worker's (and a build's) scratch folder, in GiB (default: %(default)g)")  # fmt: skip
     secret = parser.add_mutually_exclusive_group()
     secret.add_argument("--seed", default=None, metavar="SECRET",

@@ -106,7 +106,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="activation and KV dtype (default: float32 on cpu, bfloat16 on gpu)")
     parser.add_argument("--seed", type=seed_int, default=DEFAULT_SEED, metavar="N",
                         help="seed of the trace and of the random weights (default: %(default)s)")
-    parser.add_argument("--kv-budget-bytes", type=int_list("kv-budget-bytes"), default=None, metavar="B,B",
+    parser.add_argument("--kv-budget-bytes", type=int_list("kv-budget-bytes", most=MAX_KV_BUDGET_BYTES, a_set=True),
+                        default=None, metavar="B,B",
                         help="also run the admission sweep: each variant under each KV byte budget")
     parser.add_argument("--budget-slots", type=int_in(1, MAX_BATCH_SIZE), default=None, metavar="N",
                         help=f"decode slots in the budget sweep, at most {MAX_BATCH_SIZE} (default: --requests "
@@ -132,6 +133,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=path_arg, default=None, metavar="DIR",
                         help="directory for serve_bench.json and serve_bench.md, created if missing "
                         "(default: reports/serve-bench-<YYYYmmdd-HHMMSS>/)")
+
+
+MAX_KV_BUDGET_BYTES = 1 << 50  # a PiB: past any machine's memory, and still a float's exact integer
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
