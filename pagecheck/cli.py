@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 from types import FrameType
 
 from pagecheck import supervisor
@@ -107,6 +108,10 @@ def _run(argv: list[str] | None) -> int:
             supervisor.send_result(exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1)
             raise
         supervisor.send_started()
+        # Folders named on the command line are the caller's: a subject's os.chdir cannot move the report.
+        args.invoked_in = os.getcwd()
+        if isinstance(getattr(args, "out", None), Path):
+            args.out = Path(args.invoked_in, args.out)
         return int(args.run(args))
     except options.OutDirError as exc:
         print(f"{_shown_name(argv)}: {exc}", file=sys.stderr)

@@ -224,3 +224,14 @@ def test_a_tolerance_cell_stuck_past_the_hard_stop_keeps_the_cells_before_it(tmp
     assert document["interrupted"] == {"finished": 2, "planned": 12}
     assert document["totals"]["rows"] == document["totals"]["passed"] == 2 and document["passed"] is False
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["tolerance.json"]
+
+
+def test_a_subject_that_changes_folder_at_import_does_not_move_the_report(tmp_path: Path) -> None:
+    """--out (and the default reports/ folder) resolved against wherever the subject had gone."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "moves.py").write_text(f"import os\nos.chdir({str(tmp_path / 'elsewhere')!r})\n"
+                                       "from pagecheck.impl import *  # noqa: F403\n")  # fmt: skip
+    done = run("tolerance", "--quick", "--subject", "moves.py", "--out", "out", cwd=tmp_path)
+    assert done.returncode == ExitCode.OK, done.stderr[-2000:]
+    assert (tmp_path / "out" / "tolerance.json").is_file()
+    assert list((tmp_path / "elsewhere").iterdir()) == []

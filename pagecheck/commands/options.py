@@ -145,7 +145,8 @@ def report_dir(
     if args.out is not None:
         out = args.out
     else:
-        out = default or default_report_dir(args.subject)
+        # Under the folder the command was started in, wherever the subject has gone since.
+        out = Path(getattr(args, "invoked_in", ""), default or default_report_dir(args.subject))
         suffix = 2
         base = out
         while out.exists():  # two runs in the same second get separate directories
