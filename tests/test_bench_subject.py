@@ -190,8 +190,10 @@ def test_compare_prints_and_plots_the_ratio_per_shape(
 
 @pytest.mark.parametrize(
     "content", [{"kind": "tolerance"}, {"source": "pagecheck.bench", "samples": 5},
-                {"source": "pagecheck.bench", "samples": {"impl": {"16": [[1.0, "x"]]}}}],
-    ids=["another-report", "samples-not-a-table", "a-timing-not-a-number"],
+                {"source": "pagecheck.bench", "samples": {"impl": {"16": [[1.0, "x"]]}}},
+                # a valid number no call takes: its ratio to this run's timings was infinite, and the plot failed
+                {"source": "pagecheck.bench", "samples": {"impl": {"16": [[1e-320]]}}}],
+    ids=["another-report", "samples-not-a-table", "a-timing-not-a-number", "a-timing-of-1e-320"],
 )  # fmt: skip
 def test_compare_refuses_a_file_that_is_not_a_benchmark(tmp_path: Path, content: dict[str, Any]) -> None:
     # Refused before anything is measured: a malformed file once failed with AttributeError after the run.

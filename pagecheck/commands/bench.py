@@ -149,11 +149,19 @@ def read_previous(args: argparse.Namespace) -> dict | None:
     return previous
 
 
+# A timing in microseconds that a call could take: from a nanosecond to a day. Ratios of any two stay finite
+# (a timing of 1e-320 made the comparison's ratio infinite, and its plot failed after the run was measured).
+TIMING_RANGE_US = (1e-3, 86_400e6)
+
+
 def _samples_well_formed(samples: Any) -> bool:
-    """True for bench.json's samples: variant -> context -> one list of positive timings per process."""
+    """True for bench.json's samples: variant -> context -> one list of timings per process, each in
+    TIMING_RANGE_US."""
+    least, most = TIMING_RANGE_US
+
     def timings(process: Any) -> bool:
         return isinstance(process, list) and bool(process) and all(
-            isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0 and t < float("inf") for t in process
+            isinstance(t, (int, float)) and not isinstance(t, bool) and least <= t <= most for t in process
         )
 
     return isinstance(samples, dict) and all(
