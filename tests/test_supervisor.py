@@ -235,3 +235,13 @@ def test_a_subject_that_changes_folder_at_import_does_not_move_the_report(tmp_pa
     assert done.returncode == ExitCode.OK, done.stderr[-2000:]
     assert (tmp_path / "out" / "tolerance.json").is_file()
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_subject_that_never_finishes_importing_fails_to_load_at_the_time_limit(tmp_path: Path) -> None:
+    """tolerance, bench and report loaded the subject with no time limit: a hang at import held them for ever."""
+    (tmp_path / "hangs.py").write_text("import time\nwhile True:\n    time.sleep(0.1)\n")
+    started = time.monotonic()
+    done = run("tolerance", "--quick", "--subject", "hangs.py", "--check-timeout", "1", "--out", "out", cwd=tmp_path)
+    assert time.monotonic() - started < 60
+    assert done.returncode == ExitCode.SUBJECT_LOAD_FAILED, done.stderr[-2000:]
+    assert "ran past --check-timeout 1 s" in done.stderr

@@ -6,6 +6,7 @@ import argparse
 
 from pagecheck.device import DeviceUnavailable, use_device
 from pagecheck.exit_codes import ExitCode
+from pagecheck.invariants.check_timeout import time_limit
 from pagecheck.invariants.subject import Subject, SubjectError, load_subject
 
 
@@ -16,13 +17,18 @@ class SubjectSetupError(RuntimeError):
 
 
 def prepare_subject(args: argparse.Namespace, needs: tuple[str, ...]) -> Subject:
-    """Use args.device, load args.subject, and insist it provides every name in `needs`."""
+    """Use args.device, load args.subject, and insist it provides every name in `needs`. The import is held to
+    the command's time limit for a call into the subject (--check-timeout, else bench's --process-timeout), so a
+    subject that never finishes importing fails to load rather than holding the command for ever."""
     try:
         use_device(args.device)
     except DeviceUnavailable as exc:
         raise SubjectSetupError(str(exc), ExitCode.DEVICE_UNAVAILABLE) from exc
+    limit = next(((getattr(args, name), f"--{name.replace('_', '-')}") for name in ("check_timeout", "process_timeout")
+                  if getattr(args, name, None)), (0.0, ""))  # fmt: skip
     try:
-        subject = load_subject(args.subject)
+        with time_limit(*limit):
+            subject = load_subject(args.subject)
     except SubjectError as exc:
         raise SubjectSetupError(str(exc), ExitCode.SUBJECT_LOAD_FAILED) from exc
     absent = [name for name in needs if not subject.has(name)]
