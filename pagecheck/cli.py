@@ -74,6 +74,10 @@ def _open_standard_streams() -> None:
             os.open(os.devnull, os.O_RDWR)  # takes `fd`: the descriptors below it are open by now
         if getattr(sys, name) is None:
             setattr(sys, name, open(fd, mode, closefd=False, buffering=1 if mode == "w" else -1))
+        if mode == "w" and hasattr(getattr(sys, name), "reconfigure"):
+            # A path or a subject's text the stream's encoding cannot hold (PYTHONIOENCODING=ascii) is escaped,
+            # not an error after the work is done.
+            getattr(sys, name).reconfigure(errors="backslashreplace")
 
 
 def _command_name(args: list[str]) -> str:

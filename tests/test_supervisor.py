@@ -245,3 +245,13 @@ def test_a_subject_that_never_finishes_importing_fails_to_load_at_the_time_limit
     assert time.monotonic() - started < 60
     assert done.returncode == ExitCode.SUBJECT_LOAD_FAILED, done.stderr[-2000:]
     assert "ran past --check-timeout 1 s" in done.stderr
+
+
+def test_a_path_the_output_encoding_cannot_hold_is_escaped_not_an_error(tmp_path: Path) -> None:
+    """With PYTHONIOENCODING=ascii the last line ("wrote .../tolerance.md") raised UnicodeEncodeError: exit 9
+    after the report was written."""
+    process = pagecheck("tolerance", "--quick", "--out", "\u00fc", cwd=tmp_path, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, env={**os.environ, "PYTHONIOENCODING": "ascii"})  # fmt: skip
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == ExitCode.OK, err[-2000:]
+    assert "\\xfc/tolerance.md" in out and (tmp_path / "\u00fc" / "tolerance.json").is_file()
