@@ -21,7 +21,7 @@ def test_split_ignores_the_other_names() -> None:
     assert len(set(alone.values())) == 4  # 200 names reach every shard
 
 
-@pytest.mark.parametrize("text", ["", "1", "0/2", "3/2", "a/b", "1/0", "-1/2"])
+@pytest.mark.parametrize("text", ["", "1", "0/2", "3/2", "a/b", "1/0", "-1/2", "\u00b2/3"])
 def test_bad_shard_is_rejected(text: str) -> None:
     with pytest.raises(ValueError, match="shard"):
         parse_shard(text)

@@ -35,6 +35,7 @@ def shard_of(name: str, count: int) -> int:
 
 def parse_shard(text: str) -> Shard:
     index, sep, count = text.partition("/")
-    if not sep or not index.strip().isdigit() or not count.strip().isdigit():
+    # isascii: str.isdigit also takes digits int() refuses, such as a superscript two.
+    if not sep or not all(part.strip().isascii() and part.strip().isdigit() for part in (index, count)):
         raise ValueError(f"shard={text!r} must look like i/n, e.g. 1/4")
     return Shard(int(index), int(count))

@@ -122,7 +122,7 @@ def load_submissions(paths: list[str]) -> list[Submission]:
         if submission.name in found:
             raise ValueError(
                 f"submission={text!r} has the name {submission.name!r}, already taken by "
-                f"{os.fsencode(found[submission.name].path)!r}"
+                f"{str(found[submission.name].path)!r}"
             )
         found[submission.name] = submission
     return [found[name] for name in sorted(found)]
