@@ -45,6 +45,16 @@ class Geometry:
 COURSE_PAGE_SIZE = 4
 COURSE_HEAD_DIM = 4
 COURSE_GEOMETRY = Geometry(page_sizes=(COURSE_PAGE_SIZE,), kv_heads=(2,), head_dim=COURSE_HEAD_DIM, course=True)
+# The longest query the course's tests attend with (its prefill after an append, L 3; the rest decode one token).
+# Longer ones (9, 65) appear only in its rejection tests, which raise before any kernel runs: an implementation
+# the course accepts may have no long-prefill path.
+COURSE_MAX_QUERY_LEN = 3
+
+
+def query_len(length: int, geometry: Geometry) -> int:
+    """The query length a check attends with after appending `length` tokens: all of them beyond the course, the
+    last COURSE_MAX_QUERY_LEN at most in its course case."""
+    return min(length, COURSE_MAX_QUERY_LEN) if geometry.course else length
 
 
 def split_at_the_course(course_test: str, wider: Geometry, *, per_page_size: bool = False) -> pytest.MarkDecorator:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from pagecheck.invariants.calls import (
     attention_as_the_course_calls, attention_output, attention_over_metadata, metadata_layout, own_context_lens,
 )
-from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4, Geometry, split_at_the_course
+from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4, Geometry, query_len, split_at_the_course
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
 from pagecheck.invariants.workload import WrittenKv
@@ -58,7 +58,7 @@ def test_context_lens_count_tokens_written(
         expect(cache.offset == written.length, INVARIANT, f"{step}: offset is {cache.offset}")
 
         mask = "causal" if length > 1 or geometry.course else None
-        query = written.make_query(rng, 2 * num_kv_heads, length)
+        query = written.make_query(rng, 2 * num_kv_heads, query_len(length, geometry))
         got = attention_over_metadata(paged_attention, query, metadata, mask)
         layout = metadata_layout(query, metadata, "float32", mask)
         expect_pages_hold(INVARIANT, f"{step}: the metadata", layout, {0: written})
@@ -190,7 +190,7 @@ def test_rewind_to_every_offset_then_append(
             in_metadata = to_numpy(metadata.context_lens).tolist()
             expect(in_metadata == [written.length], INVARIANT, f"{then}: metadata context_lens is {in_metadata}")
             mask = "causal" if length > 1 or geometry.course else None
-            query = written.make_query(rng, 4, length)
+            query = written.make_query(rng, 4, query_len(length, geometry))
             layout = metadata_layout(query, metadata, "float32", mask)
             expect_pages_hold(INVARIANT, f"{then}: the metadata", layout, {0: written})
             expect_close(

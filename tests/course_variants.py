@@ -556,6 +556,16 @@ def write_variant(name: str, where: Path) -> Path:
     return path
 
 
+VARIANTS["short_prefill_only"] = (
+    "no long-prefill path: a query of more than 8 rows is NotImplementedError once its inputs are checked (the "
+    "course attends with 3 rows at most; its 9 and 65 are rejection cases)",
+    [("    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n",
+      "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n"
+      "    if query.shape[2] > 8:\n"
+      "        raise NotImplementedError(f\"query length L={query.shape[2]} > 8 (long prefill) is not implemented\")\n")],
+)
+
+
 # Implementations the course's tests reject, each written to slip past one course check of the suite as it once
 # was: name -> (what it does, its replacements as in VARIANTS, the check that must fail it).
 PRIVATE_STORE = '''
