@@ -122,11 +122,18 @@ def same_pool_state(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def cache_state(cache: Any) -> dict[str, Any]:
+    """What a cache shows through the API the course's tests read: its pages, their fill and its offset."""
     return {
         "page_ids": [int(i) for i in cache.page_ids],
         "page_lens": [int(n) for n in cache.page_lens],
-        "context_lens": own_context_lens(cache),
+        "offset": cache_length(cache),
     }
+
+
+def cache_length(cache: Any) -> int:
+    """A one-request cache's token count as the course's tests read it: its offset (they never call
+    context_lens(), which a cache the course accepts may leave unimplemented)."""
+    return int(cache.offset)
 
 
 # The course pins the shapes of the metadata an append returns (block_table [B, W], context_lens [B]), not those of
@@ -141,8 +148,14 @@ def _one_row(array: Any, ndim: int) -> Any:
 
 
 def own_block_table(cache: Any) -> Any:
-    """cache.block_table() as a batch of one row, [1, W], in the subject's own array type."""
-    return _one_row(cache.block_table(), 2)
+    """cache.block_table() as a batch of one row, [1, W], in the subject's own array type; a list (the course pins
+    only that the same object comes back until the pages change) as an MLX int32 array."""
+    table = cache.block_table()
+    if not hasattr(table, "shape"):
+        import mlx.core as mx
+
+        table = mx.array(np.asarray(table, dtype=np.int32))
+    return _one_row(table, 2)
 
 
 def own_context_lens(cache: Any) -> list[int]:
@@ -153,9 +166,17 @@ def own_context_lens(cache: Any) -> list[int]:
 def current_metadata(pool: Any, cache: Any, page_size: int) -> PagedKvMetadata:
     """A cache's metadata without appending anything, built from the public pool and cache API (the course's
     pool need not expose its page size, so the check that made the pool passes it)."""
-    return PagedKvMetadata(
-        pool.key_pages, pool.value_pages, own_block_table(cache), _one_row(cache.context_lens(), 1), page_size
-    )
+    table = own_block_table(cache)
+    return PagedKvMetadata(pool.key_pages, pool.value_pages, table, lengths_like(table, [cache_length(cache)]), page_size)
+
+
+def lengths_like(table: Any, lengths: list[int]) -> Any:
+    """Context lengths [B] int32 in the array type of `table` (MLX or NumPy), for the subject's attention."""
+    if type(table).__module__.startswith("mlx"):
+        import mlx.core as mx
+
+        return mx.array(lengths, dtype=mx.int32)
+    return np.asarray(lengths, dtype=np.int32)
 
 
 def fail_on_call(subject: Any, target: Any, name: str, at: int, message: str) -> Any:

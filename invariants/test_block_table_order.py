@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import (
-    attention_output, attention_over_metadata, current_metadata, metadata_layout, own_block_table, own_context_lens,
+    attention_output, attention_over_metadata, cache_length, current_metadata, metadata_layout, own_block_table,
 )
 from pagecheck.invariants.course import DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
@@ -66,7 +66,7 @@ def test_gather_reproduces_tokens_in_logical_order(
             INVARIANT, f"{where}: gather_dense() differs from the tokens written, in order",
         )
         table_keys, table_values = gather_dense(
-            pool.key_pages, pool.value_pages, own_block_table(cache), own_context_lens(cache), page_size
+            pool.key_pages, pool.value_pages, own_block_table(cache), [cache_length(cache)], page_size
         )
         expect(
             np.array_equal(table_keys[0], record.keys) and np.array_equal(table_values[0], record.values),

@@ -51,8 +51,9 @@ def test_context_lens_count_tokens_written(
     for length in plan:
         metadata = cache.update_and_fetch_paged(*written.make_chunk(rng, length))
         step = f"after appending {length} token(s), {written.length} written in all (page_size={page_size})"
-        counted = own_context_lens(cache)
-        expect(counted == [written.length], INVARIANT, f"{step}: context_lens() is {counted}")
+        if not geometry.course:  # the course never calls a cache's context_lens()
+            counted = own_context_lens(cache)
+            expect(counted == [written.length], INVARIANT, f"{step}: context_lens() is {counted}")
         in_metadata = to_numpy(metadata.context_lens).tolist()
         expect(in_metadata == [written.length], INVARIANT, f"{step}: metadata context_lens is {in_metadata}")
         expect(cache.offset == written.length, INVARIANT, f"{step}: offset is {cache.offset}")
@@ -166,8 +167,9 @@ def test_rewind_to_every_offset_then_append(
         pages = -(-target // page_size)
         fills = [page_size] * (pages - 1) + [target - (pages - 1) * page_size] if pages else []
         expect(cache.offset == target, INVARIANT, f"{step}: offset is {cache.offset}")
-        counted = own_context_lens(cache)
-        expect(counted == [target], INVARIANT, f"{step}: context_lens() is {counted}")
+        if not geometry.course:  # the course never calls a cache's context_lens()
+            counted = own_context_lens(cache)
+            expect(counted == [target], INVARIANT, f"{step}: context_lens() is {counted}")
         expect(
             cache.num_pages == pages and [int(n) for n in cache.page_lens] == fills, INVARIANT,
             f"{step}: {cache.num_pages} pages filled {list(cache.page_lens)}, expected {pages} filled {fills}",

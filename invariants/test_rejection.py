@@ -22,7 +22,7 @@ import pytest
 
 from pagecheck.invariants.calls import (
     attention_over_metadata, cache_state, call_attention, fail_on_call, like_pages, metadata_layout, own_block_table,
-    own_context_lens, pool_state, same_pool_state,
+    cache_length, pool_state, same_pool_state,
 )
 from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_QUERY_LEN, DAY_3, DAY_4, INVALID_METADATA
 from pagecheck.invariants.subject import Subject
@@ -394,7 +394,7 @@ def test_context_shorter_than_the_query_is_rejected_at_every_query_length(
 
 def _live_tokens(pool: Any, cache: Any) -> tuple[np.ndarray, np.ndarray]:
     """The cache's tokens read through its block table from the pool's pages (float64 [H_kv, tokens, D] each)."""
-    keys, values = gather_dense(pool.key_pages, pool.value_pages, own_block_table(cache), own_context_lens(cache), PAGE_SIZE)
+    keys, values = gather_dense(pool.key_pages, pool.value_pages, own_block_table(cache), [cache_length(cache)], PAGE_SIZE)
     return keys[0], values[0]
 
 

@@ -566,6 +566,31 @@ VARIANTS["short_prefill_only"] = (
 )
 
 
+# A cache's own block_table() and context_lens(): the course calls block_table() only to see the same object come
+# back until the pages change, and never calls context_lens(); the metadata an append returns keeps its arrays.
+VARIANTS["stub_context_lens"] = (
+    "cache.context_lens() left as the skeleton's stub; the metadata builds its lengths itself",
+    [("    def context_lens(self) -> mx.array:\n        return mx.array([self.offset], dtype=mx.int32)",
+      "    def context_lens(self) -> mx.array:\n        pass"),
+     ("self.block_table(max_pages), self.context_lens(),",
+      "self.block_table(max_pages), mx.array([self.offset], dtype=mx.int32),")],
+)
+VARIANTS["block_table_list"] = (
+    "cache.block_table() returns a cached Python list (then -1 padding); the metadata's table stays MLX int32",
+    [("            self._table = mx.array([self.page_ids + [SENTINEL] * (width - self.num_pages)], dtype=mx.int32)",
+      "            self._table = self.page_ids + [SENTINEL] * (width - self.num_pages)"),
+     ("self.block_table(max_pages), self.context_lens(),",
+      "mx.array([self.block_table(max_pages)], dtype=mx.int32), self.context_lens(),")],
+)
+VARIANTS["context_lens_int"] = (
+    "cache.context_lens() returns the offset as an int; the metadata's lengths stay MLX int32 [1]",
+    [("    def context_lens(self) -> mx.array:\n        return mx.array([self.offset], dtype=mx.int32)",
+      "    def context_lens(self) -> int:\n        return self.offset"),
+     ("self.block_table(max_pages), self.context_lens(),",
+      "self.block_table(max_pages), mx.array([self.context_lens()], dtype=mx.int32),")],
+)
+
+
 # Implementations the course's tests reject, each written to slip past one course check of the suite as it once
 # was: name -> (what it does, its replacements as in VARIANTS, the check that must fail it).
 PRIVATE_STORE = '''
