@@ -10,6 +10,7 @@ free's wording, ...) is judged by the checks beyond the course, which are not ru
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,17 +20,22 @@ from tests.course_variants import FORGING_VARIANTS, VARIANTS, write_variant
 from tests.test_mutants import run_suite
 
 
-@pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_a_course_accepted_variant_fails_no_course_clause(name: str, tmp_path: Path) -> None:
-    subject = write_variant(name, tmp_path)
+def course_run(subject: Path, tmp_path: Path) -> Any:
+    """The course's own tests on `subject` (tests/course_shim.py), or None where the course folder is absent."""
     try:
         course = course_dir()
     except CourseFolderMissing:
-        course = None
-    if course is not None:
-        scratch = tmp_path / "course"
-        scratch.mkdir()
-        run = run_course_tests(course, str(subject), scratch)
+        return None
+    scratch = tmp_path / "course"
+    scratch.mkdir()
+    return run_course_tests(course, str(subject), scratch)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_a_course_accepted_variant_fails_no_course_clause(name: str, tmp_path: Path) -> None:
+    subject = write_variant(name, tmp_path)
+    run = course_run(subject, tmp_path)
+    if run is not None:
         assert run.count("failed") == 0 and run.count("passed") > 0, f"the course rejects variant {name}: {run.messages}"
     results = run_suite(str(subject), [], tmp_path / "results.json", select=f"not {BEYOND_COURSE_MARK}")
     failed = {c["nodeid"]: c["message"][:400] for c in results["checks"] if c["outcome"] in ("fail", "error")}
@@ -42,13 +48,8 @@ def test_an_implementation_written_to_slip_past_a_course_check_fails_it(name: st
     """No unearned points: each of these fails the course's own tests, and was written against one course check
     of the suite (a red-team finding); that check must fail it."""
     subject = write_variant(name, tmp_path)
-    try:
-        course = course_dir()
-    except CourseFolderMissing:
-        course = None
-    if course is not None:
-        (tmp_path / "course").mkdir()
-        run = run_course_tests(course, str(subject), tmp_path / "course")
+    run = course_run(subject, tmp_path)
+    if run is not None:
         assert run.count("failed") > 0, f"the course accepts variant {name}: it must not be listed here"
     check = FORGING_VARIANTS[name][2]
     module, _, function = check.partition("::")
