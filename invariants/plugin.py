@@ -146,6 +146,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # ending the session (pytest_runtest_call).
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, raise_user_interrupt)
+        config.add_cleanup(lambda: signal.signal(signal.SIGINT, signal.default_int_handler))  # an in-process run
 
     # run_suite starts pytest outside the caller's folder; a module subject there resolves, after the rest.
     folder = os.environ.get(SUBJECT_FOLDER_ENV)

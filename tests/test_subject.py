@@ -120,6 +120,7 @@ def test_a_keyboard_interrupt_at_import_is_the_subjects_error_under_the_commands
 
     subject = tmp_path / "interrupts.py"
     subject.write_text("raise KeyboardInterrupt\n")
+    monkeypatch.setattr(signal, "getsignal", lambda signum: signal.default_int_handler)
     with pytest.raises(KeyboardInterrupt):
         load_subject(str(subject))
     monkeypatch.setattr(signal, "getsignal", lambda signum: _Interrupt())
