@@ -56,3 +56,18 @@ def test_merge_refuses_a_shard_named_twice(tmp_path) -> None:
     with pytest.raises(ValueError, match="is named more than once"):
         merge_results([shard, tmp_path / "." / "shard"], tmp_path / "out")
 
+
+
+def test_merge_refuses_grading_options_it_would_ignore(tmp_path, capsys) -> None:
+    """`grade merge D --invariants bogus --force --seed-file /x` merged with exit 0 and said nothing."""
+    from pagecheck.cli import main
+
+    shard = tmp_path / "shard"
+    shard.mkdir()
+    (shard / "grades.md").write_text("# Grades\n")
+    code = main(["grade", "merge", str(shard), "--out", str(tmp_path / "m"), "--invariants", "bogus", "--force"])
+    assert code == 2
+    assert "takes only --out and --rubric (the shards' results hold the rest); --force, --invariants would be ignored" \
+        in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+    assert main(["grade", "merge", str(shard), "--out", str(tmp_path / "m")]) == 0

@@ -116,10 +116,25 @@ def _remove_if_empty(directory: Path) -> None:
         directory.rmdir()
 
 
+MERGE_OPTIONS = ("out", "rubric")  # what `grade merge` reads; the shards' results hold everything else
+
+
+def _grading_options_given(args: argparse.Namespace) -> list[str]:
+    """The options of a grading run set on the command line (away from their defaults), which merge ignores."""
+    parser = add_parser(argparse.ArgumentParser().add_subparsers())
+    return [action.option_strings[-1] for action in parser._actions
+            if action.option_strings and action.dest not in (*MERGE_OPTIONS, "help")
+            and getattr(args, action.dest, action.default) != action.default]  # fmt: skip
+
+
 def run_merge(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     shard_dirs = [Path(d) for d in args.submissions[1:]]
     if not shard_dirs:
         raise ValueError(f"`pagecheck grade {MERGE}` needs at least one shard directory")
+    given = _grading_options_given(args)
+    if given:
+        raise ValueError(f"`pagecheck grade {MERGE}` takes only --out and --rubric (the shards' results hold the "
+                         f"rest); {', '.join(given)} would be ignored")  # fmt: skip
     problem = out_problem(options.make_out_dir(args.out), [])
     if problem is not None:
         raise ValueError(problem)
