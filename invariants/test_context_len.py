@@ -36,6 +36,13 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 HEAD_DIM = 32
 
 
+def _expect_own_context_lens(cache: object, tokens: int, geometry: Geometry, step: str) -> None:
+    """The cache's own context_lens() counts `tokens`; beyond the course only (the course never calls it)."""
+    if not geometry.course:
+        counted = own_context_lens(cache)
+        expect(counted == [tokens], INVARIANT, f"{step}: context_lens() is {counted}")
+
+
 @split_at_the_course(f"{DAY_4}::test_task_1_paged_attention_matches_dense_attention",
                      Geometry(page_sizes=SMALL_PAGE_SIZES, kv_heads=(1, 2), head_dim=HEAD_DIM))
 @given(seed=seeds(), data=st.data())
@@ -51,9 +58,7 @@ def test_context_lens_count_tokens_written(
     for length in plan:
         metadata = cache.update_and_fetch_paged(*written.make_chunk(rng, length))
         step = f"after appending {length} token(s), {written.length} written in all (page_size={page_size})"
-        if not geometry.course:  # the course never calls a cache's context_lens()
-            counted = own_context_lens(cache)
-            expect(counted == [written.length], INVARIANT, f"{step}: context_lens() is {counted}")
+        _expect_own_context_lens(cache, written.length, geometry, step)
         in_metadata = to_numpy(metadata.context_lens).tolist()
         expect(in_metadata == [written.length], INVARIANT, f"{step}: metadata context_lens is {in_metadata}")
         expect(cache.offset == written.length, INVARIANT, f"{step}: offset is {cache.offset}")
@@ -167,9 +172,7 @@ def test_rewind_to_every_offset_then_append(
         pages = -(-target // page_size)
         fills = [page_size] * (pages - 1) + [target - (pages - 1) * page_size] if pages else []
         expect(cache.offset == target, INVARIANT, f"{step}: offset is {cache.offset}")
-        if not geometry.course:  # the course never calls a cache's context_lens()
-            counted = own_context_lens(cache)
-            expect(counted == [target], INVARIANT, f"{step}: context_lens() is {counted}")
+        _expect_own_context_lens(cache, target, geometry, step)
         expect(
             cache.num_pages == pages and [int(n) for n in cache.page_lens] == fills, INVARIANT,
             f"{step}: {cache.num_pages} pages filled {list(cache.page_lens)}, expected {pages} filled {fills}",
