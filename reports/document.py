@@ -14,6 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pagecheck.input_files import MIB, read_input_text
+
 SCHEMA_VERSION = 2
 # What `pagecheck report` writes; `pagecheck bench --device gpu` adds bench_gpu on a CUDA machine.
 KINDS = ("conformance", "tolerance", "bench")
@@ -43,8 +45,13 @@ def write_json(path: Path, document: dict[str, Any]) -> None:
     os.replace(partial, path)
 
 
+JSON_FILE_LIMIT = 64 * MIB  # an earlier run's report document is a few MiB at most
+
+
 def read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())
+    """A report document a user names (--compare); a FIFO, a device or a file over JSON_FILE_LIMIT is an
+    OSError, not a wait or an exhausted memory."""
+    return json.loads(read_input_text(path, JSON_FILE_LIMIT))
 
 
 def subject_slug(spec: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from pathlib import Path
 
@@ -132,21 +133,36 @@ def test_positive_number_refuses_zero_negative_and_non_finite() -> None:
         ("--invariants", ",", "invariants=',' names no invariant (leave the option out to grade all)"),
         ("--invariants", "", "invariants='' names no invariant"),
         ("--rubric", "bad.toml", "rubric='{tmp}/bad.toml' is not valid TOML: "),
+        # A device or a FIFO no one writes to: reading never ended (memory filled, or the run waited for ever).
+        ("--seed-file", "/dev/zero", "--seed-file='/dev/zero' cannot be read: it is a character device, not a "
+                                     "regular file or a pipe"),
+        ("--seed-file", "fifo", "--seed-file='{tmp}/fifo' cannot be read: the pipe did not reach its end within"),
+        ("--rubric", "/dev/zero", "rubric='/dev/zero' cannot be read: it is a character device"),
+        ("--rubric", "fifo", "rubric='{tmp}/fifo' cannot be read: the pipe did not reach its end within"),
+        ("--rubric", "folder", "rubric='{tmp}/folder' cannot be read: it is a folder, not a file"),
     ],
 )
-def test_grade_refuses_limits_out_of_range_before_grading(tmp_path, capsys, option: str, value: str,
+def test_grade_refuses_limits_out_of_range_before_grading(tmp_path, capsys, monkeypatch, option: str, value: str,
                                                           message: str) -> None:  # fmt: skip
-    """Limits no sandbox could hold (an rlimit past its type, a timeout no wait takes) are usage errors, named,
-    before any submission is graded."""
+    """Limits no sandbox could hold (an rlimit past its type, a timeout no wait takes) and files no one could
+    read whole are usage errors, named, before any submission is graded."""
+    from pagecheck import input_files
     from pagecheck.cli import main
 
+    monkeypatch.setattr(input_files, "PIPE_WAIT_S", 0.2)
     submission = tmp_path / "sub.py"
     submission.write_text("x = 1\n")
-    if option == "--seed-file":
+    if value == "fifo":
+        os.mkfifo(tmp_path / value)
+    if value == "folder":
+        (tmp_path / value).mkdir()
+    if value in ("fifo", "folder"):
+        value = str(tmp_path / value)
+    elif option == "--seed-file":
         if value == "blank.txt":
             (tmp_path / value).write_text(" \n")
         value = str(tmp_path / value)
-    if option == "--rubric":
+    elif option == "--rubric" and value == "bad.toml":
         (tmp_path / value).write_text("[points\n")
         value = str(tmp_path / value)
     try:

@@ -7,6 +7,7 @@ marked WRONG. --compare ratios and flags come from the two runs' spreads.
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Any
@@ -200,6 +201,22 @@ def test_compare_refuses_a_file_that_is_not_a_benchmark(tmp_path: Path, content:
     other = tmp_path / "not-bench.json"
     other.write_text(json.dumps(content))
     assert main(["bench", "--quick", "--compare", str(other), "--out", str(tmp_path / "out")]) == ExitCode.USAGE
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["/dev/zero", "fifo"])
+def test_compare_refuses_a_device_or_a_silent_fifo_in_words(tmp_path: Path, capsys, monkeypatch, name: str) -> None:
+    """/dev/zero filled memory and a FIFO no one writes to waited for ever; both are usage errors now."""
+    from pagecheck import input_files
+
+    monkeypatch.setattr(input_files, "PIPE_WAIT_S", 0.2)
+    path = Path(name) if name.startswith("/") else tmp_path / name
+    if name == "fifo":
+        os.mkfifo(path)
+    assert main(["bench", "--quick", "--compare", str(path), "--out", str(tmp_path / "out")]) == ExitCode.USAGE
+    said = capsys.readouterr().err
+    reason = "it is a character device" if name == "/dev/zero" else "the pipe did not reach its end within 0.2 s"
+    assert f"--compare {path}: cannot read a benchmark result: {reason}" in said
     assert not (tmp_path / "out").exists()
 
 

@@ -25,7 +25,7 @@ LAYERS: dict[str, tuple[str, frozenset[str]]] = {
     "pagecheck.invariants": ("invariants", frozenset({"pagecheck.reference"})),
 }
 BELOW_TOOLS = frozenset(LAYERS)
-UTILITIES = frozenset({"pagecheck.arg_types", "pagecheck.device", "pagecheck.environment", "pagecheck.exit_codes",
+UTILITIES = frozenset({"pagecheck.arg_types", "pagecheck.device", "pagecheck.environment", "pagecheck.exit_codes", "pagecheck.input_files",
                        "pagecheck.progress", "pagecheck.python_child"})
 TOOLS: dict[str, tuple[str, frozenset[str]]] = {
     "pagecheck.bench": ("pagecheck/bench", BELOW_TOOLS | UTILITIES),

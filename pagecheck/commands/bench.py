@@ -138,8 +138,9 @@ def read_previous(args: argparse.Namespace) -> dict | None:
         return None
     try:
         previous = read_json(path)
-    except (OSError, ValueError) as exc:
-        raise CompareFileError(f"--compare {path}: cannot read a benchmark result: {exc}") from exc
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
+        reason = getattr(exc, "strerror", None) or exc
+        raise CompareFileError(f"--compare {path}: cannot read a benchmark result: {reason}") from exc
     if not isinstance(previous, dict) or previous.get("source") != RESULT_SOURCE or "samples" not in previous:
         raise CompareFileError(f"--compare {path}: not a bench.json written by pagecheck bench or pagecheck report")
     if not _samples_well_formed(previous["samples"]) or not isinstance(previous.get("configuration", {}), dict):

@@ -34,9 +34,10 @@ from pagecheck.grading.plan import DEFAULT_CALL_TIMEOUT_S, DEFAULT_DISK_BYTES, G
 from pagecheck.grading.rubric import DEFAULT_RUBRIC, Rubric, load_rubric
 from pagecheck.grading.sandbox import GIB, MAX_BYTES, GradingInterrupted, LiveChildren, Limits
 from pagecheck.grading.schedule import jobs_to_run, run_jobs
-from pagecheck.grading.seeds import MIN_SECRET_LENGTH, resolve_secret
+from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SEED_FILE_LIMIT, resolve_secret
 from pagecheck.grading.shards import parse_shard
 from pagecheck.grading.submission import load_submissions
+from pagecheck.input_files import read_input_text
 from pagecheck.grading.worker_process import preflight_worker, probe_protections, sandbox_notes
 from pagecheck.progress import StageProgress
 
@@ -160,7 +161,7 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     given = args.seed
     if args.seed_file is not None:
         try:
-            given = args.seed_file.read_text().strip()
+            given = read_input_text(args.seed_file, SEED_FILE_LIMIT).strip()
         except (OSError, UnicodeDecodeError) as exc:
             reason = getattr(exc, "strerror", None) or exc
             raise ValueError(f"--seed-file={str(args.seed_file)!r} cannot be read: {reason}") from None

@@ -15,10 +15,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from pagecheck.input_files import MIB, read_input_text
+
 FORMAT = "pagecheck-grade"
 VERSION = 3  # 2: each check carries its scope (course or beyond_course); 3: settings carry the grader's fingerprint
 RESULTS_DIR = "results"
 SCOREBOARD = "grades.md"  # written by every grade run, one that graded nothing included
+RESULT_FILE_LIMIT = 64 * MIB  # one submission's result is tens of KiB; a shard from elsewhere may be anything
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -44,7 +47,7 @@ def result_path(out: Path, name: str) -> Path:
 def load_result(path: Path) -> dict[str, Any] | None:
     """A results document, or None when the file is missing, unreadable or of another format."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(read_input_text(path, RESULT_FILE_LIMIT))
     except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
         return None
     if not isinstance(document, dict) or document.get("format") != FORMAT or document.get("version") != VERSION:

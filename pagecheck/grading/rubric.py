@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pagecheck.input_files import MIB, read_input_text
 from pagecheck.invariants.catalog import INVARIANTS
 from pagecheck.invariants.course import BEYOND_COURSE_MARK, CLAUSE_SCOPES, COURSE_MARK
 
 DEFAULT_RUBRIC = Path(__file__).resolve().parent / "default_rubric.toml"
+RUBRIC_FILE_LIMIT = MIB  # a rubric is a few hundred lines of TOML
 SCORINGS = ("all-or-nothing", "fraction")
 # Findings that enforce the course's own rule (its source check of paged_attention's text: no mx.fast,
 # scaled_dot_product_attention or gather_dense), or that mean the work is not the student's (pagecheck's own
@@ -166,7 +168,9 @@ def parse_rubric(document: dict[str, Any], source: str) -> Rubric:
 def load_rubric(path: Path | None = None) -> Rubric:
     path = DEFAULT_RUBRIC if path is None else path
     try:
-        document = tomllib.loads(path.read_text())
+        document = tomllib.loads(read_input_text(path, RUBRIC_FILE_LIMIT))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"rubric={str(path)!r} is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
     except OSError as exc:
         raise ValueError(f"rubric={str(path)!r} cannot be read: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:

@@ -19,6 +19,7 @@ from pagecheck.invariants.profiles import DEFAULT_SEED
 PUBLIC_SEED = DEFAULT_SEED
 SECRET_FILE = "secret.txt"  # in the output directory, never in feedback/
 MIN_SECRET_LENGTH = 8  # shorter secrets can be guessed from a few public runs
+SEED_FILE_LIMIT = 64 * 1024  # a secret is a line; a bigger --seed-file is the wrong file
 
 
 @dataclass(frozen=True)
