@@ -186,10 +186,26 @@ def test_an_out_folder_that_cannot_be_made_is_a_usage_error_before_any_run(tmp_p
     submission = tmp_path / "sub.py"
     submission.write_text("x = 1\n")
     extra = [str(submission)] if command == "grade" else []
-    for out, reason in ((blocker, "is a file, not a folder"), (blocker / "below", "cannot be created: Not a directory")):
+    loop = tmp_path / "loop"
+    loop.symlink_to(tmp_path / "loop-back")
+    (tmp_path / "loop-back").symlink_to(loop)
+    for out, reason in ((blocker, "is a file, not a folder"), (blocker / "below", "cannot be created: Not a directory"),
+                        # grade: an internal error (resolve's RuntimeError); the others: "File exists"
+                        (loop, "is a symbolic link that leads back to itself")):
         code = main([command, *extra, "--out", str(out)])
         assert code == 2
         assert f"pagecheck {command}: --out={str(out)!r} {reason}" in capsys.readouterr().err
+
+
+def test_an_out_link_to_a_folder_not_made_yet_makes_that_folder(tmp_path) -> None:
+    """`ln -s /scratch/run1 out; pagecheck report --out out`: the report goes to /scratch/run1 (it said "File
+    exists")."""
+    from pagecheck.commands.options import make_out_dir
+
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "scratch" / "run1")
+    assert make_out_dir(link) == link
+    assert (tmp_path / "scratch" / "run1").is_dir() and link.is_dir()
 
 
 @pytest.mark.parametrize("command", ["report", "bench"])

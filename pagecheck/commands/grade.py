@@ -231,7 +231,7 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
 
 def run(args: argparse.Namespace) -> int:
     # Children run in directories of their own: every path handed to them must be absolute.
-    args.out = args.out.expanduser().resolve()
+    args.out = options.resolved_out(args.out)
     try:
         rubric = load_rubric(args.rubric)
         if args.submissions[0] == MERGE:

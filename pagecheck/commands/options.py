@@ -125,10 +125,19 @@ class OutDirError(Exception):
     """The --out folder cannot be made; the command line is at fault (pagecheck.cli reports it as USAGE)."""
 
 
-def make_out_dir(out: Path) -> Path:
-    """Create `out` (and its parents) if missing; OutDirError, naming --out and why, where it cannot be."""
+def resolved_out(out: Path) -> Path:
+    """`out` made absolute with every symbolic link followed; OutDirError for a loop of links."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        return out.expanduser().resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a loop of links
+        raise OutDirError(f"--out={str(out)!r} is a symbolic link that leads back to itself") from None
+
+
+def make_out_dir(out: Path) -> Path:
+    """Create `out` (and its parents) if missing; OutDirError, naming --out and why, where it cannot be. A
+    symbolic link to a folder not made yet makes that folder, as a link to an existing one writes there."""
+    try:
+        resolved_out(out).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         what = "is a file, not a folder" if out.exists() else f"cannot be created: {exc.strerror or exc}"
         raise OutDirError(f"--out={str(out)!r} {what}") from None
