@@ -46,7 +46,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--pagecheck-subject",
         default=None,
         metavar="SPEC",
-        help="what to check: impl, reference, a dotted module name, a path to a .py file, or tiny-llm:PATH "
+        help="what to check: impl, reference, a dotted module name, a path to a .py file or a package folder, or tiny-llm:PATH "
         f"(default: {DEFAULT_SUBJECT})",
     )
     group.addoption(

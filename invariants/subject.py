@@ -78,7 +78,7 @@ SANDBOX_PREFIX = "sandbox:"
 # A checkout's C++ extension package, built in place under src/extensions (`from extensions import tiny_llm_ext`).
 TINY_LLM_EXTENSIONS = "extensions"
 # What a spec may be, in words; SANDBOX_PREFIX specs only where grading's worker can run (spec_help).
-SPEC_KINDS = ("impl", "reference", "a dotted module name", "a path to a .py file", "tiny-llm:PATH")
+SPEC_KINDS = ("impl", "reference", "a dotted module name", "a path to a .py file or a package folder", "tiny-llm:PATH")
 
 
 def spec_help(sandbox: bool = True) -> str:
@@ -249,6 +249,13 @@ def _import_file(spec: str) -> ModuleType:
     package imports work; a lone file under a file-specific name with its own folder on sys.path, so
     it can import its sibling modules."""
     path = Path(spec).expanduser().resolve()
+    if path.is_dir() and (path / "__init__.py").is_file():
+        path = path / "__init__.py"  # a package's folder is the package
+    elif path.is_dir():
+        checkout = (path / "src" / "tiny_llm" / "__init__.py").is_file()
+        hint = f"{TINY_LLM_PREFIX}{path} for a tiny-llm checkout" if checkout else "a .py file in it"
+        raise SubjectError(f"subject spec={spec!r}: {path} is a folder without __init__.py, so not a package: "
+                           f"name {hint}")  # fmt: skip
     if path.suffix != ".py" or not path.is_file():
         raise SubjectError(f"subject spec={spec!r}: {path} is not an existing .py file")
     packages = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+import re
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,29 @@ def test_a_missing_module_is_the_reason_a_name_is_missing(tiny_llm_checkout: Pat
 def test_bad_specs_raise_subject_error(spec: str, words: str) -> None:
     with pytest.raises(SubjectError, match=words):
         load_subject(spec)
+
+
+def test_a_package_folder_is_the_package(tmp_path: Path) -> None:
+    """A folder with __init__.py names its package, as `grade` takes it (it was "not an existing .py file")."""
+    package = tmp_path / "student_attention"
+    package.mkdir()
+    (package / "ops.py").write_text("def paged_attention(*args):\n    return 'from the package'\n")
+    (package / "__init__.py").write_text("from .ops import paged_attention\n")
+    subject = load_subject(str(package))
+    assert subject.get("paged_attention")() == "from the package"
+    assert subject.origin == str(package / "__init__.py")
+
+
+@pytest.mark.parametrize("checkout", [False, True], ids=["plain-folder", "tiny-llm-checkout"])
+def test_a_folder_that_is_not_a_package_says_what_to_name(tmp_path: Path, checkout: bool) -> None:
+    folder = tmp_path / "work"
+    (folder / "src" / "tiny_llm").mkdir(parents=True)
+    if checkout:
+        (folder / "src" / "tiny_llm" / "__init__.py").write_text("")
+    hint = f"name tiny-llm:{folder} for a tiny-llm checkout" if checkout else "name a .py file in it"
+    with pytest.raises(SubjectError, match=re.escape(f"{folder} is a folder without __init__.py, so not a package: "
+                                                     f"{hint}")):  # fmt: skip
+        load_subject(str(folder))
 
 
 def test_a_file_that_fails_to_import_is_an_error(tmp_path: Path) -> None:
