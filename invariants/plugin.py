@@ -157,6 +157,9 @@ def pytest_configure(config: pytest.Config) -> None:
     except SubjectError as exc:
         raise pytest.UsageError(str(exc)) from exc
     config.stash[SUBJECT_KEY] = subject
+    seconds = config.getoption("pagecheck_check_timeout") or 0.0
+    if subject.call_time_limit is not None and seconds > 0:
+        subject.call_time_limit(seconds)  # its calls cross a pipe: bounded there, not by the alarm (runtest_call)
     if config.getoption("pagecheck_device") == "gpu" and _gpu_available():
         import mlx.core as mx
 
@@ -201,6 +204,8 @@ def pytest_runtest_call(item: pytest.Item):
     from pagecheck.invariants.subject import is_user_interrupt
 
     seconds = item.config.getoption("pagecheck_check_timeout", 0.0) or 0.0
+    if item.config.stash[SUBJECT_KEY].call_time_limit is not None:
+        seconds = 0.0  # each call has the limit where it runs (pytest_configure)
     with time_limit(seconds):
         outcome = yield
     error = outcome.excinfo[1] if outcome.excinfo else None

@@ -145,6 +145,12 @@ class Subject:
     # How a check watches cache.materialize(): cache -> what it did with gather_dense and mx.eval, as plain data
     # (injection.watch_materialize). None: watched here.
     watch_materialize: Callable[[Any], dict[str, Any]] | None = None
+    # A subject whose calls cross a pipe (a sandboxed worker): `begin_check(name)` says a new check starts, so a
+    # worker an earlier check stopped is started afresh rather than failing every later check; and
+    # `call_time_limit(seconds)` bounds each call there, where an alarm here would leave the pipe mid-reply.
+    # None: the subject runs in this process, and check_timeout.time_limit's alarm bounds its calls.
+    begin_check: Callable[[str], None] | None = None
+    call_time_limit: Callable[[float], None] | None = None
 
     def has(self, name: str) -> bool:
         return name in self.names

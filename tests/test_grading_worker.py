@@ -6,6 +6,7 @@ probes run inside the worker; their answers come back as values.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -578,6 +579,40 @@ def test_hang_is_stopped_at_the_call_deadline(tmp_path: Path) -> None:
     finally:
         configure(None)
         close_sessions()
+
+
+HANGS_ON_BFLOAT16_PREFILL = """
+_course_attention = paged_attention
+
+
+def paged_attention(query, *args, **kwargs):
+    if query.dtype == mx.bfloat16 and query.shape[-2] > 1:
+        while True:
+            pass
+    return _course_attention(query, *args, **kwargs)
+"""
+
+
+def test_tolerance_bounds_each_sandboxed_cell_by_check_timeout_and_goes_on(tmp_path: Path) -> None:
+    """`pagecheck tolerance --subject sandbox:X --check-timeout S`: a cell stuck in the worker fails at S seconds
+    (the worker's own 60 s applied, --check-timeout was ignored), and the next cell gets a new worker (every
+    later cell failed "not run: an earlier call stopped the worker")."""
+    from pagecheck.cli import main
+    from pagecheck.exit_codes import ExitCode
+
+    subject = tmp_path / "submission" / "hangs_on_prefill.py"
+    subject.parent.mkdir()
+    subject.write_text((ROOT / "tests" / "subjects" / "course_conformant.py").read_text() + HANGS_ON_BFLOAT16_PREFILL)
+    out = tmp_path / "out"
+    started = time.monotonic()
+    code = main(["tolerance", "--quick", "--subject", f"sandbox:{subject}", "--check-timeout", "2", "--out", str(out)])
+    assert code == ExitCode.TOLERANCE_EXCEEDED  # the hung cells fail
+    rows = json.loads((out / "tolerance.json").read_text())["rows"]
+    hung = [row for row in rows if row["dtype"] == "bfloat16" and row["query_len"] > 1]
+    assert len(hung) == 2 and all("did not finish within 2 s" in row["error"] for row in hung)
+    others = [row for row in rows if row not in hung]
+    assert len(others) == 10 and all(row["passed"] or row["declined"] for row in others), [r["error"] for r in others]
+    assert time.monotonic() - started < 100
 
 
 def test_memory_limit_is_an_out_of_memory_incident(sandbox: tuple[Subject, Session]) -> None:

@@ -108,6 +108,10 @@ class SweepCell:
         """decode (one query row, a generation step) or prefill (several rows under the causal mask)."""
         return "decode" if self.query_len == 1 else "prefill"
 
+    @property
+    def label(self) -> str:
+        return f"{self.dtype} D={self.head_dim} page={self.page_size} L={self.query_len} C={self.context}"
+
 
 def allowance_used(got: np.ndarray, want: np.ndarray, dtype: str) -> float:
     """Largest |got - want| / (atol + rtol * |want|) over finite elements: above 1 fails.
@@ -248,15 +252,20 @@ def run_sweep(
     progress: Progress | None = None,
     call_timeout_s: float = 0.0,
     checkpoint: Callable[[PartialRun], None] | None = None,
+    begin_cell: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Measure every cell; returns the body of tolerance.json (without the document header). An interrupt raises
     PartialRun with the body over the cells that finished; `checkpoint` gets that PartialRun after each cell but
-    the last, so that a process ended outright (a call stuck past the time limit's grace) keeps them too."""
+    the last, so that a process ended outright (a call stuck past the time limit's grace) keeps them too.
+    `begin_cell(name)` is called before each cell (Subject.begin_check: a sandboxed worker that a cell stopped
+    starts afresh for the next)."""
     cells = list(grid.cells())
     rows: list[dict[str, Any]] = []
     start = time.perf_counter()
     try:
         for index, cell in enumerate(cells):
+            if begin_cell is not None:
+                begin_cell(f"tolerance cell {index}: {cell.label}")
             rows.append(measure_cell(paged_attention, cell, grid, seed, index, call_timeout_s))
             if checkpoint is not None and len(rows) < len(cells):
                 checkpoint(PartialRun(sweep_body(grid, rows, start), len(rows), len(cells), "cells"))

@@ -14,7 +14,7 @@ from pagecheck.reports.render.tolerance import render_tolerance
 from pagecheck.reports.render.tolerance_plot import PLOT_FILE, render_tolerance_plot
 from pagecheck.reports.document import write_json
 from pagecheck.reports.index import write_index
-from pagecheck.invariants.subject import SANDBOX_PREFIX, Subject
+from pagecheck.invariants.subject import Subject
 from pagecheck.bench.partial import PartialRun
 from pagecheck.bench.tolerance_sweep import FULL_GRID, QUICK_GRID, SweepCell, run_sweep
 
@@ -47,11 +47,14 @@ def run_tolerance_stage(subject: Subject, args: argparse.Namespace, out: Path, p
     progress.begin(f"{total} cells, each checked against the float64 and mlx.core oracles")
 
     def show(done: int, count: int, cell: SweepCell) -> None:
-        progress.update(done, count, f"cells ({cell.dtype} D={cell.head_dim} page={cell.page_size} L={cell.query_len} C={cell.context})")
+        progress.update(done, count, f"cells ({cell.label})")
 
     document = options.start_document("tolerance", args)
-    # A sandboxed subject's calls have the worker's own time limit; an alarm here would leave its pipe mid-reply.
-    timeout = 0.0 if args.subject.startswith(SANDBOX_PREFIX) else args.check_timeout
+    # A sandboxed subject's calls are bounded in its worker; an alarm here would leave its pipe mid-reply.
+    timeout = args.check_timeout
+    if subject.call_time_limit is not None:
+        subject.call_time_limit(args.check_timeout)
+        timeout = 0.0
     interrupted: PartialRun | None = None
 
     def keep(partial: PartialRun) -> None:
@@ -61,7 +64,7 @@ def run_tolerance_stage(subject: Subject, args: argparse.Namespace, out: Path, p
 
     try:
         document.update(run_sweep(subject.get("paged_attention"), grid, seed=args.seed, progress=show,
-                                  call_timeout_s=timeout, checkpoint=keep))
+                                  call_timeout_s=timeout, checkpoint=keep, begin_cell=subject.begin_check))
     except PartialRun as exc:
         if not exc.partial["rows"]:
             raise

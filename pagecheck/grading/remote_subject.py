@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import dataclasses
 import shutil
 import tempfile
 import weakref
@@ -142,6 +143,12 @@ class Session:
         self._reads = {}
         self._plan.new_worker()
         return worker
+
+    def set_call_timeout(self, seconds: float) -> None:
+        """Each later call into the worker fails (and stops the worker) once it runs past `seconds`."""
+        self.settings = dataclasses.replace(self.settings, call_timeout_s=seconds)
+        if self.worker is not None:
+            self.worker.settings = self.settings
 
     def begin_check(self, nodeid: str) -> None:
         self.check = nodeid
@@ -582,7 +589,8 @@ def load_sandbox_subject(spec: str) -> Subject:
     missing = {name: why for name, why in worker.missing.items() if name in API_NAMES}
     return Subject(spec=spec, origin=f"sandboxed worker: {worker.origin}", names=names, missing=missing,
                    fail_on_call=RemoteObject._pagecheck_fail_call,
-                   watch_materialize=RemoteObject._pagecheck_watch_materialize)
+                   watch_materialize=RemoteObject._pagecheck_watch_materialize,
+                   begin_check=session.begin_check, call_time_limit=session.set_call_timeout)
 
 
 # The suite resolves sandbox: specs through this module once it is imported (the grading plugin imports it).
