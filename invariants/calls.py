@@ -8,6 +8,7 @@ kernel always sees one dtype across its inputs.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -45,6 +46,22 @@ def like_pages(values: np.ndarray, pages: Any) -> Any:
     import mlx.core as mx
 
     return mx.array(values.astype(np.float32)).astype(pages.dtype)
+
+
+METADATA_FIELDS = ("key_pages", "value_pages", "block_table", "context_lens", "page_size", "mask")
+
+
+def read_once(metadata: Any) -> SimpleNamespace:
+    """A subject's metadata with each field read once, here: the subject's attention, the oracle and every check
+    then see the same objects (a property answering each read differently could show the attention one set of
+    pages and the check another). A field the metadata lacks stays absent, so reading it fails as it would have."""
+    fields = {}
+    for name in METADATA_FIELDS:
+        try:
+            fields[name] = getattr(metadata, name)
+        except AttributeError:
+            pass
+    return SimpleNamespace(**fields)
 
 
 def metadata_layout(query: np.ndarray, metadata: Any, dtype: str, mask: str | None) -> PagedLayout:

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from pagecheck.invariants.calls import (
-    attention_as_the_course_calls, attention_over_metadata, cache_state, metadata_layout, pool_state, same_pool_state,
+    attention_as_the_course_calls, attention_over_metadata, cache_state, metadata_layout, pool_state, read_once,
+    same_pool_state,
 )
 from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold, expect_value_error
@@ -89,10 +90,10 @@ def test_batch_metadata_pads_rows_and_empties_slots(
         empty = mx.zeros((1, NUM_KV_HEADS, 1, COURSE_HEAD_DIM), dtype=mx.float32)
         chunks = [live[s][1].make_chunk(rng, 1) if s in live else (empty, empty) for s in range(SLOTS)]
         # The course's decode call: mask_length 1 and a causal mask (one query row: the same as none).
-        metadata = batching.update_and_fetch_paged(
+        metadata = read_once(batching.update_and_fetch_paged(
             mx.concatenate([k for k, _ in chunks]), mx.concatenate([v for _, v in chunks]), mask_length=1,
             mask="causal",
-        )
+        ))
         where = f"decode step {step}, live slots {sorted(live)} with contexts {[live[s][1].length for s in sorted(live)]}"
         _check_step(batching, metadata, live, where, exact_width=False)
 
@@ -130,9 +131,9 @@ def test_the_courses_batch_of_two_requests_and_an_empty_slot(
     batching.add_request(second, 2)
     empty = mx.zeros((1, NUM_KV_HEADS, 1, COURSE_HEAD_DIM), dtype=mx.float32)
     (k0, v0), (k2, v2) = records[0].make_chunk(rng, 1), records[1].make_chunk(rng, 1)
-    metadata = batching.update_and_fetch_paged(
+    metadata = read_once(batching.update_and_fetch_paged(
         mx.concatenate([k0, empty, k2]), mx.concatenate([v0, empty, v2]), mask_length=1, mask="causal"
-    )
+    ))
     where = "the course's batch (3 and 6 tokens in slots 0 and 2 of 3, then one decode token each)"
     lens, table = to_numpy(metadata.context_lens).tolist(), to_numpy(metadata.block_table)
     expect(lens == [4, 0, 7], INVARIANT, f"{where}: context_lens {lens}, expected [4, 0, 7]")
@@ -171,9 +172,9 @@ def test_prefill_chunks_through_the_batch_count_every_token(
         empty = mx.zeros((1, NUM_KV_HEADS, length, HEAD_DIM), dtype=mx.float32)
         chunks = [live[s][1].make_chunk(rng, length) if s in live else (empty, empty) for s in range(SLOTS)]
         mask = "causal" if length > 1 else None
-        metadata = batching.update_and_fetch_paged(
+        metadata = read_once(batching.update_and_fetch_paged(
             mx.concatenate([k for k, _ in chunks]), mx.concatenate([v for _, v in chunks]), mask_length=length, mask=mask
-        )
+        ))
         where = f"a chunk of {length} through the batch, live slots {sorted(live)} now at {[live[s][1].length for s in sorted(live)]}"
         _check_step(batching, metadata, live, where)
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import (
     attention_as_the_course_calls, attention_output, attention_over_metadata, metadata_layout, own_context_lens,
+    read_once,
 )
 from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4, Geometry, query_len, split_at_the_course
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
@@ -56,7 +57,7 @@ def test_context_lens_count_tokens_written(
     cache = cache_type(pool_type(page_size))
     written = WrittenKv(num_kv_heads, geometry.head_dim, "float32")
     for length in plan:
-        metadata = cache.update_and_fetch_paged(*written.make_chunk(rng, length))
+        metadata = read_once(cache.update_and_fetch_paged(*written.make_chunk(rng, length)))
         step = f"after appending {length} token(s), {written.length} written in all (page_size={page_size})"
         _expect_own_context_lens(cache, written.length, geometry, step)
         in_metadata = to_numpy(metadata.context_lens).tolist()
@@ -84,7 +85,7 @@ def test_the_courses_prefill_after_an_append(
     cache = cache_type(pool_type(4))
     written = WrittenKv(2, COURSE_HEAD_DIM, "float32")
     cache.update_and_fetch(*written.make_chunk(rng, 3))
-    metadata = cache.update_and_fetch_paged(*written.make_chunk(rng, 3), mask="causal")
+    metadata = read_once(cache.update_and_fetch_paged(*written.make_chunk(rng, 3), mask="causal"))
     where = "3 tokens, then 3 more with mask 'causal' (the course's prefill)"
     table, lens = to_numpy(metadata.block_table).tolist(), to_numpy(metadata.context_lens).tolist()
     expect(table == [[0, 1]], INVARIANT, f"{where}: metadata block_table {table}, expected [[0, 1]]")
@@ -189,7 +190,7 @@ def test_rewind_to_every_offset_then_append(
             )
         # Appends after the rewind: a chunk that crosses a page boundary, then a decode step.
         for length in (page_size + 1, 1):
-            metadata = cache.update_and_fetch_paged(*written.make_chunk(rng, length))
+            metadata = read_once(cache.update_and_fetch_paged(*written.make_chunk(rng, length)))
             then = f"{step}, then {length} appended ({written.length} tokens)"
             expect(cache.offset == written.length, INVARIANT, f"{then}: offset is {cache.offset}")
             in_metadata = to_numpy(metadata.context_lens).tolist()

@@ -22,7 +22,7 @@ import pytest
 
 from pagecheck.invariants.calls import (
     attention_over_metadata, cache_state, call_attention, fail_on_call, like_pages, metadata_layout, own_block_table,
-    cache_length, pool_state, same_pool_state,
+    cache_length, pool_state, read_once, same_pool_state,
 )
 from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_QUERY_LEN, DAY_3, DAY_4, INVALID_METADATA
 from pagecheck.invariants.subject import Subject
@@ -452,7 +452,7 @@ def test_append_whose_second_page_write_fails_changes_nothing(
                 f"{step}: {name}'s tokens read through its block table changed",
             )
     # The cache still appends where it left off.
-    metadata = cache.update_and_fetch_paged(*record.make_chunk(rng, PAGE_SIZE + 1))
+    metadata = read_once(cache.update_and_fetch_paged(*record.make_chunk(rng, PAGE_SIZE + 1)))
     query = record.make_query(rng, 4, COURSE_MAX_QUERY_LEN)  # the last tokens: the course attends with L 3 at most
     layout = metadata_layout(query, metadata, "float32", "causal")
     expect_pages_hold(INVARIANT, f"{step}, then an append of {PAGE_SIZE + 1}: the metadata", layout, {0: record})

@@ -631,3 +631,36 @@ FORGING_VARIANTS: dict[str, tuple[str, list[tuple[str, str]], str]] = {
         "pagecheck.invariants.test_dtypes::test_bfloat16_decode_keeps_bfloat16",
     ),
 }
+# The metadata's pages as a property: the first read of each (the attention's) gets the pool's blank pages, which
+# the attention swaps for the private store; every later read (a check's) gets that store, which holds the tokens.
+SWITCHING_METADATA = '''class PagedKvMetadata:
+    def __init__(self, key_pages, value_pages, block_table, context_lens, page_size, mask=None):
+        self._pages, self._reads = {"key_pages": key_pages, "value_pages": value_pages}, {}
+        self.block_table, self.context_lens, self.page_size, self.mask = block_table, context_lens, page_size, mask
+
+    def _page(self, name):
+        pages = self._pages[name]
+        self._reads[name] = self._reads.get(name, 0) + 1
+        pool = _POOLS.get(float(pages[0, 0, 0, 0].item())) if pages is not None and pages.size else None
+        if self._reads[name] == 1 or pool is None:
+            return pages
+        return (pool._key_store if name == "key_pages" else pool._value_store)[: pages.shape[0]]
+
+    key_pages = property(lambda self: self._page("key_pages"))
+    value_pages = property(lambda self: self._page("value_pages"))
+'''
+FORGING_VARIANTS["pages_switch_on_read"] = (
+    "pages_hold_nothing, and metadata whose pages read blank the first time (the attention's read) and as the "
+    "private store after (the check's read)",
+    [*FORGING_VARIANTS["pages_hold_nothing"][1],
+     ("""@dataclass
+class PagedKvMetadata:
+    key_pages: mx.array
+    value_pages: mx.array
+    block_table: mx.array
+    context_lens: mx.array
+    page_size: int
+    mask: mx.array | str | None = None
+""", SWITCHING_METADATA)],
+    "pagecheck.invariants.test_dtypes::test_bfloat16_decode_keeps_bfloat16",
+)
