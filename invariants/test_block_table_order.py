@@ -221,7 +221,8 @@ def test_block_table_is_read_again_when_page_ids_change(
     append("cache", 2 * page_size)
     check("released, another request took a freed page, appended to two pages again")
 
-    if not callable(getattr(cache, "rewind", None)):
+    # Beyond the course: it appends nothing after a rewind, and never rewinds more than a page.
+    if geometry.course or not callable(getattr(cache, "rewind", None)):
         return
     cache.rewind(page_size + 1)  # back inside its first page: the second page is freed
     records["cache"].truncate(page_size - 1)

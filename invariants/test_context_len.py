@@ -155,11 +155,13 @@ def test_rewind_to_every_offset_then_append(
     pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry, page_size: int,
     rng: np.random.Generator,
 ) -> None:
-    # Every target from 0 to the whole context, page boundaries (whole numbers of pages) included. The course
-    # part keeps a token and drops one at least, as the course's rewind(3) of 9 does: it never calls rewind(0)
-    # nor rewinds a cache to empty.
+    # Beyond the course: every target from 0 to the whole context, page boundaries (whole numbers of pages)
+    # included, each followed by appends. The course's part rewinds as its rewind(3) of [4, 4, 1] does: a page's
+    # worth of tokens at most, a token kept and one dropped at least, ending inside a page; and it appends nothing
+    # after (the course never does).
     total = 3 * page_size + 1
-    for target in range(1, total) if geometry.course else range(total + 1):
+    course_targets = [t for t in range(total - page_size, total) if t % page_size]
+    for target in course_targets if geometry.course else range(total + 1):
         pool = pool_type(page_size)
         cache = cache_type(pool)
         if not callable(getattr(cache, "rewind", None)):
@@ -189,7 +191,7 @@ def test_rewind_to_every_offset_then_append(
                 f"{step}: gather_dense() differs from the first {target} tokens written",
             )
         # Appends after the rewind: a chunk that crosses a page boundary, then a decode step.
-        for length in (page_size + 1, 1):
+        for length in () if geometry.course else (page_size + 1, 1):
             metadata = read_once(cache.update_and_fetch_paged(*written.make_chunk(rng, length)))
             then = f"{step}, then {length} appended ({written.length} tokens)"
             expect(cache.offset == written.length, INVARIANT, f"{then}: offset is {cache.offset}")

@@ -81,6 +81,13 @@ def _longer_query(inputs: Inputs) -> np.ndarray:
     return np.repeat(inputs["query"], 3, axis=2)
 
 
+def _one_request_shorter_than_its_query(inputs: Inputs) -> Inputs:
+    """The course's case ("direct"): one request, a query of 2 rows over a context of 1 (the second row's page).
+    Every course call of more than one query row is one request, so the batched case is beyond the course."""
+    return {**inputs, "query": np.repeat(inputs["query"][1:2], 2, axis=2), "mask": "causal",
+            "block_table": inputs["block_table"][1:2].copy(), "context_lens": np.array([1], np.int32)}  # fmt: skip
+
+
 REJECTIONS = [
     Rejection("negative_context", ("context_lens",), _set(context_lens=lambda i: np.array([CONTEXTS[0], -1], np.int32))),
     Rejection("table_too_narrow", ("block_table", "context_lens"), _set(block_table=lambda i: i["block_table"][:, :2].copy())),
@@ -92,8 +99,9 @@ REJECTIONS = [
     Rejection("aliased_across_rows", ("block_table",), _set_table(1, 0, lambda i: int(i["block_table"][0, 1]))),
     Rejection("padding_not_minus_one", ("block_table",), _set_table(1, 3, lambda i: -2)),
     Rejection("live_id_in_padding", ("block_table",), _set_table(1, 2, _spare_page)),
+    Rejection("context_shorter_than_query", ("context_lens",), _one_request_shorter_than_its_query),
     Rejection(
-        "context_shorter_than_query", ("context_lens",),
+        "context_shorter_than_query_in_a_batch", ("context_lens",),
         _set(query=_longer_query, mask="causal", context_lens=lambda i: np.array([CONTEXTS[0], 2], np.int32)),
     ),
     Rejection("page_size_zero", ("page_size",), _set(page_size=0)),

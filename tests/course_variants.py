@@ -591,6 +591,581 @@ VARIANTS["context_lens_int"] = (
 )
 
 
+# More freedoms the course's tests leave: allocation orders, storage layouts, return types and signatures, error
+# wording, and rewinds of the course's own kind only (a page's worth at most, ending inside a page, nothing
+# appended after). A pool that stores its keys pre-scaled is not among them: the course's paged_attention takes
+# `scale` itself, so pages hold K as written (COURSE_MAP.md, what is taken from the course's signatures).
+_SOURCE = CONFORMANT.read_text()
+_POOL_START, _POOL_END = "class TinyKvPagedPool:", "# ---------------------------------------------------------------------------- cache"
+# The conformant pool class, whole: variants that keep their pages another way replace it.
+CONFORMANT_POOL = _SOURCE[_SOURCE.index(_POOL_START) : _SOURCE.index(_POOL_END)]
+
+CHECKED = "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n"
+
+# One Python array per issued page; capacity and the growth counters model the room a contiguous store would have.
+PAGE_LIST_POOL = '''class TinyKvPagedPool:
+    """Each issued page's keys and values as arrays of their own [H_kv, page_size, D], kept in two lists;
+    key_pages stacks them. capacity and the growth counters model the room of a doubling contiguous store."""
+
+    def __init__(self, page_size: int = 128) -> None:
+        if not _is_int(page_size) or page_size <= 0:
+            raise ValueError(f"page_size must be a positive integer, got {page_size!r}")
+        self.page_size = page_size
+        self._clear()
+
+    def _clear(self) -> None:
+        self._keys: list[mx.array] = []  # one per issued page once the first write fixed the geometry
+        self._values: list[mx.array] = []
+        self._like: tuple[int, int, mx.Dtype] | None = None  # (H_kv, D, dtype)
+        self._capacity = 0
+        self._num_issued = 0
+        self._free: list[int] = []
+        self.reused_page_allocations = 0
+        self.storage_growths = 0
+        self.copied_pages_on_growth = 0
+        self.copied_bytes_on_growth = 0
+
+    @property
+    def num_pages(self) -> int:
+        return self._num_issued
+
+    @property
+    def num_free_pages(self) -> int:
+        return len(self._free)
+
+    @property
+    def free_page_ids(self) -> list[int]:
+        return list(self._free)
+
+    @property
+    def used_page_ids(self) -> list[int]:
+        free = set(self._free)
+        return [page_id for page_id in range(self._num_issued) if page_id not in free]
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    def _page_nbytes(self) -> int:
+        heads, dim, dtype = self._like
+        return heads * self.page_size * dim * dtype.size
+
+    @property
+    def storage_nbytes(self) -> int:
+        return 0 if self._like is None else 2 * self._capacity * self._page_nbytes()
+
+    @property
+    def dtype(self) -> mx.Dtype | None:
+        return None if self._like is None else self._like[2]
+
+    @property
+    def key_pages(self) -> mx.array | None:
+        return None if self._like is None else mx.stack(self._keys)
+
+    @property
+    def value_pages(self) -> mx.array | None:
+        return None if self._like is None else mx.stack(self._values)
+
+    def _blank(self) -> mx.array:
+        heads, dim, dtype = self._like
+        return mx.zeros((heads, self.page_size, dim), dtype=dtype)
+
+    def allocate_page(self) -> int:
+        if self._free:
+            self.reused_page_allocations += 1
+            return self._free.pop()
+        page_id = self._num_issued
+        if self._like is not None:
+            if page_id >= self._capacity:
+                self._grow(page_id + 1)
+            self._keys.append(self._blank())
+            self._values.append(self._blank())
+        self._num_issued += 1
+        return page_id
+
+    def free_page(self, page_id: int) -> None:
+        self._check_issued(page_id)
+        if page_id in self._free:
+            raise ValueError(f"Page {page_id} is already free")
+        self._free.append(page_id)
+
+    def reset(self) -> None:
+        live = self.used_page_ids
+        if live:
+            raise ValueError(f"cannot reset the pool: pages {live} are still live")
+        self._clear()
+
+    def check_chunk(self, key: mx.array, value: mx.array) -> None:
+        for name, array in (("key", key), ("value", value)):
+            if not isinstance(array, mx.array):
+                raise ValueError(f"{name} must be an mlx.core.array, got {type(array).__name__}")
+            _check_supported(f"paged KV storage ({name} dtype)", array.dtype)
+        if key.shape != value.shape:
+            raise ValueError(f"key and value must have the same shape, got {key.shape} and {value.shape}")
+        if key.dtype != value.dtype:
+            raise ValueError(f"key and value must have the same dtype, got {key.dtype} and {value.dtype}")
+        if key.ndim != 4 or key.shape[0] != 1 or key.shape[2] == 0:
+            raise ValueError(f"key shape={key.shape} must be [1, H_kv, S, D] with S >= 1")
+        if self._like is not None:
+            heads, dim, dtype = self._like
+            if key.dtype != dtype:
+                raise ValueError(
+                    f"key dtype {_dtype_name(key.dtype)} does not match the existing page storage dtype "
+                    f"{_dtype_name(dtype)}"
+                )
+            if (key.shape[1], key.shape[3]) != (heads, dim):
+                raise ValueError(f"key shape={key.shape} does not match the page storage [*, {heads}, *, {dim}]")
+
+    def write_page_slice(self, page_id: int, start: int, key: mx.array, value: mx.array) -> None:
+        self.check_chunk(key, value)
+        self._check_live(page_id)
+        length = key.shape[2]
+        if not _is_int(start) or not 0 <= start < self.page_size:
+            raise ValueError(f"start={start!r} is outside a page of size {self.page_size}")
+        if start + length > self.page_size:
+            raise ValueError(f"write of {length} tokens at start={start} runs past the page end ({self.page_size})")
+        if self._like is None:
+            self._like = (key.shape[1], key.shape[3], key.dtype)
+            self._capacity = max(INITIAL_CAPACITY, self._num_issued)
+            self.storage_growths += 1
+            self._keys = [self._blank() for _ in range(self._num_issued)]
+            self._values = [self._blank() for _ in range(self._num_issued)]
+        at = mx.array([0, start, 0])
+        self._keys[page_id] = mx.slice_update(self._keys[page_id], key[0], at, axes=(0, 1, 2))
+        self._values[page_id] = mx.slice_update(self._values[page_id], value[0], at, axes=(0, 1, 2))
+
+    def read_page(self, page_id: int) -> tuple[mx.array, mx.array]:
+        self._check_live(page_id)
+        if self._like is None:
+            raise ValueError(f"page_id={page_id} has no storage yet: nothing was written to this pool")
+        return self._keys[page_id][None], self._values[page_id][None]
+
+    def snapshot(self) -> dict[str, Any]:
+        state = dict(vars(self))
+        state["_free"] = list(self._free)
+        state["_keys"] = list(self._keys)
+        state["_values"] = list(self._values)
+        return state
+
+    def rollback(self, state: dict[str, Any]) -> None:
+        vars(self).clear()
+        vars(self).update(state)
+
+    def _check_issued(self, page_id: int) -> None:
+        if not _is_int(page_id) or not 0 <= page_id < self._num_issued:
+            raise ValueError(f"page_id={page_id!r} was never issued by this pool ({self._num_issued} issued)")
+
+    def _check_live(self, page_id: int) -> None:
+        self._check_issued(page_id)
+        if page_id in self._free:
+            raise ValueError(f"page_id={page_id} is free; only a live page can be written or read")
+
+    def _grow(self, needed: int) -> None:
+        old_rows = self._capacity
+        self.copied_bytes_on_growth += self.storage_nbytes
+        self._capacity = max(needed, 2 * old_rows)
+        self.storage_growths += 1
+        self.copied_pages_on_growth += old_rows
+
+
+'''
+
+# name -> (what differs, [(text in the conformant subject, its replacement)])
+VARIANTS.update({
+    # ---------------------------------------------------------------- attention capabilities
+    "batch_prefill_declined_up_front": (
+        "paged_attention serves a batch only for decode: B > 1 with L > 1 is NotImplementedError at once, before "
+        "the metadata is validated (every course call with L > 1 has B = 1)",
+        [(CHECKED,
+          "    if query.ndim == 4 and query.shape[0] > 1 and query.shape[2] > 1:\n"
+          "        raise NotImplementedError(f'batched prefill (B={query.shape[0]}, L={query.shape[2]}) is not "
+          "supported: prefill one request at a time')\n" + CHECKED)],
+    ),
+    "direct_path_only": (
+        "only the direct kernel (queries of at most 3 rows, the course's longest attended query); longer queries "
+        "are NotImplementedError once validated (the course's 9 and 65 are rejection cases only)",
+        [(CHECKED, CHECKED +
+          "    if query.shape[2] > 3:\n"
+          "        raise NotImplementedError(f'query length L={query.shape[2]}: only the direct path (L <= 3) is "
+          "implemented')\n")],
+    ),
+    "bf16_native_compute": (
+        "attention computed in the query's own dtype (bfloat16 scores, softmax and sums), no float32 upcast",
+        [("    grouped = query.astype(mx.float32).reshape(num_kv_heads, group, num_queries, head_dim)",
+          "    grouped = query.reshape(num_kv_heads, group, num_queries, head_dim)"),
+         ("    scores = (grouped @ keys.astype(mx.float32)[:, None].swapaxes(-1, -2)) * scale",
+          "    scores = (grouped @ keys[:, None].swapaxes(-1, -2)) * mx.array(scale, dtype=query.dtype)"),
+         ("    out = weights @ values.astype(mx.float32)[:, None]", "    out = weights @ values[:, None]"),
+         ("rows.append(mx.zeros((num_q_heads, num_queries, head_dim), dtype=mx.float32))",
+          "rows.append(mx.zeros((num_q_heads, num_queries, head_dim), dtype=query.dtype))")],
+    ),
+    "int32_metadata_required": (
+        "paged_attention takes block_table and context_lens as int32 only (the kernel's index type; the course "
+        "always passes int32), any other integer type is a ValueError",
+        [("        if not mx.issubdtype(array.dtype, mx.integer):\n"
+          "            raise ValueError(f\"{name} dtype={array.dtype} must be an integer type\")",
+          "        if not isinstance(array, mx.array) or array.dtype != mx.int32:\n"
+          "            raise ValueError(f\"{name} must be an mlx int32 array, got {getattr(array, 'dtype', type(array))}\")")],
+    ),
+    "value_error_subclasses_reworded": (
+        "validation errors are ValueError subclasses (PagedMetadataError, PageStorageError) with reworded messages "
+        "that keep only the course's phrases",
+        [("def _dtype_name(dtype: mx.Dtype) -> str:",
+          "class PagedMetadataError(ValueError):\n    \"\"\"Bad paged_attention inputs.\"\"\"\n\n\n"
+          "class PageStorageError(ValueError):\n    \"\"\"A chunk the pool cannot store.\"\"\"\n\n\n"
+          "def _dtype_name(dtype: mx.Dtype) -> str:"),
+         ('raise ValueError(f"context_lens[{row}]={n} must be nonnegative")',
+          'raise PagedMetadataError(f"request {row}: a context length must be nonnegative, got {n}")'),
+         ('raise ValueError(f"context_lens[{row}]={n} needs {live} pages: not covered by block_table width {width}")',
+          'raise PagedMetadataError(f"request {row}: {n} tokens are not covered by a table of {width} pages")'),
+         ('f"block_table[{row}, {col}]={page}: live page id is outside physical page storage [0, {num_pages})"',
+          'f"request {row}, page slot {col}: id {page} is outside physical page storage"'),
+         ('raise ValueError(f"block_table[{row}, {col}]={page}: live page id is aliased (row {owner[page]} uses it)")',
+          'raise PagedMetadataError(f"request {row}: page {page} is aliased")'),
+         ('f"block_table[{row}, {col}]={table[row][col]} is past context {n} and must use the -1 sentinel"',
+          'f"request {row}: unused slot {col} must use the -1 sentinel"'),
+         ('raise ValueError(f"context_lens[{row}]={n} must be zero or at least query length L={num_queries}")',
+          'raise PagedMetadataError(f"request {row}: a live context must be zero or at least query length")'),
+         ('        raise ValueError(f"page_size must be a positive integer, got {page_size!r}")\n    if mask',
+          '        raise PagedMetadataError("page_size: expected a positive integer")\n    if mask'),
+         ('                raise ValueError(\n                    f"key dtype {_dtype_name(key.dtype)} does not match '
+          'the existing page storage dtype "\n                    f"{_dtype_name(self._key_store.dtype)}"\n',
+          '                raise PageStorageError(\n                    "cannot append: it differs from the existing '
+          'page storage dtype"\n'),
+         ('raise ValueError(f"key and value must have the same shape, got {key.shape} and {value.shape}")',
+          'raise PageStorageError("K/V chunk rejected: key and value need the same shape")'),
+         ('raise ValueError(f"the active requests must share one page pool; slots {active} use {len(pools)} pools")',
+          'raise PageStorageError("batched requests must share one page pool")')],
+    ),
+    "extra_keyword_options": (
+        "extra keyword options with defaults: TinyKvPagedPool(page_size, *, initial_capacity=4, growth_factor=2), "
+        "TinyKvPagedCache(pool, *, name=None), paged_attention(..., mask=None, *, validate=True)",
+        [("    def __init__(self, page_size: int = 128) -> None:",
+          "    def __init__(self, page_size: int = 128, *, initial_capacity: int = INITIAL_CAPACITY, "
+          "growth_factor: int = 2) -> None:\n        self.initial_capacity, self.growth_factor = initial_capacity, growth_factor"),
+         ("self._create_storage(key, max(INITIAL_CAPACITY, self._num_issued))",
+          "self._create_storage(key, max(self.initial_capacity, self._num_issued))"),
+         ("        rows = max(needed, 2 * old_rows)", "        rows = max(needed, self.growth_factor * old_rows)"),
+         ("    def __init__(self, pool: TinyKvPagedPool) -> None:\n        self.pool = pool",
+          "    def __init__(self, pool: TinyKvPagedPool, *, name: str | None = None) -> None:\n"
+          "        self.pool = pool\n        self.name = name"),
+         ("    mask: mx.array | str | None = None,\n) -> mx.array:",
+          "    mask: mx.array | str | None = None,\n    *,\n    validate: bool = True,\n) -> mx.array:"),
+         (CHECKED, "    if not validate:\n        raise ValueError('validate=False is not supported')\n" + CHECKED)],
+    ),
+    # ---------------------------------------------------------------- allocation order
+    "highest_free_first": (
+        "the highest free id is reused first (fresh ids still ascend from 0)",
+        [("            return self._free.pop()", "            self._free.sort()\n            return self._free.pop()")],
+    ),
+    "random_free_page": (
+        "a free page is reused at random (a seeded generator per pool), not in any fixed order",
+        [("import mlx.core as mx\n", "import random\n\nimport mlx.core as mx\n"),
+         ("        self._free: list[int] = []\n",
+          "        self._free: list[int] = []\n        self._rng = random.Random(0xC0FFEE)\n"),
+         ("            return self._free.pop()", "            return self._free.pop(self._rng.randrange(len(self._free)))")],
+    ),
+    "reserve_then_write": (
+        "an append takes every new page it needs first, then writes them; the first storage starts at 4 pages and "
+        "doubles up to the pages already issued",
+        [("self._create_storage(key, max(INITIAL_CAPACITY, self._num_issued))",
+          "self._create_storage(key, INITIAL_CAPACITY)\n"
+          "            if self._num_issued > self.capacity:\n                self._grow(self._num_issued)"),
+         ('''        written = 0
+        while written < length:
+            if not self.page_ids or self.page_lens[-1] == page_size:
+                self.page_ids.append(self.pool.allocate_page())
+                self.page_lens.append(0)
+            start = self.page_lens[-1]
+            stop = written + min(page_size - start, length - written)
+            self.pool.write_page_slice(self.page_ids[-1], start, key[:, :, written:stop], value[:, :, written:stop])
+            self.page_lens[-1] += stop - written
+            self.offset += stop - written
+            written = stop''', '''        room = page_size - self.page_lens[-1] if self.page_ids else 0
+        col = len(self.page_ids) - (1 if room else 0)
+        for _ in range(-(-(length - room) // page_size) if length > room else 0):
+            self.page_ids.append(self.pool.allocate_page())
+            self.page_lens.append(0)
+        written = 0
+        while written < length:
+            start = self.page_lens[col]
+            stop = written + min(page_size - start, length - written)
+            self.pool.write_page_slice(self.page_ids[col], start, key[:, :, written:stop], value[:, :, written:stop])
+            self.page_lens[col] += stop - written
+            self.offset += stop - written
+            written = stop
+            col += 1''')],
+    ),
+    # ---------------------------------------------------------------- storage layouts
+    "heads_first_storage": (
+        "the stores are [H_kv, capacity, page_size, D]; key_pages / value_pages / read_page transpose to the "
+        "course's [P, H_kv, page_size, D]",
+        [("        return 0 if self._key_store is None else self._key_store.shape[0]",
+          "        return 0 if self._key_store is None else self._key_store.shape[1]"),
+         ("        return None if self._key_store is None else self._key_store[: self._num_issued]",
+          "        return None if self._key_store is None else self._key_store[:, : self._num_issued].transpose(1, 0, 2, 3)"),
+         ("        return None if self._value_store is None else self._value_store[: self._num_issued]",
+          "        return None if self._value_store is None else self._value_store[:, : self._num_issued].transpose(1, 0, 2, 3)"),
+         ("            _, heads, _, dim = self._key_store.shape", "            heads, _, _, dim = self._key_store.shape"),
+         ('''        at = mx.array([page_id, 0, start, 0])
+        self._key_store = mx.slice_update(self._key_store, key, at, axes=(0, 1, 2, 3))
+        self._value_store = mx.slice_update(self._value_store, value, at, axes=(0, 1, 2, 3))''',
+          '''        at = mx.array([0, page_id, start, 0])
+        self._key_store = mx.slice_update(self._key_store, key.transpose(1, 0, 2, 3), at, axes=(0, 1, 2, 3))
+        self._value_store = mx.slice_update(self._value_store, value.transpose(1, 0, 2, 3), at, axes=(0, 1, 2, 3))'''),
+         ("        return self._key_store[page_id : page_id + 1], self._value_store[page_id : page_id + 1]",
+          "        return (self._key_store[:, page_id : page_id + 1].transpose(1, 0, 2, 3),\n"
+          "                self._value_store[:, page_id : page_id + 1].transpose(1, 0, 2, 3))"),
+         ("        shape = (rows, like.shape[1], self.page_size, like.shape[3])",
+          "        shape = (like.shape[1], rows, self.page_size, like.shape[3])"),
+         ('''        padding = mx.zeros((rows - old_rows, *self._key_store.shape[1:]), dtype=self._key_store.dtype)
+        self.copied_bytes_on_growth += self.storage_nbytes
+        self._key_store = mx.concatenate([self._key_store, padding])
+        self._value_store = mx.concatenate([self._value_store, padding])''',
+          '''        heads, _, page_size, dim = self._key_store.shape
+        padding = mx.zeros((heads, rows - old_rows, page_size, dim), dtype=self._key_store.dtype)
+        self.copied_bytes_on_growth += self.storage_nbytes
+        self._key_store = mx.concatenate([self._key_store, padding], axis=1)
+        self._value_store = mx.concatenate([self._value_store, padding], axis=1)''')],
+    ),
+    "one_kv_store": (
+        "keys and values in one store [2, capacity, H_kv, page_size, D], written with one slice_update per write",
+        [("        self._key_store: mx.array | None = None\n        self._value_store: mx.array | None = None\n",
+          "        self._kv: mx.array | None = None  # [2, capacity, H_kv, page_size, D]\n"),
+         ("    # -- counts -----------------------------------------------------------------\n",
+          "    @property\n    def _key_store(self) -> mx.array | None:\n"
+          "        return None if self._kv is None else self._kv[0]\n\n"
+          "    @property\n    def _value_store(self) -> mx.array | None:\n"
+          "        return None if self._kv is None else self._kv[1]\n\n"
+          "    # -- counts -----------------------------------------------------------------\n"),
+         ('''        at = mx.array([page_id, 0, start, 0])
+        self._key_store = mx.slice_update(self._key_store, key, at, axes=(0, 1, 2, 3))
+        self._value_store = mx.slice_update(self._value_store, value, at, axes=(0, 1, 2, 3))''',
+          '''        at = mx.array([0, page_id, 0, start, 0])
+        self._kv = mx.slice_update(self._kv, mx.stack([key, value]), at, axes=(0, 1, 2, 3, 4))'''),
+         ('''        self._key_store = mx.zeros(shape, dtype=like.dtype)
+        self._value_store = mx.zeros(shape, dtype=like.dtype)''',
+          '''        self._kv = mx.zeros((2, *shape), dtype=like.dtype)'''),
+         ('''        padding = mx.zeros((rows - old_rows, *self._key_store.shape[1:]), dtype=self._key_store.dtype)
+        self.copied_bytes_on_growth += self.storage_nbytes
+        self._key_store = mx.concatenate([self._key_store, padding])
+        self._value_store = mx.concatenate([self._value_store, padding])''',
+          '''        padding = mx.zeros((2, rows - old_rows, *self._kv.shape[2:]), dtype=self._kv.dtype)
+        self.copied_bytes_on_growth += self.storage_nbytes
+        self._kv = mx.concatenate([self._kv, padding], axis=1)''')],
+    ),
+    "page_list_storage": (
+        "each page's keys and values are arrays of their own in two lists (key_pages stacks them); capacity and the "
+        "growth counters model a doubling store",
+        [(CONFORMANT_POOL, PAGE_LIST_POOL)],
+    ),
+    "float32_master_storage": (
+        "the pool stores every dtype as float32 and hands key_pages / value_pages / read_page back in the dtype of "
+        "its first write",
+        [('''    def dtype(self) -> mx.Dtype | None:
+        return None if self._key_store is None else self._key_store.dtype''',
+          '''    def dtype(self) -> mx.Dtype | None:
+        return None if self._key_store is None else self._dtype'''),
+         ("        return None if self._key_store is None else self._key_store[: self._num_issued]",
+          "        return None if self._key_store is None else self._key_store[: self._num_issued].astype(self._dtype)"),
+         ("        return None if self._value_store is None else self._value_store[: self._num_issued]",
+          "        return None if self._value_store is None else self._value_store[: self._num_issued].astype(self._dtype)"),
+         ("            if key.dtype != self._key_store.dtype:", "            if key.dtype != self._dtype:"),
+         ("                    f\"{_dtype_name(self._key_store.dtype)}\"", "                    f\"{_dtype_name(self._dtype)}\""),
+         ("self._key_store = mx.slice_update(self._key_store, key, at",
+          "self._key_store = mx.slice_update(self._key_store, key.astype(mx.float32), at"),
+         ("self._value_store = mx.slice_update(self._value_store, value, at",
+          "self._value_store = mx.slice_update(self._value_store, value.astype(mx.float32), at"),
+         ("        return self._key_store[page_id : page_id + 1], self._value_store[page_id : page_id + 1]",
+          "        return (self._key_store[page_id : page_id + 1].astype(self._dtype),\n"
+          "                self._value_store[page_id : page_id + 1].astype(self._dtype))"),
+         ('''        self._key_store = mx.zeros(shape, dtype=like.dtype)
+        self._value_store = mx.zeros(shape, dtype=like.dtype)''',
+          '''        self._dtype = like.dtype
+        self._key_store = mx.zeros(shape, dtype=mx.float32)
+        self._value_store = mx.zeros(shape, dtype=mx.float32)''')],
+    ),
+    "nan_poisoned_storage": (
+        "page storage starts as NaN, not zeros (a debug poison for slots no token was written to)",
+        [("        self._key_store = mx.zeros(shape, dtype=like.dtype)\n        self._value_store = mx.zeros(shape, dtype=like.dtype)",
+          "        self._key_store = mx.full(shape, mx.nan, dtype=like.dtype)\n"
+          "        self._value_store = mx.full(shape, mx.nan, dtype=like.dtype)"),
+         ("        padding = mx.zeros((rows - old_rows, *self._key_store.shape[1:]), dtype=self._key_store.dtype)",
+          "        padding = mx.full((rows - old_rows, *self._key_store.shape[1:]), mx.nan, dtype=self._key_store.dtype)")],
+    ),
+    # ---------------------------------------------------------------- return and attribute types
+    "numpy_ints_and_lists": (
+        "ids and counts as NumPy int64 (allocate_page, num_pages), free_page_ids a tuple, used_page_ids a frozenset, "
+        "update_and_fetch returns a list",
+        [("import mlx.core as mx\n", "import mlx.core as mx\nimport numpy as np\n"),
+         ("    return isinstance(x, int) and not isinstance(x, bool)",
+          "    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))"),
+         ("        \"\"\"Page ids issued so far, live or free.\"\"\"\n        return self._num_issued",
+          "        \"\"\"Page ids issued so far, live or free.\"\"\"\n        return np.int64(self._num_issued)"),
+         ("    def free_page_ids(self) -> list[int]:\n        return list(self._free)",
+          "    def free_page_ids(self) -> tuple[int, ...]:\n        return tuple(self._free)"),
+         ("        return [page_id for page_id in range(self._num_issued) if page_id not in free]",
+          "        return frozenset(page_id for page_id in range(self._num_issued) if page_id not in free)"),
+         ("        self._num_issued += 1\n        return page_id", "        self._num_issued += 1\n        return np.int64(page_id)"),
+         ("        keys, values = self.gather_dense()\n        return keys, values, self.offset, mask",
+          "        keys, values = self.gather_dense()\n        return [keys, values, np.int64(self.offset), mask]"),
+         ("mx.array([self.page_ids + [SENTINEL]", "mx.array([[int(p) for p in self.page_ids] + [SENTINEL]"),
+         ("            table[slot][: cache.num_pages] = cache.page_ids",
+          "            table[slot][: cache.num_pages] = [int(p) for p in cache.page_ids]"),
+         ("pages[mx.array(self.page_ids, dtype=mx.int32)]", "pages[mx.array([int(p) for p in self.page_ids], dtype=mx.int32)]"),
+         ("        if live:\n            raise ValueError(f\"cannot reset", "        if len(live):\n            raise ValueError(f\"cannot reset"),
+         ("        at = mx.array([page_id, 0, start, 0])", "        at = mx.array([int(page_id), 0, int(start), 0])")],
+    ),
+    "page_ids_as_copies": (
+        "a cache keeps its ids and fills privately; page_ids / page_lens are properties returning fresh list copies "
+        "(assignable)",
+        [("self.page_ids", "self._ids"), ("self.page_lens", "self._lens"),
+         ("    @property\n    def num_pages(self) -> int:\n        return len(self._ids)",
+          "    @property\n    def num_pages(self) -> int:\n        return len(self._ids)\n\n"
+          "    @property\n    def page_ids(self) -> list[int]:\n        return list(self._ids)\n\n"
+          "    @page_ids.setter\n    def page_ids(self, ids: list[int]) -> None:\n        self._ids = list(ids)\n\n"
+          "    @property\n    def page_lens(self) -> list[int]:\n        return list(self._lens)\n\n"
+          "    @page_lens.setter\n    def page_lens(self, lens: list[int]) -> None:\n        self._lens = list(lens)")],
+    ),
+    "metadata_always_causal": (
+        "a cache's and the batch's metadata always carry mask 'causal' (a decoder's only mask; one query row: the "
+        "same as none)",
+        [("            self.pool.page_size, mask,\n        )", "            self.pool.page_size, \"causal\",\n        )"),
+         ("            pool.page_size, mask,\n        )", "            pool.page_size, \"causal\",\n        )")],
+    ),
+    "batch_requires_max_seq_len": (
+        "BatchingKvCache's max_seq_len is required (a positive integer); the course always passes it",
+        [("    def __init__(self, max_active_requests: int, max_seq_len: int | None = None) -> None:",
+          "    def __init__(self, max_active_requests: int, max_seq_len: int) -> None:\n"
+          "        if not _is_int(max_seq_len) or max_seq_len <= 0:\n"
+          "            raise ValueError(f\"max_seq_len must be a positive integer, got {max_seq_len!r}\")")],
+    ),
+    # ---------------------------------------------------------------- lifecycle edges the course never reaches
+    "reset_drops_live_pages": (
+        "reset() of a pool with live pages drops them too (the course resets only an idle pool); reused_page_"
+        "allocations is a lifetime count that reset keeps",
+        [('''        live = self.used_page_ids
+        if live:
+            raise ValueError(f"cannot reset the pool: pages {live} are still live")
+        self._clear()''', '''        reused = self.reused_page_allocations
+        self._clear()
+        self.reused_page_allocations = reused''')],
+    ),
+    "rewind_keeps_empty_tail": (
+        "a rewind that ends on a page boundary keeps the emptied tail page for the next token (the course rewinds "
+        "3 of 9, inside a page); tables list only the pages that hold tokens",
+        [('''        left = n
+        while left:
+            drop = min(left, self.page_lens[-1])
+            self.page_lens[-1] -= drop
+            left -= drop
+            if self.page_lens[-1] == 0:
+                self.pool.free_page(self.page_ids.pop())
+                self.page_lens.pop()''', '''        left = n
+        while left:
+            if self.page_lens[-1] == 0:
+                self.pool.free_page(self.page_ids.pop())
+                self.page_lens.pop()
+                continue
+            drop = min(left, self.page_lens[-1])
+            self.page_lens[-1] -= drop
+            left -= drop
+            if self.page_lens[-1] == 0 and left:
+                self.pool.free_page(self.page_ids.pop())
+                self.page_lens.pop()'''),
+         ('''        width = self.num_pages if max_pages is None else max_pages
+        if not _is_int(width) or width < self.num_pages:
+            raise ValueError(f"max_pages={max_pages!r} must be an integer >= num_pages={self.num_pages}")
+        key = (tuple(self.page_ids), width)
+        if self._table_key != key:
+            self._table = mx.array([self.page_ids + [SENTINEL] * (width - self.num_pages)], dtype=mx.int32)''',
+          '''        held = self.page_ids[: -(-self.offset // self.pool.page_size)]
+        width = len(held) if max_pages is None else max_pages
+        if not _is_int(width) or width < len(held):
+            raise ValueError(f"max_pages={max_pages!r} must be an integer >= {len(held)} pages")
+        key = (tuple(held), width)
+        if self._table_key != key:
+            self._table = mx.array([held + [SENTINEL] * (width - len(held))], dtype=mx.int32)'''),
+         ('''        picked = pages[mx.array(self.page_ids, dtype=mx.int32)] if self.page_ids else pages[:0]
+        tokens = picked.transpose(1, 0, 2, 3).reshape(num_heads, self.num_pages * page_size, head_dim)''',
+          '''        picked = pages[mx.array(self.page_ids, dtype=mx.int32)] if self.page_ids else pages[:0]
+        tokens = picked.transpose(1, 0, 2, 3).reshape(num_heads, picked.shape[0] * page_size, head_dim)'''),
+         ('''        for slot, cache in caches:
+            table[slot][: cache.num_pages] = cache.page_ids''', '''        width = max(-(-cache.offset // cache.pool.page_size) for _, cache in caches)
+        table = [[SENTINEL] * width for _ in range(self.max_active_requests)]
+        for slot, cache in caches:
+            held = -(-cache.offset // cache.pool.page_size)
+            table[slot][:held] = cache.page_ids[:held]''')],
+    ),
+})
+
+VARIANTS.update({
+    "batch_decode_only": (
+        "BatchingKvCache appends one token per request per call (decode); a chunk of S > 1 through the batch is "
+        "NotImplementedError (the course prefills each request on its own cache)",
+        [("        length = keys.shape[2]\n        for slot in active:",
+          "        length = keys.shape[2]\n        if length != 1:\n"
+          "            raise NotImplementedError(f\"BatchingKvCache decodes one token per request, got S={length}\")\n"
+          "        for slot in active:")],
+    ),
+    "numpy_output_for_float32": (
+        "paged_attention returns a NumPy float32 array for float32 inputs (an MLX array for bfloat16)",
+        [("import mlx.core as mx\n", "import mlx.core as mx\nimport numpy as np\n"),
+         ("    return mx.stack(rows).astype(query.dtype)",
+          "    out = mx.stack(rows).astype(query.dtype)\n    return np.array(out) if query.dtype == mx.float32 else out")],
+    ),
+    "mask_before_scale": (
+        "paged_attention's options in the other order: (..., page_size, mask=None, scale=None)",
+        [("    page_size: int,\n    scale: float | None = None,\n    mask: mx.array | str | None = None,\n) -> mx.array:",
+          "    page_size: int,\n    mask: mx.array | str | None = None,\n    scale: float | None = None,\n) -> mx.array:")],
+    ),
+    "locality_hint_allocation": (
+        "allocate_page(near=None) hands out the id after `near` when it is free (the cache passes its last page), "
+        "else the most recently freed id, else a fresh one",
+        [("    def allocate_page(self) -> int:\n        \"\"\"The most recently freed id, or a fresh one (growing the storage when it is full).\"\"\"\n"
+          "        if self._free:\n            self.reused_page_allocations += 1\n            return self._free.pop()",
+          "    def allocate_page(self, near: int | None = None) -> int:\n"
+          "        \"\"\"The free id after `near`, else the most recently freed id, else a fresh one.\"\"\"\n"
+          "        if self._free:\n            self.reused_page_allocations += 1\n"
+          "            if near is not None and near + 1 in self._free:\n"
+          "                self._free.remove(near + 1)\n                return near + 1\n"
+          "            return self._free.pop()"),
+         ("                self.page_ids.append(self.pool.allocate_page())",
+          "                self.page_ids.append(self.pool.allocate_page(self.page_ids[-1] if self.page_ids else None))")],
+    ),
+    "rewind_frees_in_page_order": (
+        "rewind collects the pages it empties and frees them oldest first",
+        [('''        left = n
+        while left:
+            drop = min(left, self.page_lens[-1])
+            self.page_lens[-1] -= drop
+            left -= drop
+            if self.page_lens[-1] == 0:
+                self.pool.free_page(self.page_ids.pop())
+                self.page_lens.pop()''', '''        left, emptied = n, []
+        while left:
+            drop = min(left, self.page_lens[-1])
+            self.page_lens[-1] -= drop
+            left -= drop
+            if self.page_lens[-1] == 0:
+                emptied.append(self.page_ids.pop())
+                self.page_lens.pop()
+        for page_id in reversed(emptied):
+            self.pool.free_page(page_id)''')],
+    ),
+})
+
+VARIANTS["rewind_at_most_a_page"] = (
+    "rewind(n) takes back at most one page of tokens (1 <= n <= page_size: a rejected speculative draft); "
+    "the course rewinds 3 with pages of 4",
+    [("        if not _is_int(n) or not 0 <= n <= self.offset:\n"
+      "            raise ValueError(f\"rewind n={n!r} must be an integer in [0, offset={self.offset}]\")",
+      "        if not _is_int(n) or not 0 <= n <= min(self.offset, self.pool.page_size):\n"
+      "            raise ValueError(f\"rewind n={n!r} must be an integer in [0, min(offset={self.offset}, "
+      "page_size={self.pool.page_size})]\")")],
+)
+
+
 # Implementations the course's tests reject, each written to slip past one course check of the suite as it once
 # was: name -> (what it does, its replacements as in VARIANTS, the check that must fail it).
 PRIVATE_STORE = '''
