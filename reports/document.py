@@ -51,7 +51,11 @@ JSON_FILE_LIMIT = 64 * MIB  # an earlier run's report document is a few MiB at m
 def read_json(path: Path) -> dict[str, Any]:
     """A report document a user names (--compare); a FIFO, a device or a file over JSON_FILE_LIMIT is an
     OSError, not a wait or an exhausted memory."""
-    return json.loads(read_input_text(path, JSON_FILE_LIMIT))
+    text = read_input_text(path, JSON_FILE_LIMIT)
+    try:
+        return json.loads(text)
+    except RecursionError:  # a few MiB of [[[[... exhaust the parser's stack
+        raise ValueError("its JSON is nested too deeply to be a report") from None
 
 
 def subject_slug(spec: str) -> str:

@@ -38,13 +38,27 @@ def result_document(
         "kind": "file",
         "student_spec": f"/submissions/{name}.py",
         "digest": "0" * 64,
-        "settings": settings or {"grader": "0" * 16, "invariants": graded, "secret_fingerprint": "f" * 16},
+        "source": f"/submissions/{name}.py",
+        "settings": {
+            "grader": "0" * 16, "invariants": graded, "secret_fingerprint": "f" * 16, "profile": "default",
+            "device": "cpu", "timeout_s": 300.0, "memory_bytes": 4 << 30, "build_timeout_s": 600.0,
+            "call_timeout_s": 60.0, "disk_bytes": 1 << 30, "max_processes": 64, **(settings or {}),
+        },
         "verdict": verdict,
         "detail": "SIGSEGV" if verdict == "crashed" else "",
         "running_check": None,
         "failed_pass": None,
         "build": None,
-        "passes": [{"kind": "public", "seed": 20240901}, {"kind": "hidden", "seed": 123456789}],
+        "passes": [_suite_pass("public", 20240901, verdict), _suite_pass("hidden", 123456789, verdict)],
         "checks": checks,
         "findings": [{"file": f"{name}.py", "line": 1, "kind": kind, "detail": "x"} for kind in findings],
+        "incidents": [],
+        "protections": {},
+        "started_at": "2026-12-01T09:00:00+0000",
+        "elapsed_s": 12.5,
     }
+
+
+def _suite_pass(kind: str, seed: int, verdict: str) -> dict[str, Any]:
+    return {"kind": kind, "seed": seed, "verdict": verdict, "detail": "", "running_check": None, "returncode": 0,
+            "signal": None, "elapsed_s": 6.0, "peak_rss_mb": 300.0, "checks_run": 230, "worker_incidents": 0}

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.grading_results import result_document
+from pagecheck.grading.results_store import FORMAT, VERSION, result_path
 from pagecheck.arg_types import int_in, int_list, non_negative_int, path_arg, positive_int, positive_number, seed_int
 
 
@@ -140,6 +142,8 @@ def test_positive_number_refuses_zero_negative_and_non_finite() -> None:
         ("--rubric", "/dev/zero", "rubric='/dev/zero' cannot be read: it is a character device"),
         ("--rubric", "fifo", "rubric='{tmp}/fifo' cannot be read: the pipe did not reach its end within"),
         ("--rubric", "folder", "rubric='{tmp}/folder' cannot be read: it is a folder, not a file"),
+        # tomllib's RecursionError was an internal error
+        ("--rubric", "deep.toml", "rubric='{tmp}/deep.toml' is nested too deeply to be a rubric"),
     ],
 )
 def test_grade_refuses_limits_out_of_range_before_grading(tmp_path, capsys, monkeypatch, option: str, value: str,
@@ -164,6 +168,9 @@ def test_grade_refuses_limits_out_of_range_before_grading(tmp_path, capsys, monk
         value = str(tmp_path / value)
     elif option == "--rubric" and value == "bad.toml":
         (tmp_path / value).write_text("[points\n")
+        value = str(tmp_path / value)
+    elif option == "--rubric" and value == "deep.toml":
+        (tmp_path / value).write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
         value = str(tmp_path / value)
     try:
         code = main(["grade", option, value, str(submission), "--out", str(tmp_path / "out")])
@@ -226,18 +233,43 @@ def test_grade_refuses_an_out_whose_other_results_were_graded_another_way(tmp_pa
     import json
 
     from pagecheck.cli import main
-    from pagecheck.grading.results_store import FORMAT, VERSION, result_path
 
     submission = tmp_path / "sub.py"
     submission.write_text("x = 1\n")
     out = tmp_path / "out"
     earlier = result_path(out, "other")
     earlier.parent.mkdir(parents=True)
-    earlier.write_text(json.dumps({"format": FORMAT, "version": VERSION, "name": "other", "settings": {"old": 1}}))
+    earlier.write_text(json.dumps(result_document("other", {"release_once": ["pass"]}, settings={"profile": "thorough"})))
     code = main(["grade", str(submission), "--out", str(out), "--seed", "s" * 32, "--invariants", "context_len"])
     assert code == 2
     assert "holds results for ['other'] graded with other settings" in capsys.readouterr().err
     assert sorted(p.name for p in (out / "results").iterdir()) == ["other.json"]
+
+
+@pytest.mark.parametrize(
+    "document, words",
+    [({"format": FORMAT, "version": VERSION}, "'name' is a required property"),
+     ({**result_document("zzz", {"context_len": ["pass"]}), "checks": "x"}, "$.checks: 'x' is not of type 'array'")],
+    ids=["no-name", "checks-a-string"],
+)
+def test_grade_refuses_an_out_holding_a_broken_result_before_grading(tmp_path, capsys, document, words) -> None:
+    """A result edited by hand (the right format and version, the wrong shape) crashed a rerun into its folder
+    with KeyError or TypeError; now it is named, with what is wrong, before anything is graded."""
+    import json
+
+    from pagecheck.cli import main
+
+    submission = tmp_path / "sub.py"
+    submission.write_text("x = 1\n")
+    out = tmp_path / "out"
+    broken = result_path(out, "zzz")
+    broken.parent.mkdir(parents=True)
+    broken.write_text(json.dumps(document))
+    code = main(["grade", str(submission), "--out", str(out), "--seed", "s" * 32])
+    said = capsys.readouterr().err
+    assert code == 2
+    assert f"result {broken} does not follow grade.schema.json: " in said and words in said
+    assert sorted(p.name for p in (out / "results").iterdir()) == ["zzz.json"]
 
 
 def test_report_refuses_bench_options_when_it_skips_the_bench(tmp_path, capsys) -> None:

@@ -204,6 +204,14 @@ def test_compare_refuses_a_file_that_is_not_a_benchmark(tmp_path: Path, content:
     assert not (tmp_path / "out").exists()
 
 
+def test_compare_refuses_json_nested_past_the_parsers_depth(tmp_path: Path, capsys) -> None:
+    """[[[[... 100,000 deep raised RecursionError out of json.loads: an internal error."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["bench", "--quick", "--compare", str(deep), "--out", str(tmp_path / "out")]) == ExitCode.USAGE
+    assert f"--compare {deep}: cannot read a benchmark result: its JSON is nested too deeply" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("name", ["/dev/zero", "fifo"])
 def test_compare_refuses_a_device_or_a_silent_fifo_in_words(tmp_path: Path, capsys, monkeypatch, name: str) -> None:
     """/dev/zero filled memory and a FIFO no one writes to waited for ever; both are usage errors now."""

@@ -430,7 +430,7 @@ def test_merge_refuses_a_result_that_breaks_the_schema_before_it_copies_anything
     (shard / "x.json").write_text(json.dumps({**real, **change}))
     out = tmp_path / "out"
     out.mkdir()
-    with pytest.raises(ValueError, match=r"shard result .*x\.json does not follow grade\.schema\.json") as refused:
+    with pytest.raises(ValueError, match=r"result .*x\.json does not follow grade\.schema\.json") as refused:
         merge_results([shard.parent], out)
     assert words in str(refused.value)
     assert list(out.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["out", "shard"]

@@ -16,30 +16,9 @@ from pagecheck.grading.results_store import (
     RESULTS_DIR,
     SCOREBOARD,
     load_all_results,
-    load_result,
     result_path,
     write_json_atomic,
 )
-from pagecheck.reports.schema_check import schema_errors
-
-RESULT_SCHEMA = "grade"  # reports/schema/grade.schema.json: one submission's result
-
-
-def shard_results(directory: Path) -> list[dict[str, Any]]:
-    """A shard's results, each held to the result schema (its name a plain file name, among the rest): a file
-    that breaks it is a ValueError naming the file, before anything is copied. Files that are no pagecheck
-    result at all (another format, not JSON) are left out, as a grading run leaves them."""
-    documents = []
-    for path in sorted((directory / RESULTS_DIR).glob("*.json")):
-        document = load_result(path)
-        if document is None:
-            continue
-        problems = schema_errors(RESULT_SCHEMA, document)
-        if problems:
-            raise ValueError(f"shard result {path} does not follow {RESULT_SCHEMA}.schema.json: "
-                             + "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""))  # fmt: skip
-        documents.append(document)
-    return sorted(documents, key=lambda d: d["name"])
 
 
 def merge_results(shard_dirs: list[Path], out: Path) -> list[dict[str, Any]]:
@@ -58,7 +37,7 @@ def merge_results(shard_dirs: list[Path], out: Path) -> list[dict[str, Any]]:
             # A shard that graded nothing still writes its scoreboard; a folder with neither is a wrong path.
             raise ValueError(f"shard directory={str(directory)!r} is not the output of a `pagecheck grade` run "
                              f"(it has no {RESULTS_DIR}/ and no {SCOREBOARD})")  # fmt: skip
-        for document in shard_results(directory):
+        for document in load_all_results(directory):  # each held to the result schema, before anything is copied
             name = document["name"]
             if name in taken:
                 raise ValueError(f"submission {name!r} is graded in both {taken[name]} and {directory}")

@@ -21,6 +21,7 @@ FORMAT = "pagecheck-grade"
 VERSION = 3  # 2: each check carries its scope (course or beyond_course); 3: settings carry the grader's fingerprint
 RESULTS_DIR = "results"
 SCOREBOARD = "grades.md"  # written by every grade run, one that graded nothing included
+RESULT_SCHEMA = "grade"  # reports/schema/grade.schema.json: one submission's result
 RESULT_FILE_LIMIT = 64 * MIB  # one submission's result is tens of KiB; a shard from elsewhere may be anything
 
 
@@ -48,7 +49,7 @@ def load_result(path: Path) -> dict[str, Any] | None:
     """A results document, or None when the file is missing, unreadable or of another format."""
     try:
         document = json.loads(read_input_text(path, RESULT_FILE_LIMIT))
-    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
+    except (OSError, ValueError, RecursionError):  # ValueError: not JSON, or not UTF-8; RecursionError: too deep
         return None
     if not isinstance(document, dict) or document.get("format") != FORMAT or document.get("version") != VERSION:
         return None
@@ -56,10 +57,24 @@ def load_result(path: Path) -> dict[str, Any] | None:
 
 
 def load_all_results(out: Path) -> list[dict[str, Any]]:
-    """Every finished result under `out`, sorted by submission name."""
+    """Every finished result under `out`, sorted by submission name, each held to the result schema (a name, its
+    checks...): one that breaks it (edited by hand, or from another machine) is a ValueError naming the file, before
+    anything reads it. Files that are no pagecheck result at all (another format, not JSON) are left out."""
+    from pagecheck.reports.schema_check import schema_errors
+
+    documents = []
     directory = out / RESULTS_DIR
-    found = [load_result(p) for p in sorted(directory.glob("*.json"))] if directory.is_dir() else []
-    return sorted((d for d in found if d is not None), key=lambda d: d["name"])
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        document = load_result(path)
+        if document is None:
+            continue
+        problems = schema_errors(RESULT_SCHEMA, document)
+        if problems:
+            more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+            raise ValueError(f"result {path} does not follow {RESULT_SCHEMA}.schema.json: {'; '.join(problems[:3])}"
+                             f"{more}; move it out of {directory} or delete it")  # fmt: skip
+        documents.append(document)
+    return sorted(documents, key=lambda d: d["name"])
 
 
 def reuse_reason(document: dict[str, Any] | None, digest: str, settings: dict[str, Any]) -> str | None:

@@ -175,4 +175,6 @@ def load_rubric(path: Path | None = None) -> Rubric:
         raise ValueError(f"rubric={str(path)!r} cannot be read: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"rubric={str(path)!r} is not valid TOML: {exc}") from exc
+    except RecursionError:
+        raise ValueError(f"rubric={str(path)!r} is nested too deeply to be a rubric") from None
     return parse_rubric(document, str(path))
