@@ -225,10 +225,18 @@ def absolute_spec(spec: str) -> str:
     if spec.startswith(SANDBOX_PREFIX):
         return SANDBOX_PREFIX + absolute_spec(spec[len(SANDBOX_PREFIX) :])
     if spec.startswith(TINY_LLM_PREFIX):
-        return TINY_LLM_PREFIX + str(Path(spec[len(TINY_LLM_PREFIX) :]).expanduser().resolve())
+        return TINY_LLM_PREFIX + str(resolved(spec, spec[len(TINY_LLM_PREFIX) :]))
     if spec not in BUILT_IN_SUBJECTS and (spec.endswith(".py") or "/" in spec or "\\" in spec):
-        return str(Path(spec).expanduser().resolve())
+        return str(resolved(spec, spec))
     return spec
+
+
+def resolved(spec: str, path: str | Path) -> Path:
+    """`path` made absolute with links followed; a loop of links is a SubjectError naming the spec."""
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a loop of links (Python 3.11, 3.12)
+        raise SubjectError(f"subject spec={spec!r}: {path} is a symbolic link that leads back to itself") from None
 
 
 def is_module_spec(spec: str) -> bool:
@@ -254,7 +262,7 @@ def _import_file(spec: str) -> ModuleType:
     __init__.py) by its dotted name with the top package's parent on sys.path, so its relative and
     package imports work; a lone file under a file-specific name with its own folder on sys.path, so
     it can import its sibling modules."""
-    path = Path(spec).expanduser().resolve()
+    path = resolved(spec, spec)
     if path.is_dir() and (path / "__init__.py").is_file():
         path = path / "__init__.py"  # a package's folder is the package
     elif path.is_dir():
@@ -302,12 +310,22 @@ def _from_modules(spec: str, modules: list[ModuleType], absent: dict[str, str] |
     names: dict[str, Any] = {}
     missing: dict[str, str] = {}
     for name in API_NAMES:
-        found = next((getattr(m, name) for m in modules if hasattr(m, name)), None)
+        found, failure = None, None
+        for module in modules:
+            try:
+                found = getattr(module, name)
+            except AttributeError:
+                continue
+            except BaseException as exc:  # a module __getattr__ that raises: the name does not load
+                if is_user_interrupt(exc):
+                    raise
+                failure = f"reading it from {module.__name__} raised {exc!r}"
+            break
         if found is not None:
             names[name] = found
         else:
             where = ", ".join(m.__name__ for m in modules) or "no module"
-            missing[name] = (absent or {}).get(name, f"not defined in {where}")
+            missing[name] = failure or (absent or {}).get(name, f"not defined in {where}")
     origin = ", ".join(str(getattr(m, "__file__", m.__name__)) for m in modules)
     return Subject(spec=spec, origin=origin, names=names, missing=missing)
 
@@ -349,7 +367,7 @@ def _from_tiny_llm(spec: str, checkout: str) -> Subject:
     tiny_llm_ext` finds the extension built in this checkout and never another
     `extensions` package that happens to be installed.
     """
-    root = Path(checkout).expanduser().resolve()
+    root = resolved(spec, checkout)
     if not root.is_dir():
         raise SubjectError(f"subject spec={spec!r}: {root} does not exist or is not a folder")
     source = root / "src"

@@ -280,6 +280,17 @@ def test_report_refuses_bench_options_when_it_skips_the_bench(tmp_path, capsys) 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("merge", [False, True], ids=["grade", "merge"])
+def test_grade_names_a_loop_of_links(tmp_path, capsys, merge: bool) -> None:
+    from pagecheck.cli import main
+
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    code = main(["grade", *(["merge"] if merge else []), str(loop), "--out", str(tmp_path / "out")])
+    what = f"shard directory {str(loop)!r}" if merge else f"submission={str(loop)!r}"
+    assert code == 2 and f"{what} is a symbolic link that leads back to itself" in capsys.readouterr().err
+
+
 def test_grade_takes_one_of_seed_and_seed_file(tmp_path, capsys) -> None:
     """Given both, the file won silently, though --help said --seed comes first."""
     from pagecheck.cli import main

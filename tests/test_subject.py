@@ -88,6 +88,25 @@ def test_bad_specs_raise_subject_error(spec: str, words: str) -> None:
         load_subject(spec)
 
 
+@pytest.mark.parametrize("prefix", ["", "tiny-llm:"], ids=["path", "tiny-llm"])
+def test_a_loop_of_links_is_a_subject_error(tmp_path: Path, prefix: str) -> None:
+    """`ln -s loop loop`: resolve's RuntimeError was an internal error of every command, and pytest's."""
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(SubjectError, match=re.escape(f"{loop} is a symbolic link that leads back to itself")):
+        load_subject(f"{prefix}{loop}")
+
+
+def test_a_module_getattr_that_raises_leaves_the_name_missing_with_why(tmp_path: Path) -> None:
+    """A module `__getattr__` raising RuntimeError escaped hasattr(): an internal error of every command."""
+    subject = tmp_path / "lazy.py"
+    subject.write_text("def paged_attention(*args):\n    return 'here'\n\n\n"
+                       "def __getattr__(name):\n    raise RuntimeError(f'lazy {name} failed')\n")
+    loaded = load_subject(str(subject))
+    assert loaded.get("paged_attention")() == "here"
+    assert "raised RuntimeError('lazy TinyKvPagedPool failed')" in loaded.missing["TinyKvPagedPool"]
+
+
 def test_a_package_folder_is_the_package(tmp_path: Path) -> None:
     """A folder with __init__.py names its package, as `grade` takes it (it was "not an existing .py file")."""
     package = tmp_path / "student_attention"

@@ -21,11 +21,18 @@ from pagecheck.grading.results_store import (
 )
 
 
+def resolved_shard(directory: Path) -> Path:
+    try:
+        return directory.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a loop of links (Python 3.11, 3.12)
+        raise ValueError(f"shard directory {str(directory)!r} is a symbolic link that leads back to itself") from None
+
+
 def merge_results(shard_dirs: list[Path], out: Path) -> list[dict[str, Any]]:
     taken: dict[str, Path] = {}
     settings: tuple[Path, dict[str, Any]] | None = None
     merged: list[dict[str, Any]] = []
-    named = [directory.resolve() for directory in shard_dirs]
+    named = [resolved_shard(directory) for directory in shard_dirs]
     repeated = sorted({str(d) for d in named if named.count(d) > 1})
     if repeated:
         raise ValueError(f"shard directory {', '.join(repeated)} is named more than once")

@@ -53,6 +53,7 @@ from pagecheck.invariants.subject import (
     BUILT_IN_SUBJECTS,
     SANDBOX_PREFIX,
     TINY_LLM_PREFIX,
+    resolved,
     Subject,
     SubjectError,
     register_prefix_loader,
@@ -552,15 +553,15 @@ def _standalone_settings(inner: str) -> tuple[WorkerSettings, str | None]:
 
 def _standalone_submission(inner: str) -> Submission:
     if inner.startswith(TINY_LLM_PREFIX):
-        path, kind = Path(inner[len(TINY_LLM_PREFIX) :]).expanduser().resolve(), "tiny-llm"
+        path, kind = resolved(SANDBOX_PREFIX + inner, inner[len(TINY_LLM_PREFIX) :]), "tiny-llm"
         if not (path / "src").is_dir():
             raise SubjectError(f"subject spec={SANDBOX_PREFIX + inner!r}: {path / 'src'} is not a folder")
     elif inner.endswith(".py"):
-        path, kind = Path(inner).expanduser().resolve(), "file"
+        path, kind = resolved(SANDBOX_PREFIX + inner, inner), "file"
         if not path.is_file():
             raise SubjectError(f"subject spec={SANDBOX_PREFIX + inner!r}: {path} is not a file")
     elif (Path(inner).expanduser() / "__init__.py").is_file():
-        path, kind = Path(inner).expanduser().resolve(), "package"
+        path, kind = resolved(SANDBOX_PREFIX + inner, inner), "package"
     else:
         raise SubjectError(f"subject spec={SANDBOX_PREFIX + inner!r}: inside the sandbox give a .py file, a "
                            f"package folder, tiny-llm:PATH, or one of {BUILT_IN_SUBJECTS}")  # fmt: skip

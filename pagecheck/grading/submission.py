@@ -115,7 +115,10 @@ def load_submissions(paths: list[str]) -> list[Submission]:
     """Submissions for the given paths, sorted by name; duplicate names are a ValueError."""
     found: dict[str, Submission] = {}
     for text in paths:
-        path = Path(text).expanduser().resolve()
+        try:
+            path = Path(text).expanduser().resolve()
+        except (OSError, RuntimeError):  # RuntimeError: a loop of links (Python 3.11, 3.12)
+            raise ValueError(f"submission={text!r} is a symbolic link that leads back to itself") from None
         if not path.exists():
             raise ValueError(f"submission={text!r} does not exist")
         submission = Submission(name=submission_name(path), path=path, kind=find_kind(path))
