@@ -7,9 +7,11 @@ field is renamed, removed or changes meaning.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -36,13 +38,25 @@ def new_document(kind: str, *, subject: str, device: str, seed: int | None, prof
     }
 
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
 def write_json(path: Path, document: dict[str, Any]) -> None:
     """Write `document` to `path` whole or not at all: a process stopped mid-write leaves the earlier file."""
     # allow_nan=False: NaN is not JSON, and a report other tools cannot parse is useless.
     text = json.dumps(document, indent=2, allow_nan=False) + "\n"
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text)
-    os.replace(partial, path)
+    # A name of its own each time: two writers never share it, and nothing already there is in its way.
+    descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        os.fchmod(descriptor, 0o666 & ~_UMASK)  # as open() would make it, not mkstemp's 0600
+        with os.fdopen(descriptor, "w") as file:
+            file.write(text)
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise
 
 
 JSON_FILE_LIMIT = 64 * MIB  # an earlier run's report document is a few MiB at most

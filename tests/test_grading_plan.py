@@ -1,12 +1,17 @@
-"""What a finished result must match to be reused: the run's options and the grader that made it."""
+"""What a finished result must match to be reused: the run's options, the grader that made it and its secret."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
+
+import pytest
 
 from pagecheck.grading.plan import GradePlan, grader_fingerprint, source_fingerprint
 from pagecheck.grading.results_store import reuse_reason
 from pagecheck.grading.sandbox import Limits
+from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SECRET_FILE, SEED_FILE_LIMIT, resolve_secret
 from tests.grading_results import result_document
 
 
@@ -48,3 +53,31 @@ def test_a_gpu_run_limits_the_data_segment_and_a_cpu_run_the_address_space() -> 
         plan = GradePlan(secret="s" * 16, limits=Limits(60, 1 << 30), build_timeout_s=60, profile="default",
                          device=device)  # fmt: skip
         assert (plan.trusted_limits.memory_kind, plan.worker_limits.memory_kind) == (kind, kind)
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda path: path.mkdir(), "cannot be read: it is a folder, not a file"),
+        (lambda path: os.mkfifo(path), "cannot be read: the pipe did not reach its end"),
+        (lambda path: path.write_bytes(b"x" * (SEED_FILE_LIMIT + 1)), "cannot be read: it holds more than"),
+        (lambda path: path.write_bytes(b"\x84\x85secret"), "cannot be read: 'utf-8' codec can't decode"),
+        # An empty file drew the hidden inputs from the secret "" (--seed '' and an empty --seed-file are refused).
+        (lambda path: path.write_text(" \n"), "is empty"),
+    ],
+    ids=["folder", "fifo", "too-big", "not-utf8", "empty"],
+)
+def test_a_saved_secret_that_cannot_be_used_is_named(tmp_path: Path, monkeypatch, make, words: str) -> None:
+    from pagecheck import input_files
+
+    monkeypatch.setattr(input_files, "PIPE_WAIT_S", 0.2)
+    saved = tmp_path / SECRET_FILE
+    make(saved)
+    with pytest.raises(ValueError, match=re.escape(f"the secret an earlier run saved, {saved}, ") + ".*" + re.escape(words)):
+        resolve_secret(None, tmp_path)
+
+
+def test_a_saved_secret_is_read_back_and_a_new_one_saved(tmp_path: Path) -> None:
+    first = resolve_secret(None, tmp_path)
+    assert len(first) >= MIN_SECRET_LENGTH and resolve_secret(None, tmp_path) == first
+    assert (tmp_path / SECRET_FILE).stat().st_mode & 0o077 == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -77,3 +78,17 @@ def test_index_links_resolve_and_the_plot_is_svg(report: Path) -> None:
     tolerance = ElementTree.parse(report / "tolerance.svg").getroot()
     panels = [g for g in tolerance.iter("{http://www.w3.org/2000/svg}g") if g.get("class") == "panel"]
     assert len(panels) == 2  # one per oracle
+
+
+def test_write_json_is_not_stopped_by_a_folder_where_its_temporary_file_once_went(tmp_path: Path) -> None:
+    """A folder named .tolerance.json.partial (the one fixed temporary name) failed the run after the sweep, and
+    nothing was written; the file is readable as open() makes files, and no temporary file is left."""
+    from pagecheck.reports.document import read_json, write_json
+
+    (tmp_path / ".tolerance.json.partial").mkdir()
+    write_json(tmp_path / "tolerance.json", {"kind": "tolerance"})
+    assert read_json(tmp_path / "tolerance.json") == {"kind": "tolerance"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tolerance.json.partial", "tolerance.json"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "tolerance.json").stat().st_mode & 0o777 == 0o666 & ~umask

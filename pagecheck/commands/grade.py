@@ -34,7 +34,7 @@ from pagecheck.grading.plan import DEFAULT_CALL_TIMEOUT_S, DEFAULT_DISK_BYTES, G
 from pagecheck.grading.rubric import DEFAULT_RUBRIC, Rubric, load_rubric
 from pagecheck.grading.sandbox import GIB, MAX_BYTES, GradingInterrupted, LiveChildren, Limits
 from pagecheck.grading.schedule import jobs_to_run, run_jobs
-from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SEED_FILE_LIMIT, resolve_secret
+from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SECRET_FILE, SEED_FILE_LIMIT, resolve_secret
 from pagecheck.grading.shards import parse_shard
 from pagecheck.grading.submission import load_submissions
 from pagecheck.input_files import read_input_text
@@ -193,7 +193,8 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
         raise ValueError(problem)
     plan = replace(unseeded, secret=resolve_secret(given, args.out))
     if len(plan.secret) < MIN_SECRET_LENGTH:
-        print(f"pagecheck {NAME}: warning: a --seed of under {MIN_SECRET_LENGTH} characters can be guessed; "
+        where = "--seed-file's secret" if args.seed_file else "--seed" if args.seed else f"the saved secret ({SECRET_FILE})"
+        print(f"pagecheck {NAME}: warning: {where} is under {MIN_SECRET_LENGTH} characters and can be guessed; "
               "hidden inputs are only as hidden as the secret")  # fmt: skip
     # A scoreboard holds results graded one way: earlier results of submissions this run leaves alone, graded with
     # other settings (other invariants, limits, seed...), would sit beside this run's, scored on other clauses.

@@ -14,6 +14,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from pagecheck.input_files import read_input_text
 from pagecheck.invariants.profiles import DEFAULT_SEED
 
 PUBLIC_SEED = DEFAULT_SEED
@@ -49,8 +50,17 @@ def resolve_secret(given: str | None, out: Path) -> str:
         if not given:
             raise ValueError("seed='' is empty; give a non-empty secret or leave --seed out")
         return given
-    if saved.exists():
-        return saved.read_text().strip()
+    if saved.exists() or saved.is_symlink():
+        try:
+            secret = read_input_text(saved, SEED_FILE_LIMIT).strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or exc
+            raise ValueError(f"the secret an earlier run saved, {saved}, cannot be read: {reason}; give --seed or "
+                             "--seed-file, or remove it for a new secret") from None  # fmt: skip
+        if not secret:
+            raise ValueError(f"the secret an earlier run saved, {saved}, is empty; give --seed or --seed-file, or "
+                             "remove it for a new secret")  # fmt: skip
+        return secret
     secret = secrets.token_hex(16)
     out.mkdir(parents=True, exist_ok=True)
     saved.touch(mode=0o600)
