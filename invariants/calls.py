@@ -51,16 +51,27 @@ def like_pages(values: np.ndarray, pages: Any) -> Any:
 METADATA_FIELDS = ("key_pages", "value_pages", "block_table", "context_lens", "page_size", "mask")
 
 
+METADATA_ARRAYS = METADATA_FIELDS[:4]  # mx.array in the course's PagedKvMetadata
+
+
 def read_once(metadata: Any) -> SimpleNamespace:
     """A subject's metadata with each field read once, here: the subject's attention, the oracle and every check
     then see the same objects (a property answering each read differently could show the attention one set of
-    pages and the check another). A field the metadata lacks stays absent, so reading it fails as it would have."""
+    pages and the check another). A field the metadata lacks stays absent, so reading it fails as it would have.
+    The four array fields must be arrays (MLX, as the course's PagedKvMetadata types them, or NumPy): any other
+    object could answer a check's reading of it one way and the attention another."""
+    import mlx.core as mx
+
     fields = {}
     for name in METADATA_FIELDS:
         try:
             fields[name] = getattr(metadata, name)
         except AttributeError:
-            pass
+            continue
+        value = fields[name]
+        if name in METADATA_ARRAYS and value is not None and not isinstance(value, (mx.array, np.ndarray)):
+            raise TypeError(f"metadata.{name} is a {type(value).__name__}, not an array (mlx.core.array, as the "
+                            "course's PagedKvMetadata has it)")  # fmt: skip
     return SimpleNamespace(**fields)
 
 

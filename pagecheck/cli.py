@@ -95,11 +95,6 @@ def _run(argv: list[str] | None) -> int:
     from pagecheck.commands import options
 
     parser = build_parser()  # imports every command, and through them the standard library modules they use
-    # A module subject in the current folder resolves as under `python -m pytest`, which runs the invariants
-    # suite; the folder goes last, so that a random.py there cannot stand in for the standard library's, here or
-    # in the worker processes that start from this one's sys.path (serve-bench's).
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
     # SIGTERM stops a command as Ctrl-C does: each command's own KeyboardInterrupt handling keeps what finished.
     interrupt = _Interrupt()
     main_thread = threading.current_thread() is threading.main_thread()
@@ -112,6 +107,13 @@ def _run(argv: list[str] | None) -> int:
             supervisor.send_result(exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1)
             raise
         supervisor.send_started()
+        # A module subject in the current folder resolves as under `python -m pytest`, which runs the invariants
+        # suite; the folder goes last, so that a random.py there cannot stand in for the standard library's, here
+        # or in the worker processes that start from this one's sys.path (serve-bench's). Not for grade: a grader
+        # started among the submissions would import a student's folder named `mlx` (a namespace package gives way
+        # to any regular package of its name on sys.path) into itself.
+        if args.command != "grade" and os.getcwd() not in sys.path:
+            sys.path.append(os.getcwd())
         # Folders named on the command line are the caller's: a subject's os.chdir cannot move the report.
         args.invoked_in = os.getcwd()
         if isinstance(getattr(args, "out", None), Path):

@@ -3,24 +3,27 @@ folder in front of the standard library.
 
 `python -m` (and `-c`) put the current folder first on sys.path, so a student's random.py or json.py there
 would stand in for the standard library's in the child. The child started here drops that entry before
-anything is imported and puts the folder last instead, so that a module subject there still resolves.
+anything is imported and puts the folder last instead, so that a module subject there still resolves; or, for a
+process that must import nothing from the folder (the grader, started among the submissions), leaves it out.
 """
 
 from __future__ import annotations
 
 import sys
 
-# argv[1] is the module; the rest are its arguments, as `python -m MODULE ARGS` would see them.
+# argv[1] is "last" or "out" (the current folder last on sys.path, or left out), argv[2] the module; the rest are
+# its arguments, as `python -m MODULE ARGS` would see them.
 _LAUNCH = (
     "import os, runpy, sys\n"
     "here = os.getcwd()\n"
-    "sys.path[:] = [p for p in sys.path if p not in ('', here)] + [here]\n"
+    "sys.path[:] = [p for p in sys.path if p not in ('', here)] + ([here] if sys.argv.pop(1) == 'last' else [])\n"
     "module = sys.argv.pop(1)\n"
     "sys.argv[0] = module\n"
     "runpy.run_module(module, run_name='__main__', alter_sys=True)\n"
 )
 
 
-def module_command(module: str, *args: str) -> list[str]:
-    """The command line that runs `module` as `python -m` would, with the current folder last on sys.path."""
-    return [sys.executable, "-c", _LAUNCH, module, *args]
+def module_command(module: str, *args: str, folder: bool = True) -> list[str]:
+    """The command line that runs `module` as `python -m` would, with the current folder last on sys.path (or,
+    without `folder`, not on it at all)."""
+    return [sys.executable, "-c", _LAUNCH, "last" if folder else "out", module, *args]

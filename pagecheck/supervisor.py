@@ -65,7 +65,7 @@ def can_watch() -> bool:
 def wanted() -> bool:
     """Whether this process should start the command as a watched child: a console run on Linux that is not
     itself such a child."""
-    return can_watch() and RESULT_FD_ENV not in os.environ and _result_fd is None
+    return can_watch() and _result_fd is None and _result_pipe(os.environ.get(RESULT_FD_ENV, "")) is None
 
 
 def watch(args: list[str], command: str) -> int:
@@ -75,7 +75,9 @@ def watch(args: list[str], command: str) -> int:
     env = dict(os.environ, **{RESULT_FD_ENV: f"{write_end},{os.getpid()},{token}"})
     previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
     try:
-        child = subprocess.Popen(module_command("pagecheck.cli", *args), env=env, pass_fds=(write_end,))
+        # grade imports nothing from the folder it starts in (pagecheck.cli says why).
+        child = subprocess.Popen(module_command("pagecheck.cli", *args, folder=command != "grade"), env=env,
+                                 pass_fds=(write_end,))  # fmt: skip
     except BaseException:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         os.close(read_end)
@@ -168,21 +170,32 @@ def become_child() -> None:
     no pipe from a live parent (set by hand, say) is ignored. SIGINT, SIGTERM and SIGHUP stay blocked until the
     command's handlers are in place (unblock_interrupts); SIGCHLD is unblocked now."""
     global _result_fd, _token, _pipe_id
-    fd, watcher, token = (os.environ.pop(RESULT_FD_ENV, "").split(",") + ["", "", ""])[:3]
+    pipe = _result_pipe(os.environ.pop(RESULT_FD_ENV, ""))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
-    if not (fd.isdigit() and watcher.isdigit() and token) or int(watcher) != os.getppid():
+    if pipe is None:
         unblock_interrupts()
         return
+    fd, watcher, token, facts = pipe
     try:
-        facts = os.fstat(int(fd))
-        if not stat.S_ISFIFO(facts.st_mode):
-            raise OSError("not a pipe")
-        os.set_inheritable(int(fd), False)
+        os.set_inheritable(fd, False)
     except OSError:
         unblock_interrupts()
         return
-    _result_fd, _token, _pipe_id = int(fd), token, (facts.st_dev, facts.st_ino)
-    _die_with(int(watcher))
+    _result_fd, _token, _pipe_id = fd, token, (facts.st_dev, facts.st_ino)
+    _die_with(watcher)
+
+
+def _result_pipe(value: str) -> tuple[int, int, str, os.stat_result] | None:
+    """(fd, watcher pid, token, the pipe's stat) where RESULT_FD_ENV's value names a pipe open here from a watcher
+    that is this process's parent; None for anything else (unset, or set by hand: the watcher is then wanted)."""
+    fd, watcher, token = (value.split(",") + ["", "", ""])[:3]
+    if not (fd.isdigit() and watcher.isdigit() and token) or int(watcher) != os.getppid():
+        return None
+    try:
+        facts = os.fstat(int(fd))
+    except OSError:
+        return None
+    return (int(fd), int(watcher), token, facts) if stat.S_ISFIFO(facts.st_mode) else None
 
 
 def unblock_interrupts() -> None:

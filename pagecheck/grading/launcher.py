@@ -379,14 +379,38 @@ def _exit_code(status: int) -> int:
 
 
 def _stream_back(folder: str, fd: int) -> None:
-    """The folder as an uncompressed tar stream of regular files and folders, written to `fd`."""
+    """The folder as an uncompressed tar stream of regular files and folders, written to `fd`. Runs once every
+    process of the program has ended (_end_the_program), and opens each file without following a link, reading
+    what it opened (a name swapped for a link between a check and the open cannot hand over another file)."""
     with os.fdopen(fd, "wb") as stream, tarfile.open(fileobj=stream, mode="w|") as archive:
         for root, dirs, files in os.walk(folder):
             dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
             for name in sorted(files):
                 path = os.path.join(root, name)
-                if stat.S_ISREG(os.lstat(path).st_mode):
-                    archive.add(path, arcname=os.path.relpath(path, folder), recursive=False)
+                try:
+                    opened = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                except OSError:  # a link, or gone
+                    continue
+                with os.fdopen(opened, "rb") as file:
+                    if not stat.S_ISREG(os.fstat(opened).st_mode):
+                        continue
+                    entry = archive.gettarinfo(arcname=os.path.relpath(path, folder), fileobj=file)
+                    archive.addfile(entry, file)
+
+
+def _end_the_program() -> None:
+    """End every process the program left (daemons included) and reap them, before init reads its files."""
+    if os.getpid() == 1:  # PID 1 of a PID namespace: every other process in it is the program's
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        while True:
+            try:
+                os.wait()
+            except ChildProcessError:
+                return
+    _kill_descendants()
 
 
 def _init(config: LaunchConfig, scratch: str, protections: Protections, as_root: bool, has_mounts: bool,
@@ -450,6 +474,7 @@ def _init(config: LaunchConfig, scratch: str, protections: Protections, as_root:
         report: dict[str, Any] = {"exit": code, "maxrss_kb": usage.ru_maxrss,
                                   "cpu_s": round(usage.ru_utime + usage.ru_stime, 3)}  # fmt: skip
         if config.output_fd >= 0:
+            _end_the_program()  # nothing may move files under init while it reads them
             try:
                 _stream_back(os.path.join(scratch, SUBMISSION_DIR), config.output_fd)
             except OSError as exc:

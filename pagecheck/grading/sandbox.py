@@ -80,6 +80,7 @@ def child_environment(home: Path, pythonpath: Sequence[Path]) -> dict[str, str]:
         "PYTHONHASHSEED": "0",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONNOUSERSITE": "1",
+        "PYTHONSAFEPATH": "1",  # neither its folder nor a script's goes on sys.path: only what it is given
         # glibc reserves 64 MiB of address space per thread arena; RLIMIT_AS counts
         # reservations, so without a cap a threaded library eats the allowance unused.
         "MALLOC_ARENA_MAX": "2",

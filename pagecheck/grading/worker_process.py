@@ -48,6 +48,7 @@ GPU_READ_PATHS = ("/proc/driver", "/sys", "/etc/nvidia", "/usr/share/nvidia")
 # The sources the worker runs, in order; none of them imports pagecheck.
 WORKER_MODULES = ("wire", "subject", "injection", "tripwires", "seccomp", "worker_main")
 WORKER_LIBRARIES = ("mlx", "numpy")  # the worker imports them before the subject loads
+WORKER_LIBRARY_FILES = {"mlx": "mlx.core", "numpy": "numpy"}  # a module of each with a file of its own
 # The suite's own modules the worker runs (standard library only): the very same source as in process, the
 # subject loader and what a check installs in place of a subject's method.
 INVARIANTS_MODULES = {"subject": "pagecheck.invariants.subject", "injection": "pagecheck.invariants.injection"}
@@ -134,11 +135,16 @@ def library_paths() -> list[str]:
     PYTHONPATH)."""
     paths = list(site.getsitepackages())
     for name in WORKER_LIBRARIES:
-        spec = importlib.util.find_spec(name)
-        for location in (spec.submodule_search_locations or []) if spec is not None else []:
-            folder = str(Path(location).resolve().parent)
-            if folder not in paths:
-                paths.append(folder)
+        # By the file of the module itself: `mlx` is a namespace package, whose search locations would include
+        # any folder named mlx on sys.path (the current folder's, a student's).
+        spec = importlib.util.find_spec(WORKER_LIBRARY_FILES[name])
+        if spec is None or spec.origin is None:
+            continue
+        folder = Path(spec.origin).resolve().parent
+        while folder.name != name and folder != folder.parent:
+            folder = folder.parent
+        if str(folder.parent) not in paths:
+            paths.append(str(folder.parent))
     return paths
 
 
