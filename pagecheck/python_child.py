@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import sys
 
+# Imported before the folder joins sys.path: a namespace package (mlx) gives way to a regular package of its name
+# anywhere on sys.path, last place included, so a folder named mlx there would stand in for MLX.
+NAMESPACE_MODULES = ("mlx.core",)
 # argv[1] is "last" or "out" (the current folder last on sys.path, or left out), argv[2] the module; the rest are
 # its arguments, as `python -m MODULE ARGS` would see them.
 _LAUNCH = (
-    "import os, runpy, sys\n"
+    "import importlib, os, runpy, sys\n"
     "here = os.getcwd()\n"
-    "sys.path[:] = [p for p in sys.path if p not in ('', here)] + ([here] if sys.argv.pop(1) == 'last' else [])\n"
+    "sys.path[:] = [p for p in sys.path if p not in ('', here)]\n"
+    "if sys.argv.pop(1) == 'last':\n"
+    f"    for name in {NAMESPACE_MODULES!r}:\n"
+    "        try:\n"
+    "            importlib.import_module(name)\n"
+    "        except ImportError:\n"
+    "            pass\n"
+    "    sys.path.append(here)\n"
     "module = sys.argv.pop(1)\n"
     "sys.argv[0] = module\n"
     "runpy.run_module(module, run_name='__main__', alter_sys=True)\n"

@@ -50,7 +50,7 @@ def test_environment_is_scrubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert env["HOME"] == str(tmp_path)
     # LC_CTYPE: Python sets it in its own environment when it coerces a C locale to UTF-8 (PEP 538).
     assert set(env) <= {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE",
-                        "PYTHONNOUSERSITE", "MALLOC_ARENA_MAX", "LC_CTYPE"}  # fmt: skip
+                        "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "MALLOC_ARENA_MAX", "LC_CTYPE"}  # fmt: skip
 
 
 def _exit(returncode: int, peak_gb: float = 0.1, timed_out: bool = False) -> ChildExit:

@@ -732,17 +732,22 @@ def test_the_worker_reads_its_libraries_where_this_interpreter_finds_them(tmp_pa
 
     from pagecheck.grading.worker_process import library_paths, python_read_paths
 
-    for name in ("mlx", "numpy"):
+    for name in ("mlx.core", "numpy"):
         found = importlib.util.find_spec(name)
-        assert found is not None and found.submodule_search_locations
-        assert str(Path(found.submodule_search_locations[0]).resolve().parent) in library_paths()
+        assert found is not None and found.origin
+        assert str(Path(found.origin).resolve().parents[1]) in library_paths()
+    # Another folder named mlx on sys.path (a student's, the current folder's) is a portion of the namespace
+    # package, not where MLX lies: it stays unreadable.
+    portion = tmp_path / "portion"
+    (portion / "mlx").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(portion))
+    assert str(portion.resolve()) not in library_paths()
     # MLX installed on PYTHONPATH, outside every site-packages folder (as on a machine with staged wheels).
     elsewhere = tmp_path / "site" / "mlx"
     elsewhere.mkdir(parents=True)
-    staged = importlib.machinery.ModuleSpec("mlx", None, is_package=True)
-    staged.submodule_search_locations = [str(elsewhere)]
+    staged = importlib.machinery.ModuleSpec("mlx.core", None, origin=str(elsewhere / "core.cpython-311-x86_64-linux-gnu.so"))
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: staged if name == "mlx" else real(name, *rest))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: staged if name == "mlx.core" else real(name, *rest))
     folder = str((tmp_path / "site").resolve())
     assert folder in library_paths() and folder in python_read_paths()
 

@@ -257,3 +257,19 @@ def test_a_path_the_output_encoding_cannot_hold_is_escaped_not_an_error(tmp_path
     out, err = process.communicate(timeout=300)
     assert process.returncode == ExitCode.OK, err[-2000:]
     assert "\\xfc/tolerance.md" in out and (tmp_path / "\u00fc" / "tolerance.json").is_file()
+
+
+@pytest.mark.parametrize("args", [["grade", "nothing.py"], ["report", "--help"]], ids=["grade", "report"])
+def test_a_folder_named_mlx_where_pagecheck_starts_is_never_imported(tmp_path: Path, args: list[str]) -> None:
+    """MLX is a namespace package: a regular package named mlx anywhere on sys.path wins over it, the current
+    folder's last place included. Started among the submissions, the grader imported a student's folder named mlx
+    into itself (80/80 for a subject that failed every call); any command broke in a folder holding one."""
+    script = Path(sys.executable).parent / "pagecheck"
+    if not script.exists():
+        pytest.skip("no console script beside this interpreter")
+    marker = tmp_path / "imported"
+    (tmp_path / "mlx").mkdir()
+    (tmp_path / "mlx" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise ImportError('not MLX')\n")
+    done = subprocess.run([str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == (ExitCode.USAGE if args[0] == "grade" else 0), done.stderr[-2000:]
+    assert not marker.exists()
