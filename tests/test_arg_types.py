@@ -119,9 +119,13 @@ def test_positive_number_refuses_zero_negative_and_non_finite() -> None:
     [
         ("--timeout", "inf", "argument --timeout: inf must be a finite number above 0"),
         ("--memory", "nan", "argument --memory: nan must be a finite number above 0"),
-        ("--timeout", "1e300", "timeout=1e+300 must be a positive number of seconds, at most 1e+06"),
-        ("--build-timeout", "2e6", "build_timeout=2000000.0 must be a positive number of seconds, at most 1e+06"),
-        ("--call-timeout", "1e7", "call_timeout=10000000.0 must be a positive number of seconds, at most 1e+06"),
+        ("--timeout", "1e300", "argument --timeout: 1e300 is above the most allowed, 1e+06"),
+        ("--build-timeout", "2e6", "argument --build-timeout: 2e6 is above the most allowed, 1e+06"),
+        ("--call-timeout", "1e7", "argument --call-timeout: 1e7 is above the most allowed, 1e+06"),
+        # Limits no run meets: every submission timed out, or every call failed, with exit 0.
+        ("--timeout", "0.001", "argument --timeout: 0.001 is below the least allowed, 1"),
+        ("--build-timeout", "0.5", "argument --build-timeout: 0.5 is below the least allowed, 1"),
+        ("--call-timeout", "1e-9", "argument --call-timeout: 1e-9 is below the least allowed, 0.1"),
         ("--memory", "1e15", "argument --memory: 1e15 is above the most allowed, 1.04858e+06"),
         ("--disk", "2e6", "argument --disk: 2e6 is above the most allowed, 1.04858e+06"),
         # int(1e300 * GIB) overflowed: a traceback.

@@ -22,8 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from pagecheck.invariants.catalog import INVARIANTS
+from pagecheck.invariants.check_timeout import MIN_CHECK_TIMEOUT_S
 from pagecheck.invariants.profiles import DEFAULT_PROFILE, PROFILES
-from pagecheck.arg_types import int_in, number_up_to, path_arg, positive_number
+from pagecheck.arg_types import int_in, number_up_to, path_arg
 from pagecheck.commands import options
 from pagecheck.device import DeviceUnavailable, check_device
 from pagecheck.exit_codes import ExitCode
@@ -32,7 +33,7 @@ from pagecheck.grading.outputs import out_problem, write_outputs
 from pagecheck.grading.results_store import SCOREBOARD, load_all_results
 from pagecheck.grading.plan import DEFAULT_CALL_TIMEOUT_S, DEFAULT_DISK_BYTES, GradePlan
 from pagecheck.grading.rubric import DEFAULT_RUBRIC, Rubric, load_rubric
-from pagecheck.grading.sandbox import GIB, MAX_BYTES, GradingInterrupted, LiveChildren, Limits
+from pagecheck.grading.sandbox import GIB, MAX_BYTES, MAX_SECONDS, GradingInterrupted, LiveChildren, Limits
 from pagecheck.grading.schedule import jobs_to_run, run_jobs
 from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SECRET_FILE, SEED_FILE_LIMIT, resolve_secret
 from pagecheck.grading.shards import parse_shard
@@ -67,14 +68,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="submissions graded at once; each sandboxed worker is one CPU scheduling group where "
                         "the kernel groups by session (the protection cpu_share says whether it does); at most "
                         f"{options.MAX_JOBS} (default: half the CPUs, %(default)s here)")  # fmt: skip
-    parser.add_argument("--timeout", type=positive_number, default=300.0, metavar="S",
+    parser.add_argument("--timeout", type=number_up_to(MAX_SECONDS, least=1.0), default=300.0, metavar="S",
                         help="wall-clock limit of each suite run, in seconds (default: %(default)g)")  # fmt: skip
-    parser.add_argument("--build-timeout", type=positive_number, default=600.0, metavar="S",
+    parser.add_argument("--build-timeout", type=number_up_to(MAX_SECONDS, least=1.0), default=600.0, metavar="S",
                         help="wall-clock limit of an extension build, in seconds (default: %(default)g)")  # fmt: skip
     parser.add_argument("--memory", type=number_up_to(MAX_BYTES / GIB), default=4.0, metavar="GB",
                         help="memory limit of the sandboxed worker (and of a build), in GiB: its address space, or "
                         "with --device gpu its data segment (CUDA needs more address space than it uses) (default: %(default)g)")  # fmt: skip
-    parser.add_argument("--call-timeout", type=positive_number, default=DEFAULT_CALL_TIMEOUT_S, metavar="S",
+    parser.add_argument("--call-timeout", type=number_up_to(MAX_SECONDS, least=MIN_CHECK_TIMEOUT_S),
+                        default=DEFAULT_CALL_TIMEOUT_S, metavar="S",
                         help="wall-clock limit of each call into the submission, in seconds; a call past it fails "
                         "its check (default: %(default)g)")  # fmt: skip
     parser.add_argument("--disk", type=number_up_to(MAX_BYTES / GIB), default=DEFAULT_DISK_BYTES / GIB, metavar="GB",
@@ -221,12 +223,18 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     try:
         finished = run_jobs(todo, plan, args.out, jobs=args.jobs, live=live, progress=progress)
     except (KeyboardInterrupt, GradingInterrupted):
-        progress.note("interrupted; finished submissions keep their results, a rerun grades the rest")
+        # The scoreboard of what finished (this run's and earlier ones'), so that nothing graded waits on a rerun.
+        documents = write_outputs(args.out, rubric)
+        progress.note(f"interrupted; {SCOREBOARD} shows the {len(documents)} finished, a rerun grades the rest")
         return ExitCode.INTERRUPTED
     documents = write_outputs(args.out, rubric)
     _remove_if_empty(args.out / "work")
     progress.finish(f"graded {len(finished)}, reused {len(reused)}; scoreboard of {len(documents)} in "
                     f"{args.out / SCOREBOARD}")  # fmt: skip
+    timed_out = [d for d in finished if d["verdict"] == "timed-out"]
+    if finished and len(timed_out) == len(finished):
+        print(f"pagecheck {NAME}: warning: every submission graded ran past --timeout {args.timeout:g} s; a whole "
+              "suite run takes tens of seconds (see the README's timings)", file=sys.stderr)  # fmt: skip
     return ExitCode.OK
 
 
