@@ -131,6 +131,7 @@ def _run(argv: list[str] | None) -> int:
         print(f"{_shown_name(argv)}: internal error (a bug in pagecheck; the traceback is above)", file=sys.stderr)
         return int(ExitCode.INTERNAL_ERROR)
     finally:
+        options.release_out_dirs()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 

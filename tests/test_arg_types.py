@@ -208,6 +208,40 @@ def test_an_out_folder_that_cannot_be_made_is_a_usage_error_before_any_run(tmp_p
         assert f"pagecheck {command}: --out={str(out)!r} {reason}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["report", "tolerance", "bench", "serve-bench", "grade"])
+def test_an_out_folder_another_run_holds_is_a_usage_error(tmp_path, capsys, command: str) -> None:
+    """Two runs into one --out each set the other's files aside and wrote over them (the index named one subject
+    over the other's data); the second is refused now, and the folder is free again once a run ends."""
+    import fcntl
+
+    from pagecheck.cli import main
+
+    out = tmp_path / "out"
+    out.mkdir()
+    other_run = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(other_run, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    submission = tmp_path / "sub.py"
+    submission.write_text("x = 1\n")
+    extra = [str(submission), "--seed", "s" * 32] if command == "grade" else []
+    try:
+        assert main([command, *extra, "--out", str(out)]) == 2
+    finally:
+        os.close(other_run)
+    assert f"--out={str(out)!r} is in use by another pagecheck run" in capsys.readouterr().err
+    assert list(out.iterdir()) == []
+    held = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    from pagecheck.commands.options import make_out_dir, release_out_dirs
+
+    make_out_dir(out)  # held by this process until released
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        release_out_dirs()
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(held)
+
+
 def test_an_out_link_to_a_folder_not_made_yet_makes_that_folder(tmp_path) -> None:
     """`ln -s /scratch/run1 out; pagecheck report --out out`: the report goes to /scratch/run1 (it said "File
     exists")."""

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: runs there are not held apart
+    fcntl = None  # type: ignore[assignment]
 import os
 from pathlib import Path
 from typing import Any
@@ -133,15 +138,37 @@ def resolved_out(out: Path) -> Path:
         raise OutDirError(f"--out={str(out)!r} is a symbolic link that leads back to itself") from None
 
 
+# The --out folders this process holds: folder -> the descriptor its lock is on (release_out_dirs ends them).
+_HELD: dict[Path, int] = {}
+
+
 def make_out_dir(out: Path) -> Path:
-    """Create `out` (and its parents) if missing; OutDirError, naming --out and why, where it cannot be. A
-    symbolic link to a folder not made yet makes that folder, as a link to an existing one writes there."""
+    """Create `out` (and its parents) if missing, and hold it for this run: OutDirError, naming --out and why,
+    where it cannot be made, or where another pagecheck run holds it (two runs into one folder each set the other's
+    files aside and wrote over them, and the index named one subject over the other's data). A symbolic link to a
+    folder not made yet makes that folder, as a link to an existing one writes there."""
+    folder = resolved_out(out)
     try:
-        resolved_out(out).mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         what = "is a file, not a folder" if out.exists() else f"cannot be created: {exc.strerror or exc}"
         raise OutDirError(f"--out={str(out)!r} {what}") from None
+    if folder not in _HELD and fcntl is not None:
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # on the folder itself: no file is left there
+        except OSError:
+            os.close(descriptor)
+            raise OutDirError(f"--out={str(out)!r} is in use by another pagecheck run; wait for it to end or "
+                              "choose another folder") from None  # fmt: skip
+        _HELD[folder] = descriptor
     return out
+
+
+def release_out_dirs() -> None:
+    """Let other runs have the --out folders this one held (at the end of a command)."""
+    while _HELD:
+        os.close(_HELD.popitem()[1])
 
 
 def report_dir(
