@@ -160,6 +160,10 @@ def test_an_interrupted_bench_keeps_its_finished_contexts_and_does_not_pass(monk
     assert document["configuration"]["contexts"] == [16] and list(document["medians_us"]["subject"]) == ["16"]
     assert "INCOMPLETE: interrupted after 1 of 3 contexts" in (tmp_path / "bench.md").read_text()
     assert "**INCOMPLETE:** interrupted after 1 of 3 contexts" in (tmp_path / "index.md").read_text()
+    # Every output measured was right: the verdicts say incomplete (they said FAIL, "a variant ... is outside
+    # tolerance").
+    assert "**Correctness: INCOMPLETE**" in (tmp_path / "bench.md").read_text()
+    assert "**Verdict: INCOMPLETE**: stopped before `bench` finished (interrupted, or its process ended)." in (tmp_path / "index.md").read_text()
     pytest.importorskip("jsonschema")
     assert schema_errors("bench", document) == []
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -132,7 +134,27 @@ def test_an_interrupted_report_is_incomplete_not_a_pass(tmp_path: Path, monkeypa
     monkeypatch.setattr(report, "run_bench_stage", interrupted)
     code = main(["report", "--quick", "--skip", "invariants", "--out", str(tmp_path)])
     assert code == ExitCode.INTERRUPTED
-    assert "**Verdict: INCOMPLETE**: interrupted before `bench` finished." in (tmp_path / "index.md").read_text()
+    assert "**Verdict: INCOMPLETE**: stopped before `bench` finished (interrupted, or its process ended)." in (tmp_path / "index.md").read_text()
+
+
+def test_an_interrupted_sweep_is_incomplete_not_a_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C after 5 cells that all passed read "Verdict: FAIL: 5 of 5 cells within tolerance" and, in the
+    index, "0 tolerance cells failed"."""
+    from pagecheck.bench import tolerance_sweep
+
+    real, calls = tolerance_sweep.measure_cell, []
+
+    def measure_cell(*args: object, **kwargs: object) -> dict:
+        calls.append(1)
+        if len(calls) == 6:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tolerance_sweep, "measure_cell", measure_cell)
+    assert main(["tolerance", "--quick", "--out", str(tmp_path)]) == ExitCode.INTERRUPTED
+    assert "**Verdict: INCOMPLETE**: 5 of 5 cells within tolerance" in (tmp_path / "tolerance.md").read_text()
+    index = (tmp_path / "index.md").read_text()
+    assert "**Verdict: INCOMPLETE**: stopped before `tolerance` finished (interrupted, or its process ended)." in index and "FAIL" not in index
 
 
 def test_ctrl_c_and_pagechecks_own_errors_get_their_own_exit_codes(
@@ -163,3 +185,38 @@ def test_a_report_left_with_no_stage_for_a_subject_without_attention_says_so(tmp
     code = main(["report", "--skip", "invariants", "--subject", str(subject), "--out", str(tmp_path / "out")])
     assert code == ExitCode.SUBJECT_LOAD_FAILED
     assert "nothing left to run: the stages this run keeps all need paged_attention" in capsys.readouterr().err
+
+
+SEGFAULTS_ON_ITS_FOURTH_CALL = """
+import os
+import signal
+
+from pagecheck.impl import TinyKvPagedCache, TinyKvPagedPool  # noqa: F401
+from pagecheck.impl import paged_attention as _paged_attention
+
+calls = 0
+
+
+def paged_attention(*args, **kwargs):
+    global calls
+    calls += 1
+    if calls == 4:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return _paged_attention(*args, **kwargs)
+"""
+
+
+def test_a_subject_that_ends_the_process_in_the_sweep_leaves_an_index_of_what_finished(tmp_path: Path) -> None:
+    """The tolerance stage runs the subject in pagecheck's own process: a segfault there ended the run with the
+    invariants' report written and no index.md."""
+    script = Path(sys.executable).parent / "pagecheck"
+    if not script.exists():
+        pytest.skip("no console script beside this interpreter")
+    (tmp_path / "segfaults.py").write_text(SEGFAULTS_ON_ITS_FOURTH_CALL)
+    done = subprocess.run([str(script), "report", "--quick", "--skip", "bench", "--invariant", "context_len",
+                           "--subject", "segfaults.py", "--out", "out"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode != 0 and "SIGSEGV" in done.stderr, done.stderr[-2000:]
+    index = (tmp_path / "out" / "index.md").read_text()
+    assert "stopped before `tolerance` finished (interrupted, or its process ended)" in index
+    assert "invariants hold" in index  # the stage that finished is summarised

@@ -188,6 +188,10 @@ def run(args: argparse.Namespace) -> int:
     finished = 0
     try:
         for number, name in enumerate(chosen, start=1):
+            if any(out.glob("*.json")):
+                # Rewritten when the run ends; a process ended here (a subject's segfault inside the in-process
+                # tolerance stage) leaves an index of what finished, with this stage and the rest unfinished.
+                write_index(out, tuple(chosen[number - 1 :]))
             codes.append(stages[name](StageProgress(name, number, len(chosen))))
             finished = number
     except KeyboardInterrupt:

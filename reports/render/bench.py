@@ -48,6 +48,13 @@ def variant_correct(document: dict[str, Any], variant: str) -> bool:
     return all(check is not None and check["passed"] for check in checks)
 
 
+def measured_outputs_correct(document: dict[str, Any]) -> bool:
+    """Whether every output that was checked is within tolerance (of an interrupted run: those that finished)."""
+    return bool(document["subject_correct"]) and all(
+        check is None or check["passed"] for by_context in document["correctness"].values()
+        for check in by_context.values())
+
+
 def render_plot(document: dict[str, Any]) -> str:
     config = document["configuration"]
     series = []
@@ -132,9 +139,12 @@ def _verdict_lines(document: dict[str, Any]) -> list[str]:
     incomplete = [] if stopped is None else [
         f"**INCOMPLETE: interrupted after {stopped['finished']} of {stopped['planned']} contexts**; the tables "
         "below are the contexts that finished, and the run does not pass.", ""]
+    # Interrupted with every output measured correct: incomplete, not failed (`correct` is false: not all ran).
+    incomplete_only = stopped is not None and measured_outputs_correct(document)
+    correctness = "PASS" if document["correct"] else "INCOMPLETE" if incomplete_only else "FAIL"
     return [
         *incomplete,
-        f"**Correctness: {'PASS' if document['correct'] else 'FAIL'}**: {subject_line} "
+        f"**Correctness: {correctness}**: {subject_line} "
         f"(`reference/tolerance.py`, {document['configuration']['dtype']}: {threshold}).",
     ]
 

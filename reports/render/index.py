@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pagecheck.reports.render.bench import PLOT_FILE, median_headers, median_rows, shape_line
+from pagecheck.reports.render.bench import PLOT_FILE, measured_outputs_correct, median_headers, median_rows, shape_line
 from pagecheck.reports.render.bench_gpu import goal_table
 from pagecheck.reports.render.conformance import VERDICT_TEXT, invariants_in_reading_order, start_here_lines, unchecked_phrase
 from pagecheck.reports.render.markdown import inline_code, table
-from pagecheck.reports.render.tolerance import worst_cell_lines
+from pagecheck.reports.render.tolerance import stage_verdict, worst_cell_lines
 from pagecheck.reports.render.tolerance_plot import PLOT_FILE as TOLERANCE_PLOT_FILE
 
 TITLES = {
@@ -101,7 +101,8 @@ def _bench_summary(document: dict[str, Any]) -> list[str]:
 def _overall(documents: dict[str, dict[str, Any]], unfinished: tuple[str, ...] = ()) -> str:
     problems = []
     if unfinished:
-        problems.append("interrupted before " + ", ".join(inline_code(stage) for stage in unfinished) + " finished")
+        problems.append("stopped before " + ", ".join(inline_code(stage) for stage in unfinished)
+                        + " finished (interrupted, or its process ended)")
     conformance = documents.get("conformance")
     if conformance is not None:
         if conformance.get("subject_error"):
@@ -118,13 +119,15 @@ def _overall(documents: dict[str, dict[str, Any]], unfinished: tuple[str, ...] =
             )
         if conformance["suite"] and conformance["suite"]["problem"]:
             problems.append(conformance["suite"]["problem"])
+    # An interrupted stage is not passed (it did not measure everything): a problem only for what failed in it.
     tolerance = documents.get("tolerance")
-    if tolerance is not None and not tolerance["passed"]:
+    if tolerance is not None and stage_verdict(tolerance["passed"], tolerance["totals"]["failed"], tolerance) == "FAIL":
         problems.append(f"{tolerance['totals']['failed']} tolerance cells failed")
     bench = documents.get("bench")
     if bench is not None and not bench["subject_correct"]:
         problems.append("the subject's benchmarked outputs are outside tolerance of float64 (see bench.md)")
-    elif bench is not None and not bench["correct"]:
+    elif bench is not None and not bench["correct"] and (bench.get("interrupted") is None
+                                                        or not measured_outputs_correct(bench)):
         problems.append("a benchmarked variant raised or is outside tolerance of float64 (see bench.md)")
     crashed = conformance is not None and conformance["verdict"] == "crash"
     if problems:

@@ -111,6 +111,14 @@ def incomplete_lines(document: dict[str, Any]) -> list[str]:
             "are the cells that finished, and the sweep does not pass.", ""]
 
 
+def stage_verdict(passed: bool, failures: int, document: dict[str, Any]) -> str:
+    """PASS, FAIL, or INCOMPLETE for a stage an interrupt stopped with nothing failed among what finished (its
+    `passed` is false: it did not measure everything)."""
+    if passed:
+        return "PASS"
+    return "INCOMPLETE" if document.get("interrupted") is not None and not failures else "FAIL"
+
+
 def render_tolerance(document: dict[str, Any]) -> str:
     grid, totals = document["grid"], document["totals"]
     lines = [
@@ -119,7 +127,8 @@ def render_tolerance(document: dict[str, Any]) -> str:
         header_lines(document),
         "",
         *incomplete_lines(document),
-        f"**Verdict: {'PASS' if document['passed'] else 'FAIL'}**: {totals['passed']} of {totals['rows']} cells "
+        f"**Verdict: {stage_verdict(document['passed'], totals['failed'], document)}**: {totals['passed']} of "
+        f"{totals['rows']} cells "
         f"within tolerance of both oracles"
         + (f"; {totals['failed']} failed ({totals['errors']} raised an exception)" if totals["failed"] else "")
         + (f"; {totals['declined']} unsupported: the subject declines their dtype, which the contract allows "
