@@ -318,6 +318,25 @@ def test_report_refuses_bench_options_when_it_skips_the_bench(tmp_path, capsys) 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("command", ["report", "bench", "tolerance"])
+def test_an_empty_subject_names_the_kinds_this_command_takes(capsys, command: str) -> None:
+    """report and bench suggested sandbox:SPEC for an empty --subject, which they then refuse."""
+    from pagecheck.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main([command, "--subject", " "])
+    said = capsys.readouterr().err
+    assert stopped.value.code == 2 and "argument --subject: an empty spec names no subject; give impl" in said
+    assert ("sandbox:SPEC" in said) == (command == "tolerance")
+
+
+def test_a_merge_refused_leaves_no_folder_it_made(tmp_path, capsys) -> None:
+    from pagecheck.cli import main
+
+    code = main(["grade", "merge", str(tmp_path / "missing-shard"), "--out", str(tmp_path / "merged")])
+    assert code == 2 and not (tmp_path / "merged").exists()
+
+
 @pytest.mark.parametrize("merge", [False, True], ids=["grade", "merge"])
 def test_grade_names_a_loop_of_links(tmp_path, capsys, merge: bool) -> None:
     from pagecheck.cli import main

@@ -315,3 +315,13 @@ def test_the_benchmark_program_refuses_a_subject_that_does_not_load_and_says_how
                            "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert "pagecheck.bench: 3/3 measuring processes" in err and out.exists()  # impl, dense + gather, MLX SDPA
+
+
+def test_compare_with_the_run_in_the_same_out_names_where_that_run_went(tmp_path: Path) -> None:
+    """`--out D --compare D/bench.json`: the earlier run is set aside into D/earlier-*/ first; the comparison
+    named D/bench.json, which is this run's own file."""
+    run = ["bench", "--quick", "--contexts", "16", "--repeats", "2", "--out", str(tmp_path)]
+    assert main(run) == ExitCode.OK
+    assert main([*run, "--compare", str(tmp_path / "bench.json")]) == ExitCode.OK
+    earlier = next(tmp_path.glob("earlier-*"))
+    assert json.loads((tmp_path / "bench.json").read_text())["comparison"]["previous"] == str(earlier / "bench.json")

@@ -138,10 +138,16 @@ def run_merge(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     if given:
         raise ValueError(f"`pagecheck grade {MERGE}` takes only --out and --rubric (the shards' results hold the "
                          f"rest); {', '.join(given)} would be ignored")  # fmt: skip
+    made = not args.out.exists()
     problem = out_problem(options.make_out_dir(args.out), [])
     if problem is not None:
         raise ValueError(problem)
-    merged = merge_results(shard_dirs, args.out)
+    try:
+        merged = merge_results(shard_dirs, args.out)
+    except ValueError:
+        if made:
+            _remove_if_empty(args.out)  # refused before anything was copied: no folder is left behind
+        raise
     write_outputs(args.out, rubric)
     print(f"pagecheck {NAME} {MERGE}: {len(merged)} results from {len(shard_dirs)} directories; "
           f"scoreboard in {args.out / SCOREBOARD}")  # fmt: skip

@@ -43,10 +43,21 @@ def add_subject_option(parser: argparse.ArgumentParser, sandbox: bool = False) -
     parser.add_argument(
         "--subject",
         default="impl",
-        type=None if sandbox else _not_sandboxed,
+        type=_subject_spec(sandbox),
         metavar="SPEC",
         help=f"the implementation to check: {spec_help(sandbox)} (default: %(default)s)",
     )
+
+
+def _subject_spec(sandbox: bool) -> Any:
+    """The --subject type: an empty spec names the kinds this command takes (and only those)."""
+
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"an empty spec names no subject; give {spec_help(sandbox)}")
+        return text if sandbox else _not_sandboxed(text)
+
+    return parse
 
 
 def _not_sandboxed(text: str) -> str:
@@ -207,6 +218,9 @@ def report_dir(
         raise OutDirError(f"--out={str(out)!r} holds an earlier report that cannot be moved aside: {exc}") from None
     if earlier is not None:
         print(f"pagecheck: {out} held an earlier report; its files are now in {earlier}")
+        compare = getattr(args, "compare", None)
+        if compare is not None and Path(getattr(args, "invoked_in", ""), compare).resolve() == (out / compare.name).resolve():
+            args.compare = earlier / compare.name  # the run compared with is named where it is now
     return out
 
 
