@@ -310,11 +310,19 @@ def test_grade_refuses_an_out_holding_a_broken_result_before_grading(tmp_path, c
     assert sorted(p.name for p in (out / "results").iterdir()) == ["zzz.json"]
 
 
-def test_report_refuses_bench_options_when_it_skips_the_bench(tmp_path, capsys) -> None:
+@pytest.mark.parametrize(
+    "skip, given, words",
+    [("bench", ["--contexts", "128"], "--contexts set the bench stage"),
+     ("bench", ["--process-timeout", "5"], "--process-timeout set the bench stage"),
+     ("invariants", ["--invariant", "context_len", "--jobs", "7"], "--invariant, --jobs set the invariants stage")],
+    ids=["contexts", "process-timeout", "invariant-and-jobs"],
+)
+def test_report_refuses_options_of_a_stage_it_skips(tmp_path, capsys, skip: str, given: list[str], words: str) -> None:
+    """--process-timeout, --invariant and --jobs were ignored with exit 0 where the stage they set was skipped."""
     from pagecheck.cli import main
 
-    code = main(["report", "--skip", "bench", "--contexts", "128", "--out", str(tmp_path / "out")])
-    assert code == 2 and "--contexts set the bench stage, which this run skips" in capsys.readouterr().err
+    code = main(["report", "--skip", skip, *given, "--out", str(tmp_path / "out")])
+    assert code == 2 and f"{words}, which this run skips" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 

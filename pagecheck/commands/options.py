@@ -126,11 +126,14 @@ def add_check_timeout_option(parser: argparse.ArgumentParser, what: str) -> None
     )
 
 
+DEFAULT_JOBS = os.cpu_count() or 1
+
+
 def add_jobs_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs",
         type=int_in(0, MAX_JOBS),
-        default=os.cpu_count() or 1,
+        default=DEFAULT_JOBS,
         metavar="N",
         help="worker processes for the invariants suite (pytest-xdist); 0 runs it in the one child "
         f"process; at most {MAX_JOBS} (default: the number of CPUs, %(default)s here)",

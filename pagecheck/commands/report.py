@@ -11,6 +11,7 @@ from typing import Any
 from pagecheck.invariants.catalog import INVARIANTS
 from pagecheck.commands import options
 from pagecheck.commands.bench import (
+    DEFAULT_PROCESS_TIMEOUT_S,
     CompareFileError,
     add_bench_options,
     cuda_kernels_available,
@@ -154,8 +155,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"pagecheck {NAME}: every stage was skipped; nothing to report", file=sys.stderr)
         return ExitCode.USAGE
     unused = [f"--{name}" for name in ("contexts", "repeats", "compare") if getattr(args, name, None)]
+    if args.process_timeout != DEFAULT_PROCESS_TIMEOUT_S:
+        unused.append("--process-timeout")
     if unused and "bench" not in chosen:
         print(f"pagecheck {NAME}: {', '.join(unused)} set the bench stage, which this run skips", file=sys.stderr)
+        return ExitCode.USAGE
+    unused = ["--invariant"] if args.invariant else []
+    unused += ["--jobs"] if args.jobs != options.DEFAULT_JOBS else []
+    if unused and "invariants" not in chosen:
+        print(f"pagecheck {NAME}: {', '.join(unused)} set the invariants stage, which this run skips", file=sys.stderr)
         return ExitCode.USAGE
     try:
         previous = read_previous(args) if "bench" in chosen else None
