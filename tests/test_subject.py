@@ -176,3 +176,21 @@ def test_an_api_name_that_is_not_callable_is_an_error_naming_it(tmp_path: Path) 
     subject.write_text("paged_attention = 3\n")
     with pytest.raises(SubjectError, match="paged_attention=3 is int, not a function"):
         load_subject(str(subject))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["import sys\nsys.stdout.close()\n", "import sys\nsys.modules['mlx.core'] = None\n"],
+    ids=["closes-stdout", "removes-mlx-core"],
+)
+def test_what_a_subjects_import_takes_from_pagechecks_process_is_put_back(tmp_path: Path, damage: str) -> None:
+    """Both ended `pagecheck tolerance` in an internal error ("a bug in pagecheck") once the sweep was done."""
+    import subprocess
+    import sys
+
+    subject = tmp_path / "damaging.py"
+    subject.write_text("from pagecheck.impl import paged_attention  # noqa: F401\n" + damage)
+    done = subprocess.run([sys.executable, "-m", "pagecheck.cli", "tolerance", "--quick", "--subject", str(subject),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0 and "internal error" not in done.stderr, done.stderr[-2000:]
+    assert (tmp_path / "out" / "tolerance.md").is_file()

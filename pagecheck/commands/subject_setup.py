@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from typing import Any
 
 from pagecheck.device import DeviceUnavailable, use_device
 from pagecheck.exit_codes import ExitCode
@@ -16,6 +19,28 @@ class SubjectSetupError(RuntimeError):
         self.code = code
 
 
+# Modules pagecheck's own process goes on using after a subject's import: a subject that removes or replaces one
+# (sys.modules["mlx.core"] = None) would break pagecheck, not itself.
+KEPT_MODULES = ("mlx", "mlx.core", "numpy")
+STREAMS = (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w"))
+
+
+def _undo_subject_damage(kept: dict[str, Any]) -> None:
+    """Put back what a subject's import took from the process pagecheck reports from: the modules it goes on using
+    and the standard streams (a subject that closed sys.stdout ended the run in an internal error when the
+    report was printed)."""
+    for name, module in kept.items():
+        if module is not None and sys.modules.get(name) is not module:
+            sys.modules[name] = module
+    for name, fd, mode in STREAMS:
+        stream = getattr(sys, name)
+        if stream is None or stream.closed:
+            try:
+                setattr(sys, name, open(os.dup(fd), mode, buffering=1 if mode == "w" else -1, errors="backslashreplace"))
+            except OSError:  # the descriptor itself is closed: there is nothing to reopen
+                pass
+
+
 def prepare_subject(args: argparse.Namespace, needs: tuple[str, ...]) -> Subject:
     """Use args.device, load args.subject, and insist it provides every name in `needs`. The import is held to
     the command's time limit for a call into the subject (--check-timeout, else bench's --process-timeout), so a
@@ -26,11 +51,14 @@ def prepare_subject(args: argparse.Namespace, needs: tuple[str, ...]) -> Subject
         raise SubjectSetupError(str(exc), ExitCode.DEVICE_UNAVAILABLE) from exc
     limit = next(((getattr(args, name), f"--{name.replace('_', '-')}") for name in ("check_timeout", "process_timeout")
                   if getattr(args, name, None)), (0.0, ""))  # fmt: skip
+    kept = {name: sys.modules.get(name) for name in KEPT_MODULES}
     try:
         with time_limit(*limit):
             subject = load_subject(args.subject)
     except SubjectError as exc:
         raise SubjectSetupError(str(exc), ExitCode.SUBJECT_LOAD_FAILED) from exc
+    finally:
+        _undo_subject_damage(kept)
     absent = [name for name in needs if not subject.has(name)]
     if absent:
         raise SubjectSetupError(
