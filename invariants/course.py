@@ -49,6 +49,9 @@ COURSE_GEOMETRY = Geometry(page_sizes=(COURSE_PAGE_SIZE,), kv_heads=(2,), head_d
 # Longer ones (9, 65) appear only in its rejection tests, which raise before any kernel runs: an implementation
 # the course accepts may have no long-prefill path.
 COURSE_MAX_QUERY_LEN = 3
+# The widest block table the course's tests attend over (its bfloat16 decode's 3 pages; its batch's 2): an
+# implementation the course accepts may refuse wider ones, so course cases keep each request to 3 pages.
+COURSE_MAX_PAGES = 3
 
 
 def query_len(length: int, geometry: Geometry) -> int:

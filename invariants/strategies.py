@@ -149,24 +149,33 @@ def _paged_layouts(
     )
 
 
-def chunk_plans(*, page_size: int, max_chunks: int = 3, max_decode: int = 6) -> SearchStrategy[list[int]]:
+def chunk_plans(
+    *, page_size: int, max_chunks: int = 3, max_decode: int = 6, max_total: int | None = None
+) -> SearchStrategy[list[int]]:
     """Token counts to append, prefill chunks first, then one-token decode steps.
 
     Each prefill chunk, given where the previous one ended, either ends on a
     page boundary, crosses one by a token, or has any length up to three pages.
+    With `max_total`, the plan writes at most that many tokens (chunks are cut
+    short and the plan ends there).
     """
     _check_positive("page_size", page_size)
     _check_positive("max_chunks", max_chunks)
+    if max_total is not None:
+        _check_positive("max_total", max_total)
     if not isinstance(max_decode, int) or max_decode < 0:
         raise ValueError(f"max_decode must be a non-negative int, got {max_decode!r}")
-    return _chunk_plans(page_size, max_chunks, max_decode)
+    return _chunk_plans(page_size, max_chunks, max_decode, max_total)
 
 
 @st.composite
-def _chunk_plans(draw: st.DrawFn, page_size: int, max_chunks: int, max_decode: int) -> list[int]:
+def _chunk_plans(draw: st.DrawFn, page_size: int, max_chunks: int, max_decode: int, max_total: int | None) -> list[int]:
     plan: list[int] = []
     written = 0
+    most = max_total if max_total is not None else float("inf")
     for _ in range(draw(st.integers(min_value=1, max_value=max_chunks))):
+        if written >= most:
+            break
         room = page_size - written % page_size  # tokens until the tail page is full
         length = draw(
             st.one_of(
@@ -175,7 +184,9 @@ def _chunk_plans(draw: st.DrawFn, page_size: int, max_chunks: int, max_decode: i
                 st.integers(min_value=1, max_value=3 * page_size),
             )
         )
+        length = int(min(length, most - written))
         plan.append(length)
         written += length
-    plan.extend([1] * draw(st.integers(min_value=0, max_value=max_decode)))
+    decodes = draw(st.integers(min_value=0, max_value=max_decode))
+    plan.extend([1] * int(min(decodes, most - written)))
     return plan

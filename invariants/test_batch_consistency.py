@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 
 from pagecheck.invariants.calls import attention_output
-from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_PAGE_SIZE, DAY_4
+from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_PAGES, COURSE_PAGE_SIZE, DAY_4
 from pagecheck.invariants.strategies import paged_layouts
 from pagecheck.invariants.verdict import expect_close
 from pagecheck.reference.layouts import COURSE_UNUSED_FILL, PagedLayout, random_layout
@@ -65,7 +65,7 @@ COURSE_BATCH = f"{DAY_4}::test_task_2_batched_paged_attention_matches_dense_atte
 def test_rows_of_different_lengths(paged_attention: object, num_queries: int, rng: np.random.Generator) -> None:
     # The course's geometry and call: 4 query heads over 2 kv heads of head dim 4, pages of 4, mask "causal".
     layout = random_layout(
-        rng, context_lens=[5, 17, 0, 9], page_size=COURSE_PAGE_SIZE, num_queries=num_queries,
+        rng, context_lens=[5, COURSE_MAX_PAGES * COURSE_PAGE_SIZE, 0, 9], page_size=COURSE_PAGE_SIZE, num_queries=num_queries,
         num_q_heads=4, num_kv_heads=2, head_dim=COURSE_HEAD_DIM, mask="causal", extra_columns=0,
         unused_fill=COURSE_UNUSED_FILL,
     )

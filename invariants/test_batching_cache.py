@@ -21,7 +21,7 @@ from pagecheck.invariants.calls import (
     attention_as_the_course_calls, attention_over_metadata, cache_state, metadata_layout, pool_state, read_once,
     same_pool_state,
 )
-from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4
+from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, DAY_4
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold, expect_value_error
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
@@ -37,9 +37,11 @@ NUM_Q_HEADS = 4
 
 # Decode steps, and what happens to the slots before each: (step, "add" or "remove", slot, prefill).
 SCHEDULE = [(0, "add", 0, 9), (0, "add", 2, 3), (2, "add", 3, 1), (3, "remove", 0, 0), (4, "add", 0, 5)]
-# The course's own batch only adds requests: no course test calls remove_request.
+# The course's own batch only adds requests: no course test calls remove_request; and it decodes while every
+# request fits in COURSE_MAX_PAGES (slot 0's 9 tokens reach 12 in 3 steps).
 COURSE_SCHEDULE = [event for event in SCHEDULE if event[1] == "add" and event[0] < 3]
 STEPS = 7
+COURSE_STEPS = COURSE_MAX_PAGES * 4 - 9  # pages of 4: slot 0 holds 9 + 3 = 12 tokens at the last step
 
 
 def _check_step(
@@ -77,7 +79,7 @@ def test_batch_metadata_pads_rows_and_empties_slots(
     pool = pool_type(4)
     batching = batching_cache_type(SLOTS, MAX_SEQ_LEN)
     live: dict[int, tuple[object, WrittenKv]] = {}
-    for step in range(STEPS):
+    for step in range(COURSE_STEPS if schedule is COURSE_SCHEDULE else STEPS):
         for _, action, slot, prefill in (event for event in schedule if event[0] == step):
             if action == "add":
                 cache, record = cache_type(pool), WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32")

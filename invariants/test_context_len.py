@@ -24,7 +24,9 @@ from pagecheck.invariants.calls import (
     attention_as_the_course_calls, attention_output, attention_over_metadata, metadata_layout, own_context_lens,
     read_once,
 )
-from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4, Geometry, query_len, split_at_the_course
+from pagecheck.invariants.course import (
+    COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, DAY_4, Geometry, query_len, split_at_the_course,
+)
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
 from pagecheck.invariants.workload import WrittenKv
@@ -52,7 +54,8 @@ def test_context_lens_count_tokens_written(
 ) -> None:
     page_size = data.draw(st.sampled_from(geometry.page_sizes), label="page_size")
     num_kv_heads = data.draw(st.sampled_from(geometry.kv_heads), label="num_kv_heads")
-    plan = data.draw(chunk_plans(page_size=page_size), label="append lengths")
+    most = COURSE_MAX_PAGES * page_size if geometry.course else None
+    plan = data.draw(chunk_plans(page_size=page_size, max_total=most), label="append lengths")
     rng = np.random.default_rng(seed)
     cache = cache_type(pool_type(page_size))
     written = WrittenKv(num_kv_heads, geometry.head_dim, "float32")

@@ -23,8 +23,8 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 COURSE_GROUPS = ((2, 4, "float32"), (4, 128, "bfloat16"))
 # The calls each makes in the course, as (query rows, contexts, page size): group 2 decodes a batch and prefills
 # one request (3 rows at most, as the course attends); group 4 (bfloat16) decodes one request over pages of 32.
-# Tables are exactly as wide as needed.
-COURSE_CALLS = {2: ((1, [13, 6], 4), (COURSE_MAX_QUERY_LEN, [13], 4)), 4: ((1, [65], 32),)}
+# Tables are exactly as wide as needed, 3 pages at most (COURSE_MAX_PAGES).
+COURSE_CALLS = {2: ((1, [11, 6], 4), (COURSE_MAX_QUERY_LEN, [11], 4)), 4: ((1, [65], 32),)}
 # Every other case: a decode and a prefill of a batch of two over pages of 4, with a spare table column.
 WIDER_CALLS = ((1, [13, 6], 4), (4, [13, 6], 4))
 

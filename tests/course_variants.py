@@ -556,6 +556,15 @@ def write_variant(name: str, where: Path) -> Path:
     return path
 
 
+VARIANTS["max_table_width_3"] = (
+    "paged_attention refuses block tables wider than 3 pages (the course attends over 3 at most)",
+    [("    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n",
+      "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n"
+      "    if block_table.shape[1] > 3:\n"
+      "        raise ValueError(f\"block_table width={block_table.shape[1]} must be at most 3 pages\")\n")],
+)
+
+
 VARIANTS["short_prefill_only"] = (
     "no long-prefill path: a query of more than 8 rows is NotImplementedError once its inputs are checked (the "
     "course attends with 3 rows at most; its 9 and 65 are rejection cases)",

@@ -1,0 +1,15 @@
+"""The suite's Hypothesis strategies keep the bounds they promise."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pagecheck.invariants.strategies import chunk_plans
+
+
+@given(data=st.data(), page_size=st.integers(1, 8), pages=st.integers(1, 4))
+def test_a_plan_with_max_total_writes_at_most_that_many_tokens(data: st.DataObject, page_size: int, pages: int) -> None:
+    most = pages * page_size
+    plan = data.draw(chunk_plans(page_size=page_size, max_total=most))
+    assert plan and all(length >= 1 for length in plan) and sum(plan) <= most
