@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import mlx.core as mx
 
-from pagecheck.impl.page_pool import PoolCheckpoint, TinyKvPagedPool, check_kv_pair, is_int
+from pagecheck.impl.page_pool import PoolCheckpoint, TinyKvPagedPool, check_kv_pair, is_int, python_int_hint
 from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
 from pagecheck.impl.paged_metadata import PagedKvMetadata
 
@@ -40,9 +40,12 @@ class BatchingKvCache:
         if not is_int(max_active_requests) or not 0 < max_active_requests <= MAX_ACTIVE_REQUESTS:
             raise ValueError(
                 f"max_active_requests={max_active_requests!r} must be a positive integer up to {MAX_ACTIVE_REQUESTS}"
+                f"{python_int_hint(max_active_requests)}"
             )
         if max_seq_len is not None and (not is_int(max_seq_len) or max_seq_len <= 0):
-            raise ValueError(f"max_seq_len={max_seq_len!r} must be None or a positive integer")
+            raise ValueError(
+                f"max_seq_len={max_seq_len!r} must be None or a positive integer{python_int_hint(max_seq_len)}"
+            )
         self.max_active_requests = max_active_requests
         self.max_seq_len = max_seq_len
         self._requests: list[TinyKvPagedCache | None] = [None] * max_active_requests
@@ -174,7 +177,9 @@ class BatchingKvCache:
             )
         length = shape[2]
         if mask_length is not None and (not is_int(mask_length) or mask_length != length):
-            raise ValueError(f"mask_length={mask_length!r} must be None or the chunk length L={length}")
+            raise ValueError(
+                f"mask_length={mask_length!r} must be None or the chunk length L={length}{python_int_hint(mask_length)}"
+            )
         active = [(slot, cache) for slot, cache in enumerate(self._requests) if cache is not None]
         if not active:
             raise ValueError("the batch has no active requests; add_request first")
@@ -214,5 +219,5 @@ class BatchingKvCache:
 
     def _check_slot(self, id: int) -> None:
         if not is_int(id) or not 0 <= id < self.max_active_requests:
-            raise ValueError(f"id={id!r} must be a slot in [0, {self.max_active_requests})")
+            raise ValueError(f"id={id!r} must be a slot in [0, {self.max_active_requests}){python_int_hint(id)}")
 

@@ -29,6 +29,7 @@ writes as one step.
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any, NamedTuple, Optional
 
 import mlx.core as mx
@@ -79,8 +80,8 @@ class PoolCheckpoint(NamedTuple):
 
 class TinyKvPagedPool:
     def __init__(self, page_size: int = 128) -> None:
-        if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size <= 0:
-            raise ValueError(f"page_size={page_size!r} must be a positive integer")
+        if not is_int(page_size) or page_size <= 0:
+            raise ValueError(f"page_size={page_size!r} must be a positive integer{python_int_hint(page_size)}")
         self.page_size = page_size
         self._init_state()
 
@@ -161,7 +162,10 @@ class TinyKvPagedPool:
     def check_room_for(self, pages: int) -> None:
         """ValueError, changing nothing, when `pages` more allocations could not be stored: the fresh ids
         among them (beyond the free ones) would grow storage, doubling as allocate_page does, past MLX's
-        memory limit. Before the first write there is no storage to size, so nothing is checked."""
+        memory limit. Before the first write there is no storage to size, so nothing is checked. `pages` must
+        be an int >= 0."""
+        if not is_int(pages) or pages < 0:
+            raise ValueError(f"pages={pages!r} must be an int >= 0{python_int_hint(pages)}")
         fresh = pages - self._num_free
         if fresh <= 0 or self._keys is None or self._values is None:
             return
@@ -208,7 +212,7 @@ class TinyKvPagedPool:
 
     def check_chunk_shape(self, shape: tuple[int, ...], dtype: mx.Dtype, value_dtype: mx.Dtype) -> None:
         """check_chunk's checks on a chunk's shape [1, H_kv, S, D] and the key and value dtypes."""
-        if len(shape) != 4 or shape[0] != 1:
+        if not isinstance(shape, (tuple, list)) or len(shape) != 4 or shape[0] != 1:
             raise ValueError(f"key shape={shape} must be [1, H_kv, S, D]")
         _, num_heads, length, head_dim = shape
         if num_heads == 0 or head_dim == 0:
@@ -239,8 +243,7 @@ class TinyKvPagedPool:
         self.check_chunk(key, value)
         self._check_live(page_id)
         length = key.shape[2]
-        if not is_int(start) or not 0 <= start < self.page_size:
-            raise ValueError(f"start={start!r} is outside a page of size {self.page_size}")
+        self._check_slot(start)
         if start + length > self.page_size:
             raise ValueError(
                 f"key length S={length} at start={start} runs past the end of a page of size {self.page_size}"
@@ -290,7 +293,13 @@ class TinyKvPagedPool:
         self, page_ids: list[int], slots: list[int], shape: tuple[int, ...], dtype: mx.Dtype, value_dtype: mx.Dtype
     ) -> None:
         """token_rows_index's checks alone, for a caller that writes these rows at an index of its own making
-        (a decode step whose empty slots' rows go elsewhere, serving/step_batching_cache.py)."""
+        (a decode step whose empty slots' rows go elsewhere, serving/step_batching_cache.py). page_ids and
+        slots are lists (or tuples) of Python ints, shape a tuple (or list)."""
+        if not (isinstance(page_ids, (list, tuple)) and isinstance(slots, (list, tuple))
+                and isinstance(shape, (list, tuple))):  # one test on the decode path, which passes lists
+            for name, given in (("page_ids", page_ids), ("slots", slots), ("shape", shape)):
+                if not isinstance(given, (list, tuple)):
+                    raise ValueError(f"{name}={reprlib.repr(given)} must be a list or tuple, got {type_label(given)}")
         if (len(shape) != 4 or shape[0] * shape[2] != len(page_ids) or len(slots) != len(page_ids)
                 or not page_ids):
             raise ValueError(
@@ -326,11 +335,10 @@ class TinyKvPagedPool:
             and 0 <= min(page_ids) and max(page_ids) < self._num_pages and self._free_set.isdisjoint(page_ids)
             and 0 <= min(slots) and max(slots) < self.page_size
         ):
-            for page_id in dict.fromkeys(page_ids):
+            for page_id in page_ids:
                 self._check_live(page_id)
             for start in slots:
-                if not is_int(start) or not 0 <= start < self.page_size:
-                    raise ValueError(f"start={start!r} is outside a page of size {self.page_size}")
+                self._check_slot(start)
         if len(set(zip(page_ids, slots))) != len(page_ids):
             raise ValueError(f"page_ids={page_ids} and slots={slots} name one position twice")
 
@@ -365,7 +373,13 @@ class TinyKvPagedPool:
 
         Writes since the checkpoint are graph nodes over the old arrays, so
         taking the old arrays back discards them without copying anything.
+        `checkpoint` must be a PoolCheckpoint (what `checkpoint()` returns).
         """
+        if not isinstance(checkpoint, PoolCheckpoint):
+            raise ValueError(
+                f"checkpoint={reprlib.repr(checkpoint)} must be a PoolCheckpoint from checkpoint(), "
+                f"got {type_label(checkpoint)}"
+            )
         self._keys = checkpoint.keys
         self._values = checkpoint.values
         self._num_pages = checkpoint.num_pages
@@ -380,19 +394,37 @@ class TinyKvPagedPool:
 
     def check_live_pages(self, page_ids: list[int], owner: str) -> None:
         """ValueError naming `owner` and the page, unless every id is a live (issued, not free) page."""
+        if not isinstance(page_ids, (list, tuple)):
+            raise ValueError(f"page_ids={reprlib.repr(page_ids)} of {owner} must be a list or tuple, "
+                             f"got {type_label(page_ids)}")
         for page_id in page_ids:
+            if not is_int(page_id):
+                raise ValueError(f"{owner} holds page_id={reprlib.repr(page_id)}, which is not a page id"
+                                 f"{python_int_hint(page_id)}")
             if page_id in self._free_set:
                 raise ValueError(f"{owner} holds page_id={page_id}, which is free: it was freed behind its back")
 
     # -- internals ------------------------------------------------------------
     def _check_issued(self, page_id: int) -> None:
-        if not is_int(page_id) or not 0 <= page_id < self._num_pages:
+        """ValueError unless `page_id` is an id this pool issued: a Python int (the type allocate_page hands
+        out; a NumPy integer or a float is named as the wrong type) in [0, num_pages)."""
+        if not isinstance(page_id, int):
+            raise ValueError(f"page_id={reprlib.repr(page_id)} must be a Python int, the type of the ids this pool "
+                             f"issues; got {type_label(page_id)}")
+        if isinstance(page_id, bool) or not 0 <= page_id < self._num_pages:
             raise ValueError(f"page_id={page_id!r} was never issued by this pool ({self._num_pages} issued)")
 
     def _check_live(self, page_id: int) -> None:
         self._check_issued(page_id)
         if page_id in self._free_set:
             raise ValueError(f"page_id={page_id} is free; only a live page can be written or read")
+
+    def _check_slot(self, start: Any) -> None:
+        """ValueError unless `start` is a slot of a page: a Python int in [0, page_size)."""
+        if not is_int(start) or not 0 <= start < self.page_size:
+            raise ValueError(
+                f"start={reprlib.repr(start)} is outside a page of size {self.page_size}{python_int_hint(start)}"
+            )
 
     def _check_storage_fits(self, shape: tuple[int, ...], dtype: mx.Dtype, held_bytes: int) -> None:
         """K and V storage of `shape` each, beside `held_bytes` already held, within MLX's memory limit."""
@@ -453,3 +485,15 @@ def check_kv_pair(key: Any, value: Any, names: tuple[str, str] = ("key", "value"
 def is_int(x: object) -> bool:
     """An int that is not a bool (True would otherwise pass as page 1)."""
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def type_label(x: object) -> str:
+    """The type of `x` as a message names it: `list`, `numpy.int64`."""
+    kind = type(x)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+
+
+def python_int_hint(x: object) -> str:
+    """For a message about an int argument: empty when `x` is a Python int, else what it is instead, so a
+    NumPy integer or a bool inside the range is not reported as out of range alone."""
+    return "" if is_int(x) else f" (it must be a Python int; got {type_label(x)})"

@@ -18,16 +18,27 @@ keyed on it.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Iterator
 from typing import NamedTuple
 
 import mlx.core as mx
 
-from pagecheck.impl.page_pool import PoolCheckpoint, TinyKvPagedPool, is_int
+from pagecheck.impl.page_pool import PoolCheckpoint, TinyKvPagedPool, is_int, python_int_hint, type_label
 from pagecheck.impl.paged_metadata import PagedKvMetadata
 from pagecheck.reference.cache import MAX_CONTEXT, table_width
 
 __all__ = ["CacheCheckpoint", "PagedKvMetadata", "TinyKvPagedCache", "TinyKvPagedPool"]
+
+# The most pages one append writes page by page (TinyKvPagedCache._write_chunk). Each write is a lazy MLX update
+# that holds about 8 KiB of host memory until it is evaluated, memory MLX's limit does not count: a chunk of 2
+# million tokens in pages of 1 built 16 GB of graph and ended the process (std::bad_alloc). 2**16 writes hold
+# about 0.5 GB, and take 2**16 * page_size tokens (2**21 in pages of 32) in one append.
+MAX_APPEND_PAGE_WRITES = 1 << 16
+# The most positions one claim_token_slots call lists: it returns a page id and a slot per token as Python ints
+# (about 50 bytes a token, and write_token_rows' checks several times that), so a count of 10**9 filled memory
+# before any check failed. 2**22 positions list in about 0.2 GB.
+MAX_CLAIM_TOKENS = 1 << 22
 
 
 class CacheCheckpoint(NamedTuple):
@@ -118,11 +129,16 @@ class TinyKvPagedCache:
         return keys, values, self._offset, mask
 
     def append(self, key: mx.array, value: mx.array, mask_length: int | None = None) -> None:
-        """Write a chunk into the tail page, then into new pages; on any failure nothing changes."""
+        """Write a chunk into the tail page, then into new pages; on any failure nothing changes. A chunk that
+        would take the context past MAX_CONTEXT or need pages the pool could not store is refused first
+        (claim_token_slots' checks), as is one needing more than MAX_APPEND_PAGE_WRITES page writes."""
         self._pool.check_chunk(key, value)
         length = key.shape[2]
         if mask_length is not None and (not is_int(mask_length) or mask_length != length):
-            raise ValueError(f"mask_length={mask_length!r} must be None or the chunk length S={length}")
+            raise ValueError(
+                f"mask_length={mask_length!r} must be None or the chunk length S={length}{python_int_hint(mask_length)}"
+            )
+        self._check_claim(length, "key length S")
         pool_before = self._pool.checkpoint()
         cache_before = self.checkpoint()
         try:
@@ -137,6 +153,16 @@ class TinyKvPagedCache:
         self.rollback(cache_before)
 
     def _write_chunk(self, key: mx.array, value: mx.array) -> None:
+        """One pool write per page the chunk reaches; a chunk needing more than MAX_APPEND_PAGE_WRITES of them is
+        refused before any position is claimed."""
+        length, page_size = key.shape[2], self._pool.page_size
+        writes = self._pages_opened_by(length) + (1 if self._page_ids and self._page_lens[-1] < page_size else 0)
+        if writes > MAX_APPEND_PAGE_WRITES:
+            raise ValueError(
+                f"key length S={length} needs {writes} page writes of page_size={page_size}, more than the "
+                f"{MAX_APPEND_PAGE_WRITES} one append makes (each is a lazy update holding host memory until "
+                f"evaluated); append at most {(MAX_APPEND_PAGE_WRITES - 1) * page_size} tokens at a time"
+            )
         written = 0
         for page_id, start, taken in self._claim_runs(key.shape[2]):
             stop = written + taken
@@ -178,23 +204,36 @@ class TinyKvPagedCache:
 
     def claim_token_slots(self, count: int) -> tuple[list[int], list[int]]:
         """claim_token_slot for `count` consecutive tokens: (page id of each, slot of each). A count that is
-        not an int >= 0, that takes the context past what int32 context lengths hold, or whose pages the
-        pool could not store, raises ValueError before anything is claimed; after a failure past these
-        checks the caller rolls back, as after claim_token_slot."""
+        not an int >= 0, that takes the context past what int32 context lengths hold, whose pages the pool
+        could not store, or that is above MAX_CLAIM_TOKENS, raises ValueError before anything is claimed;
+        after a failure past these checks the caller rolls back, as after claim_token_slot."""
         if not is_int(count) or count < 0:
-            raise ValueError(f"count={count!r} must be an int >= 0")
-        if self._offset + count > MAX_CONTEXT:
-            raise ValueError(f"count={count} would take the context from {self._offset} past {MAX_CONTEXT} "
-                             "positions, the most int32 context_lens hold")
-        page_size = self._pool.page_size
-        tail_room = page_size - self._page_lens[-1] if self._page_ids else 0
-        self._pool.check_room_for(-(-max(0, count - tail_room) // page_size))
+            raise ValueError(f"count={reprlib.repr(count)} must be an int >= 0{python_int_hint(count)}")
+        self._check_claim(count, "count")
+        if count > MAX_CLAIM_TOKENS:
+            raise ValueError(f"count={count} is more than the {MAX_CLAIM_TOKENS} positions one claim lists (a page id "
+                             "and a slot per token); claim them in parts")
         page_ids: list[int] = []
         slots: list[int] = []
         for page_id, start, taken in self._claim_runs(count):
             page_ids += [page_id] * taken
             slots += range(start, start + taken)
         return page_ids, slots
+
+    def _check_claim(self, count: int, name: str) -> None:
+        """ValueError, changing nothing, unless `count` more positions fit: the context stays within MAX_CONTEXT
+        (what int32 context lengths hold) and the pool could store the pages they open (check_room_for).
+        `name` is the caller's word for the count."""
+        if self._offset + count > MAX_CONTEXT:
+            raise ValueError(f"{name}={count} would take the context from {self._offset} past {MAX_CONTEXT} "
+                             "positions, the most int32 context_lens hold")
+        self._pool.check_room_for(self._pages_opened_by(count))
+
+    def _pages_opened_by(self, count: int) -> int:
+        """New pages that `count` more positions take: those past the tail page's free slots."""
+        page_size = self._pool.page_size
+        tail_room = page_size - self._page_lens[-1] if self._page_ids else 0
+        return -(-max(0, count - tail_room) // page_size)
 
     # -- metadata -------------------------------------------------------------
     def block_table(self, max_pages: int | None = None) -> mx.array:
@@ -253,7 +292,9 @@ class TinyKvPagedCache:
     def rewind(self, n: int) -> None:
         """Drop the newest n tokens, freeing pages that no longer hold any."""
         if not is_int(n) or not 0 <= n <= self._offset:
-            raise ValueError(f"rewind n={n!r} must be an int in [0, offset={self._offset}]")
+            raise ValueError(
+                f"rewind n={reprlib.repr(n)} must be an int in [0, offset={self._offset}]{python_int_hint(n)}"
+            )
         if n == 0:
             return
         offset = self._offset - n
@@ -290,7 +331,12 @@ class TinyKvPagedCache:
 
     def rollback(self, checkpoint: CacheCheckpoint) -> None:
         """Undo the appends since `checkpoint`: drop the pages they added and refill the old tail's length.
-        The pool is rolled back separately."""
+        The pool is rolled back separately. `checkpoint` must be a CacheCheckpoint (what `checkpoint()` returns)."""
+        if not isinstance(checkpoint, CacheCheckpoint):
+            raise ValueError(
+                f"checkpoint={reprlib.repr(checkpoint)} must be a CacheCheckpoint from checkpoint(), "
+                f"got {type_label(checkpoint)}"
+            )
         count = checkpoint.num_pages
         if len(self._page_ids) < count or self._offset < checkpoint.offset:
             raise ValueError(

@@ -346,3 +346,63 @@ def test_replace_storage_needs_storage() -> None:
     pool = TinyKvPagedPool(page_size=PAGE_SIZE)
     with pytest.raises(ValueError, match="no page storage to replace"):
         pool.replace_storage(mx.zeros((4, HEADS, PAGE_SIZE, HEAD_DIM)), mx.zeros((4, HEADS, PAGE_SIZE, HEAD_DIM)))
+
+
+BAD_TOKEN_POSITIONS = [
+    ("page id a list", [[0]], [1], r"page_id=\[0\] must be a Python int, .* got list"),
+    ("page ids None", None, [1], r"page_ids=None must be a list or tuple, got NoneType"),
+    ("slots None", [0], None, r"slots=None must be a list or tuple, got NoneType"),
+    ("slot a list", [0], [[1]], r"start=\[1\] is outside a page of size 4 \(it must be a Python int; got list\)"),
+    ("page ids a NumPy array", np.array([0]), [1],
+     r"page_ids=array\(\[0\]\) must be a list or tuple, got numpy.ndarray"),
+    ("page ids a string", "0", [1], r"page_ids='0' must be a list or tuple, got str"),
+]
+
+
+@pytest.mark.parametrize("page_ids, slots, message", [case[1:] for case in BAD_TOKEN_POSITIONS],
+                         ids=[case[0] for case in BAD_TOKEN_POSITIONS])
+def test_token_writes_need_lists_of_python_ints(
+    rng: np.random.Generator, page_ids: Any, slots: Any, message: str
+) -> None:
+    """[[0]] raised TypeError (unhashable list), None TypeError (no len()); each is a ValueError naming it."""
+    pool = _pool_of_written_pages(rng, 2)
+    keys = mx.zeros((1, HEADS, 1, HEAD_DIM))
+    before = pool_state(pool)
+    with pytest.raises(ValueError, match=message):
+        pool.write_token_rows(page_ids, slots, keys, keys)
+    with pytest.raises(ValueError, match=message):
+        pool.check_token_rows(page_ids, slots, (1, HEADS, 1, HEAD_DIM), mx.float32, mx.float32)
+    assert pool_state(pool) == before
+
+
+def test_rollback_needs_a_pool_checkpoint(rng: np.random.Generator) -> None:
+    """None raised AttributeError; a cache's checkpoint (not the pool's) too."""
+    from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
+
+    pool = _pool_of_written_pages(rng, 2)
+    before = pool_state(pool)
+    for wrong in (None, TinyKvPagedCache(pool).checkpoint(), "checkpoint"):
+        with pytest.raises(ValueError, match=r"checkpoint=.* must be a PoolCheckpoint from checkpoint\(\), got"):
+            pool.rollback(wrong)
+        assert pool_state(pool) == before
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda pool: pool.check_room_for(None),
+     r"pages=None must be an int >= 0 \(it must be a Python int; got NoneType\)"),
+    (lambda pool: pool.check_room_for(1.5), r"pages=1.5 must be an int >= 0"),
+    (lambda pool: pool.check_room_for(-1), r"pages=-1 must be an int >= 0"),
+    (lambda pool: pool.check_live_pages(None, "slot 0"), r"page_ids=None of slot 0 must be a list or tuple"),
+    (lambda pool: pool.check_live_pages([[1]], "slot 0"), r"slot 0 holds page_id=\[1\], which is not a page id"),
+    (lambda pool: pool.check_chunk_shape(None, mx.float32, mx.float32), r"key shape=None must be \[1, H_kv, S, D\]"),
+], ids=["room None", "room float", "room negative", "live pages None", "live page a list", "chunk shape None"])
+def test_the_pools_other_checks_name_a_malformed_argument(
+    rng: np.random.Generator, call: Callable[[TinyKvPagedPool], None], message: str
+) -> None:
+    """Each raised TypeError (None - int, iterating None, hashing a list, len(None)) or, for 1.5 and -1 pages,
+    passed."""
+    pool = _pool_of_written_pages(rng, 2)
+    before = pool_state(pool)
+    with pytest.raises(ValueError, match=message):
+        call(pool)
+    assert pool_state(pool) == before

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from typing import Any
 
 import mlx.core as mx
@@ -9,6 +12,7 @@ import numpy as np
 import pytest
 
 from pagecheck.impl.page_pool import TinyKvPagedPool
+from pagecheck.impl import paged_kv_cache
 from pagecheck.impl.paged_kv_cache import TinyKvPagedCache
 from pagecheck.impl.paged_metadata import PagedKvMetadata
 from pagecheck.reference.arrays import to_numpy
@@ -383,3 +387,112 @@ def test_a_checkpoint_undoes_appends_only(rng: np.random.Generator, cache: TinyK
     cache.rewind(PAGE_SIZE)  # not an append: the checkpoint cannot say what to restore
     with pytest.raises(ValueError, match="only appends may follow a checkpoint"):
         cache.rollback(checkpoint)
+
+
+def test_an_append_past_the_longest_context_is_refused_before_any_write(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, cache: TinyKvPagedCache
+) -> None:
+    """append takes claim_token_slots' context check: with the limit at 10 positions, 6 tokens after 5 are
+    refused, naming the length and the limit, before any page is written (it once wrote them all)."""
+    _fill(cache, rng, [5])
+    before = (cache_state(cache), pool_state(cache.pool))
+    monkeypatch.setattr(paged_kv_cache, "MAX_CONTEXT", 10)
+    writes = fail_on_call(cache.pool, "write_page_slice", 0, monkeypatch)  # counts, never fails
+    with pytest.raises(ValueError, match=r"key length S=6 would take the context from 5 past 10 positions"):
+        cache.update_and_fetch_paged(*random_chunk(rng, 6))
+    assert writes[0] == 0
+    assert (cache_state(cache), pool_state(cache.pool)) == before
+    cache.update_and_fetch_paged(*random_chunk(rng, 5))  # up to the limit
+
+
+def test_an_append_whose_pages_the_pool_could_not_store_is_refused_before_any_write(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, cache: TinyKvPagedCache
+) -> None:
+    """append takes claim_token_slots' room check: 20 more pages would grow storage past a memory limit set just
+    above the 4 rows it has. The growth used to fail only after the first pages of the chunk were written."""
+    _fill(cache, rng, [5])
+    before = (cache_state(cache), pool_state(cache.pool))
+    writes = fail_on_call(cache.pool, "write_page_slice", 0, monkeypatch)
+    previous = mx.set_memory_limit(cache.pool.storage_nbytes * 3)
+    try:
+        with pytest.raises(ValueError, match=r"K and V storage of 32 pages .* above MLX's memory limit"):
+            cache.update_and_fetch_paged(*random_chunk(rng, 20 * PAGE_SIZE))
+    finally:
+        mx.set_memory_limit(previous)
+    assert writes[0] == 0
+    assert (cache_state(cache), pool_state(cache.pool)) == before
+
+
+HUGE_CALLS = """
+import resource, sys
+limit = 2 * 2**30
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+import mlx.core as mx
+from pagecheck.impl import BatchingKvCache, TinyKvPagedCache, TinyKvPagedPool
+
+def outcome(name, call, cache):
+    try:
+        call()
+        print(name, "accepted")
+    except ValueError as error:
+        print(name, "ValueError", error, "| offset", cache.offset, "pages", cache.pool.num_pages)
+
+chunk = mx.zeros((1, 1, 2_000_000, 1))  # lazy: 2 million tokens, never made
+cache = TinyKvPagedCache(TinyKvPagedPool(page_size=1))
+outcome("append", lambda: cache.append(chunk, chunk), cache)
+batch = BatchingKvCache(1)
+request = TinyKvPagedCache(TinyKvPagedPool(page_size=1))
+request.append(mx.zeros((1, 1, 1, 1)), mx.zeros((1, 1, 1, 1)))
+batch.add_request(request, 0)
+outcome("batch", lambda: batch.update_and_fetch_paged(chunk, chunk), request)
+claims = TinyKvPagedCache(TinyKvPagedPool(page_size=2**20))
+outcome("claim", lambda: claims.claim_token_slots(10**9), claims)
+"""
+
+
+def test_appends_and_claims_too_large_to_build_are_refused_before_they_fill_memory() -> None:
+    """Run in a child limited to 2 GiB, so a call that builds them fails this test instead of the test run. A
+    2-million-token chunk in pages of 1 is 2 million lazy page writes (16 GB of graph): the append ended in
+    std::bad_alloc (abort). A claim of 10**9 positions listed a Python int per position (MemoryError)."""
+    done = subprocess.run([sys.executable, "-c", HUGE_CALLS], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"the child process ended with {done.returncode}: {done.stderr[-2000:]}"
+    lines = dict(line.split(" ", 1) for line in done.stdout.strip().splitlines())
+    limit = paged_kv_cache.MAX_APPEND_PAGE_WRITES
+    writes = rf"needs 2000000 page writes of page_size=1, more than the {limit} one append makes"
+    assert re.match(rf"ValueError key length S=2000000 {writes}.* \| offset 0 pages 0$", lines["append"]), lines
+    assert re.match(rf"ValueError key length S=2000000 {writes}.* \| offset 1 pages 1$", lines["batch"]), lines
+    claim = rf"count=1000000000 is more than the {paged_kv_cache.MAX_CLAIM_TOKENS} positions one claim lists"
+    assert re.match(rf"ValueError {claim}.* \| offset 0 pages 0$", lines["claim"]), lines
+
+
+def test_the_append_and_claim_limits_refuse_only_what_is_past_them(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, cache: TinyKvPagedCache
+) -> None:
+    """With the limits at 8 page writes and 16 positions: a claim of 16 goes through and one of 17 does not; an
+    append of 8 page writes (the tail page's free slot, then 7 pages) goes through and one of 9 does not."""
+    monkeypatch.setattr(paged_kv_cache, "MAX_APPEND_PAGE_WRITES", 8)
+    monkeypatch.setattr(paged_kv_cache, "MAX_CLAIM_TOKENS", 16)
+    with pytest.raises(ValueError, match=r"count=17 is more than the 16 positions one claim lists"):
+        cache.claim_token_slots(17)
+    page_ids, _ = cache.claim_token_slots(15)  # leaves one free slot in the tail page
+    assert len(page_ids) == 15 and cache.offset == 15
+    before = (cache_state(cache), pool_state(cache.pool))
+    with pytest.raises(ValueError, match=r"key length S=30 needs 9 page writes of page_size=4, more than the 8 one "
+                                         r"append makes .* append at most 28 tokens at a time"):
+        cache.update_and_fetch_paged(*random_chunk(rng, 1 + 7 * PAGE_SIZE + 1))
+    assert (cache_state(cache), pool_state(cache.pool)) == before
+    cache.update_and_fetch_paged(*random_chunk(rng, 1 + 7 * PAGE_SIZE))
+    assert cache.offset == 15 + 1 + 7 * PAGE_SIZE and cache.num_pages == 4 + 7
+
+
+@pytest.mark.parametrize("checkpoint", [None, (0, 0, 0, ()), "checkpoint"], ids=["None", "tuple", "str"])
+def test_rollback_needs_a_cache_checkpoint(
+    rng: np.random.Generator, cache: TinyKvPagedCache, checkpoint: Any
+) -> None:
+    """None raised AttributeError; a PoolCheckpoint (the pool's, not the cache's) too."""
+    _fill(cache, rng, [5])
+    before = cache_state(cache)
+    for wrong in (checkpoint, cache.pool.checkpoint()):
+        with pytest.raises(ValueError, match=r"checkpoint=.* must be a CacheCheckpoint from checkpoint\(\), got"):
+            cache.rollback(wrong)
+        assert cache_state(cache) == before
