@@ -780,6 +780,16 @@ PAGE_LIST_POOL = '''class TinyKvPagedPool:
 '''
 
 # name -> (what differs, [(text in the conformant subject, its replacement)])
+# The conformant cache's rewind loop, which the rewind variants replace.
+REWIND_LOOP = '''        left = n
+        while left:
+            drop = min(left, self.page_lens[-1])
+            self.page_lens[-1] -= drop
+            left -= drop
+            if self.page_lens[-1] == 0:
+                self.pool.free_page(self.page_ids.pop())
+                self.page_lens.pop()'''
+
 VARIANTS.update({
     # ---------------------------------------------------------------- attention capabilities
     "batch_prefill_declined_up_front": (
@@ -1063,14 +1073,7 @@ VARIANTS.update({
     "rewind_keeps_empty_tail": (
         "a rewind that ends on a page boundary keeps the emptied tail page for the next token (the course rewinds "
         "3 of 9, inside a page); tables list only the pages that hold tokens",
-        [('''        left = n
-        while left:
-            drop = min(left, self.page_lens[-1])
-            self.page_lens[-1] -= drop
-            left -= drop
-            if self.page_lens[-1] == 0:
-                self.pool.free_page(self.page_ids.pop())
-                self.page_lens.pop()''', '''        left = n
+        [(REWIND_LOOP, '''        left = n
         while left:
             if self.page_lens[-1] == 0:
                 self.pool.free_page(self.page_ids.pop())
@@ -1144,14 +1147,7 @@ VARIANTS.update({
     ),
     "rewind_frees_in_page_order": (
         "rewind collects the pages it empties and frees them oldest first",
-        [('''        left = n
-        while left:
-            drop = min(left, self.page_lens[-1])
-            self.page_lens[-1] -= drop
-            left -= drop
-            if self.page_lens[-1] == 0:
-                self.pool.free_page(self.page_ids.pop())
-                self.page_lens.pop()''', '''        left, emptied = n, []
+        [(REWIND_LOOP, '''        left, emptied = n, []
         while left:
             drop = min(left, self.page_lens[-1])
             self.page_lens[-1] -= drop
