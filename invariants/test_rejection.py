@@ -39,7 +39,7 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 
 PAGE_SIZE = 4
 CONTEXTS = (2 * PAGE_SIZE + 1, PAGE_SIZE)  # three pages and one page
-WIDTH = 4  # block-table columns: one past the widest row
+WIDTH = 3  # block-table columns: the widest row's, as the course's tables (3 at most: COURSE_MAX_PAGES)
 # The course's head dim (its chunks' 4) for every case: a rejection does not depend on it, and an implementation
 # the course accepts may take only the head dims its tests use.
 HEAD_DIM = COURSE_HEAD_DIM
@@ -97,7 +97,7 @@ REJECTIONS = [
     # The course's aliasing case repeats a page within one row; rows sharing a page is beyond it.
     Rejection("aliased_id", ("block_table",), _set_table(0, 1, lambda i: int(i["block_table"][0, 0]))),
     Rejection("aliased_across_rows", ("block_table",), _set_table(1, 0, lambda i: int(i["block_table"][0, 1]))),
-    Rejection("padding_not_minus_one", ("block_table",), _set_table(1, 3, lambda i: -2)),
+    Rejection("padding_not_minus_one", ("block_table",), _set_table(1, 1, lambda i: -2)),
     Rejection("live_id_in_padding", ("block_table",), _set_table(1, 2, _spare_page)),
     Rejection("context_shorter_than_query", ("context_lens",), _one_request_shorter_than_its_query),
     Rejection(
@@ -181,7 +181,7 @@ def test_invalid_inputs_are_rejected_unchanged(
     paged_attention: Any, case: Rejection, rng: np.random.Generator, advise: Advise
 ) -> None:
     layout = random_layout(
-        rng, context_lens=CONTEXTS, page_size=PAGE_SIZE, spare_pages=1, extra_columns=1, head_dim=HEAD_DIM
+        rng, context_lens=CONTEXTS, page_size=PAGE_SIZE, spare_pages=1, extra_columns=WIDTH - 3, head_dim=HEAD_DIM
     )
     arrays = layout.as_mx()
     inputs = {
@@ -306,12 +306,12 @@ def test_pool_and_cache_reject_bad_calls_unchanged(
         )
 
 
-# The course's geometry for invalid metadata: one request, pages of 32, context 65 (three live pages),
-# a table of four columns (the fourth is padding) and a spare fifth page.
+# The course's invalid metadata, case by case as its test sends it: one request, three pages of 32 in storage, a
+# table of three columns, context 65 (three live pages) or 1 (one live page, two of padding).
 METADATA_PAGE_SIZE = 32
-METADATA_PAGES = 5
+METADATA_PAGES = 3
 METADATA_CONTEXT = 2 * METADATA_PAGE_SIZE + 1
-METADATA_TABLE = (0, 1, 2, -1)
+METADATA_TABLE = (0, 1, 2)
 
 
 @dataclass(frozen=True)
@@ -331,7 +331,7 @@ METADATA_CASES = {
     "negative-context": MetadataCase("negative-context", (-1,), METADATA_TABLE, ("context_lens",)),
     "oversized-context": MetadataCase(
         "oversized-context", (len(METADATA_TABLE) * METADATA_PAGE_SIZE + 1,), METADATA_TABLE, ("context_lens", "block_table")
-    ),
+    ),  # 97: one token past the three pages
     "insufficient-table-width": MetadataCase(
         "insufficient-table-width", (METADATA_CONTEXT,), METADATA_TABLE[:2], ("context_lens", "block_table")
     ),
@@ -340,10 +340,8 @@ METADATA_CASES = {
         "page-id-equals-domain", (METADATA_CONTEXT,), _with_column(1, METADATA_PAGES), ("block_table",)
     ),
     "aliased-live-page": MetadataCase("aliased-live-page", (METADATA_CONTEXT,), _with_column(1, 0), ("block_table",)),
-    "invalid-padding-sentinel": MetadataCase(
-        "invalid-padding-sentinel", (METADATA_CONTEXT,), _with_column(3, -2), ("block_table",)
-    ),
-    "live-page-in-padding": MetadataCase("live-page-in-padding", (METADATA_CONTEXT,), _with_column(3, 3), ("block_table",)),
+    "invalid-padding-sentinel": MetadataCase("invalid-padding-sentinel", (1,), (0, -2, -1), ("block_table",)),
+    "live-page-in-padding": MetadataCase("live-page-in-padding", (1,), (0, 1, -1), ("block_table",)),
     "zero-page-size": MetadataCase("zero-page-size", (METADATA_CONTEXT,), METADATA_TABLE, ("page_size",), page_size=0),
 }
 
