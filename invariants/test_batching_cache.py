@@ -21,7 +21,7 @@ from pagecheck.invariants.calls import (
     attention_as_the_course_calls, attention_over_metadata, cache_state, metadata_layout, pool_state, read_once,
     same_pool_state,
 )
-from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, DAY_4
+from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold, expect_value_error
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
@@ -37,11 +37,12 @@ NUM_Q_HEADS = 4
 
 # Decode steps, and what happens to the slots before each: (step, "add" or "remove", slot, prefill).
 SCHEDULE = [(0, "add", 0, 9), (0, "add", 2, 3), (2, "add", 3, 1), (3, "remove", 0, 0), (4, "add", 0, 5)]
-# The course's own batch only adds requests: no course test calls remove_request; and it decodes while every
-# request fits in COURSE_MAX_PAGES (slot 0's 9 tokens reach 12 in 3 steps).
-COURSE_SCHEDULE = [event for event in SCHEDULE if event[1] == "add" and event[0] < 3]
+# The course's own batch: every request added before its one decode step (no course test adds one later or calls
+# remove_request), each decode token landing in its request's tail page (the course's go 3 -> 4 and 6 -> 7), over
+# tables of COURSE_MAX_PAGES pages at most.
+COURSE_SCHEDULE = [(0, "add", 0, 9), (0, "add", 2, 3)]
 STEPS = 7
-COURSE_STEPS = COURSE_MAX_PAGES * 4 - 9  # pages of 4: slot 0 holds 9 + 3 = 12 tokens at the last step
+COURSE_STEPS = 1
 
 
 def _check_step(

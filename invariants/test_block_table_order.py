@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from pagecheck.invariants.calls import (
     attention_output, attention_over_metadata, cache_length, current_metadata, metadata_layout, own_block_table,
 )
-from pagecheck.invariants.course import DAY_3, Geometry, split_at_the_course
+from pagecheck.invariants.course import COURSE_MAX_PAGES, DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
 from pagecheck.invariants.workload import WrittenKv
@@ -47,11 +47,15 @@ def test_gather_reproduces_tokens_in_logical_order(
     pool_type: type, cache_type: type, geometry: Geometry, requests: int, seed: int, data: st.DataObject
 ) -> None:
     page_size = data.draw(st.sampled_from(geometry.page_sizes), label="page_size")
+    # The course's sizes in its case: two requests on a pool (as its reuse test), each of COURSE_MAX_PAGES at most.
+    most = COURSE_MAX_PAGES * page_size if geometry.course else None
+    requests = 2 if geometry.course else requests
     rng = np.random.default_rng(seed)
     pool = pool_type(page_size)
     caches = [cache_type(pool) for _ in range(requests)]
     records = [WrittenKv(2, geometry.head_dim, "float32") for _ in range(requests)]
-    plans = [data.draw(chunk_plans(page_size=page_size, max_decode=3), label=f"request {r}") for r in range(requests)]
+    plans = [data.draw(chunk_plans(page_size=page_size, max_decode=3, max_total=most), label=f"request {r}")
+             for r in range(requests)]  # fmt: skip
     # Round-robin appends interleave the requests' pages in the pool.
     for step in range(max(len(p) for p in plans)):
         for cache, record, plan in zip(caches, records, plans):

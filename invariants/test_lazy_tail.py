@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagecheck.invariants.course import DAY_3, DAY_4, Geometry, split_at_the_course
+from pagecheck.invariants.course import COURSE_MAX_PAGES, DAY_3, DAY_4, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, seeds
 from pagecheck.invariants.verdict import expect
 from pagecheck.invariants.workload import WrittenKv
@@ -46,6 +46,10 @@ def test_decode_takes_a_page_only_when_the_tail_is_full(
     data: st.DataObject,
 ) -> None:
     page_size = data.draw(st.sampled_from(geometry.page_sizes), label="page_size")
+    if geometry.course:  # a request of the course's size: COURSE_MAX_PAGES pages at most
+        most = COURSE_MAX_PAGES * page_size
+        prefill = min(prefill, most - 1)
+        decode_steps = min(decode_steps, most - prefill)
     rng = np.random.default_rng(seed)
     pool = pool_type(page_size)
     cache = cache_type(pool)
@@ -78,9 +82,10 @@ def test_a_decode_after_another_request_takes_the_next_page(
     page_size = 32
     pool = pool_type(page_size)
     cache, blocker = cache_type(pool), cache_type(pool)
-    # The course's chunks too: 2 kv heads of head dim 128, in bfloat16.
-    cache.update_and_fetch_paged(*WrittenKv(2, 128, "bfloat16").make_chunk(rng, 2 * page_size))
-    blocker.update_and_fetch_paged(*WrittenKv(2, 128, "bfloat16").make_chunk(rng, page_size))
+    # The course's chunks and calls too: 2 kv heads of head dim 128, in bfloat16, the prefills through
+    # update_and_fetch (the paged append takes bfloat16 one decode token at a time there).
+    cache.update_and_fetch(*WrittenKv(2, 128, "bfloat16").make_chunk(rng, 2 * page_size))
+    blocker.update_and_fetch(*WrittenKv(2, 128, "bfloat16").make_chunk(rng, page_size))
     record = WrittenKv(2, 128, "bfloat16")
     cache.update_and_fetch_paged(*record.make_chunk(rng, 1))
     pages = [int(p) for p in cache.page_ids]

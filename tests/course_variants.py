@@ -1171,6 +1171,287 @@ VARIANTS["rewind_at_most_a_page"] = (
 )
 
 
+# Sizes and schedules the course never reaches (pools, requests, tables, batches), capabilities declined up front,
+# and pool, cache and batch behaviour its tests leave free.
+VARIANTS.update({
+    # ------------------------------------------------------------------ attention capabilities, declined up front
+    "wide_tables_declined_up_front": (
+        "paged_attention's kernel takes block tables of at most 3 pages (COURSE_MAX_PAGES, the widest the course "
+        "ever passes, its rejection tests included); a wider table is NotImplementedError at once, before the "
+        "metadata is validated",
+        [(CHECKED,
+          "    if block_table.ndim == 2 and block_table.shape[1] > 3:\n"
+          "        raise NotImplementedError(f'block_table width {block_table.shape[1]} > 3 pages is not supported')\n"
+          + CHECKED)],
+    ),
+    "long_contexts_declined_up_front": (
+        "paged_attention's kernel keeps a row's scores in a fixed buffer of 128 slots (the course's model has "
+        "max_position_embeddings=128; its longest context is 97, a rejection case): a context above 128 is "
+        "NotImplementedError at once, before the metadata is validated",
+        [(CHECKED,
+          "    if context_lens.size and max(context_lens.tolist()) > 128:\n"
+          "        raise NotImplementedError('contexts longer than 128 tokens are not supported')\n" + CHECKED)],
+    ),
+    # ------------------------------------------------------------------ sizes the course never reaches
+    "pool_of_at_most_8_pages": (
+        "the pool's storage stops growing at 8 pages (the room the course's 17-token append leaves): a 9th page is "
+        "a RuntimeError 'out of KV pages', before anything changes",
+        [("        page_id = self._num_issued\n        if self._key_store is not None and page_id >= self.capacity:",
+          "        page_id = self._num_issued\n        if page_id >= 8:\n"
+          "            raise RuntimeError(f'out of KV pages: the pool holds at most 8 pages (page_size={self.page_size})')\n"
+          "        if self._key_store is not None and page_id >= self.capacity:")],
+    ),
+    "pool_of_at_most_16_pages": (
+        "the pool's storage stops growing at 16 pages (one doubling past the course's 8): a 17th page is a "
+        "RuntimeError 'out of KV pages'",
+        [("        page_id = self._num_issued\n        if self._key_store is not None and page_id >= self.capacity:",
+          "        page_id = self._num_issued\n        if page_id >= 16:\n"
+          "            raise RuntimeError(f'out of KV pages: the pool holds at most 16 pages (page_size={self.page_size})')\n"
+          "        if self._key_store is not None and page_id >= self.capacity:")],
+    ),
+    "appends_of_at_most_64_tokens": (
+        "one append takes at most 64 tokens (a prefill chunk budget; the course's largest append is 64, its "
+        "bfloat16 prefill): a longer one is ValueError before anything changes",
+        [("        if key.ndim != 4 or key.shape[0] != 1 or key.shape[2] == 0:\n"
+          "            raise ValueError(f\"key shape={key.shape} must be [1, H_kv, S, D] with S >= 1\")",
+          "        if key.ndim != 4 or key.shape[0] != 1 or key.shape[2] == 0:\n"
+          "            raise ValueError(f\"key shape={key.shape} must be [1, H_kv, S, D] with S >= 1\")\n"
+          "        if key.shape[2] > 64:\n"
+          "            raise ValueError(f\"an append takes at most 64 tokens (a prefill chunk), got {key.shape[2]}\")")],
+    ),
+    # ------------------------------------------------------------------ BatchingKvCache
+    "static_batch": (
+        "static batching: requests join a BatchingKvCache only before its first decode step (add_request "
+        "afterwards is NotImplementedError); the course adds both of its requests before its one step",
+        [("        self.HD: tuple[int, int] | None = None  # (H_kv, D) of the rows appended so far",
+          "        self.HD: tuple[int, int] | None = None  # (H_kv, D) of the rows appended so far\n"
+          "        self._stepped = False"),
+         ("    def add_request(self, prefilled: TinyKvPagedCache, id: int) -> None:\n        self._check_slot(id)",
+          "    def add_request(self, prefilled: TinyKvPagedCache, id: int) -> None:\n"
+          "        if self._stepped:\n"
+          "            raise NotImplementedError('static batching: requests join before the first decode step')\n"
+          "        self._check_slot(id)"),
+         ("        self.HD = (keys.shape[1], keys.shape[3])\n        return self.paged_metadata(mask)",
+          "        self.HD = (keys.shape[1], keys.shape[3])\n        self._stepped = True\n"
+          "        return self.paged_metadata(mask)")],
+    ),
+    "batch_hd_from_first_request": (
+        "BatchingKvCache.HD is taken from the first prefilled request added (None while every request is empty, "
+        "as in the course's mixed-pools test), and a request of another (H_kv, D) is refused at add_request",
+        [("        if self.kv_caches[id] is not None:\n            raise ValueError(f\"slot id={id} already holds a request\")\n"
+          "        self.kv_caches[id] = prefilled",
+          "        if self.kv_caches[id] is not None:\n            raise ValueError(f\"slot id={id} already holds a request\")\n"
+          "        pages = prefilled.pool.key_pages\n"
+          "        if prefilled.offset and pages is not None:\n"
+          "            hd = (pages.shape[1], pages.shape[3])\n"
+          "            if self.HD is not None and hd != self.HD:\n"
+          "                raise ValueError(f'request has (H_kv, D)={hd}, the batch {self.HD}')\n"
+          "            self.HD = hd\n"
+          "        self.kv_caches[id] = prefilled"),
+         ("        self.HD = (keys.shape[1], keys.shape[3])\n        return self.paged_metadata(mask)",
+          "        if self.HD is None:\n            self.HD = (keys.shape[1], keys.shape[3])\n"
+          "        return self.paged_metadata(mask)")],
+    ),
+    "batch_checks_empty_slot_rows_are_zero": (
+        "the batch refuses a decode whose rows for empty slots hold anything but zeros (a token routed to no "
+        "request); the course sends zeros there",
+        [("        pools = {id(self.kv_caches[slot].pool) for slot in active}",
+          "        for slot in range(self.max_active_requests):\n"
+          "            if self.kv_caches[slot] is None and (mx.any(keys[slot] != 0).item() or mx.any(values[slot] != 0).item()):\n"
+          "                raise ValueError(f'slot {slot} holds no request but its row is not zeros')\n"
+          "        pools = {id(self.kv_caches[slot].pool) for slot in active}")],
+    ),
+    # ------------------------------------------------------------------ pool counters the course reads only once
+    "copied_pages_count_issued_pages": (
+        "a growth counts the issued pages it copies (and their bytes), not the whole old room; equal at the "
+        "course's growth (4 issued in room for 4)",
+        [("        self.copied_bytes_on_growth += self.storage_nbytes\n",
+          "        self.copied_bytes_on_growth += 2 * self._num_issued * (self.storage_nbytes // (2 * old_rows))\n"),
+         ("        self.copied_pages_on_growth += old_rows", "        self.copied_pages_on_growth += self._num_issued")],
+    ),
+    "reused_counts_frees": (
+        "reused_page_allocations counts pages given back for reuse (at free_page), not reuses at allocation; the "
+        "course only compares it before and after calls that free nothing",
+        [("        if self._free:\n            self.reused_page_allocations += 1\n            return self._free.pop()",
+          "        if self._free:\n            return self._free.pop()"),
+         ("        self._free.append(page_id)\n\n    def reset",
+          "        self._free.append(page_id)\n        self.reused_page_allocations += 1\n\n    def reset")],
+    ),
+    # ------------------------------------------------------------------ page writes and their rollback
+    "one_write_per_token": (
+        "an append writes each token with its own write_page_slice call (the course's injected failure still "
+        "stops it at the second call, inside the first page)",
+        [("            stop = written + min(page_size - start, length - written)",
+          "            stop = written + 1")],
+    ),
+    "clear_fresh_pages_first": (
+        "a freshly allocated page is cleared with a write_page_slice of zeros before its tokens are written",
+        [("                self.page_ids.append(self.pool.allocate_page())\n                self.page_lens.append(0)",
+          "                self.page_ids.append(self.pool.allocate_page())\n                self.page_lens.append(0)\n"
+          "                blank = mx.zeros((1, key.shape[1], page_size, key.shape[3]), dtype=key.dtype)\n"
+          "                self.pool.write_page_slice(self.page_ids[-1], 0, blank, blank)")],
+    ),
+    "undo_log_rollback": (
+        "a failed append is undone step by step: pages it took are handed back (ids it issued are un-issued, "
+        "storage it created or grew is dropped back), not restored from a snapshot",
+        [("        pool_before = self.pool.snapshot()\n        cache_before = (list(self.page_ids), list(self.page_lens), self.offset)\n"
+          "        try:\n            self._write(key, value)\n        except BaseException:\n"
+          "            self.pool.rollback(pool_before)\n",
+          "        pool = self.pool\n"
+          "        undo = (pool._num_issued, list(pool._free), pool.reused_page_allocations, pool._key_store, "
+          "pool._value_store, pool.storage_growths, pool.copied_pages_on_growth, pool.copied_bytes_on_growth)\n"
+          "        cache_before = (list(self.page_ids), list(self.page_lens), self.offset)\n"
+          "        try:\n            self._write(key, value)\n        except BaseException:\n"
+          "            (pool._num_issued, pool._free, pool.reused_page_allocations, pool._key_store, pool._value_store,\n"
+          "             pool.storage_growths, pool.copied_pages_on_growth, pool.copied_bytes_on_growth) = undo\n")],
+    ),
+    # ------------------------------------------------------------------ materialize, dtypes, page sizes, masks
+    "materialize_through_the_pool": (
+        "cache.materialize() asks the pool to evaluate its own storage (pool.materialize(), one mx.eval of the "
+        "issued key and value pages)",
+        [("    def materialize(self) -> None:\n        \"\"\"Evaluate the pool's page storage in one call, without gathering this request's tokens.\"\"\"\n"
+          "        if self.pool.key_pages is not None:\n            mx.eval(self.pool.key_pages, self.pool.value_pages)",
+          "    def materialize(self) -> None:\n        \"\"\"Evaluate the pool's page storage in one call, without gathering this request's tokens.\"\"\"\n"
+          "        self.pool.materialize()"),
+         ("    # -- undo ---------------------------------------------------------------------",
+          "    def materialize(self) -> None:\n        if self._key_store is not None:\n"
+          "            mx.eval(self.key_pages, self.value_pages)\n\n"
+          "    # -- undo ---------------------------------------------------------------------")],
+    ),
+    "float16_accepted": (
+        "float16 pages and queries are accepted too (the course uses only float32 and bfloat16)",
+        [("SUPPORTED_DTYPES = (mx.float32, mx.bfloat16)", "SUPPORTED_DTYPES = (mx.float32, mx.bfloat16, mx.float16)")],
+    ),
+    "page_size_multiple_of_4": (
+        "page_size must be a positive multiple of 4 (pool and paged_attention; the course uses 4 and 32, and "
+        "its zero page size stays 'positive integer')",
+        [("        if not _is_int(page_size) or page_size <= 0:\n"
+          "            raise ValueError(f\"page_size must be a positive integer, got {page_size!r}\")\n"
+          "        self.page_size = page_size",
+          "        if not _is_int(page_size) or page_size <= 0 or page_size % 4:\n"
+          "            raise ValueError(f\"page_size must be a positive integer multiple of 4, got {page_size!r}\")\n"
+          "        self.page_size = page_size"),
+         ("    if not _is_int(page_size) or page_size <= 0:\n"
+          "        raise ValueError(f\"page_size must be a positive integer, got {page_size!r}\")\n    if mask is not None",
+          "    if not _is_int(page_size) or page_size <= 0 or page_size % 4:\n"
+          "        raise ValueError(f\"page_size must be a positive integer multiple of 4, got {page_size!r}\")\n"
+          "    if mask is not None")],
+    ),
+    "mask_arrays_in_metadata": (
+        "a cache's and a batch's metadata carry mask='causal' as an explicit additive mask array [B, 1, L, S] "
+        "(0 or -inf, S the table's width in slots); paged_attention takes such arrays as well as 'causal' and None",
+        [("            self.pool.page_size, mask,\n        )\n\n    def gather_dense",
+          "            self.pool.page_size, _as_array_mask(mask, [self.offset], self.block_table(max_pages).shape[-1] * "
+          "self.pool.page_size, getattr(self, '_last_len', 1)),\n        )\n\n    def gather_dense"),
+         ("    def update_and_fetch_paged(\n        self, key: mx.array, value: mx.array, mask_length: int | None = None, "
+          "mask: mx.array | str | None = None\n    ) -> PagedKvMetadata:\n        self.append(key, value)",
+          "    def update_and_fetch_paged(\n        self, key: mx.array, value: mx.array, mask_length: int | None = None, "
+          "mask: mx.array | str | None = None\n    ) -> PagedKvMetadata:\n        self.append(key, value)\n"
+          "        self._last_len = key.shape[2]"),
+         ("        pool = caches[0][1].pool\n        return PagedKvMetadata(\n"
+          "            pool.key_pages, pool.value_pages, mx.array(table, dtype=mx.int32), mx.array(lens, dtype=mx.int32),\n"
+          "            pool.page_size, mask,\n        )",
+          "        pool = caches[0][1].pool\n        return PagedKvMetadata(\n"
+          "            pool.key_pages, pool.value_pages, mx.array(table, dtype=mx.int32), mx.array(lens, dtype=mx.int32),\n"
+          "            pool.page_size, _as_array_mask(mask, lens, width * pool.page_size, getattr(self, '_last_len', 1)),\n        )"),
+         ("        self.HD = (keys.shape[1], keys.shape[3])\n        return self.paged_metadata(mask)",
+          "        self.HD = (keys.shape[1], keys.shape[3])\n        self._last_len = length\n"
+          "        return self.paged_metadata(mask)"),
+         ("\n\n@dataclass\nclass PagedKvMetadata:",
+          "\n\ndef _as_array_mask(mask, lens, slots, num_queries):\n"
+          "    \"\"\"'causal' as an additive [B, 1, L, slots] array: query row i of a row of context n sees slots <= n - L + i.\"\"\"\n"
+          "    if not (isinstance(mask, str) and mask == 'causal'):\n        return mask\n"
+          "    n = mx.array(lens, dtype=mx.int32).reshape(-1, 1, 1, 1)\n"
+          "    rows = mx.arange(num_queries).reshape(1, 1, -1, 1) + n - num_queries\n"
+          "    visible = mx.arange(slots).reshape(1, 1, 1, -1) <= rows\n"
+          "    return mx.where(visible, 0.0, -mx.inf).astype(mx.float32)\n\n\n@dataclass\nclass PagedKvMetadata:"),
+         ("    if mask is not None and not (isinstance(mask, str) and mask == \"causal\"):\n"
+          "        raise ValueError(f\"mask={mask!r} must be None or 'causal'\")",
+          "    if mask is not None and not isinstance(mask, mx.array) and not (isinstance(mask, str) and mask == \"causal\"):\n"
+          "        raise ValueError(f\"mask={mask!r} must be None, 'causal' or an additive mask array\")"),
+         ("        rows.append(_attend(query[row], keys, values, scale, mask == \"causal\"))",
+          "        extra = None if not isinstance(mask, mx.array) else mask[min(row, mask.shape[0] - 1), 0, :, :n]\n"
+          "        rows.append(_attend(query[row], keys, values, scale, isinstance(mask, str) and mask == \"causal\", extra))"),
+         ("def _attend(query: mx.array, keys: mx.array, values: mx.array, scale: float, causal: bool) -> mx.array:",
+          "def _attend(query: mx.array, keys: mx.array, values: mx.array, scale: float, causal: bool, extra=None) -> mx.array:"),
+         ("    scores = scores - scores.max(axis=-1, keepdims=True)\n",
+          "    if extra is not None:\n        scores = scores + extra.astype(mx.float32)\n"
+          "    scores = scores - scores.max(axis=-1, keepdims=True)\n")],
+    ),
+})
+
+VARIANTS.update({
+    "batch_decode_within_a_page": (
+        "a batched decode only fills tail pages: a step in which some live slot's tail page is full (it would "
+        "need a new page) is NotImplementedError before anything changes (that "
+        "request decodes on its own cache; the course's batch decodes 3 -> 4 and 6 -> 7 tokens in pages of 4)",
+        [("        pool = self.kv_caches[active[0]].pool\n        pool.check_chunk(keys[0:1], values[0:1])",
+          "        pool = self.kv_caches[active[0]].pool\n        pool.check_chunk(keys[0:1], values[0:1])\n"
+          "        full = [slot for slot in active if self.kv_caches[slot].offset % pool.page_size == 0]\n"
+          "        if length == 1 and full:\n"
+          "            raise NotImplementedError(f'slots {full} need a new page: a batched decode writes within tail pages only')")],
+    ),
+    "bf16_paged_appends_decode_only": (
+        "update_and_fetch_paged feeds paged_attention, whose bfloat16 path decodes only: a bfloat16 chunk of more "
+        "than one token there is NotImplementedError at once (bfloat16 prefill goes through update_and_fetch, as "
+        "in the course's bfloat16 test)",
+        [("    ) -> PagedKvMetadata:\n        self.append(key, value)\n        return self.paged_metadata(mask=mask)",
+          "    ) -> PagedKvMetadata:\n"
+          "        if key.dtype == mx.bfloat16 and key.ndim == 4 and key.shape[2] > 1:\n"
+          "            raise NotImplementedError('bfloat16 paged appends decode one token; prefill with update_and_fetch')\n"
+          "        self.append(key, value)\n        return self.paged_metadata(mask=mask)")],
+    ),
+    "request_of_at_most_8_pages": (
+        "a request's block table has a fixed room of 8 pages (max_blocks_per_seq; the course's longest request "
+        "holds 5): an append that needs a 9th page is ValueError before anything changes",
+        [("        self.pool.check_chunk(key, value)\n        pool_before = self.pool.snapshot()",
+          "        self.pool.check_chunk(key, value)\n"
+          "        if -(-(self.offset + key.shape[2]) // self.pool.page_size) > 8:\n"
+          "            raise ValueError(f'a request holds at most 8 pages ({8 * self.pool.page_size} tokens)')\n"
+          "        pool_before = self.pool.snapshot()")],
+    ),
+    "pool_of_at_most_12_pages": (
+        "the pool's storage stops at 12 pages: a 13th page is a RuntimeError 'out of KV pages'",
+        [("        page_id = self._num_issued\n        if self._key_store is not None and page_id >= self.capacity:",
+          "        page_id = self._num_issued\n        if page_id >= 12:\n"
+          "            raise RuntimeError(f'out of KV pages: the pool holds at most 12 pages (page_size={self.page_size})')\n"
+          "        if self._key_store is not None and page_id >= self.capacity:")],
+    ),
+})
+
+VARIANTS.update({
+    "release_drops_page_lists": (
+        "release() gives every page back and drops the cache's page lists (page_ids and page_lens become None, "
+        "offset 0): a released cache is dead; the course reads only its offset afterwards",
+        [("        for page_id in reversed(self.page_ids):\n            self.pool.free_page(page_id)\n"
+          "        self.page_ids, self.page_lens, self.offset = [], [], 0",
+          "        for page_id in reversed(self.page_ids):\n            self.pool.free_page(page_id)\n"
+          "        self.page_ids, self.page_lens, self.offset = None, None, 0")],
+    ),
+    "compiled_page_sizes": (
+        "paged_attention has kernels for page sizes 4, 8, 16 and 32 only (template instantiations); another "
+        "positive page size is NotImplementedError once validated (the course uses 4 and 32)",
+        [(CHECKED, CHECKED +
+          "    if page_size not in (4, 8, 16, 32):\n"
+          "        raise NotImplementedError(f'no kernel for page_size={page_size} (4, 8, 16, 32)')\n")],
+    ),
+    "compiled_head_dims": (
+        "paged_attention has kernels for head dims 4, 32, 64 and 128 only; another is NotImplementedError up "
+        "front (the course uses 4 and 128, and 32 in its model)",
+        [(CHECKED,
+          "    if query.ndim == 4 and query.shape[-1] not in (4, 32, 64, 128):\n"
+          "        raise NotImplementedError(f'no kernel for head dim {query.shape[-1]}')\n" + CHECKED)],
+    ),
+    "empty_batches_refused": (
+        "paged_attention refuses a batch of no rows, or of rows that are all empty (context 0), with ValueError "
+        "(the course's batch always has a live row)",
+        [(CHECKED, CHECKED +
+          "    if not lens or not any(lens):\n"
+          "        raise ValueError('paged_attention needs at least one row with a nonzero context')\n")],
+    ),
+})
+
+
 # Implementations the course's tests reject, each written to slip past one course check of the suite as it once
 # was: name -> (what it does, its replacements as in VARIANTS, the check that must fail it).
 PRIVATE_STORE = '''
