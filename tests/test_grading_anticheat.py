@@ -103,6 +103,20 @@ def test_a_file_nested_past_the_parser_is_flagged_unscanned_not_a_crash(nested: 
     assert "nested too deep" in findings[0].detail
 
 
+@pytest.mark.parametrize("words, kinds_found", [("", []), ("mx.fast.scaled_dot_product_attention", ["sdpa_call"])],
+                         ids=["plain", "names-sdpa"])
+def test_a_file_over_the_scan_limit_is_unscanned_and_read_as_text(words: str, kinds_found: list[str]) -> None:
+    """A 6 MiB file took the grader's own process to 3.1 GB building its tree (staging allows 64 MiB); past the
+    limit no tree is built, and the course's source check reads the whole text."""
+    from pagecheck.grading.anticheat import SCAN_LIMIT_BYTES
+
+    padding = "x = 1\n" * (SCAN_LIMIT_BYTES // 6 + 1)
+    source = f"{SIGNATURE}\n    return {words or 'query'}\n{padding}"
+    findings = scan_source(source, "big.py")
+    assert [f.kind for f in findings] == ["unscanned", *kinds_found]
+    assert "over the 1,048,576 whose syntax tree the grader builds" in findings[0].detail
+
+
 def test_a_chain_of_attributes_past_the_recursion_limit_is_read() -> None:
     chain = "query" + ".T" * 2500
     assert kinds(f"import mlx.core as mx\n{SIGNATURE}\n    {chain}\n"

@@ -232,3 +232,16 @@ def test_no_two_listings_share_a_digest_by_moving_bytes_between_files(tmp_path: 
             (folder / name).write_bytes(data)
     digests = {content_digest(Submission(name="sub", path=path, kind=find_kind(path))) for path in (one, two)}
     assert len(digests) == 2
+
+
+@pytest.mark.parametrize("file_name, name", [("-bob.py", "bob"), ("--x-.py", "x"), ("_a.b-.py", "a.b")])
+def test_a_submission_name_starts_and_ends_with_a_letter_or_digit(tmp_path: Path, file_name: str, name: str) -> None:
+    """`-bob.py` was graded as "-bob", whose result broke grade.schema.json: no scoreboard for the whole class."""
+    from pagecheck.grading.submission import submission_name
+    from pagecheck.reports.schema_check import schema_errors
+    from tests.grading_results import result_document
+
+    path = tmp_path / file_name
+    path.write_text("x = 1\n")
+    assert submission_name(path) == name
+    assert schema_errors("grade", result_document(name, {"context_len": ["pass"]})) == []

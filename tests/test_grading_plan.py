@@ -81,3 +81,32 @@ def test_a_saved_secret_is_read_back_and_a_new_one_saved(tmp_path: Path) -> None
     first = resolve_secret(None, tmp_path)
     assert len(first) >= MIN_SECRET_LENGTH and resolve_secret(None, tmp_path) == first
     assert (tmp_path / SECRET_FILE).stat().st_mode & 0o077 == 0
+
+
+def test_a_result_records_the_digest_of_the_files_it_graded(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A file swapped between the run's digest and its staging (a synced folder) was graded as the new file but
+    recorded under the old file's digest: restored, the old file reused the new file's points."""
+    import json
+
+    from pagecheck.cli import main
+    from pagecheck.grading import grade_one
+    from pagecheck.grading.submission import Submission, content_digest
+
+    submission = tmp_path / "student.py"
+    submission.write_text("BROKEN = True\n")
+    stage = grade_one.stage_copy
+
+    def swapped_then_staged(graded: Submission, staged: Path, *args, **kwargs) -> Path:
+        graded.path.write_text("SWAPPED_IN = True\n")
+        return stage(graded, staged, *args, **kwargs)
+
+    monkeypatch.setattr(grade_one, "stage_copy", swapped_then_staged)
+    out = tmp_path / "out"
+    assert main(["grade", str(submission), "--out", str(out), "--seed", "s" * 32, "--invariants", "context_len"]) == 0
+    recorded = json.loads((out / "results" / "student.json").read_text())["digest"]
+    assert recorded == content_digest(Submission(name="student", path=submission, kind="file"))  # the swapped-in file
+    monkeypatch.setattr(grade_one, "stage_copy", stage)
+    submission.write_text("BROKEN = True\n")
+    capsys.readouterr()
+    assert main(["grade", str(submission), "--out", str(out), "--seed", "s" * 32, "--invariants", "context_len"]) == 0
+    assert "graded 1, reused 0" in capsys.readouterr().err

@@ -895,3 +895,37 @@ def test_sdpa_at_import_raises_but_only_a_call_after_it_is_reported(tmp_path: Pa
         with pytest.raises(Exception, match="not allowed in graded code"):
             probe(subject, "call")
         assert [e["kind"] for e in session.events if e["kind"] == "sdpa_trap"] == ["sdpa_trap"]
+
+
+LOCKS = """
+import errno, fcntl, os, struct
+
+
+def paged_attention():
+    found = []
+    with open(os.__file__, "rb") as library:  # a file every worker can read
+        shared = fcntl.LOCK_SH | fcntl.LOCK_NB
+        query = struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 0, 0)
+        for lock in (lambda: fcntl.flock(library, shared), lambda: fcntl.lockf(library, shared),
+                     lambda: fcntl.fcntl(library, fcntl.F_GETLK, query), lambda: fcntl.fcntl(library, 37, query)):
+            try:
+                lock()
+                found.append("taken")
+            except OSError as exc:
+                found.append(errno.errorcode.get(exc.errno, str(exc.errno)))
+    return found
+"""
+
+
+def test_the_worker_takes_no_file_lock(tmp_path: Path) -> None:
+    """A lock on a file every worker reads is seen by every other worker: its position carried the hidden pass's
+    inputs to the public pass's feedback, and one submission's source to another's worker (red team, 80/80 for a
+    submission with no code). Every lock call is ENOLCK."""
+    from pagecheck.grading import seccomp
+
+    if os.uname().machine not in seccomp.ARCHES:
+        pytest.skip("no seccomp filter on this machine")
+    with sandboxed(tmp_path, "locks.py", LOCKS) as (subject, session):
+        session.begin_check("locks")
+        assert subject.get("paged_attention")() == ["ENOLCK"] * 4
+        assert "no file locks" in session.protections.get("new_processes", "")

@@ -259,17 +259,22 @@ def test_a_path_the_output_encoding_cannot_hold_is_escaped_not_an_error(tmp_path
     assert "\\xfc/tolerance.md" in out and (tmp_path / "\u00fc" / "tolerance.json").is_file()
 
 
+@pytest.mark.parametrize("launch", ["console", "python-m"])
 @pytest.mark.parametrize("args", [["grade", "nothing.py"], ["report", "--help"]], ids=["grade", "report"])
-def test_a_folder_named_mlx_where_pagecheck_starts_is_never_imported(tmp_path: Path, args: list[str]) -> None:
+def test_a_folder_named_mlx_where_pagecheck_starts_is_never_imported(tmp_path: Path, args: list[str],
+                                                                    launch: str) -> None:  # fmt: skip
     """MLX is a namespace package: a regular package named mlx anywhere on sys.path wins over it, the current
     folder's last place included. Started among the submissions, the grader imported a student's folder named mlx
-    into itself (80/80 for a subject that failed every call); any command broke in a folder holding one."""
+    into itself (80/80 for a subject that failed every call); any command broke in a folder holding one. Under
+    `python -m`, a secrets.py there ran in the watcher (it imports secrets) before any of pagecheck's code."""
     script = Path(sys.executable).parent / "pagecheck"
-    if not script.exists():
+    if launch == "console" and not script.exists():
         pytest.skip("no console script beside this interpreter")
     marker = tmp_path / "imported"
     (tmp_path / "mlx").mkdir()
     (tmp_path / "mlx" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise ImportError('not MLX')\n")
-    done = subprocess.run([str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    (tmp_path / "secrets.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    command = [str(script)] if launch == "console" else [sys.executable, "-m", "pagecheck.cli"]
+    done = subprocess.run([*command, *args], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == (ExitCode.USAGE if args[0] == "grade" else 0), done.stderr[-2000:]
     assert not marker.exists()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,9 @@ from pagecheck.grading.verdicts import Verdict
 from pagecheck.grading.wire import clean_text
 from pagecheck.grading.worker_process import WorkerSettings
 
-PARALLEL_PASSES = 2  # the public and the hidden pass run side by side
+# The public and the hidden pass run side by side; on the GPU one after the other, since a GPU worker keeps file
+# locks (seccomp.py), through which two workers running at once could tell each other what they saw.
+PARALLEL_PASSES = {"cpu": 2, "gpu": 1}
 # A check's outcome over both passes is the most serious of its outcomes.
 SEVERITY = ("fail", "error", "skip", "pass")
 
@@ -153,6 +156,9 @@ def grade_submission(
     work.mkdir(parents=True)
     staged = work / "staged"
     root = stage_copy(submission, staged)
+    # The digest of what was copied, which is what is graded: files changed after the run's digest was taken (a
+    # synced folder, say) are recorded as what they were here, so a rerun over other files grades again.
+    digest = content_digest(replace(submission, path=root))
     env = child_environment(work, code_roots())
     hide = [str(out)]  # the worker never sees results, feedback, logs or other submissions
 
@@ -176,7 +182,8 @@ def grade_submission(
 
     # Both passes at once, each with its own trusted child and worker; the hidden pass counts only when the
     # public one finished, as if it had run after it.
-    with ThreadPoolExecutor(max_workers=PARALLEL_PASSES, thread_name_prefix=f"pass-{submission.name[:20]}") as pool:
+    with ThreadPoolExecutor(max_workers=PARALLEL_PASSES[plan.device],
+                            thread_name_prefix=f"pass-{submission.name[:20]}") as pool:  # fmt: skip
         outcomes = list(pool.map(run_pass, pass_seeds(plan.secret, submission.name)))
     passes = outcomes[:1] if outcomes[0].verdict.verdict != "ok" else outcomes
 

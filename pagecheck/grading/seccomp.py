@@ -7,8 +7,12 @@ memory limit, which is per process. So before the subject loads the worker
 installs, on all its threads (TSYNC), a filter that answers EPERM to execve,
 execveat, fork, vfork and any clone without CLONE_THREAD, ENOSYS to clone3
 (whose flags a filter cannot read; glibc then falls back to clone for
-threads), and EPERM to every system call of another ABI (x32, i386). Once
-installed it cannot be lifted. Linux on x86_64 and aarch64 only; elsewhere
+threads), and EPERM to every system call of another ABI (x32, i386). It
+also answers ENOLCK to file locks (flock, and fcntl's F_GETLK/F_SETLK/F_SETLKW
+and their F_OFD_ forms): a lock on a file every worker can read (a library)
+is seen by every other worker, the other pass's and other submissions', so
+lock positions would carry what one worker saw (the hidden inputs) to
+another. Once installed it cannot be lifted. Linux on x86_64 and aarch64 only; elsewhere
 `refuse_new_processes` says why it is off. The worker receives this module's
 source over the pipe, so it imports only the standard library.
 """
@@ -23,18 +27,20 @@ SECCOMP_SET_MODE_FILTER = 1
 SECCOMP_FILTER_FLAG_TSYNC = 1
 RET_ALLOW = 0x7FFF0000
 RET_ERRNO = 0x00050000
-EPERM, ENOSYS = 1, 38
+EPERM, ENOLCK, ENOSYS = 1, 37, 38
 CLONE_THREAD = 0x00010000
 X32_BIT = 0x40000000
 NEVER = 0xFFFFFFFF  # a system call number no architecture uses: the test of a call that does not exist there
 # BPF opcodes: load a word of seccomp_data, compare (equal, at least, any bit set), return
 LD_ABS, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
-NR_OFFSET, ARCH_OFFSET, ARG0_OFFSET = 0, 4, 16  # in struct seccomp_data (args[0]'s low word, little-endian)
-# machine -> (AUDIT_ARCH, seccomp, execve, execveat, fork, vfork, clone, clone3)
+NR_OFFSET, ARCH_OFFSET, ARG0_OFFSET, ARG1_OFFSET = 0, 4, 16, 24  # in struct seccomp_data (low words, little-endian)
+# machine -> (AUDIT_ARCH, seccomp, execve, execveat, fork, vfork, clone, clone3, fcntl, flock)
 ARCHES = {
-    "x86_64": (0xC000003E, 317, 59, 322, 57, 58, 56, 435),
-    "aarch64": (0xC00000B7, 277, 221, 281, NEVER, NEVER, 220, 435),
+    "x86_64": (0xC000003E, 317, 59, 322, 57, 58, 56, 435, 72, 73),
+    "aarch64": (0xC00000B7, 277, 221, 281, NEVER, NEVER, 220, 435, 25, 32),
 }
+# fcntl's lock commands (the same numbers on both): F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW
+LOCK_COMMANDS = (5, 6, 7, 36, 37, 38)
 
 
 class _Instruction(ctypes.Structure):
@@ -45,10 +51,15 @@ class _Program(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Instruction))]
 
 
-def program(machine: str) -> list[tuple[int, int, int, int]]:
-    """The filter for `machine` as (code, jt, jf, k) instructions; KeyError for a machine not in ARCHES."""
-    arch, _, execve, execveat, fork, vfork, clone, clone3 = ARCHES[machine]
-    # Jump targets are counted from the instruction after the jump; the three returns close the program.
+def program(machine: str, refuse_locks: bool = True) -> list[tuple[int, int, int, int]]:
+    """The filter for `machine` as (code, jt, jf, k) instructions; KeyError for a machine not in ARCHES. Without
+    `refuse_locks`, file locks are allowed."""
+    arch, _, execve, execveat, fork, vfork, clone, clone3, fcntl, flock = ARCHES[machine]
+    # Jump targets are counted from the instruction after the jump, to a return or to the fcntl block.
+    locks: list[tuple[int, int | str, int | str, int]] = [
+        (JEQ, "nolock", 0, flock),
+        (JEQ, "fcntl", 0, fcntl),
+    ] if refuse_locks else []
     body: list[tuple[int, int | str, int | str, int]] = [
         (LD_ABS, 0, 0, ARCH_OFFSET),
         (JEQ, 0, "deny", arch),
@@ -59,12 +70,20 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
         (JEQ, "deny", 0, fork),
         (JEQ, "deny", 0, vfork),
         (JEQ, "enosys", 0, clone3),
+        *locks,
         (JEQ, 0, "allow", clone),
         (LD_ABS, 0, 0, ARG0_OFFSET),
         (JSET, "allow", "deny", CLONE_THREAD),
     ]
-    returns = {"allow": RET_ALLOW, "deny": RET_ERRNO | EPERM, "enosys": RET_ERRNO | ENOSYS}
-    where = {label: len(body) + i for i, label in enumerate(returns)}
+    blocks = {}
+    if refuse_locks:
+        blocks["fcntl"] = len(body)
+        body += [(LD_ABS, 0, 0, ARG1_OFFSET)]
+        body += [(JEQ, "nolock", 0, command) for command in LOCK_COMMANDS[:-1]]
+        body += [(JEQ, "nolock", "allow", LOCK_COMMANDS[-1])]
+    returns = {"allow": RET_ALLOW, "deny": RET_ERRNO | EPERM, "enosys": RET_ERRNO | ENOSYS,
+               "nolock": RET_ERRNO | ENOLCK}  # fmt: skip
+    where = {**blocks, **{label: len(body) + i for i, label in enumerate(returns)}}
     resolved = []
     for i, (code, jt, jf, k) in enumerate(body):
         jump = [j if isinstance(j, int) else where[j] - i - 1 for j in (jt, jf)]
@@ -72,13 +91,13 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
     return resolved + [(RET, 0, 0, value) for value in returns.values()]
 
 
-def refuse_new_processes() -> str:
+def refuse_new_processes(refuse_locks: bool = True) -> str:
     """Install the filter on every thread of this process: "on: ..." when it holds, "off: why" when it could
-    not be installed (the process is then as it was)."""
+    not be installed (the process is then as it was). Without `refuse_locks` file locks stay allowed."""
     machine = os.uname().machine
     if os.uname().sysname != "Linux" or machine not in ARCHES:
         return f"off: no seccomp filter for {os.uname().sysname} on {machine}"
-    instructions = program(machine)
+    instructions = program(machine, refuse_locks)
     array = (_Instruction * len(instructions))(*(_Instruction(*item) for item in instructions))
     fprog = _Program(len(instructions), array)
     libc = ctypes.CDLL(None, use_errno=True)
@@ -90,4 +109,4 @@ def refuse_new_processes() -> str:
     if done != 0:
         why = os.strerror(ctypes.get_errno()) if done < 0 else f"thread {done} could not take it"
         return f"off: the seccomp filter was refused ({why})"
-    return "on (no new process or program; threads only)"
+    return "on (no new process or program; threads only" + ("; no file locks)" if refuse_locks else ")")

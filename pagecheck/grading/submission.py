@@ -92,7 +92,9 @@ def submission_name(path: Path) -> str:
     """The file's stem or the folder's name, with unsafe characters replaced; a long one is cut to
     MAX_NAME_CHARS with a hash of the whole, so every output file name stays far below the system's limit."""
     stem = path.stem if path.is_file() else path.name
-    name = UNSAFE_NAME_CHARS.sub("_", stem).strip("._")
+    # Starting with a letter or digit, as grade.schema.json has it: "-bob" was graded, then its result broke the
+    # schema and stopped the scoreboard of the whole class.
+    name = UNSAFE_NAME_CHARS.sub("_", stem).strip("._-")
     if not name:
         raise ValueError(f"submission={os.fsencode(path)!r} gives an empty name")
     if len(name) > MAX_NAME_CHARS:
