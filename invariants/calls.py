@@ -60,19 +60,25 @@ def read_once(metadata: Any) -> SimpleNamespace:
     pages and the check another). A field the metadata lacks stays absent, so reading it fails as it would have.
     The four array fields must be arrays (MLX, as the course's PagedKvMetadata types them, or NumPy): any other
     object could answer a check's reading of it one way and the attention another."""
-    import mlx.core as mx
-
     fields = {}
     for name in METADATA_FIELDS:
         try:
             fields[name] = getattr(metadata, name)
         except AttributeError:
             continue
-        value = fields[name]
-        if name in METADATA_ARRAYS and value is not None and not isinstance(value, (mx.array, np.ndarray)):
-            raise TypeError(f"metadata.{name} is a {type(value).__name__}, not an array (mlx.core.array, as the "
-                            "course's PagedKvMetadata has it)")  # fmt: skip
+        if name in METADATA_ARRAYS:
+            _require_array(f"metadata.{name}", fields[name])
     return SimpleNamespace(**fields)
+
+
+def _require_array(what: str, value: Any) -> Any:
+    """`value` when it is an array (MLX or NumPy) or None; TypeError naming `what` for any other object."""
+    import mlx.core as mx
+
+    if value is not None and not isinstance(value, (mx.array, np.ndarray)):
+        raise TypeError(f"{what} is a {type(value).__name__}, not an array (mlx.core.array, as the course's "
+                        "PagedKvMetadata and pool have it)")  # fmt: skip
+    return value
 
 
 def metadata_layout(query: np.ndarray, metadata: Any, dtype: str, mask: str | None) -> PagedLayout:
@@ -176,12 +182,13 @@ def _one_row(array: Any, ndim: int) -> Any:
 
 
 def own_block_table(cache: Any) -> Any:
-    """cache.block_table() as a batch of one row, [1, W], in the subject's own array type; a list (the course pins
-    only that the same object comes back until the pages change) as an MLX int32 array."""
-    table = cache.block_table()
-    if not hasattr(table, "shape"):
-        import mlx.core as mx
+    """cache.block_table() as a batch of one row, [1, W], in the subject's own array type; anything else (a list:
+    the course pins only that the same object comes back until the pages change) read once, as an MLX int32
+    array, so that the check and the subject's attention see the same table."""
+    import mlx.core as mx
 
+    table = cache.block_table()
+    if not isinstance(table, (mx.array, np.ndarray)):
         table = mx.array(np.asarray(table, dtype=np.int32))
     return _one_row(table, 2)
 
@@ -195,7 +202,8 @@ def current_metadata(pool: Any, cache: Any, page_size: int) -> PagedKvMetadata:
     """A cache's metadata without appending anything, built from the public pool and cache API (the course's
     pool need not expose its page size, so the check that made the pool passes it)."""
     table = own_block_table(cache)
-    return PagedKvMetadata(pool.key_pages, pool.value_pages, table, lengths_like(table, [cache_length(cache)]), page_size)
+    pages = (_require_array("pool.key_pages", pool.key_pages), _require_array("pool.value_pages", pool.value_pages))
+    return PagedKvMetadata(*pages, table, lengths_like(table, [cache_length(cache)]), page_size)
 
 
 def lengths_like(table: Any, lengths: list[int]) -> Any:

@@ -89,3 +89,25 @@ def test_a_sandboxed_subjects_object_pages_are_refused(tmp_path: Path) -> None:
         metadata = subject.get("TinyKvPagedCache")().update_and_fetch_paged(None, None)
         with pytest.raises(TypeError, match="metadata.key_pages is a .*, not an array"):
             read_once(metadata)
+
+
+def test_a_pools_pages_that_are_no_array_are_refused_and_a_table_is_read_once() -> None:
+    """current_metadata hands the pool's pages and the cache's table to the subject's attention and to the check:
+    pages must be arrays, and a table that is not one is read once into an MLX array (a proxy iterated again
+    could answer differently)."""
+    from pagecheck.invariants.calls import current_metadata
+
+    class Cache:
+        offset = 3
+        reads = 0
+
+        def block_table(self):
+            Cache.reads += 1
+            return [0]
+
+    pool = type("Pool", (), {"key_pages": mx.zeros((1, 2, 4, 4)), "value_pages": mx.zeros((1, 2, 4, 4))})()
+    metadata = current_metadata(pool, Cache(), 4)
+    assert isinstance(metadata.block_table, mx.array) and metadata.block_table.tolist() == [[0]] and Cache.reads == 1
+    pool.value_pages = PagesObject()
+    with pytest.raises(TypeError, match="pool.value_pages is a PagesObject, not an array"):
+        current_metadata(pool, Cache(), 4)
