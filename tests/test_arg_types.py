@@ -338,6 +338,17 @@ def test_an_empty_subject_names_the_kinds_this_command_takes(capsys, command: st
     assert ("sandbox:SPEC" in said) == (command == "tolerance")
 
 
+def test_grade_on_the_gpu_grades_one_submission_at_a_time(tmp_path, capsys) -> None:
+    """A GPU worker keeps file locks: two submissions' workers side by side could talk through them."""
+    from pagecheck.cli import main
+
+    submission = tmp_path / "sub.py"
+    submission.write_text("x = 1\n")
+    code = main(["grade", str(submission), "--device", "gpu", "--jobs", "2", "--out", str(tmp_path / "out")])
+    assert code == 2 and "--jobs=2 with --device gpu" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_merge_refused_leaves_no_folder_it_made(tmp_path, capsys) -> None:
     from pagecheck.cli import main
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -122,3 +123,30 @@ def test_a_pass_that_stopped_before_its_last_check_is_not_finished() -> None:
     assert (verdict.verdict, verdict.detail) == ("crashed", "the suite stopped after 1 of its 3 checks")
     finished = journal + [{"event": "end", "nodeid": n} for n in ("b", "c")]
     assert classify_pass(_exit(1), finished, True, "", GIB).verdict == "ok"
+
+
+def test_stream_back_follows_no_link_the_program_left(tmp_path: Path) -> None:
+    """Init (no Landlock) streams a build's folder back: a folder replaced by a link to another (`mv submission x;
+    ln -s ~grader submission`) sent that folder's files, and a file replaced by a link its target's."""
+    import tarfile
+
+    from pagecheck.grading.launcher import _stream_back
+
+    secret = tmp_path / "grader"
+    secret.mkdir()
+    (secret / "key").write_text("TOPSECRET")
+    built = tmp_path / "built"
+    built.mkdir()
+    (built / "kernel.so").write_bytes(b"\x7fELF")
+    (built / "key").symlink_to(secret / "key")
+    linked = tmp_path / "linked"
+    linked.symlink_to(secret)
+
+    def members(folder: Path) -> dict[str, bytes]:
+        archive_path = tmp_path / f"{folder.name}.tar"
+        _stream_back(str(folder), os.open(archive_path, os.O_WRONLY | os.O_CREAT))
+        with tarfile.open(archive_path) as archive:
+            return {m.name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()}
+
+    assert members(built) == {"kernel.so": b"\x7fELF"}
+    assert members(linked) == {}

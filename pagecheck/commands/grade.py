@@ -45,7 +45,7 @@ from pagecheck.progress import StageProgress
 NAME = "grade"
 MERGE = "merge"
 DEFAULT_OUT = Path("reports") / "grade"
-
+DEFAULT_JOBS = max(1, (os.cpu_count() or 2) // 2)  # --jobs on the CPU
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = options.add_command_parser(
@@ -63,11 +63,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("submissions", nargs="+", metavar="SUBMISSION",
                         help=f"tiny-llm checkouts, .py files or package directories (or: {MERGE} DIR...)")  # fmt: skip
     parser.add_argument("--out", type=path_arg, default=DEFAULT_OUT, metavar="DIR", help="output directory (default: %(default)s)")
-    parser.add_argument("--jobs", type=int_in(1, options.MAX_JOBS), default=max(1, (os.cpu_count() or 2) // 2),
-                        metavar="N",
+    parser.add_argument("--jobs", type=int_in(1, options.MAX_JOBS), default=None, metavar="N",
                         help="submissions graded at once; each sandboxed worker is one CPU scheduling group where "
                         "the kernel groups by session (the protection cpu_share says whether it does); at most "
-                        f"{options.MAX_JOBS} (default: half the CPUs, %(default)s here)")  # fmt: skip
+                        f"{options.MAX_JOBS}; 1 with --device gpu, whose workers keep file locks two submissions "
+                        f"could talk through (default: half the CPUs, {DEFAULT_JOBS} here; 1 on the GPU)")  # fmt: skip
     parser.add_argument("--timeout", type=number_up_to(MAX_SECONDS, least=1.0), default=300.0, metavar="S",
                         help="wall-clock limit of each suite run, in seconds (default: %(default)g)")  # fmt: skip
     parser.add_argument("--build-timeout", type=number_up_to(MAX_SECONDS, least=1.0), default=600.0, metavar="S",
@@ -155,6 +155,12 @@ def run_merge(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
 
 
 def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
+    if args.jobs is None:
+        args.jobs = 1 if args.device == "gpu" else DEFAULT_JOBS
+    elif args.jobs > 1 and args.device == "gpu":
+        raise ValueError(f"--jobs={args.jobs} with --device gpu: a GPU worker keeps file locks (its driver's), "
+                         "through which submissions graded side by side could tell each other what they saw; "
+                         "grade one at a time (--jobs 1)")  # fmt: skip
     try:
         # The trusted suite runs its checks on this device: without it they would all skip, and every
         # submission would get a grade made of no check.

@@ -383,6 +383,8 @@ def _stream_back(folder: str, fd: int) -> None:
     process of the program has ended (_end_the_program), and opens each file without following a link, reading
     what it opened (a name swapped for a link between a check and the open cannot hand over another file)."""
     with os.fdopen(fd, "wb") as stream, tarfile.open(fileobj=stream, mode="w|") as archive:
+        if os.path.islink(folder):  # os.walk would follow it: the program may have put a link in the folder's place
+            return
         for root, dirs, files in os.walk(folder):
             dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
             for name in sorted(files):
@@ -509,12 +511,11 @@ def _kill_descendants() -> None:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        while True:
+        for pid in children:  # each reaped before the next scan, so that its own orphans are this one's by then
             try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    break
+                os.waitpid(pid, 0)
             except ChildProcessError:
-                break
+                pass
 
 
 def launch(config: LaunchConfig) -> int:
