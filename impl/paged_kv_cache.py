@@ -32,12 +32,12 @@ __all__ = ["CacheCheckpoint", "PagedKvMetadata", "TinyKvPagedCache", "TinyKvPage
 
 # The most pages one append writes page by page (TinyKvPagedCache._write_chunk). Each write is a lazy MLX update
 # that holds about 8 KiB of host memory until it is evaluated, memory MLX's limit does not count: a chunk of 2
-# million tokens in pages of 1 built 16 GB of graph and ended the process (std::bad_alloc). 2**16 writes hold
-# about 0.5 GB, and take 2**16 * page_size tokens (2**21 in pages of 32) in one append.
+# million tokens in pages of 1 would build 16 GB of graph and end the process (std::bad_alloc). 2**16 writes
+# hold about 0.5 GB, and take 2**16 * page_size tokens (2**21 in pages of 32) in one append.
 MAX_APPEND_PAGE_WRITES = 1 << 16
 # The most positions one claim_token_slots call lists: it returns a page id and a slot per token as Python ints
-# (about 50 bytes a token, and write_token_rows' checks several times that), so a count of 10**9 filled memory
-# before any check failed. 2**22 positions list in about 0.2 GB.
+# (about 50 bytes a token, and write_token_rows' checks several times that), so a count of 10**9 would fill
+# memory. 2**22 positions list in about 0.2 GB.
 MAX_CLAIM_TOKENS = 1 << 22
 
 

@@ -31,10 +31,12 @@ without pagecheck reuses its source.
 from __future__ import annotations
 
 import ast
+import errno
 import importlib
 import importlib.machinery
 import importlib.util
 import inspect
+import os
 import reprlib
 import signal
 import sys
@@ -233,10 +235,17 @@ def absolute_spec(spec: str) -> str:
 
 def resolved(spec: str, path: str | Path) -> Path:
     """`path` made absolute with links followed; a loop of links is a SubjectError naming the spec."""
+    loop = SubjectError(f"subject spec={spec!r}: {path} is a symbolic link that leads back to itself")
     try:
-        return Path(path).expanduser().resolve()
-    except (OSError, RuntimeError):  # RuntimeError: a loop of links (Python 3.11, 3.12)
-        raise SubjectError(f"subject spec={spec!r}: {path} is a symbolic link that leads back to itself") from None
+        resolved = Path(path).expanduser().resolve()  # Python 3.11 and 3.12 raise RuntimeError on a loop
+    except RuntimeError:
+        raise loop from None
+    try:
+        os.stat(resolved)  # Python 3.13 returns the loop's own path
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise loop from None
+    return resolved
 
 
 def is_module_spec(spec: str) -> bool:

@@ -1,4 +1,4 @@
-"""Reading a file a user names on the command line (a rubric, a secret, an earlier bench.json, a shard's result).
+"""Files and folders a user names on the command line: reading one (a rubric, a secret, an earlier bench.json, a shard's result), and resolving its path.
 
 A path there may name anything: a regular file, a folder, a pipe (`--seed-file <(pass show secret)`), a named
 FIFO no one writes to, or a device such as /dev/zero. Opening a FIFO for reading waits for a writer, and
@@ -76,3 +76,22 @@ def read_input_bytes(path: Path, limit: int, wait_s: float | None = None) -> byt
 def read_input_text(path: Path, limit: int, wait_s: float | None = None) -> str:
     """`read_input_bytes` as UTF-8 text; bytes that are not UTF-8 raise UnicodeDecodeError (a ValueError)."""
     return read_input_bytes(path, limit, wait_s).decode("utf-8")
+
+
+LINK_LOOP = "is a symbolic link that leads back to itself"  # after the name it follows
+
+
+def resolve_path(path: Path) -> Path:
+    """`path` made absolute with every link followed; OSError(ELOOP) naming it for a loop of links (Python 3.11
+    and 3.12 raise RuntimeError there, 3.13 returns the looping path, which os.stat then refuses)."""
+    try:
+        resolved = Path(path).expanduser().resolve()
+    except RuntimeError:
+        raise OSError(errno.ELOOP, LINK_LOOP, str(path)) from None
+    try:
+        os.stat(resolved)
+    except OSError as exc:  # a path that does not exist yet is fine
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, LINK_LOOP, str(path)) from None
+    return resolved
+

@@ -49,8 +49,9 @@ def write_json(path: Path, document: dict[str, Any]) -> None:
     # A name of its own each time: two writers never share it, and nothing already there is in its way.
     descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
     try:
-        os.fchmod(descriptor, 0o666 & ~_UMASK)  # as open() would make it, not mkstemp's 0600
         with os.fdopen(descriptor, "w") as file:
+            with contextlib.suppress(OSError):  # a file system without modes (vfat) keeps its own
+                os.fchmod(file.fileno(), 0o666 & ~_UMASK)  # as open() would make it, not mkstemp's 0600
             file.write(text)
         os.replace(partial, path)
     except BaseException:

@@ -245,11 +245,12 @@ def test_an_out_folder_another_run_holds_is_a_usage_error(tmp_path, capsys, comm
 def test_an_out_link_to_a_folder_not_made_yet_makes_that_folder(tmp_path) -> None:
     """`ln -s /scratch/run1 out; pagecheck report --out out`: the report goes to /scratch/run1 (it said "File
     exists")."""
-    from pagecheck.commands.options import make_out_dir
+    from pagecheck.commands.options import make_out_dir, release_out_dirs
 
     link = tmp_path / "out"
     link.symlink_to(tmp_path / "scratch" / "run1")
     assert make_out_dir(link) == link
+    release_out_dirs()
     assert (tmp_path / "scratch" / "run1").is_dir() and link.is_dir()
 
 

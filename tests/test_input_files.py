@@ -102,3 +102,18 @@ def test_text_that_is_not_utf8_is_a_value_error(tmp_path: Path) -> None:
     path.write_bytes(b"name = '\xe9'\n")
     with pytest.raises(UnicodeDecodeError):
         read_input_text(path, 100)
+
+
+def test_resolve_path_names_a_loop_of_links_and_takes_a_path_not_made_yet(tmp_path: Path) -> None:
+    """On Python 3.11 and 3.12 resolve() raises RuntimeError for a loop, on 3.13 it returns the loop's own path:
+    either way the answer is OSError(ELOOP) naming it."""
+    import errno
+
+    from pagecheck.input_files import resolve_path
+
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(OSError) as refused:
+        resolve_path(loop)
+    assert refused.value.errno == errno.ELOOP and "leads back to itself" in refused.value.strerror
+    assert resolve_path(tmp_path / "not" / "made") == (tmp_path / "not" / "made").resolve()

@@ -474,6 +474,9 @@ def test_the_append_and_claim_limits_refuse_only_what_is_past_them(
     monkeypatch.setattr(paged_kv_cache, "MAX_CLAIM_TOKENS", 16)
     with pytest.raises(ValueError, match=r"count=17 is more than the 16 positions one claim lists"):
         cache.claim_token_slots(17)
+    other = TinyKvPagedCache(TinyKvPagedPool(PAGE_SIZE))
+    other.update_and_fetch_paged(*random_chunk(rng, 1))
+    assert len(other.claim_token_slots(16)[0]) == 16  # the limit itself goes through
     page_ids, _ = cache.claim_token_slots(15)  # leaves one free slot in the tail page
     assert len(page_ids) == 15 and cache.offset == 15
     before = (cache_state(cache), pool_state(cache.pool))

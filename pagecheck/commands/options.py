@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pagecheck.input_files import resolve_path
 from pagecheck.arg_types import int_in, number_up_to, path_arg, seed_int
 from pagecheck.invariants.check_timeout import MAX_CHECK_TIMEOUT_S, MIN_CHECK_TIMEOUT_S
 from pagecheck.invariants.profiles import DEFAULT_SEED
@@ -147,9 +148,9 @@ class OutDirError(Exception):
 def resolved_out(out: Path) -> Path:
     """`out` made absolute with every symbolic link followed; OutDirError for a loop of links."""
     try:
-        return out.expanduser().resolve()
-    except (OSError, RuntimeError):  # RuntimeError: a loop of links
-        raise OutDirError(f"--out={str(out)!r} is a symbolic link that leads back to itself") from None
+        return resolve_path(out)
+    except OSError as exc:
+        raise OutDirError(f"--out={str(out)!r} {exc.strerror}") from None
 
 
 # The --out folders this process holds: folder -> the descriptor its lock is on (release_out_dirs ends them).
@@ -158,9 +159,9 @@ _HELD: dict[Path, int] = {}
 
 def make_out_dir(out: Path) -> Path:
     """Create `out` (and its parents) if missing, and hold it for this run: OutDirError, naming --out and why,
-    where it cannot be made, or where another pagecheck run holds it (two runs into one folder each set the other's
-    files aside and wrote over them, and the index named one subject over the other's data). A symbolic link to a
-    folder not made yet makes that folder, as a link to an existing one writes there."""
+    where it cannot be made, or where another pagecheck run holds it (two runs into one folder would each set the
+    other's files aside and write over them). A symbolic link to a folder not made yet makes that folder, as a link
+    to an existing one writes there."""
     folder = resolved_out(out)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -168,13 +169,19 @@ def make_out_dir(out: Path) -> Path:
         what = "is a file, not a folder" if out.exists() else f"cannot be created: {exc.strerror or exc}"
         raise OutDirError(f"--out={str(out)!r} {what}") from None
     if folder not in _HELD and fcntl is not None:
-        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:  # a folder that cannot be opened for reading: the run finds out what it may write there
+            return out
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # on the folder itself: no file is left there
-        except OSError:
+        except BlockingIOError:
             os.close(descriptor)
             raise OutDirError(f"--out={str(out)!r} is in use by another pagecheck run; wait for it to end or "
                               "choose another folder") from None  # fmt: skip
+        except OSError:  # no flock on this file system (some NFS mounts): runs there are not held apart
+            os.close(descriptor)
+            return out
         _HELD[folder] = descriptor
     return out
 

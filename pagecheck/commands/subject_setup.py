@@ -27,8 +27,7 @@ STREAMS = (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w"))
 
 def _undo_subject_damage(kept: dict[str, Any]) -> None:
     """Put back what a subject's import took from the process pagecheck reports from: the modules it goes on using
-    and the standard streams (a subject that closed sys.stdout ended the run in an internal error when the
-    report was printed)."""
+    and the standard streams (a closed sys.stdout would fail the report's own printing)."""
     for name, module in kept.items():
         if module is not None and sys.modules.get(name) is not module:
             sys.modules[name] = module

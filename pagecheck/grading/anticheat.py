@@ -206,7 +206,7 @@ def _imported_modules(tree: ast.Module) -> Iterator[tuple[str, int]]:
 
 
 # The largest .py file whose syntax tree the grader builds, in its own process: a tree takes some 500 times its
-# source in memory (a 6 MiB file took the grader to 3.1 GB; staging lets a file reach 64 MiB).
+# source in memory (3.1 GB for a 6 MiB file; staging lets a file reach 64 MiB).
 SCAN_LIMIT_BYTES = 1 << 20
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pagecheck.input_files import resolve_path
 from pagecheck.grading.results_store import (
     RESULTS_DIR,
     SCOREBOARD,
@@ -23,9 +24,9 @@ from pagecheck.grading.results_store import (
 
 def resolved_shard(directory: Path) -> Path:
     try:
-        return directory.resolve()
-    except (OSError, RuntimeError):  # RuntimeError: a loop of links (Python 3.11, 3.12)
-        raise ValueError(f"shard directory {str(directory)!r} is a symbolic link that leads back to itself") from None
+        return resolve_path(directory)
+    except OSError as exc:
+        raise ValueError(f"shard directory {str(directory)!r} {exc.strerror}") from None
 
 
 def merge_results(shard_dirs: list[Path], out: Path) -> list[dict[str, Any]]:

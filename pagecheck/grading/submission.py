@@ -23,6 +23,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from pagecheck.input_files import resolve_path
+
 # "unrecognized": a path that exists but is none of the others (an empty folder in a class's folder of
 # submissions); it is graded load-failed with the reason, so the scoreboard lists it and the run goes on.
 KINDS = ("tiny-llm", "file", "package", "unrecognized")
@@ -92,8 +94,7 @@ def submission_name(path: Path) -> str:
     """The file's stem or the folder's name, with unsafe characters replaced; a long one is cut to
     MAX_NAME_CHARS with a hash of the whole, so every output file name stays far below the system's limit."""
     stem = path.stem if path.is_file() else path.name
-    # Starting with a letter or digit, as grade.schema.json has it: "-bob" was graded, then its result broke the
-    # schema and stopped the scoreboard of the whole class.
+    # Starting and ending with a letter or digit, as grade.schema.json has a result's name.
     name = UNSAFE_NAME_CHARS.sub("_", stem).strip("._-")
     if not name:
         raise ValueError(f"submission={os.fsencode(path)!r} gives an empty name")
@@ -118,9 +119,9 @@ def load_submissions(paths: list[str]) -> list[Submission]:
     found: dict[str, Submission] = {}
     for text in paths:
         try:
-            path = Path(text).expanduser().resolve()
-        except (OSError, RuntimeError):  # RuntimeError: a loop of links (Python 3.11, 3.12)
-            raise ValueError(f"submission={text!r} is a symbolic link that leads back to itself") from None
+            path = resolve_path(Path(text))
+        except OSError as exc:
+            raise ValueError(f"submission={text!r} {exc.strerror}") from None
         if not path.exists():
             raise ValueError(f"submission={text!r} does not exist")
         submission = Submission(name=submission_name(path), path=path, kind=find_kind(path))

@@ -143,6 +143,8 @@ def library_paths() -> list[str]:
         folder = Path(spec.origin).resolve().parent
         while folder.name != name and folder != folder.parent:
             folder = folder.parent
+        if folder.name != name:  # no folder of the library's name above its module: nothing to add
+            continue
         if str(folder.parent) not in paths:
             paths.append(str(folder.parent))
     return paths
