@@ -140,11 +140,10 @@ def _incidents(passes: list[PassOutcome], student_dirs: list[str], secret: str) 
 
 
 def grade_submission(
-    submission: Submission, plan: GradePlan, out: Path, *, digest: str | None = None, live: LiveChildren | None = None
+    submission: Submission, plan: GradePlan, out: Path, *, live: LiveChildren | None = None
 ) -> dict[str, Any]:
     started_at, start = time.time(), time.monotonic()
     out = out.resolve()  # the children run elsewhere: every path they are given is absolute
-    digest = content_digest(submission) if digest is None else digest
     work, logs = out / "work" / submission.name, out / "logs" / submission.name
     for directory in (work, logs):
         shutil.rmtree(directory, ignore_errors=True)
@@ -156,8 +155,8 @@ def grade_submission(
     work.mkdir(parents=True)
     staged = work / "staged"
     root = stage_copy(submission, staged)
-    # The digest of what was copied, which is what is graded: files changed after the run's digest was taken (a
-    # synced folder, say) are recorded as what they were here, so a rerun over other files grades again.
+    # The digest of what was copied, which is what is graded (not the run's digest of the submission, taken
+    # earlier: its files may have changed since), so a rerun over other files grades again.
     digest = content_digest(replace(submission, path=root))
     env = child_environment(work, code_roots())
     hide = [str(out)]  # the worker never sees results, feedback, logs or other submissions

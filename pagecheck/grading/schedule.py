@@ -62,7 +62,7 @@ class Running:
         with self._lock:
             self._names.add(job.submission.name)
         try:
-            return grade_submission(job.submission, plan, out, digest=job.digest, live=live)
+            return grade_submission(job.submission, plan, out, live=live)
         except GradingInterrupted:
             raise
         except SubmissionFilesError as exc:
