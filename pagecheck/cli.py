@@ -20,6 +20,7 @@ from types import FrameType
 
 from pagecheck import supervisor
 from pagecheck.exit_codes import ExitCode
+from pagecheck.progress import open_standard_streams
 from pagecheck.invariants.subject import UserInterrupt
 
 # The command modules under pagecheck.commands, imported when a parser is built: the watcher process
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command; from the console (no `argv`) on Linux, in a watched child process (pagecheck.supervisor)."""
-    _open_standard_streams()
+    open_standard_streams()
     if argv is None and supervisor.wanted():
         return supervisor.watch(sys.argv[1:], _command_name(sys.argv[1:]))
     supervisor.become_child()
@@ -61,23 +62,6 @@ def main(argv: list[str] | None = None) -> int:
     code = _run(argv)
     supervisor.send_result(code)
     return code
-
-
-def _open_standard_streams() -> None:
-    """Put /dev/null on any of descriptors 0-2 started closed (`pagecheck ... 2>&-`), and a stream on it where
-    Python left sys.stdin, sys.stdout or sys.stderr None: progress and messages to a closed stream are dropped,
-    not a crash, and no pipe or file the command opens later takes descriptor 2 and receives its messages."""
-    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
-        try:
-            os.fstat(fd)
-        except OSError:
-            os.open(os.devnull, os.O_RDWR)  # takes `fd`: the descriptors below it are open by now
-        if getattr(sys, name) is None:
-            setattr(sys, name, open(fd, mode, closefd=False, buffering=1 if mode == "w" else -1))
-        if mode == "w" and hasattr(getattr(sys, name), "reconfigure"):
-            # A path or a subject's text the stream's encoding cannot hold (PYTHONIOENCODING=ascii) is escaped,
-            # not an error after the work is done.
-            getattr(sys, name).reconfigure(errors="backslashreplace")
 
 
 def _command_name(args: list[str]) -> str:

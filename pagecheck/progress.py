@@ -1,4 +1,5 @@
-"""Progress lines for long runs: stage name, counts, elapsed seconds, on stderr.
+"""Progress lines for long runs: stage name, counts, elapsed seconds, on stderr; and the standard streams they
+and every message go to, kept open (open_standard_streams).
 
 On a terminal the count line is rewritten in place; anywhere else (CI logs,
 pipes) a line is printed at most every `log_every_s` seconds so logs stay short.
@@ -6,9 +7,31 @@ pipes) a line is printed at most every `log_every_s` seconds so logs stay short.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import TextIO
+
+STANDARD_STREAMS = ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w"))
+
+
+def open_standard_streams() -> None:
+    """Give sys.stdin, sys.stdout and sys.stderr a working stream on descriptors 0-2: /dev/null on a descriptor
+    that is closed (`pagecheck ... 2>&-`), and a new stream on it where Python left one None or something closed
+    it (a subject's import). Progress and messages to a closed stream are dropped, not a crash, and no pipe or
+    file a command opens later takes descriptor 2 and receives its messages."""
+    for fd, name, mode in STANDARD_STREAMS:
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # takes `fd`: the descriptors below it are open by now
+        stream = getattr(sys, name)
+        if stream is None or stream.closed:
+            setattr(sys, name, open(fd, mode, closefd=False, buffering=1 if mode == "w" else -1))
+        if mode == "w" and hasattr(getattr(sys, name), "reconfigure"):
+            # A path or a subject's text the stream's encoding cannot hold (PYTHONIOENCODING=ascii) is escaped,
+            # not an error after the work is done.
+            getattr(sys, name).reconfigure(errors="backslashreplace")
 
 
 class StageProgress:

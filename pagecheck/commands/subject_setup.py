@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
 from pagecheck.device import DeviceUnavailable, use_device
 from pagecheck.exit_codes import ExitCode
+from pagecheck.progress import open_standard_streams
 from pagecheck.invariants.check_timeout import time_limit
 from pagecheck.invariants.subject import Subject, SubjectError, load_subject
 
@@ -22,7 +22,6 @@ class SubjectSetupError(RuntimeError):
 # Modules pagecheck's own process goes on using after a subject's import: a subject that removes or replaces one
 # (sys.modules["mlx.core"] = None) would break pagecheck, not itself.
 KEPT_MODULES = ("mlx", "mlx.core", "numpy")
-STREAMS = (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w"))
 
 
 def _undo_subject_damage(kept: dict[str, Any]) -> None:
@@ -31,13 +30,7 @@ def _undo_subject_damage(kept: dict[str, Any]) -> None:
     for name, module in kept.items():
         if module is not None and sys.modules.get(name) is not module:
             sys.modules[name] = module
-    for name, fd, mode in STREAMS:
-        stream = getattr(sys, name)
-        if stream is None or stream.closed:
-            try:
-                setattr(sys, name, open(os.dup(fd), mode, buffering=1 if mode == "w" else -1, errors="backslashreplace"))
-            except OSError:  # the descriptor itself is closed: there is nothing to reopen
-                pass
+    open_standard_streams()
 
 
 def prepare_subject(args: argparse.Namespace, needs: tuple[str, ...]) -> Subject:
