@@ -35,10 +35,9 @@ from pagecheck.grading.plan import DEFAULT_CALL_TIMEOUT_S, DEFAULT_DISK_BYTES, G
 from pagecheck.grading.rubric import DEFAULT_RUBRIC, Rubric, load_rubric
 from pagecheck.grading.sandbox import GIB, MAX_BYTES, MAX_SECONDS, GradingInterrupted, LiveChildren, Limits
 from pagecheck.grading.schedule import jobs_to_run, run_jobs
-from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SECRET_FILE, SEED_FILE_LIMIT, resolve_secret
+from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SECRET_FILE, read_secret, resolve_secret
 from pagecheck.grading.shards import parse_shard
 from pagecheck.grading.submission import load_submissions
-from pagecheck.input_files import read_input_text
 from pagecheck.grading.worker_process import preflight_worker, probe_protections, sandbox_notes
 from pagecheck.progress import StageProgress
 
@@ -174,13 +173,7 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
         submissions = [s for s in submissions if shard.holds(s.name)]
     given = args.seed
     if args.seed_file is not None:
-        try:
-            given = read_input_text(args.seed_file, SEED_FILE_LIMIT).strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = getattr(exc, "strerror", None) or exc
-            raise ValueError(f"--seed-file={str(args.seed_file)!r} cannot be read: {reason}") from None
-        if not given:
-            raise ValueError(f"--seed-file={str(args.seed_file)!r} holds no secret (it is empty or only spaces)")
+        given = read_secret(args.seed_file, f"--seed-file={str(args.seed_file)!r}")
     # Every limit is checked (GradePlan's own checks) before --out is made, so a usage error leaves no folder
     # and no saved secret behind; the secret comes once the folder is there.
     unseeded = GradePlan(

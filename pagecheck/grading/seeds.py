@@ -43,6 +43,18 @@ def fingerprint(secret: str) -> str:
     return hashlib.sha256(f"pagecheck-grade-fingerprint\0{secret}".encode()).hexdigest()[:16]
 
 
+def read_secret(path: Path, named: str, advice: str = "") -> str:
+    """The secret in the file at `path`, stripped; a ValueError starting with `named` (and ending with `advice`)
+    where it cannot be read (a folder, a FIFO no one writes to, over SEED_FILE_LIMIT, not UTF-8) or holds none."""
+    try:
+        secret = read_input_text(path, SEED_FILE_LIMIT).strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{named} cannot be read: {getattr(exc, 'strerror', None) or exc}{advice}") from None
+    if not secret:
+        raise ValueError(f"{named} holds no secret (it is empty or only spaces){advice}")
+    return secret
+
+
 def resolve_secret(given: str | None, out: Path) -> str:
     """The --seed value; else the secret saved by an earlier run into `out`; else a new one, saved there."""
     saved = out / SECRET_FILE
@@ -51,16 +63,8 @@ def resolve_secret(given: str | None, out: Path) -> str:
             raise ValueError("seed='' is empty; give a non-empty secret or leave --seed out")
         return given
     if saved.exists() or saved.is_symlink():
-        try:
-            secret = read_input_text(saved, SEED_FILE_LIMIT).strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = getattr(exc, "strerror", None) or exc
-            raise ValueError(f"the secret an earlier run saved, {saved}, cannot be read: {reason}; give --seed or "
-                             "--seed-file, or remove it for a new secret") from None  # fmt: skip
-        if not secret:
-            raise ValueError(f"the secret an earlier run saved, {saved}, is empty; give --seed or --seed-file, or "
-                             "remove it for a new secret")  # fmt: skip
-        return secret
+        return read_secret(saved, f"the secret an earlier run saved, {saved},",
+                           "; give --seed or --seed-file, or remove it for a new secret")  # fmt: skip
     secret = secrets.token_hex(16)
     out.mkdir(parents=True, exist_ok=True)
     saved.touch(mode=0o600)
