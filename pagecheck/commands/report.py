@@ -154,17 +154,16 @@ def run(args: argparse.Namespace) -> int:
     if not chosen:
         print(f"pagecheck {NAME}: every stage was skipped; nothing to report", file=sys.stderr)
         return ExitCode.USAGE
-    unused = [f"--{name}" for name in ("contexts", "repeats", "compare") if getattr(args, name, None)]
-    if args.process_timeout != DEFAULT_PROCESS_TIMEOUT_S:
-        unused.append("--process-timeout")
-    if unused and "bench" not in chosen:
-        print(f"pagecheck {NAME}: {', '.join(unused)} set the bench stage, which this run skips", file=sys.stderr)
-        return ExitCode.USAGE
-    unused = ["--invariant"] if args.invariant else []
-    unused += ["--jobs"] if args.jobs != options.DEFAULT_JOBS else []
-    if unused and "invariants" not in chosen:
-        print(f"pagecheck {NAME}: {', '.join(unused)} set the invariants stage, which this run skips", file=sys.stderr)
-        return ExitCode.USAGE
+    # The options each stage alone reads, where they were given: refused for a stage this run skips.
+    given = {
+        "bench": [f"--{name}" for name in ("contexts", "repeats", "compare") if getattr(args, name, None)]
+        + ["--process-timeout"] * (args.process_timeout != DEFAULT_PROCESS_TIMEOUT_S),
+        "invariants": ["--invariant"] * bool(args.invariant) + ["--jobs"] * (args.jobs != options.DEFAULT_JOBS),
+    }
+    for stage, unused in given.items():
+        if unused and stage not in chosen:
+            print(f"pagecheck {NAME}: {', '.join(unused)} set the {stage} stage, which this run skips", file=sys.stderr)
+            return ExitCode.USAGE
     try:
         previous = read_previous(args) if "bench" in chosen else None
     except CompareFileError as exc:
