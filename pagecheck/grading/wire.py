@@ -165,6 +165,16 @@ def write_frame(fd: int, header: dict[str, Any], buffers: list[Any] | None = Non
     frame_writer(fd)(header, buffers)
 
 
+def readable(fd: int, timeout_s: float) -> bool:
+    """Whether `fd` has data or is closed within `timeout_s` seconds. Through poll() where the platform has it:
+    select() refuses descriptors of 1024 and up, which a grader running many workers at once reaches."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        return bool(poller.poll(max(0, math.ceil(timeout_s * 1000))))
+    return bool(select.select([fd], [], [], max(timeout_s, 0.0))[0])
+
+
 class FrameReader:
     """Reads frames from a pipe, through a buffer, with a deadline per frame on the trusted side."""
 
@@ -180,8 +190,7 @@ class FrameReader:
         left = deadline - time.monotonic()
         if left <= 0:
             raise FrameTimeout()
-        ready, _, _ = select.select([self.fd], [], [], left)
-        if not ready:
+        if not readable(self.fd, left):
             raise FrameTimeout()
 
     def _fill(self, deadline: float | None) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import select
 import signal
 import site
 import subprocess
@@ -371,7 +370,7 @@ class WorkerProcess:
         """Every status line init has written so far; the last "exit" report among them."""
         if self._status_fd < 0:
             return {}
-        while select.select([self._status_fd], [], [], 0)[0]:
+        while wire.readable(self._status_fd, 0):
             chunk = os.read(self._status_fd, 1 << 16)
             if not chunk:
                 break
