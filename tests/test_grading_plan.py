@@ -55,6 +55,16 @@ def test_a_gpu_run_limits_the_data_segment_and_a_cpu_run_the_address_space() -> 
         assert (plan.trusted_limits.memory_kind, plan.worker_limits.memory_kind) == (kind, kind)
 
 
+def test_a_limit_given_in_gib_is_named_as_given() -> None:
+    # 0.001 GiB holds 1,073,741 whole bytes: the refusal read "memory=0.000999999 GB".
+    gib = 1 << 30
+    with pytest.raises(ValueError, match=re.escape("memory=0.001 GB is below the 0.25 GB")):
+        Limits(60, int(0.001 * gib))
+    with pytest.raises(ValueError, match=re.escape("disk=0.001 GB is below the 16 MiB")):
+        GradePlan(secret="s" * 16, limits=Limits(60, gib), build_timeout_s=60, profile="default",
+                  device="cpu", disk_bytes=int(0.001 * gib))  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "make, words",
     [

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pagecheck.invariants.catalog import INVARIANTS, check_invariant_id
-from pagecheck.grading.sandbox import GIB, MAX_BYTES, Limits, check_seconds
+from pagecheck.grading.sandbox import GIB, MAX_BYTES, Limits, check_seconds, gib
 from pagecheck.grading.seeds import fingerprint
 from pagecheck.grading.worker_process import WorkerLimits
 
@@ -67,14 +67,14 @@ class GradePlan:
         check_seconds("build_timeout", self.build_timeout_s)
         check_seconds("call_timeout", self.call_timeout_s)
         if self.disk_bytes < 16 << 20:
-            raise ValueError(f"disk={self.disk_bytes / GIB:g} GB is below the 16 MiB a submission's copy needs")
+            raise ValueError(f"disk={gib(self.disk_bytes)} GB is below the 16 MiB a submission's copy needs")
         if self.limits.memory_bytes > MAX_BYTES:
             raise ValueError(
-                f"memory={self.limits.memory_bytes / GIB:g} GB is above the {MAX_BYTES // GIB} GB a run takes"
+                f"memory={gib(self.limits.memory_bytes)} GB is above the {MAX_BYTES // GIB} GB a run takes"
             )
         if self.disk_bytes > MAX_BYTES:
             raise ValueError(
-                f"disk={self.disk_bytes / GIB:g} GB is above the {MAX_BYTES // GIB} GB a scratch folder takes"
+                f"disk={gib(self.disk_bytes)} GB is above the {MAX_BYTES // GIB} GB a scratch folder takes"
             )
 
     @property

@@ -22,6 +22,11 @@ from pagecheck.grading.limits import DATA_SUFFIX, MEMORY_RLIMITS
 
 POLL_S = 0.05
 GIB = 1 << 30
+
+
+def gib(n_bytes: float) -> str:
+    """A size given in GiB as a person reads it back: 0.001, not the 0.000999999 its whole bytes hold."""
+    return f"{n_bytes / GIB:.4g}"
 # The largest time limit and size a grading run takes (GradePlan checks its memory and disk): far beyond any
 # run, and within what rlimits, tmpfs sizes and the waits' timeouts hold, headroom added.
 MAX_SECONDS = 1_000_000.0
@@ -47,7 +52,7 @@ class Limits:
     def __post_init__(self) -> None:
         check_seconds("timeout", self.timeout_s)
         if self.memory_bytes < 256 << 20:
-            raise ValueError(f"memory={self.memory_bytes / GIB:g} GB is below the 0.25 GB a Python child needs")
+            raise ValueError(f"memory={gib(self.memory_bytes)} GB is below the 0.25 GB a Python child needs")
         if self.memory_kind not in MEMORY_KINDS:
             raise ValueError(f"memory_kind={self.memory_kind!r} must be one of {MEMORY_KINDS}")
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pagecheck.grading.child_plugin import OOM_EXIT_CODE
-from pagecheck.grading.sandbox import GIB, ChildExit
+from pagecheck.grading.sandbox import GIB, ChildExit, gib
 
 VERDICTS = ("ok", "build-failed", "load-failed", "crashed", "timed-out", "out-of-memory")
 OOM_RSS_FRACTION = 0.5
@@ -59,7 +59,7 @@ def classify_pass(
         if exit.peak_rss_bytes >= OOM_RSS_FRACTION * memory_bytes:
             return Verdict(
                 "out-of-memory",
-                f"{exit.signal_name} with {exit.peak_rss_bytes / GIB:.2f} GB resident of a {memory_bytes / GIB:g} GB limit",
+                f"{exit.signal_name} with {exit.peak_rss_bytes / GIB:.2f} GB resident of a {gib(memory_bytes)} GB limit",
             )
         return Verdict("crashed", exit.signal_name)
     if has_results and exit.returncode in FINISHED_STATUSES:

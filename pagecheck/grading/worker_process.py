@@ -32,9 +32,9 @@ from typing import Any, Callable
 
 from pagecheck.grading import wire
 from pagecheck.grading.launcher import SCRATCH_PLACEHOLDER, SETUP_FAILED, LaunchConfig, read_status, scratch_mountpoint
+from pagecheck.grading.sandbox import GIB, gib
 from pagecheck.grading.worker_main import BOOTSTRAP, bootstrap_message
 
-GIB = 1 << 30
 LOG_LIMIT_BYTES = 1 << 20
 KILL_WAIT_S = 10.0
 GRACE_S = 1.0
@@ -414,7 +414,7 @@ class WorkerProcess:
         limit = self.settings.limits.memory_bytes
         if rss >= OOM_RSS_FRACTION * limit:
             return WorkerIncident("out-of-memory", f"{what}: it was killed by {name} with {rss / GIB:.2f} GB "
-                                                   f"resident of its {limit / GIB:g} GB limit")  # fmt: skip
+                                                   f"resident of its {gib(limit)} GB limit")  # fmt: skip
         if name == "SIGXCPU":
             return WorkerIncident("timed-out", f"{what}: it used up its {self.settings.limits.cpu_seconds} CPU seconds")
         return WorkerIncident("crashed", f"{what}: it was killed by {name}")
