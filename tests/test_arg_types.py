@@ -266,6 +266,40 @@ def test_a_sandboxed_subject_is_refused_where_it_cannot_run(command: str, capsys
     assert "sandbox: subjects run only under `pagecheck tolerance` and `pagecheck grade`" in capsys.readouterr().err
 
 
+def _default_report_dir(barrier, answers, where: str) -> None:
+    from pagecheck.commands.options import report_dir
+
+    barrier.wait()
+    try:
+        answers.put(str(report_dir(argparse.Namespace(out=None, subject="reference", invoked_in=where),
+                                   default=Path("report"))))  # fmt: skip
+    except Exception as exc:
+        answers.put(f"error: {exc}")
+    barrier.wait()  # each holds its folder until all have chosen, as runs do
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forked runs")
+def test_runs_started_together_each_get_their_own_default_folder(tmp_path) -> None:
+    # Seen: of six runs started in the same second, some were refused "in use by another pagecheck run" (one
+    # picked the folder another had just found free); 7 of 20 such rounds.
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    (tmp_path / "0" / "report").mkdir(parents=True)  # an earlier run's folder: never reused
+    for round_ in range(8):
+        where = tmp_path / str(round_)
+        barrier, answers = context.Barrier(6), context.Queue()
+        runs = [context.Process(target=_default_report_dir, args=(barrier, answers, str(where))) for _ in range(6)]
+        for run in runs:
+            run.start()
+        chosen = sorted(answers.get(timeout=60) for _ in runs)
+        for run in runs:
+            run.join(60)
+        assert not [answer for answer in chosen if answer.startswith("error")], chosen
+        assert len(set(chosen)) == 6
+        assert (str(where / "report") in chosen) == (round_ > 0)
+
+
 def test_grade_refuses_an_out_whose_other_results_were_graded_another_way(tmp_path, capsys) -> None:
     # Grading one submission on context_len, then another on release_once into the same --out made one scoreboard
     # of the two, each scored on different clauses.

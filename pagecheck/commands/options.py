@@ -192,6 +192,26 @@ def release_out_dirs() -> None:
         os.close(_HELD.popitem()[1])
 
 
+def _claim_new_folder(base: Path) -> Path:
+    """`base`, or `base-2`, `base-3`, ... : the first that this process creates itself (mkdir fails where it
+    exists), so two runs started in the same second never pick the same default folder. Where the parent cannot
+    be made, `base` is returned for make_out_dir to name why."""
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return base
+    out, suffix = base, 2
+    while True:
+        try:
+            out.mkdir()
+            return out
+        except FileExistsError:
+            out = base.with_name(f"{base.name}-{suffix}")
+            suffix += 1
+        except OSError:
+            return out
+
+
 def report_dir(
     args: argparse.Namespace, default: Path | None = None, files: tuple[str, ...] = REPORT_FILES
 ) -> Path:
@@ -204,11 +224,7 @@ def report_dir(
     else:
         # Under the folder the command was started in, wherever the subject has gone since.
         out = Path(getattr(args, "invoked_in", ""), default or default_report_dir(args.subject))
-        suffix = 2
-        base = out
-        while out.exists():  # two runs in the same second get separate directories
-            out = base.with_name(f"{base.name}-{suffix}")
-            suffix += 1
+        out = _claim_new_folder(out)
     out = make_out_dir(out)
     # Before anything runs: a folder that takes no files, or a folder in place of a report file, would otherwise
     # fail the run at its end.
