@@ -8,6 +8,7 @@ kernel always sees one dtype across its inputs.
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
@@ -162,6 +163,35 @@ def cache_state(cache: Any) -> dict[str, Any]:
         "page_lens": [int(n) for n in cache.page_lens],
         "offset": cache_length(cache),
     }
+
+
+def equals_list(value: Any, expected: list[int]) -> bool:
+    """`value == expected` read as a truth value, as the course's asserts read a cache's page_ids and page_lens: a
+    list compares True, a tuple or an array does not (an array's comparison has no single truth value)."""
+    try:
+        return bool(value == expected)
+    except Exception:  # noqa: BLE001 - an ambiguous or failing comparison is not equal
+        return False
+
+
+# The course's rewind: chunks of 4, 3 and 2 tokens through update_and_fetch into pages of 4 ([4, 4, 1]), then
+# rewind(3), leaving [4, 2].
+COURSE_REWIND_CHUNKS = (4, 3, 2)
+COURSE_REWIND = 3
+
+
+def course_rewind(pool_type: type, cache_type: type, written: Any, rng: np.random.Generator) -> tuple[Any, Any, Any]:
+    """A pool of pages of 4 and a cache on it, built and rewound as the course's rewind test does, the tokens
+    recorded in `written` (truncated as the rewind drops them); (pool, cache, a copy of the cache's page_lens
+    before the rewind)."""
+    pool = pool_type(4)  # the fixtures pass page_size= and pool= by keyword, as the course does
+    cache = cache_type(pool)
+    for length in COURSE_REWIND_CHUNKS:
+        cache.update_and_fetch(*written.make_chunk(rng, length))
+    filled = copy.copy(cache.page_lens)
+    cache.rewind(COURSE_REWIND)
+    written.truncate(written.length - COURSE_REWIND)
+    return pool, cache, filled
 
 
 def cache_length(cache: Any) -> int:

@@ -54,10 +54,13 @@ COURSE_MAX_QUERY_LEN = 3
 COURSE_MAX_PAGES = 3
 
 
-def query_len(length: int, geometry: Geometry) -> int:
-    """The query length a check attends with after appending `length` tokens: all of them beyond the course, the
-    last COURSE_MAX_QUERY_LEN at most in its course case."""
-    return min(length, COURSE_MAX_QUERY_LEN) if geometry.course else length
+def query_len(length: int, geometry: Geometry, context: int) -> int:
+    """The query length a check attends with after appending `length` tokens, `context` in all: all of them beyond
+    the course. In its course case the last COURSE_MAX_QUERY_LEN at most, and one where the chunk is the whole
+    context: the course attends with more than one row only after a prefix (3 rows over 6 tokens)."""
+    if not geometry.course:
+        return length
+    return 1 if context <= length else min(length, COURSE_MAX_QUERY_LEN)
 
 
 def split_at_the_course(course_test: str, wider: Geometry, *, per_page_size: bool = False) -> pytest.MarkDecorator:

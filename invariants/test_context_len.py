@@ -21,8 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import (
-    attention_as_the_course_calls, attention_output, attention_over_metadata, metadata_layout, own_context_lens,
-    read_once,
+    attention_as_the_course_calls, attention_output, attention_over_metadata, course_rewind, equals_list,
+    metadata_layout, own_context_lens, read_once,
 )
 from pagecheck.invariants.course import (
     COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, DAY_4, Geometry, query_len, split_at_the_course,
@@ -68,7 +68,7 @@ def test_context_lens_count_tokens_written(
         expect(cache.offset == written.length, INVARIANT, f"{step}: offset is {cache.offset}")
 
         mask = "causal" if length > 1 or geometry.course else None
-        query = written.make_query(rng, 2 * num_kv_heads, query_len(length, geometry))
+        query = written.make_query(rng, 2 * num_kv_heads, query_len(length, geometry, written.length))
         got = attention_over_metadata(paged_attention, query, metadata, mask)
         layout = metadata_layout(query, metadata, "float32", mask)
         expect_pages_hold(INVARIANT, f"{step}: the metadata", layout, {0: written})
@@ -152,19 +152,46 @@ def test_last_token_of_the_context_is_read(paged_attention: object, page_size: i
     )
 
 
+def _expect_the_courses_rewind(pool_type: type, cache_type: type, rng: np.random.Generator) -> None:
+    """The course's rewind test on hidden tokens: page_lens [4, 4, 1] before the rewind and [4, 2] after (lists,
+    as its asserts compare), offset 6, 2 pages of a full page's capacity each, 3 issued with 1 free, and
+    gather_dense() the first 6 tokens."""
+    written = WrittenKv(2, COURSE_HEAD_DIM, "float32")
+    pool, cache, filled = course_rewind(pool_type, cache_type, written, rng)
+    expect(equals_list(filled, [4, 4, 1]), INVARIANT,
+           f"4, 3 and 2 tokens appended through update_and_fetch in pages of 4: page_lens is {filled!r}, expected "
+           "[4, 4, 1]")  # fmt: skip
+    step = "4, 3 and 2 tokens appended in pages of 4, then rewind(3) (the course's rewind)"
+    expect(cache.offset == 6, INVARIANT, f"{step}: offset is {cache.offset}, expected 6")
+    expect(equals_list(cache.page_lens, [4, 2]), INVARIANT, f"{step}: page_lens is {cache.page_lens!r}, expected [4, 2]")
+    expect(cache.num_pages == 2, INVARIANT, f"{step}: {cache.num_pages} pages, expected 2")
+    expect(
+        pool.num_pages == 3 and pool.num_free_pages == 1, INVARIANT,
+        f"{step}: the pool has {pool.num_free_pages} of {pool.num_pages} pages free, expected 1 of 3",
+    )
+    capacity = [int(pool.read_page(page_id)[0].shape[2]) for page_id in cache.page_ids]
+    expect(capacity == [4, 4], INVARIANT, f"{step}: read_page() gives pages of {capacity} slots, expected [4, 4]")
+    keys, values = (to_numpy(x, np.float64)[0] for x in cache.gather_dense())
+    expect(
+        np.array_equal(keys, written.keys) and np.array_equal(values, written.values), INVARIANT,
+        f"{step}: gather_dense() differs from the first 6 tokens written",
+    )
+
+
 @split_at_the_course(f"{DAY_3}::test_task_1_paged_cache_rewind",
                      Geometry(page_sizes=(1, 3, 4), kv_heads=(2,), head_dim=HEAD_DIM), per_page_size=True)
 def test_rewind_to_every_offset_then_append(
     pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry, page_size: int,
     rng: np.random.Generator,
 ) -> None:
-    # Beyond the course: every target from 0 to the whole context, page boundaries (whole numbers of pages)
-    # included, each followed by appends. The course's part rewinds as its rewind(3) of [4, 4, 1] does: a page's
-    # worth of tokens at most, a token kept and one dropped at least, ending inside a page; and it appends nothing
-    # after (the course never does).
+    # The course's case is its own rewind (calls.course_rewind): 4, 3 and 2 tokens through update_and_fetch, then
+    # rewind(3), read as its test reads it. Beyond the course: every target from 0 to the whole context, page
+    # boundaries (whole numbers of pages) included, each followed by appends.
+    if geometry.course:
+        _expect_the_courses_rewind(pool_type, cache_type, rng)
+        return
     total = 3 * page_size + 1
-    course_targets = [t for t in range(total - page_size, total) if t % page_size]
-    for target in course_targets if geometry.course else range(total + 1):
+    for target in range(total + 1):
         pool = pool_type(page_size)
         cache = cache_type(pool)
         if not callable(getattr(cache, "rewind", None)):
@@ -194,14 +221,14 @@ def test_rewind_to_every_offset_then_append(
                 f"{step}: gather_dense() differs from the first {target} tokens written",
             )
         # Appends after the rewind: a chunk that crosses a page boundary, then a decode step.
-        for length in () if geometry.course else (page_size + 1, 1):
+        for length in (page_size + 1, 1):
             metadata = read_once(cache.update_and_fetch_paged(*written.make_chunk(rng, length)))
             then = f"{step}, then {length} appended ({written.length} tokens)"
             expect(cache.offset == written.length, INVARIANT, f"{then}: offset is {cache.offset}")
             in_metadata = to_numpy(metadata.context_lens).tolist()
             expect(in_metadata == [written.length], INVARIANT, f"{then}: metadata context_lens is {in_metadata}")
-            mask = "causal" if length > 1 or geometry.course else None
-            query = written.make_query(rng, 4, query_len(length, geometry))
+            mask = "causal" if length > 1 else None
+            query = written.make_query(rng, 4, length)
             layout = metadata_layout(query, metadata, "float32", mask)
             expect_pages_hold(INVARIANT, f"{then}: the metadata", layout, {0: written})
             expect_close(

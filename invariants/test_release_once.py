@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagecheck.invariants.calls import pool_state, same_pool_state
-from pagecheck.invariants.course import DAY_3, Geometry, split_at_the_course
+from pagecheck.invariants.calls import course_rewind, equals_list, pool_state, same_pool_state
+from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import chunk_plans, seeds
 from pagecheck.invariants.verdict import expect, expect_value_error
 from pagecheck.invariants.workload import WrittenKv
@@ -50,8 +50,16 @@ class Request:
             cache.release()
 
 
-def _check_free_lists(pools: list[object], expected: list[set[int]], step: str) -> None:
+def _check_free_lists(pools: list[object], expected: list[set[int]], step: str, course: bool = False) -> None:
+    """Each pool counts its free pages as `expected`; beyond the course, its free_page_ids lists exactly those
+    (the course reads that list only as a before/after snapshot, so a course case counts)."""
     for layer, (pool, want) in enumerate(zip(pools, expected)):
+        if course:
+            expect(
+                pool.num_free_pages == len(want), INVARIANT,
+                f"{step}: layer {layer} num_free_pages={pool.num_free_pages}, expected {len(want)}",
+            )
+            continue
         free = [int(p) for p in pool.free_page_ids]
         expect(len(free) == len(set(free)), INVARIANT, f"{step}: layer {layer} lists a page free twice: {sorted(free)}")
         expect(
@@ -94,6 +102,11 @@ def test_release_returns_every_page_of_every_layer_once(
                                      geometry.head_dim, 2 * page_size if geometry.course else None)  # fmt: skip
 
     held = leaving.pages()
+    if geometry.course:  # the course compares page_ids with a list: `first.page_ids == [0, 1]`
+        for layer, cache in enumerate(leaving.caches):
+            ids = [int(p) for p in cache.page_ids]
+            expect(equals_list(cache.page_ids, ids), INVARIANT,
+                   f"layer {layer}: page_ids {cache.page_ids!r} does not compare equal to the list {ids}")  # fmt: skip
     leaving.release()
     for layer, cache in enumerate(leaving.caches):
         if geometry.course:  # after a release the course reads the cache's offset only
@@ -103,12 +116,12 @@ def test_release_returns_every_page_of_every_layer_once(
             cache.num_pages == 0 and len(cache.page_ids) == 0, INVARIANT,
             f"layer {layer} still holds pages {list(cache.page_ids)} after release",
         )
-    _check_free_lists(pools, held, f"after releasing a request holding {[sorted(h) for h in held]}")
+    _check_free_lists(pools, held, f"after releasing a request holding {[sorted(h) for h in held]}", geometry.course)
 
     held_by_staying = staying.pages()
     staying.release()
     everything = [a | b for a, b in zip(held, held_by_staying)]
-    _check_free_lists(pools, everything, "after releasing both requests")
+    _check_free_lists(pools, everything, "after releasing both requests", geometry.course)
     for layer, pool in enumerate(pools):
         expect(
             pool.num_free_pages == pool.num_pages, INVARIANT,
@@ -162,11 +175,23 @@ def test_second_free_of_a_released_page_says_already_free(
 def test_rewind_then_release_returns_every_page(
     pool_type: type, cache_type: type, geometry: Geometry, page_size: int, rng: np.random.Generator,
 ) -> None:
-    # From 3 pages and a token: the course's kind of rewind (a page's worth of tokens at most, ending inside a page,
-    # as its rewind(3) of [4, 4, 1]) back to 2 pages and a token; beyond the course, rewinds of more than a page,
-    # into a page and to a page boundary.
+    # The course's case is its own rewind (calls.course_rewind: rewind(3) of [4, 4, 1]), then a release; beyond
+    # the course, from 3 pages and a token, rewinds of more than a page, into a page and to a page boundary.
+    if geometry.course:
+        pool, cache, _ = course_rewind(pool_type, cache_type, WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32"), rng)
+        step = "after the course's rewind(3) of [4, 4, 1]"
+        expect(
+            pool.num_pages == 3 and pool.num_free_pages == 1, INVARIANT,
+            f"{step}: the pool has {pool.num_free_pages} of {pool.num_pages} pages free, expected 1 of 3",
+        )
+        cache.release()
+        expect(
+            pool.num_free_pages == 3, INVARIANT,
+            f"{step} and a release: the pool has {pool.num_free_pages} of {pool.num_pages} pages free, expected 3",
+        )
+        return
     total = 3 * page_size + 1
-    for remaining in (2 * page_size + 1,) if geometry.course else (2 * page_size - 1, 2 * page_size):
+    for remaining in (2 * page_size - 1, 2 * page_size):
         pools = [pool_type(page_size) for _ in range(2)]
         request = Request(cache_type, pools, geometry.head_dim)
         if not hasattr(request.caches[0], "rewind"):

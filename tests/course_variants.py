@@ -1525,3 +1525,135 @@ class PagedKvMetadata:
 """, SWITCHING_METADATA)],
     "pagecheck.invariants.test_dtypes::test_bfloat16_decode_keeps_bfloat16",
 )
+
+
+# Session 44's rule-1 round: what the course leaves free in rewinds, free lists and prefill.
+VARIANTS.update({
+    "free_ids_list_every_takeable_row": (
+        "free_page_ids is the allocator's queue: every storage row a new page may take, freed ids first "
+        '(in the order allocate_page hands them out) then the storage rows not yet issued; num_free_pages'
+        ' counts the freed issued pages only, as the course pins. The course reads free_page_ids only as '
+        'a before/after snapshot',
+        [
+            ('    def free_page_ids(self) -> list[int]:\n'
+             '        return list(self._free)',
+             '    def free_page_ids(self) -> list[int]:\n'
+             '        return list(reversed(self._free)) + list(range(self._num_issued, self.capacity))'),
+        ],
+    ),
+    "rewind_less_than_a_page": (
+        'rewind(n) takes back fewer tokens than a page holds (1 <= n < page_size: a rejected speculative '
+        'draft, whose length the serving loop keeps below the page size); the course rewinds 3 with pages'
+        ' of 4',
+        [
+            ('        if not _is_int(n) or not 0 <= n <= self.offset:\n'
+             '            raise ValueError(f"rewind n={n!r} must be an integer in [0, offset={self.offset}]")',
+             '        if not _is_int(n) or not 0 <= n <= self.offset:\n'
+             '            raise ValueError(f"rewind n={n!r} must be an integer in [0, offset={self.offset}]")\n'
+             '        if not 1 <= n < self.pool.page_size:\n'
+             '            raise ValueError(f"rewind n={n!r} must be in [1, page_size={self.pool.page_size}) (a draft of less than a page)")'),
+        ],
+    ),
+    "paged_prefill_after_a_prefix_only": (
+        'paged prefill (L > 1) serves a chunk after a prefix only: a row whose whole context is the query'
+        " (context == L > 1, a prompt's first chunk, which the model attends densely) is "
+        "NotImplementedError once the metadata is validated; the course's only paged prefill attends 3 "
+        'rows over a context of 6',
+        [
+            ('    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n',
+             '    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n'
+             '    if query.shape[2] > 1 and any(n == query.shape[2] for n in lens):\n'
+             '        raise NotImplementedError("paged prefill needs a prefix: a first chunk (context == L) is attended densely")\n'),
+        ],
+    ),
+})
+
+
+FORGING_VARIANTS.update({
+    "tuple_page_lists": (
+        'TinyKvPagedCache.page_ids / page_lens are tuples (immutable, so no caller can alias them)',
+        [
+            ('    @property\n'
+             '    def num_pages(self) -> int:\n'
+             '        return len(self.page_ids)\n',
+             '    @property\n'
+             '    def num_pages(self) -> int:\n'
+             '        return len(self.page_ids)\n'
+             '\n'
+             '    def __setattr__(self, name, value):\n'
+             '        if name in ("page_ids", "page_lens"):\n'
+             '            value = tuple(value)\n'
+             '        object.__setattr__(self, name, value)\n'),
+            ('            if not self.page_ids or self.page_lens[-1] == page_size:\n'
+             '                self.page_ids.append(self.pool.allocate_page())\n'
+             '                self.page_lens.append(0)\n'
+             '            start = self.page_lens[-1]\n'
+             '            stop = written + min(page_size - start, length - written)\n'
+             '            self.pool.write_page_slice(self.page_ids[-1], start, key[:, :, written:stop], value[:, :, written:stop])\n'
+             '            self.page_lens[-1] += stop - written',
+             '            if not self.page_ids or self.page_lens[-1] == page_size:\n'
+             '                self.page_ids = self.page_ids + (self.pool.allocate_page(),)\n'
+             '                self.page_lens = self.page_lens + (0,)\n'
+             '            start = self.page_lens[-1]\n'
+             '            stop = written + min(page_size - start, length - written)\n'
+             '            self.pool.write_page_slice(self.page_ids[-1], start, key[:, :, written:stop], value[:, :, written:stop])\n'
+             '            self.page_lens = self.page_lens[:-1] + (self.page_lens[-1] + stop - written,)'),
+            ('            self._table = mx.array([self.page_ids + [SENTINEL] * (width - self.num_pages)], dtype=mx.int32)',
+             '            self._table = mx.array([list(self.page_ids) + [SENTINEL] * (width - self.num_pages)], dtype=mx.int32)'),
+            ('        left = n\n'
+             '        while left:\n'
+             '            drop = min(left, self.page_lens[-1])\n'
+             '            self.page_lens[-1] -= drop\n'
+             '            left -= drop\n'
+             '            if self.page_lens[-1] == 0:\n'
+             '                self.pool.free_page(self.page_ids.pop())\n'
+             '                self.page_lens.pop()',
+             '        left = n\n'
+             '        while left:\n'
+             '            drop = min(left, self.page_lens[-1])\n'
+             '            self.page_lens = self.page_lens[:-1] + (self.page_lens[-1] - drop,)\n'
+             '            left -= drop\n'
+             '            if self.page_lens[-1] == 0:\n'
+             '                self.pool.free_page(self.page_ids[-1])\n'
+             '                self.page_ids, self.page_lens = self.page_ids[:-1], self.page_lens[:-1]'),
+            ('            table[slot][: cache.num_pages] = cache.page_ids',
+             '            table[slot][: cache.num_pages] = list(cache.page_ids)'),
+        ],
+        "pagecheck.invariants.test_release_once::test_release_returns_every_page_of_every_layer_once",
+    ),
+    "no_read_page": (
+        'TinyKvPagedPool has no read_page',
+        [
+            ('    def read_page(self, page_id: int) -> tuple[mx.array, mx.array]:',
+             '    def _read_page_unused(self, page_id: int) -> tuple[mx.array, mx.array]:'),
+        ],
+        "pagecheck.invariants.test_context_len::test_rewind_to_every_offset_then_append",
+    ),
+    "dense_path_new_page_per_chunk": (
+        'update_and_fetch starts each chunk on a new page (partly filled pages in the middle); the paged '
+        'path fills the tail',
+        [
+            ('        self.append(key, value)\n'
+             '        keys, values = self.gather_dense()\n'
+             '        return keys, values, self.offset, mask',
+             '        self._fresh_page = True  # the dense path opens a new page for each chunk\n'
+             '        try:\n'
+             '            self.append(key, value)\n'
+             '        finally:\n'
+             '            self._fresh_page = False\n'
+             '        keys, values = self.gather_dense()\n'
+             '        return keys, values, self.offset, mask'),
+            ('            if not self.page_ids or self.page_lens[-1] == page_size:',
+             '            if not self.page_ids or self.page_lens[-1] == page_size or (written == 0 and getattr(self, "_fresh_page", False)):'),
+            ('    def _gather(self, pages: mx.array) -> mx.array:\n'
+             '        _, num_heads, page_size, head_dim = pages.shape\n'
+             '        picked = pages[mx.array(self.page_ids, dtype=mx.int32)] if self.page_ids else pages[:0]\n'
+             '        tokens = picked.transpose(1, 0, 2, 3).reshape(num_heads, self.num_pages * page_size, head_dim)\n'
+             '        return tokens[None, :, : self.offset]',
+             '    def _gather(self, pages: mx.array) -> mx.array:\n'
+             '        parts = [pages[p, :, :n] for p, n in zip(self.page_ids, self.page_lens)]\n'
+             '        return mx.concatenate(parts, axis=1)[None] if parts else pages[:0, :, :0][0][None]'),
+        ],
+        "pagecheck.invariants.test_context_len::test_rewind_to_every_offset_then_append",
+    ),
+})
