@@ -127,9 +127,11 @@ def pool_state(pool: Any, *, page_data: bool = True) -> dict[str, Any]:
     """What a pool shows through its API, copied, to compare before and after a call.
 
     The free list keeps its order (it decides which page is reused next).
-    `page_data=False` leaves the page arrays unread, as the course's own
-    snapshot (_paged_state) does: a pool may make them only at its first
-    write, and a check that passes it compares the live tokens on its own.
+    `page_data=False` reads as the course's own snapshot (_paged_state)
+    does: the page arrays unread (a pool may make them only at its first
+    write, and a check that passes it compares the live tokens on its own)
+    and every counter of POOL_COUNTERS read, so a pool lacking one fails as
+    there; otherwise the counters a pool has.
     """
     state: dict[str, Any] = {
         "num_pages": pool.num_pages,
@@ -137,7 +139,7 @@ def pool_state(pool: Any, *, page_data: bool = True) -> dict[str, Any]:
         "free_page_ids": [int(i) for i in pool.free_page_ids],
         "used_page_ids": sorted(int(i) for i in pool.used_page_ids),
     }
-    state.update({name: getattr(pool, name) for name in POOL_COUNTERS if hasattr(pool, name)})
+    state.update({name: getattr(pool, name) for name in POOL_COUNTERS if not page_data or hasattr(pool, name)})
     if page_data:
         for name in ("key_pages", "value_pages"):
             pages = getattr(pool, name)
@@ -252,6 +254,16 @@ def fail_on_call(subject: Any, target: Any, name: str, at: int, message: str) ->
     if install is not None:
         return install(target, name, at, message)
     return injection.install_failing_call(target, name, at, message)
+
+
+def result_identity(subject: Any, target: Any, name: str) -> Any:
+    """A probe of target.NAME(): called once now, its `same()` calls again and says whether the very object came
+    back (injection.ResultIdentity). A subject in another process is probed there (Subject.result_identity),
+    where its objects are; any other, here."""
+    probe = getattr(subject, "result_identity", None)
+    if probe is not None:
+        return probe(target, name)
+    return injection.ResultIdentity(target, name)
 
 
 def watch_materialize(subject: Any, cache: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ entry of COURSE_TESTS to be mapped by at least one check.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,9 @@ def split_at_the_course(course_test: str, wider: Geometry, *, per_page_size: boo
     ])
 
 COURSE_MARK = "course"
+# Whether the running check is a course clause (set by the plugin around each check): outputs are then compared
+# under the course's tolerance (reference/tolerance.py COURSE_TOLERANCES).
+IN_COURSE_CLAUSE: ContextVar[bool] = ContextVar("pagecheck_in_course_clause", default=False)
 BEYOND_COURSE_MARK = "beyond_course"
 # Beside COURSE_MARK on a check that replays one of the course's own data points as its test builds and reads it
 # (through the subject's pool, the metadata's own mask, an unconverted query).

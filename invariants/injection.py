@@ -29,6 +29,19 @@ class FailingCall:
         return self.original(*args, **kwargs)
 
 
+class ResultIdentity:
+    """target.NAME() called once now: `same()` calls it again and says whether that call returned the very object
+    the first one did, as the course's `cache.block_table() is first` asks. Identity does not cross a pipe, so a
+    sandboxed subject's probe lives in its worker, next to the object."""
+
+    def __init__(self, target: Any, name: str) -> None:
+        self.target, self.name = target, name
+        self.first = getattr(target, name)()
+
+    def same(self) -> bool:
+        return getattr(self.target, self.name)() is self.first
+
+
 def install_failing_call(target: Any, name: str, at: int, message: str) -> FailingCall:
     """Put a FailingCall around target.NAME, in its place; the wrapper."""
     wrapper = FailingCall(getattr(target, name), at, message)

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from pagecheck.invariants.catalog import INVARIANTS
-from pagecheck.invariants.course import BEYOND_COURSE_MARK, COURSE_MARK, course_scope, REPLAY_MARK
+from pagecheck.invariants.course import BEYOND_COURSE_MARK, COURSE_MARK, IN_COURSE_CLAUSE, course_scope, REPLAY_MARK
 from pagecheck.invariants.profiles import DEFAULT_PROFILE, DEFAULT_SEED, PROFILES
 
 SUITE_DIR = Path(__file__).resolve().parent
@@ -206,8 +206,12 @@ def pytest_runtest_call(item: pytest.Item):
     seconds = item.config.getoption("pagecheck_check_timeout", 0.0) or 0.0
     if item.config.stash[SUBJECT_KEY].call_time_limit is not None:
         seconds = 0.0  # each call has the limit where it runs (pytest_configure)
-    with time_limit(seconds):
-        outcome = yield
+    in_course = IN_COURSE_CLAUSE.set(item.get_closest_marker(COURSE_MARK) is not None)
+    try:
+        with time_limit(seconds):
+            outcome = yield
+    finally:
+        IN_COURSE_CLAUSE.reset(in_course)
     error = outcome.excinfo[1] if outcome.excinfo else None
     if isinstance(error, CheckTimedOut):
         outcome.force_exception(pytest.fail.Exception(str(error), pytrace=False))

@@ -147,6 +147,9 @@ class Subject:
     # How a check watches cache.materialize(): cache -> what it did with gather_dense and mx.eval, as plain data
     # (injection.watch_materialize). None: watched here.
     watch_materialize: Callable[[Any], dict[str, Any]] | None = None
+    # How a check asks whether a method returns the same object call after call: (object, method name) -> a probe
+    # whose same() says so (injection.ResultIdentity). None: probed here.
+    result_identity: Callable[[Any, str], Any] | None = None
     # A subject whose calls cross a pipe (a sandboxed worker): `begin_check(name)` says a new check starts, so a
     # worker an earlier check stopped is started afresh rather than failing every later check; and
     # `call_time_limit(seconds)` bounds each call there, where an alarm here would leave the pipe mid-reply.

@@ -9,12 +9,14 @@ own tokens.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from pagecheck.invariants.calls import attention_over_metadata, current_metadata, metadata_layout
+from pagecheck.invariants.calls import attention_over_metadata, current_metadata, metadata_layout, read_once
 from pagecheck.invariants.course import DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import seeds
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
@@ -34,16 +36,20 @@ class SharedPool:
 
     def __init__(
         self, pool_type: type, cache_type: type, paged_attention: object, page_size: int, seed: int,
-        head_dim: int = HEAD_DIM, mask: str | None = None,
+        head_dim: int = HEAD_DIM, course: bool = False,
     ) -> None:
         self.cache_type = cache_type
         self.head_dim = head_dim
-        self.mask = mask  # of the decode calls: None, or "causal" as the course passes it
+        # A course case calls as the course does: mask "causal" on the decode calls, attention over the metadata an
+        # append returned, live pages apart from one another (the course reads free_page_ids only as a snapshot).
+        self.course = course
+        self.mask = "causal" if course else None
         self.paged_attention = paged_attention
         self.pool = pool_type(page_size)
         self.page_size = page_size
         self.rng = np.random.default_rng(seed)
         self.requests: dict[int, tuple[object, WrittenKv, np.ndarray]] = {}
+        self.latest: dict[int, Any] = {}  # each request's metadata from its last append
         self.opened = 0
 
     def open(self) -> int:
@@ -54,10 +60,11 @@ class SharedPool:
 
     def append(self, request: int, length: int) -> None:
         cache, record, _ = self.requests[request]
-        cache.update_and_fetch_paged(*record.make_chunk(self.rng, length))
+        self.latest[request] = read_once(cache.update_and_fetch_paged(*record.make_chunk(self.rng, length)))
 
     def release(self, request: int) -> None:
         cache, _, _ = self.requests.pop(request)
+        self.latest.pop(request, None)
         cache.release()
 
     def live_pages(self) -> dict[int, list[int]]:
@@ -65,7 +72,7 @@ class SharedPool:
 
     def check_disjoint(self, step: str) -> None:
         owner: dict[int, int] = {}
-        free = {int(p) for p in self.pool.free_page_ids}
+        free = set() if self.course else {int(p) for p in self.pool.free_page_ids}
         for request, pages in self.live_pages().items():
             for page in pages:
                 expect(
@@ -83,7 +90,7 @@ class SharedPool:
         for request, (cache, record, query) in self.requests.items():
             if record.length == 0:
                 continue
-            metadata = current_metadata(self.pool, cache, self.page_size)
+            metadata = self.latest[request] if self.course else current_metadata(self.pool, cache, self.page_size)
             layout = metadata_layout(query, metadata, "float32", self.mask)
             expect_pages_hold(INVARIANT, f"{step}: request {request}'s metadata", layout, {0: record})
             expect_close(
@@ -146,7 +153,7 @@ def test_pages_freed_by_one_request_are_not_shared_by_the_next(
     rng: np.random.Generator,
 ) -> None:
     shared = SharedPool(pool_type, cache_type, paged_attention, page_size, int(rng.integers(2**32)),
-                        geometry.head_dim, "causal" if geometry.course else None)
+                        geometry.head_dim, geometry.course)
     first, second = shared.open(), shared.open()
     shared.append(first, 3 * page_size)
     shared.append(second, page_size)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,9 +25,11 @@ from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import (
     attention_output, attention_over_metadata, cache_length, current_metadata, metadata_layout, own_block_table,
+    read_once, result_identity,
 )
-from pagecheck.invariants.course import COURSE_MAX_PAGES, DAY_3, Geometry, split_at_the_course
+from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
+from pagecheck.invariants.subject import Subject
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
@@ -69,6 +72,10 @@ def test_gather_reproduces_tokens_in_logical_order(
             np.array_equal(keys[0], record.keys) and np.array_equal(values[0], record.values),
             INVARIANT, f"{where}: gather_dense() differs from the tokens written, in order",
         )
+        if geometry.course:
+            # The course reads a cache's pages through gather_dense() and its metadata only: how the pool's own
+            # arrays and block_table() lay them out is beyond it.
+            continue
         table_keys, table_values = gather_dense(
             pool.key_pages, pool.value_pages, own_block_table(cache), [cache_length(cache)], page_size
         )
@@ -154,7 +161,14 @@ def test_update_and_fetch_returns_the_tokens_in_order(
         )
         lens = [int(n) for n in cache.page_lens]
         expect(sum(lens) == record.length, INVARIANT, f"{step}: page_lens {lens} do not sum to {record.length}")
-        if callable(getattr(pool, "read_page", None)):
+        pages = -(-record.length // page_size)
+        expect(cache.num_pages == pages, INVARIANT, f"{step}: {cache.num_pages} pages, expected {pages}")
+        if geometry.course:
+            # As the course reads pages: each one's capacity (read_page(id)[0].shape[2]), not what it holds.
+            capacity = [int(pool.read_page(page_id)[0].shape[2]) for page_id in cache.page_ids]
+            expect(capacity == [page_size] * pages, INVARIANT,
+                   f"{step}: read_page() gives pages of {capacity} slots, expected {[page_size] * pages}")  # fmt: skip
+        elif callable(getattr(pool, "read_page", None)):
             start = 0
             for page_id, used in zip(cache.page_ids, lens):
                 page_keys, page_values = (to_numpy(x, np.float64) for x in pool.read_page(int(page_id)))
@@ -171,38 +185,62 @@ def test_update_and_fetch_returns_the_tokens_in_order(
                 start += used
 
 
+def _expect_the_courses_table_reuse(
+    subject: Subject, pool_type: type, cache_type: type, rng: np.random.Generator
+) -> None:
+    """The course's sequence on a cache of its own: 3 tokens in pages of 4, then block_table() twice gives one
+    object; after a token that fills the tail page, still that object; after one that opens a page, another. Asked
+    where the cache lives (calls.result_identity): identity does not cross a sandbox's pipe."""
+    cache = cache_type(pool_type(4))
+    written = WrittenKv(2, COURSE_HEAD_DIM, "float32")
+    cache.update_and_fetch_paged(*written.make_chunk(rng, 3))
+    probe = result_identity(subject, cache, "block_table")
+    expect(bool(probe.same()), INVARIANT, "3 tokens in pages of 4: block_table() called twice gave two objects")
+    cache.update_and_fetch_paged(*written.make_chunk(rng, 1))
+    expect(bool(probe.same()), INVARIANT,
+           "a token that filled the tail page (the page ids unchanged): block_table() gave a new object")  # fmt: skip
+    cache.update_and_fetch_paged(*written.make_chunk(rng, 1))
+    expect(not probe.same(), INVARIANT,
+           "a token on a new page (the page ids changed): block_table() gave the same object as before")  # fmt: skip
+
+
 @split_at_the_course(f"{DAY_3}::test_task_1_reuses_block_table_until_page_ids_change",
                      Geometry(page_sizes=(2, 3), kv_heads=(2,), head_dim=HEAD_DIM), per_page_size=True)
 def test_block_table_is_read_again_when_page_ids_change(
-    pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry, page_size: int,
-    rng: np.random.Generator, advise: Callable[[str], None],
+    subject: Subject, pool_type: type, cache_type: type, paged_attention: object, geometry: Geometry,
+    page_size: int, rng: np.random.Generator, advise: Callable[[str], None],
 ) -> None:
+    if geometry.course:
+        _expect_the_courses_table_reuse(subject, pool_type, cache_type, rng)
     pool = pool_type(page_size)
     cache, other = cache_type(pool), cache_type(pool)
     head_dim = geometry.head_dim
     records = {"cache": WrittenKv(2, head_dim, "float32"), "other": WrittenKv(2, head_dim, "float32")}
     caches = {"cache": cache, "other": other}
+    latest: dict[str, Any] = {}  # each cache's metadata from its last append
     query = records["cache"].make_query(rng, 4, 1)
     mask = "causal" if geometry.course else None
 
     def append(name: str, length: int) -> None:
-        caches[name].update_and_fetch_paged(*records[name].make_chunk(rng, length))
+        latest[name] = read_once(caches[name].update_and_fetch_paged(*records[name].make_chunk(rng, length)))
 
     def check(step: str) -> None:
         for name, owner in caches.items():
             where = f"{step}: {name} (page_size={page_size})"
-            row = [int(p) for p in to_numpy(own_block_table(owner)).reshape(-1)]
+            # The course attends over the metadata an append returns; a cache's own block_table() (any width of
+            # -1 padding) with the pool's arrays is beyond it.
+            metadata = latest[name] if geometry.course else current_metadata(pool, owner, page_size)
+            what = "the metadata's block_table" if geometry.course else "block_table()"
+            row = [int(p) for p in to_numpy(metadata.block_table).reshape(-1)]
             pages = [int(p) for p in owner.page_ids]
-            # The course fixes no width for block_table(): the page ids in order, then any -1 padding.
             expect(
                 row[: len(pages)] == pages and all(p == -1 for p in row[len(pages) :]), INVARIANT,
-                f"{where}: block_table() is {row}, the page ids are {pages} (then only -1 padding)",
+                f"{where}: {what} is {row}, the page ids are {pages} (then only -1 padding)",
             )
-            metadata = current_metadata(pool, owner, page_size)
             layout = metadata_layout(query, metadata, "float32", mask)
             expect_pages_hold(INVARIANT, f"{where}: the metadata", layout, {0: records[name]})
             expect_close(
-                INVARIANT, f"{where}: decode attention over block_table()",
+                INVARIANT, f"{where}: decode attention over {what}",
                 attention_over_metadata(paged_attention, query, metadata, mask), records[name].attention(query, mask),
                 layout,
             )
@@ -212,7 +250,7 @@ def test_block_table_is_read_again_when_page_ids_change(
     first = cache.block_table()
     check("two pages, the tail not full")
     append("cache", 1)
-    if cache.block_table() is not first:
+    if not geometry.course and cache.block_table() is not first:
         advise("block_table() built a new table after an append that kept the page ids; the course's "
                "test_task_1_reuses_block_table_until_page_ids_change expects the same array back")
     check("the tail page filled")

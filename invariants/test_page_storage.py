@@ -119,6 +119,10 @@ def test_reset_empties_an_idle_pool(pool_type: type, cache_type: type, rng: np.r
     cache = cache_type(pool)
     cache.update_and_fetch_paged(*WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32").make_chunk(rng, 17))
     cache.release()
+    # As the course's test reads it before the reset: the 17 tokens' 5 pages free, storage grown to 8 pages.
+    idle = {"capacity": pool.capacity, "num_free_pages": pool.num_free_pages}
+    expect(idle == {"capacity": 8, "num_free_pages": 5}, INVARIANT,
+           f"17 tokens in pages of 4, then a release: {idle}, expected capacity 8 with 5 pages free")  # fmt: skip
     pool.reset()
     got = {**_counters(pool), "num_pages": pool.num_pages, "num_free_pages": pool.num_free_pages,
            "storage_nbytes": int(pool.storage_nbytes)}  # fmt: skip

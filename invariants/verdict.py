@@ -7,6 +7,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pagecheck.invariants.calls import attention_output
+from pagecheck.invariants.course import IN_COURSE_CLAUSE
 from pagecheck.reference.attention import gather_request
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.layouts import PagedLayout
@@ -35,8 +36,9 @@ def expect(condition: bool, invariant: str, message: str, layout: PagedLayout | 
 def expect_close(
     invariant: str, what: str, got: Any, want: Any, layout: PagedLayout, dtype: str | None = None
 ) -> Comparison:
-    """Compare under the tolerance of `dtype` (default: the layout's); fail with layout and worst error."""
-    result = compare(got, want, dtype or layout.dtype)
+    """Compare under the tolerance of `dtype` (default: the layout's; in a course clause, the course's); fail with
+    layout and worst error."""
+    result = compare(got, want, dtype or layout.dtype, course=IN_COURSE_CLAUSE.get())
     if not result.passed:
         raise InvariantViolation(invariant, f"{what}\n  layout: {layout.describe()}\n  worst: {result.summary()}")
     return result
@@ -62,7 +64,8 @@ def expect_pages_hold(invariant: str, what: str, layout: PagedLayout, written: d
             held = (
                 int(layout.context_lens[row]) == n and bool((live >= 0).all())
                 and all(
-                    compare(gather_request(pages, ids, n, layout.page_size), want, record.dtype).passed
+                    compare(gather_request(pages, ids, n, layout.page_size), want, record.dtype,
+                            course=IN_COURSE_CLAUSE.get()).passed
                     for pages, want in zip(pools, (record.keys, record.values))
                 )
             )  # fmt: skip

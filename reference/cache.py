@@ -46,6 +46,8 @@ class TinyKvPagedCache:
         self.pool = pool
         self.page_ids: list[int] = []
         self.page_lens: list[int] = []
+        self._table: np.ndarray | None = None  # block_table()'s, for the page ids and width in _table_key
+        self._table_key: tuple[tuple[int, ...], int] | None = None
 
     @property
     def offset(self) -> int:
@@ -93,10 +95,16 @@ class TinyKvPagedCache:
             raise
 
     def block_table(self, max_pages: int | None = None) -> np.ndarray:
+        """[1, width] int32: the page ids, then -1. The same array while the page ids and width stay (the course
+        asks `cache.block_table() is first` until a page is added), a new one after."""
         width = table_width(max_pages, self.num_pages, self.pool.page_size)
-        table = np.full((1, width), -1, dtype=np.int32)
-        table[0, : self.num_pages] = self.page_ids
-        return table
+        key = (tuple(self.page_ids), width)
+        if self._table_key != key:
+            table = np.full((1, width), -1, dtype=np.int32)
+            table[0, : self.num_pages] = self.page_ids
+            table.flags.writeable = False  # handed out again: no caller may change it under the cache
+            self._table, self._table_key = table, key
+        return self._table
 
     def context_lens(self) -> np.ndarray:
         return np.array([self.offset], dtype=np.int32)

@@ -1657,3 +1657,183 @@ FORGING_VARIANTS.update({
         "pagecheck.invariants.test_context_len::test_rewind_to_every_offset_then_append",
     ),
 })
+
+
+# Session 44's rule-1 round, continued: block_table(), batch metadata, a rejected call's inputs, page storage.
+VARIANTS.update({
+    "numpy_block_table": (
+        "cache.block_table() is a host-side NumPy int32 table (the scheduler's copy; the course only "
+        'checks that the same object comes back until the page ids change); the metadata an append '
+        'returns converts it to MLX int32',
+        [
+            ('import mlx.core as mx\n',
+             'import mlx.core as mx\n'
+             'import numpy as np\n'),
+            ('            self._table = mx.array([self.page_ids + [SENTINEL] * (width - self.num_pages)], dtype=mx.int32)',
+             '            self._table = np.array([self.page_ids + [SENTINEL] * (width - self.num_pages)], dtype=np.int32)'),
+            ('self.block_table(max_pages), self.context_lens(),',
+             'mx.array(self.block_table(max_pages)), self.context_lens(),'),
+        ],
+    ),
+    "fixed_width_block_table": (
+        "cache.block_table() is the request's row at the pool's fixed table width of 8 pages "
+        '(max_blocks_per_seq), -1 padded; the metadata an append returns is exactly as wide as the '
+        'request (as the course pins); paged_attention refuses a table wider than its widest row needs '
+        "(the gallery's exact_table_width)",
+        [
+            ('    def block_table(self, max_pages: int | None = None) -> mx.array:\n'
+             '        """int32 [1, max_pages]: this cache\'s page ids, then -1; the same array until the page ids change."""\n'
+             '        width = self.num_pages if max_pages is None else max_pages',
+             '    def block_table(self, max_pages: int | None = 8) -> mx.array:\n'
+             '        """int32 [1, max_pages]: this cache\'s page ids, then -1; the same array until the page ids change."""\n'
+             '        width = self.num_pages if max_pages is None else max_pages'),
+            ('self.block_table(max_pages), self.context_lens(),',
+             'mx.array([self.page_ids + [SENTINEL] * ((max_pages or self.num_pages) - self.num_pages)], dtype=mx.int32), self.context_lens(),'),
+            ('            raise ValueError(f"context_lens[{row}]={n} must be zero or at least query length L={num_queries}")\n',
+             '            raise ValueError(f"context_lens[{row}]={n} must be zero or at least query length L={num_queries}")\n'
+             '    need = max((-(-n // page_size) for n in lens), default=0)\n'
+             '    if width > max(need, 1):\n'
+             "        raise ValueError(f'block_table width {width} is wider than the widest row needs ({need} pages)')\n"),
+        ],
+    ),
+    "batch_metadata_trusted": (
+        'paged_attention validates the metadata of a single request (B == 1: every course call with '
+        'invalid metadata); a batch (B > 1) comes from BatchingKvCache and is trusted, skipping the host-'
+        'side walk of its table',
+        [
+            ('    table, lens = block_table.tolist(), context_lens.tolist()\n'
+             '    _check_metadata(table, lens, query.shape[2], page_size, key_pages.shape[0])\n',
+             '    table, lens = block_table.tolist(), context_lens.tolist()\n'
+             '    if batch == 1:\n'
+             '        _check_metadata(table, lens, query.shape[2], page_size, key_pages.shape[0])\n'),
+        ],
+    ),
+    "clamps_context_lens_in_place": (
+        'paged_attention reads the metadata to the host once, then writes the lengths its kernel will use'
+        " (clamped to [0, table width * page_size]) back into the caller's context_lens in place, before "
+        'it validates the host copy; valid lengths are left as they were. The course never reads an input'
+        ' again after a rejected call',
+        [
+            ('    table, lens = block_table.tolist(), context_lens.tolist()\n',
+             '    table, lens = block_table.tolist(), context_lens.tolist()\n'
+             '    context_lens[:] = mx.clip(context_lens, 0, block_table.shape[1] * page_size)\n'),
+        ],
+    ),
+    "batch_pads_with_last_page": (
+        "the batch's metadata pads a live row past its pages with that row's last page id (gather indices"
+        ' stay in bounds for a whole-page kernel); an empty slot stays all -1 with context 0, as the '
+        "course pins. paged_attention takes, past a row's live pages, -1 or a repeat of its last live "
+        "page (any other id is still 'must use the -1 sentinel')",
+        [
+            ('            table[slot][: cache.num_pages] = cache.page_ids\n',
+             '            table[slot][: cache.num_pages] = cache.page_ids\n'
+             '            if cache.page_ids:\n'
+             '                table[slot][cache.num_pages :] = [cache.page_ids[-1]] * (width - cache.num_pages)\n'),
+            ('        for col in range(live, width):\n'
+             '            if table[row][col] != SENTINEL:',
+             '        for col in range(live, width):\n'
+             '            if live and table[row][col] == table[row][live - 1]:\n'
+             '                continue  # a repeat of the last live page\n'
+             '            if table[row][col] != SENTINEL:'),
+        ],
+    ),
+    "key_pages_stored_transposed": (
+        'the pool stores keys transposed, [capacity, H_kv, D, page_size] (K^T pages for the QK^T '
+        'product), and pool.key_pages shows that storage as it is (one row per issued page, as the course'
+        " pins); read_page, gather_dense and every metadata hand keys out in the course's [P, H_kv, "
+        'page_size, D]',
+        [
+            ('        shape = (rows, like.shape[1], self.page_size, like.shape[3])\n'
+             '        self._key_store = mx.zeros(shape, dtype=like.dtype)\n'
+             '        self._value_store = mx.zeros(shape, dtype=like.dtype)',
+             '        shape = (rows, like.shape[1], self.page_size, like.shape[3])\n'
+             '        self._key_store = mx.zeros((rows, like.shape[1], like.shape[3], self.page_size), dtype=like.dtype)\n'
+             '        self._value_store = mx.zeros(shape, dtype=like.dtype)'),
+            ('        padding = mx.zeros((rows - old_rows, *self._key_store.shape[1:]), dtype=self._key_store.dtype)\n'
+             '        self.copied_bytes_on_growth += self.storage_nbytes\n'
+             '        self._key_store = mx.concatenate([self._key_store, padding])\n'
+             '        self._value_store = mx.concatenate([self._value_store, padding])',
+             '        padding = mx.zeros((rows - old_rows, *self._value_store.shape[1:]), dtype=self._value_store.dtype)\n'
+             '        self.copied_bytes_on_growth += self.storage_nbytes\n'
+             '        self._key_store = mx.concatenate([self._key_store, padding.swapaxes(2, 3)])\n'
+             '        self._value_store = mx.concatenate([self._value_store, padding])'),
+            ('            _, heads, _, dim = self._key_store.shape',
+             '            _, heads, _, dim = self._value_store.shape'),
+            ('        self._key_store = mx.slice_update(self._key_store, key, at, axes=(0, 1, 2, 3))',
+             '        self._key_store = mx.slice_update(self._key_store, key.swapaxes(2, 3), mx.array([page_id, 0, 0, start]), axes=(0, 1, 2, 3))'),
+            ('        return self._key_store[page_id : page_id + 1], self._value_store[page_id : page_id + 1]',
+             '        return self._key_store[page_id : page_id + 1].swapaxes(2, 3), self._value_store[page_id : page_id + 1]'),
+            ('    @property\n'
+             '    def value_pages(self) -> mx.array | None:',
+             '    @property\n'
+             '    def kernel_key_pages(self) -> mx.array | None:\n'
+             '        """The issued pages\' keys in the course\'s [P, H_kv, page_size, D]."""\n'
+             '        return None if self._key_store is None else self.key_pages.swapaxes(2, 3)\n'
+             '\n'
+             '    @property\n'
+             '    def value_pages(self) -> mx.array | None:'),
+            ('            self.pool.key_pages, self.pool.value_pages, self.block_table(max_pages), self.context_lens(),',
+             '            self.pool.kernel_key_pages, self.pool.value_pages, self.block_table(max_pages), self.context_lens(),'),
+            ('        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages)',
+             '        return self._gather(self.pool.kernel_key_pages), self._gather(self.pool.value_pages)'),
+            ('            pool.key_pages, pool.value_pages, mx.array(table, dtype=mx.int32)',
+             '            pool.kernel_key_pages, pool.value_pages, mx.array(table, dtype=mx.int32)'),
+        ],
+    ),
+})
+
+
+FORGING_VARIANTS.update({
+    "block_table_rewritten_in_place": (
+        'block_table() returns the same (list) object forever, rewritten in place when the page ids '
+        'change',
+        [
+            ('        key = (tuple(self.page_ids), width)\n'
+             '        if self._table_key != key:\n'
+             '            self._table = mx.array([self.page_ids + [SENTINEL] * (width - self.num_pages)], dtype=mx.int32)\n'
+             '            self._table_key = key\n'
+             '        return self._table',
+             '        row = self.page_ids + [SENTINEL] * (width - self.num_pages)\n'
+             '        if self._table is None:\n'
+             '            self._table = [row]\n'
+             '        else:\n'
+             '            self._table[0][:] = row  # the same list, rewritten in place\n'
+             '        return self._table'),
+            ('        return PagedKvMetadata(\n'
+             '            self.pool.key_pages, self.pool.value_pages, self.block_table(max_pages), self.context_lens(),',
+             '        return PagedKvMetadata(\n'
+             '            self.pool.key_pages, self.pool.value_pages, mx.array(self.block_table(max_pages), dtype=mx.int32),\n'
+             '            self.context_lens(),'),
+        ],
+        "pagecheck.invariants.test_block_table_order::test_block_table_is_read_again_when_page_ids_change",
+    ),
+    "idle_pool_drops_storage": (
+        'a pool whose every page is free drops its storage (capacity 0) until the next write; reset() '
+        'still empties it',
+        [
+            ('        self._free.append(page_id)\n',
+             '        self._free.append(page_id)\n'
+             '        if len(self._free) == self._num_issued:  # idle: give the storage back; the ids stay issued\n'
+             '            self._key_store = self._value_store = None\n'),
+        ],
+        "pagecheck.invariants.test_page_storage::test_reset_empties_an_idle_pool",
+    ),
+    "no_reuse_counter": (
+        'TinyKvPagedPool has no reused_page_allocations counter',
+        [
+            ('        self.reused_page_allocations = 0\n',
+             ''),
+            ('            self.reused_page_allocations += 1\n',
+             ''),
+        ],
+        "pagecheck.invariants.test_rejection::test_append_whose_second_page_write_fails_changes_nothing",
+    ),
+    "softmax_exp2_short_log2e": (
+        'softmax exponent through 2**(x * c), log2(e) taken as 1.44272 (true 1.4426950)',
+        [
+            ('    weights = mx.exp(scores)',
+             '    weights = mx.power(2.0, scores * 1.44272)  # exp(x) = 2 ** (x * log2 e), log2 e ~ 1.442695'),
+        ],
+        "pagecheck.invariants.test_context_len::test_the_courses_prefill_after_an_append",
+    ),
+})

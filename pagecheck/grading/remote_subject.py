@@ -417,6 +417,11 @@ class RemoteObject:
         `calls` counts them."""
         return self._send("fail_call", f"injecting a failure into {self._what(name)}", name=name, at=at, message=message)
 
+    def _pagecheck_result_identity(self, name: str) -> Any:
+        """A probe in the worker that calls this object's `name` once now and, on `same()`, again: whether it
+        returned the first call's object (injection.ResultIdentity)."""
+        return self._send("result_identity", f"calling {self._what(name)}", name=name)
+
     def _pagecheck_watch_materialize(self) -> dict[str, Any]:
         """What this cache's materialize() did with gather_dense and mx.eval, watched in the worker
         (injection.watch_materialize)."""
@@ -591,6 +596,7 @@ def load_sandbox_subject(spec: str) -> Subject:
     return Subject(spec=spec, origin=f"sandboxed worker: {worker.origin}", names=names, missing=missing,
                    fail_on_call=RemoteObject._pagecheck_fail_call,
                    watch_materialize=RemoteObject._pagecheck_watch_materialize,
+                   result_identity=RemoteObject._pagecheck_result_identity,
                    begin_check=session.begin_check, call_time_limit=session.set_call_timeout)
 
 

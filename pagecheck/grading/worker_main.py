@@ -346,6 +346,8 @@ class Worker:
             elif op == "fail_call":
                 value = self.injection.install_failing_call(target, name, int(header.get("at", 0)),
                                                             str(header.get("message", ""))[:500])  # fmt: skip
+            elif op == "result_identity":
+                value = self.injection.ResultIdentity(target, name)
             elif op == "watch_materialize":
                 value = self.injection.watch_materialize(target, sys.modules["mlx.core"])
             else:
