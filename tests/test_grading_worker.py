@@ -917,6 +917,48 @@ def paged_attention():
 """
 
 
+FUTEXES = """
+import ctypes, errno, mmap, os, platform
+
+FUTEX_WAKE, FUTEX_PRIVATE_FLAG = 1, 128
+FUTEX = {"x86_64": 202, "aarch64": 98}[platform.machine()]
+
+
+def paged_attention():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = libc.mmap.restype = ctypes.c_long
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    with open(os.__file__, "rb") as library:  # a file every worker maps: a shared futex there is keyed by it
+        shared = libc.mmap(None, mmap.PAGESIZE, mmap.PROT_READ, mmap.MAP_SHARED, library.fileno(), 0)
+    own = ctypes.c_int32(0)
+
+    def outcome(done):
+        return "ran" if done >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+
+    found = [outcome(libc.syscall(ctypes.c_long(FUTEX), ctypes.c_void_p(address), ctypes.c_int(op), ctypes.c_int(1),
+                                  None, None, ctypes.c_int(0)))
+             for address, op in ((shared, FUTEX_WAKE), (ctypes.addressof(own), FUTEX_WAKE | FUTEX_PRIVATE_FLAG))]
+    for call in (449, 454):  # futex_waitv, futex_wake
+        found.append(outcome(libc.syscall(ctypes.c_long(call), None, ctypes.c_long(0), ctypes.c_long(0),
+                                          ctypes.c_long(0))))
+    return found
+"""
+
+
+def test_the_worker_wakes_no_shared_futex(tmp_path: Path) -> None:
+    """A shared futex on a word of a library every worker maps read-only is keyed by the file: one worker's wake
+    reached another submission's worker waiting there (red team: a channel with no lock, signal or writable
+    memory). Shared futexes are EPERM, the futex2 calls ENOSYS; the worker's own private futexes still work."""
+    from pagecheck.grading import seccomp
+
+    if os.uname().machine not in seccomp.ARCHES:
+        pytest.skip("no seccomp filter on this machine")
+    with sandboxed(tmp_path, "futexes.py", FUTEXES) as (subject, session):
+        session.begin_check("futexes")
+        assert subject.get("paged_attention")() == ["EPERM", "ran", "ENOSYS", "ENOSYS"]
+        assert "no shared futexes" in session.protections.get("new_processes", "")
+
+
 def test_the_worker_takes_no_file_lock(tmp_path: Path) -> None:
     """A lock on a file every worker reads is seen by every other worker: its position carried the hidden pass's
     inputs to the public pass's feedback, and one submission's source to another's worker (red team, 80/80 for a

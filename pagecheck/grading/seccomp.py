@@ -12,7 +12,12 @@ also answers ENOLCK to file locks (flock, and fcntl's F_GETLK/F_SETLK/F_SETLKW
 and their F_OFD_ forms): a lock on a file every worker can read (a library)
 is seen by every other worker, the other pass's and other submissions', so
 lock positions would carry what one worker saw (the hidden inputs) to
-another. Once installed it cannot be lifted. Linux on x86_64 and aarch64 only; elsewhere
+another. For the same reason it answers EPERM to a futex call without
+FUTEX_PRIVATE_FLAG (a shared futex is keyed by file and offset, so a wait on
+a word of a library every worker maps read-only is woken from another
+worker) and ENOSYS to futex_waitv, futex_wake, futex_wait and
+futex_requeue, whose private flag a filter cannot always read; threads of
+one process use private futexes only. Once installed it cannot be lifted. Linux on x86_64 and aarch64 only; elsewhere
 `refuse_new_processes` says why it is off. The worker receives this module's
 source over the pipe, so it imports only the standard library.
 """
@@ -29,16 +34,19 @@ RET_ALLOW = 0x7FFF0000
 RET_ERRNO = 0x00050000
 EPERM, ENOLCK, ENOSYS = 1, 37, 38
 CLONE_THREAD = 0x00010000
+FUTEX_PRIVATE_FLAG = 128
 X32_BIT = 0x40000000
 NEVER = 0xFFFFFFFF  # a system call number no architecture uses: the test of a call that does not exist there
 # BPF opcodes: load a word of seccomp_data, compare (equal, at least, any bit set), return
 LD_ABS, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
 NR_OFFSET, ARCH_OFFSET, ARG0_OFFSET, ARG1_OFFSET = 0, 4, 16, 24  # in struct seccomp_data (low words, little-endian)
-# machine -> (AUDIT_ARCH, seccomp, execve, execveat, fork, vfork, clone, clone3, fcntl, flock)
+# machine -> (AUDIT_ARCH, seccomp, execve, execveat, fork, vfork, clone, clone3, fcntl, flock, futex)
 ARCHES = {
-    "x86_64": (0xC000003E, 317, 59, 322, 57, 58, 56, 435, 72, 73),
-    "aarch64": (0xC00000B7, 277, 221, 281, NEVER, NEVER, 220, 435, 25, 32),
+    "x86_64": (0xC000003E, 317, 59, 322, 57, 58, 56, 435, 72, 73, 202),
+    "aarch64": (0xC00000B7, 277, 221, 281, NEVER, NEVER, 220, 435, 25, 32, 98),
 }
+# futex_waitv, futex_wake, futex_wait, futex_requeue: the same numbers on both
+FUTEX2_CALLS = (449, 454, 455, 456)
 # fcntl's lock commands (the same numbers on both): F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW
 LOCK_COMMANDS = (5, 6, 7, 36, 37, 38)
 
@@ -51,15 +59,17 @@ class _Program(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Instruction))]
 
 
-def program(machine: str, refuse_locks: bool = True) -> list[tuple[int, int, int, int]]:
+def program(machine: str, refuse_shared: bool = True) -> list[tuple[int, int, int, int]]:
     """The filter for `machine` as (code, jt, jf, k) instructions; KeyError for a machine not in ARCHES. Without
-    `refuse_locks`, file locks are allowed."""
-    arch, _, execve, execveat, fork, vfork, clone, clone3, fcntl, flock = ARCHES[machine]
-    # Jump targets are counted from the instruction after the jump, to a return or to the fcntl block.
+    `refuse_shared`, file locks and shared futexes are allowed."""
+    arch, _, execve, execveat, fork, vfork, clone, clone3, fcntl, flock, futex = ARCHES[machine]
+    # Jump targets are counted from the instruction after the jump, to a return or to the fcntl or futex block.
     locks: list[tuple[int, int | str, int | str, int]] = [
         (JEQ, "nolock", 0, flock),
         (JEQ, "fcntl", 0, fcntl),
-    ] if refuse_locks else []
+        (JEQ, "futex", 0, futex),
+        *((JEQ, "enosys", 0, call) for call in FUTEX2_CALLS),
+    ] if refuse_shared else []
     body: list[tuple[int, int | str, int | str, int]] = [
         (LD_ABS, 0, 0, ARCH_OFFSET),
         (JEQ, 0, "deny", arch),
@@ -76,11 +86,13 @@ def program(machine: str, refuse_locks: bool = True) -> list[tuple[int, int, int
         (JSET, "allow", "deny", CLONE_THREAD),
     ]
     blocks = {}
-    if refuse_locks:
+    if refuse_shared:
         blocks["fcntl"] = len(body)
         body += [(LD_ABS, 0, 0, ARG1_OFFSET)]
         body += [(JEQ, "nolock", 0, command) for command in LOCK_COMMANDS[:-1]]
         body += [(JEQ, "nolock", "allow", LOCK_COMMANDS[-1])]
+        blocks["futex"] = len(body)
+        body += [(LD_ABS, 0, 0, ARG1_OFFSET), (JSET, "allow", "deny", FUTEX_PRIVATE_FLAG)]
     returns = {"allow": RET_ALLOW, "deny": RET_ERRNO | EPERM, "enosys": RET_ERRNO | ENOSYS,
                "nolock": RET_ERRNO | ENOLCK}  # fmt: skip
     where = {**blocks, **{label: len(body) + i for i, label in enumerate(returns)}}
@@ -91,13 +103,14 @@ def program(machine: str, refuse_locks: bool = True) -> list[tuple[int, int, int
     return resolved + [(RET, 0, 0, value) for value in returns.values()]
 
 
-def refuse_new_processes(refuse_locks: bool = True) -> str:
+def refuse_new_processes(refuse_shared: bool = True) -> str:
     """Install the filter on every thread of this process: "on: ..." when it holds, "off: why" when it could
-    not be installed (the process is then as it was). Without `refuse_locks` file locks stay allowed."""
+    not be installed (the process is then as it was). Without `refuse_shared` file locks and shared futexes stay
+    allowed."""
     machine = os.uname().machine
     if os.uname().sysname != "Linux" or machine not in ARCHES:
         return f"off: no seccomp filter for {os.uname().sysname} on {machine}"
-    instructions = program(machine, refuse_locks)
+    instructions = program(machine, refuse_shared)
     array = (_Instruction * len(instructions))(*(_Instruction(*item) for item in instructions))
     fprog = _Program(len(instructions), array)
     libc = ctypes.CDLL(None, use_errno=True)
@@ -109,4 +122,4 @@ def refuse_new_processes(refuse_locks: bool = True) -> str:
     if done != 0:
         why = os.strerror(ctypes.get_errno()) if done < 0 else f"thread {done} could not take it"
         return f"off: the seccomp filter was refused ({why})"
-    return "on (no new process or program; threads only" + ("; no file locks)" if refuse_locks else ")")
+    return "on (no new process or program; threads only" + ("; no file locks, no shared futexes)" if refuse_shared else ")")
