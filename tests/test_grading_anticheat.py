@@ -51,6 +51,49 @@ def test_the_courses_source_check_reads_paged_attentions_text(body: str, found: 
     assert kinds(source) == found
 
 
+DENSE_BODY = "    return scaled_dot_product_attention_grouped(query, key_pages, value_pages)  # also: mx.fast\n"
+IMPL = SIGNATURE.replace("def paged_attention", "def _impl") + "\n" + DENSE_BODY
+GROUPED = "from .attention import scaled_dot_product_attention_grouped\n"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        f"{GROUPED}{IMPL}paged_attention = _impl\n",
+        f"{GROUPED}{IMPL}alias = _impl\npaged_attention = alias\n",
+        f"{GROUPED}import functools\n{IMPL}paged_attention = functools.wraps(_impl)(_impl)\n",
+        f"{GROUPED}paged_attention = lambda *a: scaled_dot_product_attention_grouped(*a)  # mx.fast\n",
+        f"{GROUPED}try:\n    import nothing\nexcept ImportError:\n    if True:\n" + textwrap.indent(f"{SIGNATURE}\n{DENSE_BODY}", "        "),
+        f"{GROUPED}{IMPL}globals()['paged_attention'] = _impl\n",
+        # U+2028 is a line break to str.splitlines, not to Python: 200 of them moved the window read 200 lines up
+        f"{GROUPED}# {chr(0x2028) * 200}\n{SIGNATURE}\n{DENSE_BODY}",
+    ],
+    ids=["alias", "alias-of-alias", "wrapped", "lambda", "inside-try-and-if", "through-globals", "line-separators"],
+)
+def test_paged_attention_is_read_wherever_its_name_is_bound(source: str) -> None:
+    """The course's check reads inspect.getsource(paged_attention): the function the name holds once the module ran,
+    whatever it is called in its def (red team: `paged_attention = _impl` scored 80/80 with SDPA named in _impl)."""
+    assert "sdpa_call" in kinds(source)
+
+
+def test_a_placeholder_and_other_functions_naming_sdpa_are_not_paged_attention() -> None:
+    # The course's own attention.py holds its dense helpers beside paged_attention.
+    source = ("import mlx.core as mx\npaged_attention = None\n"
+              "def scaled_dot_product_attention_grouped(query, key, value):\n    return mx.fast.scaled_dot_product_attention(query, key, value, scale=1.0)\n"
+              f"{SIGNATURE}\n    return query\n")  # fmt: skip
+    assert kinds(source) == []
+
+
+def test_a_name_another_file_imports_as_paged_attention_is_its_source(tmp_path: Path) -> None:
+    package = tmp_path / "src" / "tiny_llm"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from .attention import paged_attention\n")
+    (package / "attention.py").write_text("from .kernels import attend as paged_attention\n")
+    (package / "kernels.py").write_text(f"{GROUPED}{IMPL.replace('_impl', 'attend')}")
+    found = [(f.file, f.kind) for f in scan_submission(tmp_path, tmp_path, tmp_path / "src")]
+    assert ("src/tiny_llm/kernels.py", "sdpa_call") in found
+
+
 @pytest.mark.parametrize(
     "source",
     [

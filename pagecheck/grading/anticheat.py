@@ -2,8 +2,10 @@
 
 The course's own rule is a source check of paged_attention (its test_paged_attention_is_course_owned): the
 function's source text, decorators included, may not contain "mx.fast", "scaled_dot_product_attention" or
-"gather_dense". In every module-level function named `paged_attention`, the same text is a finding of the
-course's rule:
+"gather_dense". In what a module binds `paged_attention` to (a function of that name, or the one an assignment,
+a wrapper call, a lambda or an import under that name leads to, at module level or in its if/try blocks: what
+inspect.getsource would read; the whole file where a binding cannot be followed), the same text is a finding of
+the course's rule:
 
     sdpa_call     its source names mx.fast or scaled_dot_product_attention
     dense_gather  its source names gather_dense
@@ -79,8 +81,6 @@ OTHER_DENSE_HELPERS = frozenset({"dense_attention"})
 JOINS = frozenset({"concatenate", "stack", "vstack", "hstack"})
 PROJECT_PACKAGES = frozenset({"pagecheck"})
 
-Function = ast.FunctionDef | ast.AsyncFunctionDef
-
 # Native code: what the extension's build compiles, and what it (or anything else) left compiled.
 NATIVE_SOURCES = frozenset({".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".inl", ".ipp", ".cu",
                             ".cuh", ".m", ".mm", ".metal"})  # fmt: skip
@@ -139,11 +139,96 @@ def _names_pages(node: ast.AST) -> bool:
     return False
 
 
-def _reachable_functions(tree: ast.Module) -> list[Function]:
-    """paged_attention definitions and the module-level functions they call by name, transitively."""
-    top_level = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    todo = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == ENTRY_POINT]
-    seen: dict[int, Function] = {}
+def _module_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements that run when the module is imported: `body` and the bodies of its if, try, with, for,
+    while and match statements, not those of functions or classes."""
+    for node in body:
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(node, field, None)
+            if isinstance(inner, list):
+                yield from _module_statements(inner)
+        for part in [*(getattr(node, "handlers", None) or []), *(getattr(node, "cases", None) or [])]:
+            yield from _module_statements(part.body)
+
+
+def _bindings(target: ast.expr, value: ast.expr | None) -> Iterator[tuple[str, ast.expr | None]]:
+    """(name, the expression it is bound to, None where unknown) for an assignment's target."""
+    if isinstance(target, ast.Name):
+        yield target.id, value
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        values = value.elts if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts) else None
+        for i, element in enumerate(target.elts):
+            yield from _bindings(element, values[i] if values is not None else None)
+
+
+@dataclass
+class _Entry:
+    """What a module binds its entry names to: the nodes whose source the course's check reads (a function or
+    class, a maker a call goes through, a lambda's statement), whether some binding cannot be followed, and the
+    names it imports under an entry name (their source is in another file)."""
+
+    nodes: list[ast.AST]
+    unresolved: bool
+    imported: set[str]
+
+
+def _entry(tree: ast.Module, names: frozenset[str]) -> _Entry:
+    """What the module-level names `names` are bound to, followed through assignments of names (`paged_attention
+    = _impl`), lambdas, calls that take or make a module-level function (`paged_attention = wrap(_impl)`), and
+    definitions inside module-level if/try/with blocks, as inspect.getsource would find the function the name
+    holds once the module has run."""
+    defs: dict[str, list[ast.AST]] = {}
+    values: dict[str, list[tuple[ast.stmt, ast.expr | None]]] = {}
+    imported: dict[str, list[str]] = {}
+    dynamic = False  # globals()["paged_attention"] = ..., setattr(module, "paged_attention", ...)
+    for node in _module_statements(tree.body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defs.setdefault(node.name, []).append(node)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                for name, value in _bindings(target, node.value):
+                    values.setdefault(name, []).append((node, value))
+                dynamic |= any(isinstance(n, ast.Constant) and n.value in names for n in ast.walk(target))
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+            values.setdefault(node.target.id, []).append((node, node.value if isinstance(node, ast.AnnAssign) else None))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                imported.setdefault(alias.asname or alias.name.split(".")[0], []).append(alias.name.rsplit(".", 1)[-1])
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            dynamic |= any(isinstance(arg, ast.Constant) and arg.value in names for arg in node.value.args)
+    found: list[ast.AST] = []
+    unresolved, imports = dynamic, set()
+    todo, seen = list(names), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        found.extend(defs.get(name, []))
+        imports.update(original for original in imported.get(name, []) if original not in names)
+        for statement, value in values.get(name, []):
+            if isinstance(value, ast.Name):
+                todo.append(value.id)
+            elif isinstance(value, ast.Lambda):
+                found.append(statement)
+            elif isinstance(value, ast.Constant):
+                continue  # a placeholder (None) that a later definition replaces, or no function at all
+            else:
+                followed = [n.id for n in ast.walk(value) if isinstance(n, ast.Name) and n.id in defs] if value else []
+                todo.extend(followed)
+                unresolved |= not followed
+    return _Entry(sorted(found, key=lambda n: n.lineno), unresolved, imports)
+
+
+def _reachable_functions(tree: ast.Module, roots: list[ast.AST]) -> list[ast.AST]:
+    """The entry's nodes (`roots`) and the module-level functions they call by name, transitively."""
+    top_level = {node.name: node for node in _module_statements(tree.body)
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}  # fmt: skip
+    todo = list(roots)
+    seen: dict[int, ast.AST] = {}
     while todo:
         function = todo.pop()
         if id(function) in seen:
@@ -175,17 +260,27 @@ COURSE_SOURCE_CHECK = (("mx.fast", "sdpa_call"), ("scaled_dot_product_attention"
                        ("gather_dense", "dense_gather"))  # fmt: skip
 
 
-def _course_source_findings(tree: ast.Module, text: str, where: str) -> Iterator[Finding]:
-    """The course's source check on each module-level paged_attention: its lines, decorators included (what
-    inspect.getsource gives), searched for COURSE_SOURCE_CHECK's words."""
-    lines = text.splitlines()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == ENTRY_POINT:
-            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            source = "\n".join(lines[first - 1 : node.end_lineno])
-            for kind, words in _course_words(source).items():
-                yield Finding(where, node.lineno, kind, f"paged_attention's source names {' and '.join(words)}, "
-                              "which the course's source check of it refuses")  # fmt: skip
+def _source_lines(text: str) -> list[str]:
+    """`text` split into lines as Python numbers them (\\n, \\r\\n and \\r): str.splitlines also breaks at
+    \\f, \\v, \\x1c-\\x1e, \\x85 and \\u2028/9, which would shift every line number after one."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+
+def _course_source_findings(tree: ast.Module, text: str, where: str, entry: _Entry) -> Iterator[Finding]:
+    """The course's source check on what the module binds paged_attention to (`entry`): each node's lines,
+    decorators included (what inspect.getsource gives), searched for COURSE_SOURCE_CHECK's words. Where a binding
+    cannot be followed, the whole file is searched."""
+    lines = _source_lines(text)
+    for node in entry.nodes:
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        source = "\n".join(lines[first - 1 : node.end_lineno])
+        for kind, words in _course_words(source).items():
+            yield Finding(where, node.lineno, kind, f"paged_attention's source names {' and '.join(words)}, "
+                          "which the course's source check of it refuses")  # fmt: skip
+    if entry.unresolved:
+        for kind, words in _course_words(text).items():
+            yield Finding(where, 0, kind, f"paged_attention is bound to something the grader cannot follow, and the "
+                          f"file names {' and '.join(words)}, which the course's source check refuses")  # fmt: skip
 
 
 def _course_words(text: str) -> dict[str, list[str]]:
@@ -210,8 +305,12 @@ def _imported_modules(tree: ast.Module) -> Iterator[tuple[str, int]]:
 SCAN_LIMIT_BYTES = 1 << 20
 
 
-def scan_source(source: str | bytes, where: str, own_packages: frozenset[str] = frozenset()) -> list[Finding]:
-    """Findings in one file; `own_packages` are top-level names the submission itself provides. Bytes are
+def scan_source(
+    source: str | bytes, where: str, own_packages: frozenset[str] = frozenset(),
+    entry_names: frozenset[str] = frozenset({ENTRY_POINT}),
+) -> list[Finding]:
+    """Findings in one file; `own_packages` are top-level names the submission itself provides, `entry_names` the
+    names paged_attention's source may be under (another file may import one as paged_attention). Bytes are
     decoded as Python decodes a module (its coding declaration, else UTF-8). A file over SCAN_LIMIT_BYTES is
     unscanned, and held to the course's source check over its whole text (no tree says where paged_attention's
     source is)."""
@@ -232,8 +331,9 @@ def scan_source(source: str | bytes, where: str, own_packages: frozenset[str] = 
     aliases = _aliases(tree)
     findings: set[Finding] = set()
     text = importlib.util.decode_source(source) if isinstance(source, bytes) else source
-    findings.update(_course_source_findings(tree, text, where))
-    for function in _reachable_functions(tree):
+    entry = _entry(tree, entry_names)
+    findings.update(_course_source_findings(tree, text, where, entry))
+    for function in _reachable_functions(tree, entry.nodes):
         for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
             findings.update(_call_findings(call, aliases, where))
     for module, line in _imported_modules(tree):
@@ -305,6 +405,24 @@ def _top_level_names(directory: Path) -> frozenset[str]:
     return frozenset(p.stem if p.suffix == ".py" else p.name for p in directory.iterdir() if p.suffix == ".py" or p.is_dir())
 
 
+def _entry_names(paths: list[Path]) -> frozenset[str]:
+    """paged_attention and every name some file imports under it (`from .kernels import _impl as
+    paged_attention`, followed through further such imports): the names whose definitions are its source."""
+    trees = []
+    for path in paths:
+        if path.stat().st_size <= SCAN_LIMIT_BYTES:
+            try:
+                trees.append(ast.parse(path.read_bytes()))
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+    names = frozenset({ENTRY_POINT})
+    while True:
+        more = names.union(*(_entry(tree, names).imported for tree in trees))
+        if more == names:
+            return names
+        names = more
+
+
 def scan_submission(root: Path, relative_to: Path, import_root: Path) -> list[Finding]:
     """Findings in every .py file of a staged submission (a file or a directory tree), and in its native sources
     and binaries (after its build), paths relative_to.
@@ -313,12 +431,13 @@ def scan_submission(root: Path, relative_to: Path, import_root: Path) -> list[Fi
     """
     own = _top_level_names(import_root)
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+    entry_names = _entry_names([path for path in files if path.suffix == ".py"])
     findings: list[Finding] = []
     for path in files:
         # Printable: a file name need not be UTF-8, and the name ends up in feedback and grades.
         where = path.relative_to(relative_to).as_posix().encode("utf-8", "replace").decode("utf-8")
         if path.suffix == ".py":
-            findings.extend(scan_source(path.read_bytes(), where, own))
+            findings.extend(scan_source(path.read_bytes(), where, own, entry_names))
         else:
             findings.extend(scan_native(path, where))
     return findings
