@@ -917,46 +917,74 @@ def paged_attention():
 """
 
 
-FUTEXES = """
+SHARED = """
 import ctypes, errno, mmap, os, platform
 
-FUTEX_WAKE, FUTEX_PRIVATE_FLAG = 1, 128
-FUTEX = {"x86_64": 202, "aarch64": 98}[platform.machine()]
+FUTEX_WAIT, FUTEX_WAKE, FUTEX_PRIVATE_FLAG = 0, 1, 128
+NR = {"x86_64": {"futex": 202, "add_key": 248, "keyctl": 250, "inotify_init1": 294},
+      "aarch64": {"futex": 98, "add_key": 217, "keyctl": 219, "inotify_init1": 26}}[platform.machine()]
+F_NOTIFY, DN_ACCESS = 1026, 1
 
 
 def paged_attention():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = libc.mmap.restype = ctypes.c_long
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    with open(os.__file__, "rb") as library:  # a file every worker maps: a shared futex there is keyed by it
-        shared = libc.mmap(None, mmap.PAGESIZE, mmap.PROT_READ, mmap.MAP_SHARED, library.fileno(), 0)
-    own = ctypes.c_int32(0)
 
     def outcome(done):
         return "ran" if done >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
 
-    found = [outcome(libc.syscall(ctypes.c_long(FUTEX), ctypes.c_void_p(address), ctypes.c_int(op), ctypes.c_int(1),
-                                  None, None, ctypes.c_int(0)))
-             for address, op in ((shared, FUTEX_WAKE), (ctypes.addressof(own), FUTEX_WAKE | FUTEX_PRIVATE_FLAG))]
-    for call in (449, 454):  # futex_waitv, futex_wake
-        found.append(outcome(libc.syscall(ctypes.c_long(call), None, ctypes.c_long(0), ctypes.c_long(0),
-                                          ctypes.c_long(0))))
+    def call(name, *args):
+        return outcome(libc.syscall(ctypes.c_long(NR[name] if isinstance(name, str) else name), *args))
+
+    found = {}
+    with open(os.__file__, "rb") as library:  # a file every worker maps: a shared futex there is keyed by it
+        shared = libc.mmap(None, mmap.PAGESIZE, mmap.PROT_READ, mmap.MAP_SHARED, library.fileno(), 0)
+        first = ctypes.c_uint32.from_address(shared).value
+        found["notify"] = outcome(libc.fcntl(library.fileno(), F_NOTIFY, DN_ACCESS))
+        found["fadvise"] = os.posix_fadvise(library.fileno(), 0, 0, os.POSIX_FADV_DONTNEED) or "ran"
+        try:
+            os.preadv(library.fileno(), [bytearray(16)], 0, os.RWF_NOWAIT)
+            found["nowait read"] = "ran"
+        except OSError as exc:  # EOPNOTSUPP is ENOTSUP's number on Linux, named ENOTSUP by errno.errorcode
+            found["nowait read"] = "EOPNOTSUPP" if exc.errno == errno.EOPNOTSUPP else errno.errorcode.get(exc.errno, "?")
+    own = ctypes.c_int32(0)
+    futex = lambda address, op, value: call("futex", ctypes.c_void_p(address), ctypes.c_int(op), ctypes.c_int(value),
+                                            None, None, ctypes.c_int(0))
+    found["shared wake"] = futex(shared, FUTEX_WAKE, 1)
+    found["shared wait"] = futex(shared, FUTEX_WAIT, first + 1)  # not the word's value: returns at once
+    found["private wake"] = futex(ctypes.addressof(own), FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1)
+    found["futex_waitv"] = call(449, None, ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))
+    found["add_key"] = call("add_key", b"user", b"k", b"v", ctypes.c_long(1), ctypes.c_long(-3))
+    found["keyctl"] = call("keyctl", ctypes.c_long(0), ctypes.c_long(-3))
+    found["inotify"] = call("inotify_init1", ctypes.c_long(0))
+    # pthread_join waits on a shared futex: a thread of the worker's own is still joined.
+    worker = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(lambda _: None)
+    thread = ctypes.c_ulong()
+    libc.pthread_create(ctypes.byref(thread), None, worker, None)
+    found["join"] = "ran" if libc.pthread_join(thread, None) == 0 else "failed"
     return found
 """
 
 
-def test_the_worker_wakes_no_shared_futex(tmp_path: Path) -> None:
-    """A shared futex on a word of a library every worker maps read-only is keyed by the file: one worker's wake
-    reached another submission's worker waiting there (red team: a channel with no lock, signal or writable
-    memory). Shared futexes are EPERM, the futex2 calls ENOSYS; the worker's own private futexes still work."""
+def test_the_worker_shares_nothing_another_worker_could_see(tmp_path: Path) -> None:
+    """Workers side by side talked through what the kernel keeps per file or per user (red team): a shared futex
+    on a word of a library every worker maps (woken from another submission's worker), the key store
+    (/proc/keys lists every key of the user: the hidden pass's inputs reached the public pass's feedback, and one
+    submission ran another's code), inotify and dnotify on shared files, and the page cache (evicted by
+    posix_fadvise, probed by RWF_NOWAIT reads). Each is refused; the worker's own threads still join."""
     from pagecheck.grading import seccomp
 
     if os.uname().machine not in seccomp.ARCHES:
         pytest.skip("no seccomp filter on this machine")
-    with sandboxed(tmp_path, "futexes.py", FUTEXES) as (subject, session):
-        session.begin_check("futexes")
-        assert subject.get("paged_attention")() == ["EPERM", "ran", "ENOSYS", "ENOSYS"]
-        assert "no shared futexes" in session.protections.get("new_processes", "")
+    with sandboxed(tmp_path, "shared.py", SHARED) as (subject, session):
+        session.begin_check("shared")
+        assert subject.get("paged_attention")() == {
+            "notify": "EPERM", "fadvise": "ran", "nowait read": "EOPNOTSUPP", "shared wake": "EPERM",
+            "shared wait": "EAGAIN", "private wake": "ran", "futex_waitv": "ENOSYS", "add_key": "ENOSYS",
+            "keyctl": "ENOSYS", "inotify": "ENOSYS", "join": "ran",
+        }
+        assert "nothing shared with other workers" in session.protections.get("new_processes", "")
 
 
 def test_the_worker_takes_no_file_lock(tmp_path: Path) -> None:
@@ -970,4 +998,4 @@ def test_the_worker_takes_no_file_lock(tmp_path: Path) -> None:
     with sandboxed(tmp_path, "locks.py", LOCKS) as (subject, session):
         session.begin_check("locks")
         assert subject.get("paged_attention")() == ["ENOLCK"] * 4
-        assert "no file locks" in session.protections.get("new_processes", "")
+        assert "no file lock" in session.protections.get("new_processes", "")
