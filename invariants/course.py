@@ -46,10 +46,12 @@ class Geometry:
 COURSE_PAGE_SIZE = 4
 COURSE_HEAD_DIM = 4
 COURSE_GEOMETRY = Geometry(page_sizes=(COURSE_PAGE_SIZE,), kv_heads=(2,), head_dim=COURSE_HEAD_DIM, course=True)
-# The longest query the course's tests attend with (its prefill after an append, L 3; the rest decode one token).
-# Longer ones (9, 65) appear only in its rejection tests, which raise before any kernel runs: an implementation
-# the course accepts may have no long-prefill path.
-COURSE_MAX_QUERY_LEN = 3
+# The one query of more than one row the course's tests attend with: its prefill of 3 rows over a context of 6
+# (3 appended, then 3 more); every other call decodes one token. Longer queries (9, 65) appear only in its
+# rejection tests, which raise before any kernel runs. So an implementation the course accepts may have no
+# long-prefill path, and may even align a causal mask wrongly wherever the context is not twice the query.
+COURSE_PREFILL_ROWS = 3
+COURSE_PREFILL_CONTEXT = 6
 # The widest block table the course's tests attend over (its bfloat16 decode's 3 pages; its batch's 2): an
 # implementation the course accepts may refuse wider ones, so course cases keep each request to 3 pages.
 COURSE_MAX_PAGES = 3
@@ -57,11 +59,12 @@ COURSE_MAX_PAGES = 3
 
 def query_len(length: int, geometry: Geometry, context: int) -> int:
     """The query length a check attends with after appending `length` tokens, `context` in all: all of them beyond
-    the course. In its course case the last COURSE_MAX_QUERY_LEN at most, and one where the chunk is the whole
-    context: the course attends with more than one row only after a prefix (3 rows over 6 tokens)."""
+    the course. In its course case one, but at the course's own prefill (the last COURSE_PREFILL_ROWS tokens of a
+    context of COURSE_PREFILL_CONTEXT)."""
     if not geometry.course:
         return length
-    return 1 if context <= length else min(length, COURSE_MAX_QUERY_LEN)
+    at_the_courses_prefill = length >= COURSE_PREFILL_ROWS and context == COURSE_PREFILL_CONTEXT
+    return COURSE_PREFILL_ROWS if at_the_courses_prefill else 1
 
 
 def split_at_the_course(course_test: str, wider: Geometry, *, per_page_size: bool = False) -> pytest.MarkDecorator:

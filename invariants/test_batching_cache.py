@@ -213,15 +213,16 @@ def test_requests_on_two_pools_are_refused_before_any_row_changes(
     batching = batching_cache_type(2, 8)
     for slot, cache in enumerate(caches):
         batching.add_request(cache, slot)  # the course adds both: a refusal here fails its test
-    before = [(pool_state(pool, page_data=False), cache_state(cache)) for pool, cache in zip(pools, caches)]
+    # Each pool through cache.pool, as the course's snapshot (_paged_state) reads it.
+    before = [(pool_state(cache.pool, page_data=False), cache_state(cache)) for cache in caches]
     keys = mx.zeros((2, NUM_KV_HEADS, 1, COURSE_HEAD_DIM), dtype=mx.float32)
     where = "a batched append over requests on two pools"
     message = expect_value_error(INVARIANT, where, lambda: batching.update_and_fetch_paged(keys, keys, mask_length=1))
     if "pool" not in message.lower():
         advise(f"{where}: the ValueError does not say the requests must share one page pool: {message!r}")
-    for row, ((pool_before, cache_before), pool, cache) in enumerate(zip(before, pools, caches)):
+    for row, ((pool_before, cache_before), cache) in enumerate(zip(before, caches)):
         expect(
-            same_pool_state(pool_before, pool_state(pool, page_data=False)), INVARIANT,
+            same_pool_state(pool_before, pool_state(cache.pool, page_data=False)), INVARIANT,
             f"{where}: the pool of row {row} changed",
         )
         expect(cache_before == cache_state(cache), INVARIANT, f"{where}: the cache of row {row} changed")

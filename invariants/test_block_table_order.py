@@ -30,7 +30,7 @@ from pagecheck.invariants.calls import (
 from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.subject import Subject
-from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
+from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold, same_tokens
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.attention import gather_dense
@@ -69,7 +69,7 @@ def test_gather_reproduces_tokens_in_logical_order(
         where = f"request {r} of {requests} (page_size={page_size}, {record.length} tokens, pages {pages})"
         keys, values = (to_numpy(x, np.float64) for x in cache.gather_dense())
         expect(
-            np.array_equal(keys[0], record.keys) and np.array_equal(values[0], record.values),
+            same_tokens(keys[0], record.keys) and same_tokens(values[0], record.values),
             INVARIANT, f"{where}: gather_dense() differs from the tokens written, in order",
         )
         if geometry.course:
@@ -155,8 +155,8 @@ def test_update_and_fetch_returns_the_tokens_in_order(
         expect(int(offset) == record.length, INVARIANT, f"{step}: returned offset {offset}")
         keys, values = to_numpy(keys, np.float64), to_numpy(values, np.float64)
         expect(
-            keys.shape == (1, *record.keys.shape) and np.array_equal(keys[0], record.keys)
-            and np.array_equal(values[0], record.values), INVARIANT,
+            keys.shape == (1, *record.keys.shape) and same_tokens(keys[0], record.keys)
+            and same_tokens(values[0], record.values), INVARIANT,
             f"{step}: the returned keys {keys.shape} and values differ from the tokens written, in order",
         )
         lens = [int(n) for n in cache.page_lens]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from pagecheck.invariants.course import COURSE_MAX_QUERY_LEN, DAY_4
+from pagecheck.invariants.course import COURSE_PREFILL_CONTEXT, COURSE_PREFILL_ROWS, DAY_4
 from pagecheck.invariants.strategies import MAX_GROUP, paged_layouts
 from pagecheck.invariants.verdict import expect_reference
 from pagecheck.reference.layouts import COURSE_UNUSED_FILL, PagedLayout, random_layout
@@ -22,9 +22,9 @@ pytestmark = pytest.mark.invariant(INVARIANT)
 # The course's groups: 4 query heads over 2 kv heads (head dim 4, float32), and 8 over 2 (head dim 128, bfloat16).
 COURSE_GROUPS = ((2, 4, "float32"), (4, 128, "bfloat16"))
 # The calls each makes in the course, as (query rows, contexts, page size): group 2 decodes a batch and prefills
-# one request (3 rows at most, as the course attends); group 4 (bfloat16) decodes one request over pages of 32.
+# one request (the course's 3 rows over 6 tokens); group 4 (bfloat16) decodes one request over pages of 32.
 # Tables are exactly as wide as needed, 3 pages at most (COURSE_MAX_PAGES).
-COURSE_CALLS = {2: ((1, [11, 6], 4), (COURSE_MAX_QUERY_LEN, [11], 4)), 4: ((1, [65], 32),)}
+COURSE_CALLS = {2: ((1, [11, 6], 4), (COURSE_PREFILL_ROWS, [COURSE_PREFILL_CONTEXT], 4)), 4: ((1, [65], 32),)}
 # Every other case: a decode and a prefill of a batch of two over pages of 4, with a spare table column.
 WIDER_CALLS = ((1, [13, 6], 4), (4, [13, 6], 4))
 

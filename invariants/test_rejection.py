@@ -24,9 +24,11 @@ from pagecheck.invariants.calls import (
     attention_over_metadata, cache_state, call_attention, fail_on_call, like_pages, metadata_layout, pool_state,
     read_once, same_pool_state,
 )
-from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_QUERY_LEN, DAY_3, DAY_4, INVALID_METADATA
+from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4, INVALID_METADATA
 from pagecheck.invariants.subject import Subject
-from pagecheck.invariants.verdict import InvariantViolation, expect, expect_close, expect_pages_hold, expect_value_error, same_array
+from pagecheck.invariants.verdict import (
+    InvariantViolation, expect, expect_close, expect_pages_hold, expect_value_error, same_array, same_tokens,
+)
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.layouts import random_layout, round_to_dtype
@@ -101,7 +103,9 @@ REJECTIONS = [
     Rejection("aliased_id", ("block_table",), _set_table(0, 1, lambda i: int(i["block_table"][0, 0]))),
     Rejection("aliased_across_rows", ("block_table",), _set_table(1, 0, lambda i: int(i["block_table"][0, 1]))),
     Rejection("padding_not_minus_one", ("block_table",), _set_table(1, 1, lambda i: -2), row=1),
-    Rejection("live_id_in_padding", ("block_table",), _set_table(1, 2, _spare_page), row=1),
+    # The course's case is a live id right after the live range ([[0, 1, -1]], context 1); one further on is beyond.
+    Rejection("live_id_in_padding", ("block_table",), _set_table(1, 1, _spare_page), row=1),
+    Rejection("live_id_later_in_padding", ("block_table",), _set_table(1, 2, _spare_page), row=1),
     Rejection("context_shorter_than_query", ("context_lens",), _one_request_shorter_than_its_query),
     Rejection(
         "context_shorter_than_query_in_a_batch", ("context_lens",),
@@ -317,18 +321,19 @@ def test_pool_and_cache_reject_bad_calls_unchanged(
     # The course's rejected appends compare ids, lengths and counters, not page data: slots past the context may
     # hold anything afterwards, so those cases compare the live tokens instead of whole pages.
     page_data = not case.course
-    pool_before, cache_before = pool_state(pool, page_data=page_data), cache_state(cache)
+    # Through cache.pool, as the course's snapshot (_paged_state) reads the pool.
+    pool_before, cache_before = pool_state(cache.pool, page_data=page_data), cache_state(cache)
     message = expect_value_error(INVARIANT, case.name, lambda: case.call(pool, cache, chunk))
     _advise_on_fields(advise, case.name, case.fields, message)
     expect(
-        same_pool_state(pool_before, pool_state(pool, page_data=page_data)), INVARIANT,
+        same_pool_state(pool_before, pool_state(cache.pool, page_data=page_data)), INVARIANT,
         f"{case.name}: the rejected call changed the pool",
     )
     expect(cache_before == cache_state(cache), INVARIANT, f"{case.name}: the rejected call changed the cache")
     if not page_data and case.prefill:
         keys, values = _live_tokens(cache)
         expect(
-            np.array_equal(keys, record.keys[:, : case.prefill]) and np.array_equal(values, record.values[:, : case.prefill]),
+            same_tokens(keys, record.keys[:, : case.prefill]) and same_tokens(values, record.values[:, : case.prefill]),
             INVARIANT, f"{case.name}: the rejected call changed the cache's tokens",
         )
 
@@ -456,7 +461,8 @@ def test_append_whose_second_page_write_fails_changes_nothing(
     if filled:
         cache.update_and_fetch_paged(*record.make_chunk(rng, filled))
     # Page data is left out of the comparison: slots past a context may hold anything (the course compares none).
-    pool_before, caches_before = pool_state(pool, page_data=False), [cache_state(other), cache_state(cache)]
+    # Through cache.pool, as the course's snapshot (_paged_state) reads the pool.
+    pool_before, caches_before = pool_state(cache.pool, page_data=False), [cache_state(other), cache_state(cache)]
     # Installed where the subject lives (in grading, its sandboxed worker), as the course's test patches it.
     failing = fail_on_call(subject, pool, "write_page_slice", 2, INJECTED_FAILURE)
     # Spans two pages at least (the tail page or a first page, then the next): the second write fails.
@@ -475,8 +481,8 @@ def test_append_whose_second_page_write_fails_changes_nothing(
     step = f"after an append of {appended} tokens whose second page write failed ({filled} already written)"
     expect(writes == 2, INVARIANT, f"{step}: write_page_slice was called {writes} times, expected the failure to stop it at 2")
     expect(
-        same_pool_state(pool_before, pool_state(pool, page_data=False)), INVARIANT,
-        f"{step}: the pool changed: {pool_before} -> {pool_state(pool, page_data=False)}",
+        same_pool_state(pool_before, pool_state(cache.pool, page_data=False)), INVARIANT,
+        f"{step}: the pool changed: {pool_before} -> {pool_state(cache.pool, page_data=False)}",
     )
     caches_after = [cache_state(other), cache_state(cache)]
     expect(caches_before == caches_after, INVARIANT, f"{step}: the caches changed: {caches_before} -> {caches_after}")
@@ -484,12 +490,12 @@ def test_append_whose_second_page_write_fails_changes_nothing(
         if written.length:
             keys, values = _live_tokens(owner)
             expect(
-                np.array_equal(keys, written.keys) and np.array_equal(values, written.values), INVARIANT,
+                same_tokens(keys, written.keys) and same_tokens(values, written.values), INVARIANT,
                 f"{step}: {name}'s tokens read through gather_dense() changed",
             )
     # The cache still appends where it left off.
     metadata = read_once(cache.update_and_fetch_paged(*record.make_chunk(rng, PAGE_SIZE + 1)))
-    query = record.make_query(rng, 4, COURSE_MAX_QUERY_LEN)  # the last tokens: the course attends with L 3 at most
+    query = record.make_query(rng, 4, 1)  # a decode: the course attends with more rows only at its own prefill
     layout = metadata_layout(query, metadata, "float32", "causal")
     expect_pages_hold(INVARIANT, f"{step}, then an append of {PAGE_SIZE + 1}: the metadata", layout, {0: record})
     expect_close(

@@ -78,6 +78,19 @@ def expect_pages_hold(invariant: str, what: str, layout: PagedLayout, written: d
         )
 
 
+def same_tokens(got: Any, want: np.ndarray, dtype: str = "float32") -> bool:
+    """Tokens read back from a cache (`got`) are the ones written (`want`, float64): the same shape, and equal
+    beyond the course; in a course clause within the course's tolerance, as its asserts compare a cache's
+    gather_dense() and update_and_fetch() with assert_allclose (a pool may keep keys in another form and undo it
+    on the way out)."""
+    values = to_numpy(got, np.float64)
+    if values.shape != want.shape:
+        return False
+    if not IN_COURSE_CLAUSE.get():
+        return bool(np.array_equal(values, want))
+    return compare(values, want, dtype, course=True).passed
+
+
 def same_array(a: Any, b: Any) -> bool:
     """Bitwise-equal values (NaN equal to NaN), shape and dtype."""
     x, y = to_numpy(a), to_numpy(b)

@@ -1837,3 +1837,164 @@ FORGING_VARIANTS.update({
         "pagecheck.invariants.test_context_len::test_the_courses_prefill_after_an_append",
     ),
 })
+
+
+# Session 44's second rule-1 round: views, tokens within the course's tolerance, the course's one prefill.
+VARIANTS.update({
+    "page_lens_live_view": (
+        "page_lens is a read-only view of the cache's own list (==, iteration, len, sum and tuple, all "
+        'the course uses)',
+        [
+            ('\n'
+             'class TinyKvPagedCache:\n',
+             '\n'
+             'class PageLensView:\n'
+             '    """A read-only view of a cache\'s page fill counts: callers read them (==, iteration, len, sum) but cannot\n'
+             '    change the cache\'s own list, and never hold a stale copy."""\n'
+             '\n'
+             '    __slots__ = ("_lens",)\n'
+             '\n'
+             '    def __init__(self, lens: list[int]) -> None:\n'
+             '        self._lens = lens\n'
+             '\n'
+             '    def __len__(self) -> int:\n'
+             '        return len(self._lens)\n'
+             '\n'
+             '    def __getitem__(self, i):\n'
+             '        return self._lens[i]\n'
+             '\n'
+             '    def __iter__(self):\n'
+             '        return iter(self._lens)\n'
+             '\n'
+             '    def __eq__(self, other: object) -> bool:\n'
+             '        if isinstance(other, PageLensView):\n'
+             '            other = other._lens\n'
+             '        return self._lens == other\n'
+             '\n'
+             '    __hash__ = None\n'
+             '\n'
+             '    def __repr__(self) -> str:\n'
+             '        return f"PageLensView({self._lens!r})"\n'
+             '\n'
+             '\n'
+             'class TinyKvPagedCache:\n'),
+            ('        self.page_lens: list[int] = []\n',
+             '        self._page_lens: list[int] = []\n'),
+            ('        return len(self.page_ids)\n'
+             '\n',
+             '        return len(self.page_ids)\n'
+             '\n'
+             '    @property\n'
+             '    def page_lens(self) -> PageLensView:\n'
+             '        return PageLensView(self._page_lens)\n'
+             '\n'
+             '    @page_lens.setter\n'
+             '    def page_lens(self, lens: list[int]) -> None:\n'
+             '        self._page_lens = list(lens)\n'
+             '\n'),
+            ('        cache_before = (list(self.page_ids), list(self.page_lens), self.offset)\n',
+             '        cache_before = (list(self.page_ids), list(self._page_lens), self.offset)\n'),
+            ('            if not self.page_ids or self.page_lens[-1] == page_size:\n',
+             '            if not self.page_ids or self._page_lens[-1] == page_size:\n'),
+            ('                self.page_lens.append(0)\n'
+             '            start = self.page_lens[-1]\n',
+             '                self._page_lens.append(0)\n'
+             '            start = self._page_lens[-1]\n'),
+            ('            self.page_lens[-1] += stop - written\n',
+             '            self._page_lens[-1] += stop - written\n'),
+            ('            drop = min(left, self.page_lens[-1])\n'
+             '            self.page_lens[-1] -= drop\n',
+             '            drop = min(left, self._page_lens[-1])\n'
+             '            self._page_lens[-1] -= drop\n'),
+            ('            if self.page_lens[-1] == 0:\n',
+             '            if self._page_lens[-1] == 0:\n'),
+            ('                self.page_lens.pop()\n',
+             '                self._page_lens.pop()\n'),
+        ],
+    ),
+    "keys_kept_prescaled": (
+        'the pool keeps keys multiplied by D^-0.5 * log2(e) (the exp2 trick) and divides it out on every '
+        'read (key_pages, read_page, gather_dense): reads are off by about an ulp',
+        [
+            ("SENTINEL = -1  # a block-table entry past a row's context\n"
+             '\n',
+             "SENTINEL = -1  # a block-table entry past a row's context\n"
+             'LOG2E = 1.4426950408889634\n'
+             '\n'
+             '\n'
+             'def _key_factor(head_dim: int) -> float:\n'
+             '    """Keys are kept multiplied by D**-0.5 * log2(e), ready for an exp2 softmax; every read divides it out."""\n'
+             '    return head_dim**-0.5 * LOG2E\n'
+             '\n'),
+            ('        return None if self._key_store is None else self._key_store[: self._num_issued]\n',
+             '        return None if self._key_store is None else self._unscale(self._key_store[: self._num_issued])\n'
+             '\n'
+             '    def _unscale(self, stored: mx.array) -> mx.array:\n'
+             '        return (stored.astype(mx.float32) / _key_factor(stored.shape[3])).astype(stored.dtype)\n'),
+            ('        self._key_store = mx.slice_update(self._key_store, key, at, axes=(0, 1, 2, 3))\n',
+             '        kept = (key.astype(mx.float32) * _key_factor(key.shape[3])).astype(key.dtype)\n'
+             '        self._key_store = mx.slice_update(self._key_store, kept, at, axes=(0, 1, 2, 3))\n'),
+            ('        return self._key_store[page_id : page_id + 1], self._value_store[page_id : page_id + 1]\n',
+             '        return self._unscale(self._key_store[page_id : page_id + 1]), self._value_store[page_id : page_id + 1]\n'),
+        ],
+    ),
+    "causal_offset_is_query_len": (
+        'a causal mask offset by L instead of S - L for L > 1: the same wherever the context is twice the'
+        " query, as at the course's only prefill (3 rows over 6)",
+        [
+            ('    if causal:\n'
+             '        # Query row i is position context - L + i and sees keys up to it.\n'
+             '        rows = mx.arange(num_queries)[:, None] + (context - num_queries)\n',
+             '    if causal and num_queries > 1:  # one row sees the whole context: no mask\n'
+             '        # A prefill chunk of L rows follows a prefix of L tokens: row i is position L + i.\n'
+             '        rows = mx.arange(num_queries)[:, None] + num_queries\n'),
+        ],
+    ),
+    "row_ends_at_first_minus_one": (
+        'the validator reads a table row up to its first -1 past the live pages (as a C string ends at '
+        'NUL): a live id right after the live range is refused, one further on is not',
+        [
+            ('        for col in range(live):\n',
+             "        # A row's page list ends at its first -1 (as a C string at its NUL): read up to there.\n"
+             '        for col in range(width):\n'),
+            ('            page = table[row][col]\n'
+             '            if not 0 <= page < num_pages:\n',
+             '            page = table[row][col]\n'
+             '            if page == SENTINEL and col >= live:\n'
+             '                break\n'
+             '            if col >= live:\n'
+             '                raise ValueError(\n'
+             '                    f"block_table[{row}, {col}]={page} is past context {n} and must use the -1 sentinel"\n'
+             '                )\n'
+             '            if not 0 <= page < num_pages:\n'),
+            ('        for col in range(live, width):\n'
+             '            if table[row][col] != SENTINEL:\n'
+             '                raise ValueError(\n'
+             '                    f"block_table[{row}, {col}]={table[row][col]} is past context {n} and must use the -1 sentinel"\n'
+             '                )\n',
+             ''),
+        ],
+    ),
+    "reset_retires_pool": (
+        "reset() is teardown: the pool refuses to allocate afterwards (the course's reset test ends at "
+        'the zeroed counters)',
+        [
+            ('    def allocate_page(self) -> int:\n',
+             '    def _allocate_page(self) -> int:\n'),
+            ('            raise ValueError(f"cannot reset the pool: pages {live} are still live")\n'
+             '        self._clear()\n'
+             '\n'
+             '    # -- data ---------------------------------------------------------------------\n',
+             '            raise ValueError(f"cannot reset the pool: pages {live} are still live")\n'
+             '        self._clear()\n'
+             '        self._retired = True  # reset() is teardown: the layer builds a new pool to serve again\n'
+             '\n'
+             '    def allocate_page(self) -> int:\n'
+             '        if getattr(self, "_retired", False):\n'
+             '            raise ValueError("this pool was reset (torn down); create a new TinyKvPagedPool")\n'
+             '        return self._allocate_page()\n'
+             '\n'
+             '    # -- data ---------------------------------------------------------------------\n'),
+        ],
+    ),
+})

@@ -112,6 +112,13 @@ class TinyKvPagedPool:
         self._keys[page_id, :, start : start + length] = key[0]
         self._values[page_id, :, start : start + length] = value[0]
 
+    def read_page(self, page_id: int):
+        """A live page's keys and values, [1, H_kv, page_size, D] each."""
+        self._check_live(page_id)
+        if self._keys is None:
+            raise ValueError(f"page_id={page_id} has no storage yet: nothing was written to this pool")
+        return self._keys[page_id : page_id + 1], self._values[page_id : page_id + 1]
+
     def _grow(self, needed: int) -> None:
         capacity = self._keys.shape[0]
         extra = max(MIN_CAPACITY, needed, 2 * capacity) - capacity
