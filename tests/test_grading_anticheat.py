@@ -64,16 +64,42 @@ GROUPED = "from .attention import scaled_dot_product_attention_grouped\n"
         f"{GROUPED}import functools\n{IMPL}paged_attention = functools.wraps(_impl)(_impl)\n",
         f"{GROUPED}paged_attention = lambda *a: scaled_dot_product_attention_grouped(*a)  # mx.fast\n",
         f"{GROUPED}try:\n    import nothing\nexcept ImportError:\n    if True:\n" + textwrap.indent(f"{SIGNATURE}\n{DENSE_BODY}", "        "),
-        f"{GROUPED}{IMPL}globals()['paged_attention'] = _impl\n",
         # U+2028 is a line break to str.splitlines, not to Python: 200 of them moved the window read 200 lines up
         f"{GROUPED}# {chr(0x2028) * 200}\n{SIGNATURE}\n{DENSE_BODY}",
     ],
-    ids=["alias", "alias-of-alias", "wrapped", "lambda", "inside-try-and-if", "through-globals", "line-separators"],
+    ids=["alias", "alias-of-alias", "wrapped", "lambda", "inside-try-and-if", "line-separators"],
 )
 def test_paged_attention_is_read_wherever_its_name_is_bound(source: str) -> None:
     """The course's check reads inspect.getsource(paged_attention): the function the name holds once the module ran,
     whatever it is called in its def (red team: `paged_attention = _impl` scored 80/80 with SDPA named in _impl)."""
     assert "sdpa_call" in kinds(source)
+
+
+CLEAN = SIGNATURE.replace("def paged_attention", "def _clean") + "\n    return query\n"
+
+
+@pytest.mark.parametrize(
+    "binding",
+    [
+        "_IMPLS = {'clean': _clean, 'dense': _impl}\npaged_attention = _IMPLS['clean']\n",
+        "paged_attention = _clean if True else _impl\n",
+        "def _install():\n    global paged_attention\n    paged_attention = _impl\n_install()\n",
+        "globals()['paged_attention'] = _impl\n",
+        "import sys\nsys.modules[__name__].paged_attention = _impl\n",
+        "exec('paged_attention = _impl')\n",
+        "def __getattr__(name):\n    return _impl\n",
+        "for paged_attention in (_impl,):\n    pass\n",
+        "def _swap(f):\n    return _impl\n@_swap\n" + CLEAN.replace("def _clean", "def paged_attention"),
+    ],
+    ids=["one-of-a-dict", "one-of-two", "global-in-a-function", "globals", "sys-modules", "exec", "module-getattr",
+         "for-target", "own-decorator"],
+)
+def test_a_binding_the_source_does_not_follow_is_for_a_reviewer(binding: str) -> None:
+    """Which function runs is not in the source: the course's words are not searched for (the course's own
+    attention.py holds its dense helpers beside paged_attention, so searching the whole file zeroed code the
+    course accepts), and a reviewer is told."""
+    found = kinds(f"{GROUPED}{IMPL}{CLEAN}{binding}")
+    assert "entry_unresolved" in found and "sdpa_call" not in found
 
 
 def test_a_placeholder_and_other_functions_naming_sdpa_are_not_paged_attention() -> None:

@@ -237,7 +237,7 @@ def test_default_rubric_zeroes_the_course_rules_and_only_the_beyond_total_for_th
     assert {kind: rubric.anticheat[kind] for kind in rubric.anticheat} == {
         "sdpa_call": "zero", "dense_gather": "zero", "project_import": "zero", "sdpa_route": "zero-beyond",
         "dense_route": "zero-beyond", "sdpa_trap": "zero-beyond", "page_join": "zero-beyond",
-        "gather_trap": "zero-beyond", "tamper": "flag", "unscanned": "flag",
+        "gather_trap": "zero-beyond", "tamper": "flag", "unscanned": "flag", "entry_unresolved": "flag",
     }  # fmt: skip
     # A rubric that does not name unscanned flags it: the grader's blind spot costs a student nothing.
     assert parse_rubric({"points": {"context_len": 10}}, "t").anticheat["unscanned"] == "flag"

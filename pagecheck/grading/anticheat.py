@@ -4,8 +4,7 @@ The course's own rule is a source check of paged_attention (its test_paged_atten
 function's source text, decorators included, may not contain "mx.fast", "scaled_dot_product_attention" or
 "gather_dense". In what a module binds `paged_attention` to (a function of that name, or the one an assignment,
 a wrapper call, a lambda or an import under that name leads to, at module level or in its if/try blocks: what
-inspect.getsource would read; the whole file where a binding cannot be followed), the same text is a finding of
-the course's rule:
+inspect.getsource would read), the same text is a finding of the course's rule:
 
     sdpa_call     its source names mx.fast or scaled_dot_product_attention
     dense_gather  its source names gather_dense
@@ -50,6 +49,11 @@ And for a reviewer:
                   (nesting deeper than its parser takes, where a worker
                   that raised its own recursion limit may still compile it):
                   nothing in it was read, so the scan says so
+    entry_unresolved  paged_attention bound in a way the source does not
+                  follow to one function (one of several, a decorator of
+                  the module's own, a name bound at run time through global,
+                  exec, a namespace or a module __getattr__): the course's
+                  source check could not be applied to it
 
 The scan is a heuristic for a reviewer, not a proof: it sees only the
 submission's own files and direct calls. The sandboxed worker's tripwires
@@ -167,23 +171,61 @@ def _bindings(target: ast.expr, value: ast.expr | None) -> Iterator[tuple[str, a
 @dataclass
 class _Entry:
     """What a module binds its entry names to: the nodes whose source the course's check reads (a function or
-    class, a maker a call goes through, a lambda's statement), whether some binding cannot be followed, and the
-    names it imports under an entry name (their source is in another file)."""
+    class, a maker a call goes through, a lambda's statement), and what the grader cannot follow (a binding whose
+    function the source alone does not name: one of several, or one stored at run time), said in words."""
 
     nodes: list[ast.AST]
-    unresolved: bool
-    imported: set[str]
+    unresolved: list[str]
+
+
+def _is_namespace(node: ast.expr) -> bool:
+    """globals(), vars() or X.__dict__: a module's names, written through."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return node.func.id in ("globals", "vars")
+    return isinstance(node, ast.Attribute) and node.attr == "__dict__"
+
+
+def _stored_names(tree: ast.Module) -> Iterator[tuple[str, int]]:
+    """Names a module may come to hold other than by a module-level def, class, import or assignment: a global
+    statement (a function may bind the name), a walrus, a for, with or match target, an attribute stored
+    (`sys.modules[__name__].x = ...`), setattr with the name spelled out, and "*" (any name) for exec and for
+    writes through globals(), vars() or a __dict__ whose key is not spelled out."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            yield from ((name, node.lineno) for name in node.names)
+        elif isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
+            yield node.target.id, node.lineno
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            yield from ((n.id, getattr(node, "lineno", 0)) for n in ast.walk(node.target) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            yield from ((n.id, node.optional_vars.lineno) for n in ast.walk(node.optional_vars) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.MatchAs) and node.name:
+            yield node.name, node.lineno
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            yield node.attr, node.lineno
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and _is_namespace(node.value):
+            key = node.slice
+            yield (key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else "*"), node.lineno
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__getattr__":
+            yield "*", node.lineno  # a module's __getattr__ may hand out any name
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+            key = node.args[1] if len(node.args) > 1 else None
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                yield key.value, node.lineno
+        elif isinstance(node, ast.Call) and ((isinstance(node.func, ast.Name) and node.func.id == "exec") or (
+                isinstance(node.func, ast.Attribute) and node.func.attr == "update" and _is_namespace(node.func.value))):
+            yield "*", node.lineno
 
 
 def _entry(tree: ast.Module, names: frozenset[str]) -> _Entry:
-    """What the module-level names `names` are bound to, followed through assignments of names (`paged_attention
-    = _impl`), lambdas, calls that take or make a module-level function (`paged_attention = wrap(_impl)`), and
-    definitions inside module-level if/try/with blocks, as inspect.getsource would find the function the name
-    holds once the module has run."""
+    """What the module-level names `names` are bound to, as inspect.getsource would find the function the name
+    holds once the module ran: definitions (at module level or inside its if/try/with blocks), followed through
+    assignments of a name (`paged_attention = _impl`), lambdas and calls that take or make exactly one
+    module-level function (`paged_attention = wraps(_impl)(_impl)`). A binding that names several functions
+    (`_a if FAST else _b`, a dict of them) or none the module defines, and any other store of the name, is
+    unresolved: the source alone does not say which function runs."""
     defs: dict[str, list[ast.AST]] = {}
     values: dict[str, list[tuple[ast.stmt, ast.expr | None]]] = {}
-    imported: dict[str, list[str]] = {}
-    dynamic = False  # globals()["paged_attention"] = ..., setattr(module, "paged_attention", ...)
     for node in _module_statements(tree.body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             defs.setdefault(node.name, []).append(node)
@@ -191,16 +233,12 @@ def _entry(tree: ast.Module, names: frozenset[str]) -> _Entry:
             for target in node.targets:
                 for name, value in _bindings(target, node.value):
                     values.setdefault(name, []).append((node, value))
-                dynamic |= any(isinstance(n, ast.Constant) and n.value in names for n in ast.walk(target))
         elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
-            values.setdefault(node.target.id, []).append((node, node.value if isinstance(node, ast.AnnAssign) else None))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                imported.setdefault(alias.asname or alias.name.split(".")[0], []).append(alias.name.rsplit(".", 1)[-1])
-        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-            dynamic |= any(isinstance(arg, ast.Constant) and arg.value in names for arg in node.value.args)
+            value = node.value if isinstance(node, ast.AnnAssign) else None
+            if value is not None or isinstance(node, ast.AugAssign):
+                values.setdefault(node.target.id, []).append((node, value))
     found: list[ast.AST] = []
-    unresolved, imports = dynamic, set()
+    unresolved: list[str] = []
     todo, seen = list(names), set()
     while todo:
         name = todo.pop()
@@ -208,7 +246,12 @@ def _entry(tree: ast.Module, names: frozenset[str]) -> _Entry:
             continue
         seen.add(name)
         found.extend(defs.get(name, []))
-        imports.update(original for original in imported.get(name, []) if original not in names)
+        for node in defs.get(name, []):
+            # A decorator of the module's own may return another function than the one it decorates.
+            own = [d.id for d in (n.func if isinstance(n, ast.Call) else n for n in node.decorator_list)
+                   if isinstance(d, ast.Name) and d.id in defs]
+            unresolved += [f"line {node.lineno}: {name} is decorated by {d}, which may return another function"
+                           for d in own]  # fmt: skip
         for statement, value in values.get(name, []):
             if isinstance(value, ast.Name):
                 todo.append(value.id)
@@ -217,10 +260,32 @@ def _entry(tree: ast.Module, names: frozenset[str]) -> _Entry:
             elif isinstance(value, ast.Constant):
                 continue  # a placeholder (None) that a later definition replaces, or no function at all
             else:
-                followed = [n.id for n in ast.walk(value) if isinstance(n, ast.Name) and n.id in defs] if value else []
-                todo.extend(followed)
-                unresolved |= not followed
-    return _Entry(sorted(found, key=lambda n: n.lineno), unresolved, imports)
+                named = {n.id for n in ast.walk(value) if isinstance(n, ast.Name) and n.id in defs} if value else set()
+                if isinstance(value, ast.Call) and len(named) == 1:
+                    todo.extend(named)
+                else:
+                    unresolved.append(f"line {statement.lineno}: {name} is bound to an expression that names "
+                                      f"{len(named)} of the module's functions")  # fmt: skip
+    stored = sorted({(name, line) for name, line in _stored_names(tree) if name in seen or name == "*"})
+    unresolved += [f"line {line}: " + ("a name computed at run time is bound" if name == "*" else
+                                       f"{name} is bound at run time") for name, line in stored]  # fmt: skip
+    return _Entry(sorted(found, key=lambda n: n.lineno), unresolved)
+
+
+def _import_edges(tree: ast.Module) -> dict[str, set[str]]:
+    """name -> the names it is imported as or assigned from in this module (`from .k import attend as
+    paged_attention`, `paged_attention = attend`), for following an entry name across files."""
+    edges: dict[str, set[str]] = {}
+    for node in _module_statements(tree.body):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                edges.setdefault(alias.asname or alias.name.split(".")[0], set()).add(alias.name.rsplit(".", 1)[-1])
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                for name, value in _bindings(target, node.value):
+                    if isinstance(value, ast.Name):
+                        edges.setdefault(name, set()).add(value.id)
+    return edges
 
 
 def _reachable_functions(tree: ast.Module, roots: list[ast.AST]) -> list[ast.AST]:
@@ -266,10 +331,13 @@ def _source_lines(text: str) -> list[str]:
     return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
 
 
+MAX_UNRESOLVED = 5  # entry_unresolved findings per file
+
+
 def _course_source_findings(tree: ast.Module, text: str, where: str, entry: _Entry) -> Iterator[Finding]:
     """The course's source check on what the module binds paged_attention to (`entry`): each node's lines,
-    decorators included (what inspect.getsource gives), searched for COURSE_SOURCE_CHECK's words. Where a binding
-    cannot be followed, the whole file is searched."""
+    decorators included (what inspect.getsource gives), searched for COURSE_SOURCE_CHECK's words; and an
+    entry_unresolved finding, for a reviewer, per binding the source does not follow."""
     lines = _source_lines(text)
     for node in entry.nodes:
         first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
@@ -277,10 +345,10 @@ def _course_source_findings(tree: ast.Module, text: str, where: str, entry: _Ent
         for kind, words in _course_words(source).items():
             yield Finding(where, node.lineno, kind, f"paged_attention's source names {' and '.join(words)}, "
                           "which the course's source check of it refuses")  # fmt: skip
-    if entry.unresolved:
-        for kind, words in _course_words(text).items():
-            yield Finding(where, 0, kind, f"paged_attention is bound to something the grader cannot follow, and the "
-                          f"file names {' and '.join(words)}, which the course's source check refuses")  # fmt: skip
+    for why in entry.unresolved[:MAX_UNRESOLVED]:
+        yield Finding(where, int(why.split(":")[0].removeprefix("line ")), "entry_unresolved",
+                      f"{why}: the grader cannot tell from the source which function paged_attention is, so a "
+                      "reviewer reads it")  # fmt: skip
 
 
 def _course_words(text: str) -> dict[str, list[str]]:
@@ -406,21 +474,26 @@ def _top_level_names(directory: Path) -> frozenset[str]:
 
 
 def _entry_names(paths: list[Path]) -> frozenset[str]:
-    """paged_attention and every name some file imports under it (`from .kernels import _impl as
-    paged_attention`, followed through further such imports): the names whose definitions are its source."""
-    trees = []
+    """paged_attention and every name some file imports or assigns it from (`from .kernels import attend as
+    paged_attention`, followed through further such links in any file): the names whose definitions are its
+    source. Each file is parsed once; only its links are kept."""
+    edges: dict[str, set[str]] = {}
     for path in paths:
-        if path.stat().st_size <= SCAN_LIMIT_BYTES:
-            try:
-                trees.append(ast.parse(path.read_bytes()))
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
-                continue
-    names = frozenset({ENTRY_POINT})
-    while True:
-        more = names.union(*(_entry(tree, names).imported for tree in trees))
-        if more == names:
-            return names
-        names = more
+        if path.stat().st_size > SCAN_LIMIT_BYTES:
+            continue
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for name, targets in _import_edges(tree).items():
+            edges.setdefault(name, set()).update(targets)
+    names, todo = {ENTRY_POINT}, [ENTRY_POINT]
+    while todo:
+        for target in edges.get(todo.pop(), ()):
+            if target not in names:
+                names.add(target)
+                todo.append(target)
+    return frozenset(names)
 
 
 def scan_submission(root: Path, relative_to: Path, import_root: Path) -> list[Finding]:

@@ -52,6 +52,8 @@ FINDING_TEXT = {
     "tamper": "A submission must not reach for the grader's objects.",
     "unscanned": "The grader could not read this file's syntax tree, so a reviewer will read it instead; it costs "
     "no points.",
+    "entry_unresolved": "The grader could not tell from the source which function paged_attention is, so a "
+    "reviewer will read it instead; it costs no points.",
 }
 
 

@@ -35,7 +35,7 @@ SCORINGS = ("all-or-nothing", "fraction")
 COURSE_FINDINGS = ("sdpa_call", "dense_gather", "project_import")
 BEYOND_FINDINGS = ("sdpa_route", "dense_route", "sdpa_trap", "page_join", "gather_trap", "tamper")
 # Findings that say what the grader could not see, for a reviewer: flagged by default, costing no points.
-REVIEW_FINDINGS = ("unscanned",)
+REVIEW_FINDINGS = ("unscanned", "entry_unresolved")
 FINDING_KINDS = (*COURSE_FINDINGS, *BEYOND_FINDINGS, *REVIEW_FINDINGS)
 # zero: both totals become 0; zero-beyond: the total beyond the course becomes 0, course clauses keep their
 # points; flag: listed on the scoreboard and in the feedback only.
