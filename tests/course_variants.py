@@ -1998,3 +1998,60 @@ VARIANTS.update({
         ],
     ),
 })
+
+
+FORGING_VARIANTS.update({
+    "cache_without_pool_attribute": (
+        'the cache keeps its pool as _held_pool: no cache.pool, which the course reads in its snapshot '
+        'and rewind tests',
+        [
+            ('        self.pool = pool\n',
+             '        self._held_pool = pool\n'),
+            ('        self.pool.check_chunk(key, value)\n'
+             '        pool_before = self.pool.snapshot()\n',
+             '        self._held_pool.check_chunk(key, value)\n'
+             '        pool_before = self._held_pool.snapshot()\n'),
+            ('            self.pool.rollback(pool_before)\n',
+             '            self._held_pool.rollback(pool_before)\n'),
+            ('        page_size = self.pool.page_size\n',
+             '        page_size = self._held_pool.page_size\n'),
+            ('                self.page_ids.append(self.pool.allocate_page())\n',
+             '                self.page_ids.append(self._held_pool.allocate_page())\n'),
+            ('            self.pool.write_page_slice(self.page_ids[-1], start, key[:, :, written:stop], value[:, :, written:stop])\n',
+             '            self._held_pool.write_page_slice(self.page_ids[-1], start, key[:, :, written:stop], value[:, :, written:stop])\n'),
+            ('    def paged_metadata(self, max_pages: int | None = None, mask: mx.array | str | None = None) -> PagedKvMetadata:\n'
+             '        if self.pool.key_pages is None:\n'
+             '            raise ValueError("paged_metadata: the pool has no page storage yet (nothing was written to it)")\n',
+             '    def paged_metadata(self, max_pages: int | None = None, mask: mx.array | str | None = None) -> PagedKvMetadata:\n'
+             '        if self._held_pool.key_pages is None:\n'
+             '            raise ValueError("paged_metadata: the pool has no page storage yet (nothing was written to it)")\n'),
+            ('            self.pool.key_pages, self.pool.value_pages, self.block_table(max_pages), self.context_lens(),\n'
+             '            self.pool.page_size, mask,\n',
+             '            self._held_pool.key_pages, self._held_pool.value_pages, self.block_table(max_pages), self.context_lens(),\n'
+             '            self._held_pool.page_size, mask,\n'),
+            ('        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n'
+             '        if self.pool.key_pages is None:\n'
+             '            raise ValueError("gather_dense: the pool has no page storage yet (nothing was written to it)")\n',
+             '        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n'
+             '        if self._held_pool.key_pages is None:\n'
+             '            raise ValueError("gather_dense: the pool has no page storage yet (nothing was written to it)")\n'),
+            ('        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages)\n',
+             '        return self._gather(self._held_pool.key_pages), self._gather(self._held_pool.value_pages)\n'),
+            ('        if self.pool.key_pages is not None:\n'
+             '            mx.eval(self.pool.key_pages, self.pool.value_pages)\n',
+             '        if self._held_pool.key_pages is not None:\n'
+             '            mx.eval(self._held_pool.key_pages, self._held_pool.value_pages)\n'),
+            ('                self.pool.free_page(self.page_ids.pop())\n',
+             '                self._held_pool.free_page(self.page_ids.pop())\n'),
+            ('            self.pool.free_page(page_id)\n',
+             '            self._held_pool.free_page(page_id)\n'),
+            ('        pools = {id(self.kv_caches[slot].pool) for slot in active}\n',
+             '        pools = {id(self.kv_caches[slot]._held_pool) for slot in active}\n'),
+            ('        pool = self.kv_caches[active[0]].pool\n',
+             '        pool = self.kv_caches[active[0]]._held_pool\n'),
+            ('        pool = caches[0][1].pool\n',
+             '        pool = caches[0][1]._held_pool\n'),
+        ],
+        "pagecheck.invariants.test_context_len::test_rewind_to_every_offset_then_append",
+    ),
+})

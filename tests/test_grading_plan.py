@@ -60,6 +60,9 @@ def test_a_limit_given_in_gib_is_named_as_given() -> None:
     gib = 1 << 30
     with pytest.raises(ValueError, match=re.escape("memory=0.001 GB is below the 0.25 GB")):
         Limits(60, int(0.001 * gib))
+    # A byte under the limit is not named as the limit itself ("0.25 GB is below the 0.25 GB").
+    with pytest.raises(ValueError, match=re.escape("memory=0.2499999991 GB is below the 0.25 GB")):
+        Limits(60, (256 << 20) - 1)
     with pytest.raises(ValueError, match=re.escape("disk=0.001 GB is below the 16 MiB")):
         GradePlan(secret="s" * 16, limits=Limits(60, gib), build_timeout_s=60, profile="default",
                   device="cpu", disk_bytes=int(0.001 * gib))  # fmt: skip

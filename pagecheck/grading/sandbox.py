@@ -25,8 +25,14 @@ GIB = 1 << 30
 
 
 def gib(n_bytes: float) -> str:
-    """A size given in GiB as a person reads it back: 0.001, not the 0.000999999 its whole bytes hold."""
-    return f"{n_bytes / GIB:.4g}"
+    """A size in GiB as a person wrote it: the fewest decimals that give back `n_bytes` as the options read a
+    size (whole bytes, rounded down): 0.001, not the 0.000999999 its 1,073,741 bytes hold; 0.2499999991 for a
+    byte under 0.25 GiB, which "0.25" would not tell from the limit."""
+    for decimals in range(13):
+        text = f"{n_bytes / GIB:.{decimals}f}"
+        if int(float(text) * GIB) == int(n_bytes):
+            return text.rstrip("0").rstrip(".") if "." in text else text
+    return repr(n_bytes / GIB)
 # The largest time limit and size a grading run takes (GradePlan checks its memory and disk): far beyond any
 # run, and within what rlimits, tmpfs sizes and the waits' timeouts hold, headroom added.
 MAX_SECONDS = 1_000_000.0
