@@ -123,3 +123,37 @@ def test_a_result_records_the_digest_of_the_files_it_graded(tmp_path: Path, monk
     capsys.readouterr()
     assert main(["grade", str(submission), "--out", str(out), "--seed", "s" * 32, "--invariants", "context_len"]) == 0
     assert "graded 1, reused 0" in capsys.readouterr().err
+
+
+def test_the_hidden_pass_starts_after_the_public_pass_ended_and_only_after_one_that_finished(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Two workers at once could talk through what seccomp cannot close (read timing, the page cache): the hidden
+    pass's inputs reached the public pass's feedback that way (red team). The passes run in turn."""
+    import time
+
+    from pagecheck.cli import main
+    from pagecheck.grading import grade_one
+
+    calls: list[tuple[str, float, float]] = []
+    real = grade_one.run_suite_pass
+
+    def timed(spec, seed, *args, **kwargs):
+        start = time.monotonic()
+        try:
+            return real(spec, seed, *args, **kwargs)
+        finally:
+            calls.append((seed.kind, start, time.monotonic()))
+
+    monkeypatch.setattr(grade_one, "run_suite_pass", timed)
+    good = tmp_path / "good.py"
+    good.write_text((Path(__file__).resolve().parent / "subjects" / "course_conformant.py").read_text())
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise ImportError('this submission does not load')\n")
+    options = ["--seed", "s" * 32, "--invariants", "context_len", "--jobs", "1"]
+    assert main(["grade", str(good), "--out", str(tmp_path / "a"), *options]) == 0
+    (public, _, public_end), (hidden, hidden_start, _) = calls
+    assert (public, hidden) == ("public", "hidden") and hidden_start >= public_end
+    calls.clear()
+    main(["grade", str(broken), "--out", str(tmp_path / "b"), *options])
+    assert [kind for kind, _, _ in calls] == ["public"]

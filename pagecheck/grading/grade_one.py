@@ -1,8 +1,8 @@
 """Grading one submission from start to its results file.
 
 Stage a copy into OUT/work/<name>/staged, build the extension if it has one
-(in the sandbox), run the suite twice, side by side (public seed and hidden
-seed; the hidden pass counts only if the public one finished), each time in
+(in the sandbox), run the suite twice, one pass after the other (public seed,
+then hidden seed, only if the public pass finished), each time in
 a trusted child whose worker hosts the submission in the sandbox, combine the two passes check by
 check, scan the source, turn what the worker's tripwires reported into
 findings, and write OUT/results/<name>.json atomically. Logs stay in
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,6 @@ from pagecheck.grading.verdicts import Verdict
 from pagecheck.grading.wire import clean_text
 from pagecheck.grading.worker_process import WorkerSettings
 
-# The public and the hidden pass run side by side; on the GPU one after the other, since a GPU worker keeps file
-# locks (seccomp.py), through which two workers running at once could tell each other what they saw.
-PARALLEL_PASSES = {"cpu": 2, "gpu": 1}
 # A check's outcome over both passes is the most serious of its outcomes.
 SEVERITY = ("fail", "error", "skip", "pass")
 
@@ -179,12 +175,14 @@ def grade_submission(
         return run_suite_pass(submission.student_spec(), seed, plan, worker=worker, work=work, env=env,
                               log_path=logs / f"{seed.kind}.log", live=live)  # fmt: skip
 
-    # Both passes at once, each with its own trusted child and worker; the hidden pass counts only when the
-    # public one finished, as if it had run after it.
-    with ThreadPoolExecutor(max_workers=PARALLEL_PASSES[plan.device],
-                            thread_name_prefix=f"pass-{submission.name[:20]}") as pool:  # fmt: skip
-        outcomes = list(pool.map(run_pass, pass_seeds(plan.secret, submission.name)))
-    passes = outcomes[:1] if outcomes[0].verdict.verdict != "ok" else outcomes
+    # One pass after the other, each with its own trusted child and worker: the hidden pass's worker starts once
+    # the public pass's has ended, so nothing it sees can reach the public pass's feedback, whatever the two
+    # could share while running (timing, the page cache: seccomp.py closes the channels it can). The hidden pass
+    # runs only when the public one finished.
+    public, hidden = pass_seeds(plan.secret, submission.name)
+    passes = [run_pass(public)]
+    if passes[0].verdict.verdict == "ok":
+        passes.append(run_pass(hidden))
 
     verdict = submission_verdict(passes, build)
     student_dir = submission.student_dir(staged)
