@@ -77,7 +77,8 @@ EVERYTHING = ("10", "10", "5", "5", "5")
 EXPECTED: dict[str, Expected] = {
     "correct": Expected("ok", EVERYTHING, "20", "15"),
     "starter": Expected("ok", NOTHING, "0", "0"),
-    "needs_extension": Expected("build-failed", NOTHING, "0", "0"),
+    # its paged_attention is the extension's function, whose source the grader cannot read: for a reviewer
+    "needs_extension": Expected("build-failed", NOTHING, "0", "0", "entry_unresolved"),
     # overlays on correct/
     "segfault": Expected("ok", CACHES_ONLY, "20", "5"),
     "hang": Expected("ok", CACHES_ONLY, "20", "5"),
@@ -107,8 +108,8 @@ EXPECTED: dict[str, Expected] = {
     # hostile
     "atexit_rewrite": Expected("ok", NOTHING, "0", "0"),
     "gc_pytest_hook": Expected("ok", NOTHING, "0", "0", "tamper"),
-    "import_module_reference": Expected("load-failed", NOTHING, "0", "0", "project_import"),
-    "dunder_import_impl": Expected("load-failed", NOTHING, "0", "0", "project_import"),
+    "import_module_reference": Expected("load-failed", NOTHING, "0", "0", "entry_unresolved project_import"),
+    "dunder_import_impl": Expected("load-failed", NOTHING, "0", "0", "entry_unresolved project_import"),
     "reference": Expected("load-failed", NOTHING, "0", "0", "project_import"),
     "impl": Expected("load-failed", NOTHING, "0", "0"),  # its own empty package, named like a layer: nothing to check
     "patch_helpers": Expected("ok", NOTHING, "0", "0", "project_import"),
