@@ -60,10 +60,12 @@ def watch_materialize(cache: Any, mx: ModuleType) -> dict[str, Any]:
     """Call cache.materialize() with cache.gather_dense refusing (AssertionError) and mx.eval only recording
     what it is given, as the course's materialize test does; both are put back afterwards. An exception from
     materialize() propagates unless a gather was refused first. Returns plain data: {"gathers": calls to
-    gather_dense, "evals": for each mx.eval call, the shape of each argument (its type's name where it has
+    gather_dense, "escaped": whether a refused gather's error left materialize() (as in the course's test, which
+    then fails), "evals": for each mx.eval call, the shape of each argument (its type's name where it has
     none)}."""
     gathers: list[int] = []
     evals: list[list[Any]] = []
+    escaped = False
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
         gathers.append(1)
@@ -82,6 +84,7 @@ def watch_materialize(cache: Any, mx: ModuleType) -> dict[str, Any]:
     except BaseException:
         if not gathers:
             raise  # materialize's own failure; a refused gather is reported below instead
+        escaped = True
     finally:
         mx.eval = real_eval
         if had:
@@ -91,4 +94,4 @@ def watch_materialize(cache: Any, mx: ModuleType) -> dict[str, Any]:
                 del cache.gather_dense
             except AttributeError:
                 pass
-    return {"gathers": len(gathers), "evals": evals}
+    return {"gathers": len(gathers), "escaped": escaped, "evals": evals}

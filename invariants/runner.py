@@ -166,7 +166,7 @@ def run_suite(request: SuiteRequest, log_path: Path, progress: Progress | None =
         storage = os.path.join(scratch, "hypothesis")
         env = dict(os.environ, PYTHONUNBUFFERED="1", HYPOTHESIS_STORAGE_DIRECTORY=storage,
                    **{SUBJECT_FOLDER_ENV: os.getcwd()})  # fmt: skip
-        log.write(("$ " + " ".join(command) + "\n\n").encode())
+        log.write(os.fsencode("$ " + " ".join(command) + "\n\n"))  # a path in it need not be UTF-8
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=scratch)
         assert child.stdout is not None
         pending = ""

@@ -37,6 +37,7 @@ import importlib.machinery
 import importlib.util
 import inspect
 import os
+import re
 import reprlib
 import signal
 import sys
@@ -300,7 +301,9 @@ def _import_file(spec: str) -> ModuleType:
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))
     # A file-specific module name, registered in sys.modules, lets dataclasses and pickling find it.
-    module_name = f"pagecheck_subject_{path.stem}_{zlib.crc32(str(path).encode()):08x}"
+    # (A file name need not be UTF-8: its bytes go into the hash, only its safe characters into the name.)
+    stem = re.sub(r"\W", "_", path.stem.encode("ascii", "replace").decode())
+    module_name = f"pagecheck_subject_{stem}_{zlib.crc32(os.fsencode(path)):08x}"
     if module_name in sys.modules:
         return sys.modules[module_name]
     loader_spec = importlib.util.spec_from_file_location(module_name, path)

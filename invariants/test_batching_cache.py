@@ -22,7 +22,9 @@ from pagecheck.invariants.calls import (
     same_pool_state,
 )
 from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4
-from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold, expect_value_error
+from pagecheck.invariants.verdict import (
+    expect, expect_close, expect_close_to_its_gather, expect_pages_hold, expect_value_error,
+)
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
 
@@ -153,9 +155,11 @@ def test_the_courses_batch_of_two_requests_and_an_empty_slot(
     query = rng.standard_normal((3, 4, 1, COURSE_HEAD_DIM)).astype(np.float32)
     got = to_numpy(attention_as_the_course_calls(paged_attention, mx.array(query), metadata), np.float64)
     layout = metadata_layout(query, metadata, "float32", "causal")
-    for slot, record in ((0, records[0]), (2, records[1])):
+    for slot, record, cache in ((0, records[0], first), (2, records[1], second)):
         expect_close(INVARIANT, f"{where}: slot {slot}'s output", got[slot : slot + 1],
                      record.attention(query[slot : slot + 1], "causal"), layout)  # fmt: skip
+        expect_close_to_its_gather(INVARIANT, f"{where}: slot {slot}'s output", got[slot : slot + 1],
+                                   query[slot : slot + 1], cache, layout)  # fmt: skip
 
 
 # Prefill chunks appended through the batch, each crossing a page boundary for some row, then a decode step.

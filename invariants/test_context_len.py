@@ -28,7 +28,9 @@ from pagecheck.invariants.course import (
     COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, DAY_4, Geometry, query_len, split_at_the_course,
 )
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
-from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold, same_tokens
+from pagecheck.invariants.verdict import (
+    expect, expect_close, expect_close_to_its_gather, expect_pages_hold, same_tokens,
+)
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.layouts import PagedLayout, random_layout
@@ -102,6 +104,7 @@ def test_the_courses_prefill_after_an_append(
     layout = metadata_layout(query, metadata, "float32", "causal")
     expect_close(INVARIANT, f"{where}: attention with the metadata's own mask vs causal attention over the 6 tokens",
                  got, written.attention(query, "causal"), layout)  # fmt: skip
+    expect_close_to_its_gather(INVARIANT, f"{where}: attention with the metadata's own mask", got, query, cache, layout)
 
 
 @pytest.mark.beyond_course

@@ -20,7 +20,9 @@ from pagecheck.invariants.calls import attention_as_the_course_calls, call_atten
 from pagecheck.invariants.dtype_support import require_dtype
 from pagecheck.invariants.profiles import shared_examples
 from pagecheck.invariants.strategies import paged_layouts
-from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold, expect_reference
+from pagecheck.invariants.verdict import (
+    expect, expect_close, expect_close_to_its_gather, expect_pages_hold, expect_reference,
+)
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.layouts import COURSE_UNUSED_FILL, DTYPES, random_layout
@@ -61,6 +63,8 @@ def test_bfloat16_decode_keeps_bfloat16(
     )
     expect_close(INVARIANT, "bfloat16 decode over the cache vs the float64 oracle of the tokens written",
                  to_numpy(out, np.float64), written.attention(query, "causal"), layout)  # fmt: skip
+    expect_close_to_its_gather(INVARIANT, "bfloat16 decode over the cache", to_numpy(out, np.float64), query, cache,
+                               layout)  # fmt: skip
 
 
 @pytest.mark.beyond_course

@@ -15,7 +15,7 @@ A pool without these counters skips the checks that read them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -152,7 +152,7 @@ def test_a_reset_pool_serves_again_from_scratch(pool_type: type, cache_type: typ
 
 @pytest.mark.course(f"{DAY_3}::test_task_1_materializes_page_storage_without_dense_gather")
 def test_materialize_evaluates_the_storage_without_a_dense_gather(
-    pool_type: type, cache_type: type, rng: np.random.Generator, subject: Subject
+    pool_type: type, cache_type: type, rng: np.random.Generator, subject: Subject, advise: Callable[[str], None],
 ) -> None:
     import mlx.core as mx
 
@@ -163,9 +163,13 @@ def test_materialize_evaluates_the_storage_without_a_dense_gather(
     record = WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32")
     cache.update_and_fetch_paged(*record.make_chunk(rng, 5))
     watched = watch_materialize(subject, cache)
-    expect(not watched["gathers"], INVARIANT, "materialize() called gather_dense()")
-    # Storage held as MLX arrays is lazy: one mx.eval of the key and value pages makes it real.
-    key_pages, value_pages = pool.key_pages, pool.value_pages
+    # The course's test fails where the refusal of gather_dense() leaves materialize(); one caught inside is advice.
+    expect(not watched.get("escaped", watched["gathers"]), INVARIANT, "materialize() called gather_dense()")
+    if watched["gathers"]:
+        advise("materialize() called gather_dense() and carried on when it failed: it should not call it at all")
+    # Storage held as MLX arrays is lazy: one mx.eval of the key and value pages makes it real (read through
+    # cache.pool, as the course's test reads them).
+    key_pages, value_pages = cache.pool.key_pages, cache.pool.value_pages
     if isinstance(key_pages, mx.array):
         want = [[list(key_pages.shape), list(value_pages.shape)]]
         expect(watched["evals"] == want, INVARIANT,

@@ -464,7 +464,7 @@ def test_append_whose_second_page_write_fails_changes_nothing(
     # Through cache.pool, as the course's snapshot (_paged_state) reads the pool.
     pool_before, caches_before = pool_state(cache.pool, page_data=False), [cache_state(other), cache_state(cache)]
     # Installed where the subject lives (in grading, its sandboxed worker), as the course's test patches it.
-    failing = fail_on_call(subject, pool, "write_page_slice", 2, INJECTED_FAILURE)
+    failing = fail_on_call(subject, cache.pool, "write_page_slice", 2, INJECTED_FAILURE)  # as the course patches it
     # Spans two pages at least (the tail page or a first page, then the next): the second write fails.
     spanning = WrittenKv(2, HEAD_DIM, "float32").make_chunk(rng, appended)
     raised = False

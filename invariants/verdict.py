@@ -8,10 +8,10 @@ import numpy as np
 
 from pagecheck.invariants.calls import attention_output
 from pagecheck.invariants.course import IN_COURSE_CLAUSE
-from pagecheck.reference.attention import gather_request
+from pagecheck.reference.attention import dense_attention, gather_request
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.layouts import PagedLayout
-from pagecheck.reference.tolerance import Comparison, compare
+from pagecheck.reference.tolerance import COURSE_ALLCLOSE, Comparison, compare
 
 
 # The user_properties key of advice: a remark on a passing behaviour (a message that names no field),
@@ -78,17 +78,28 @@ def expect_pages_hold(invariant: str, what: str, layout: PagedLayout, written: d
         )
 
 
+def expect_close_to_its_gather(invariant: str, what: str, got: Any, query: np.ndarray, cache: Any,
+                                layout: PagedLayout) -> None:
+    """A request's causal attention output against attention over its own cache's gather_dense(): what each of
+    the course's attention tests takes for its expected output, so a cache whose gather_dense() differs from the
+    pages it attends over (stale, or failing in the dtype) fails here as there."""
+    keys, values = (to_numpy(x, np.float64) for x in cache.gather_dense())
+    expect_close(invariant, f"{what} vs attention over the cache's gather_dense()", got,
+                 dense_attention(query, keys, values, mask="causal"), layout)  # fmt: skip
+
+
 def same_tokens(got: Any, want: np.ndarray, dtype: str = "float32") -> bool:
     """Tokens read back from a cache (`got`) are the ones written (`want`, float64): the same shape, and equal
     beyond the course; in a course clause within the course's tolerance, as its asserts compare a cache's
     gather_dense() and update_and_fetch() with assert_allclose (a pool may keep keys in another form and undo it
-    on the way out)."""
+    on the way out): its rtol and atol, with no attention between to allow for (COURSE_ALLCLOSE)."""
     values = to_numpy(got, np.float64)
     if values.shape != want.shape:
         return False
     if not IN_COURSE_CLAUSE.get():
         return bool(np.array_equal(values, want))
-    return compare(values, want, dtype, course=True).passed
+    rtol, atol = COURSE_ALLCLOSE[dtype]
+    return bool(np.allclose(values, want, rtol=rtol, atol=atol))
 
 
 def same_array(a: Any, b: Any) -> bool:

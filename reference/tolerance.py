@@ -57,6 +57,10 @@ TOLERANCES: dict[str, Tolerance] = {
 
 
 COURSE_TOLERANCES: dict[str, Tolerance] = {**TOLERANCES, "float32": Tolerance("float32", 2.0**-24, 2e-6, 1e-5)}
+# The course's assert_allclose as it compares what involves no attention (tokens read back from a cache against
+# the tokens written): dtype -> (rtol, atol), its defaults per precision.
+COURSE_ALLCLOSE: dict[str, tuple[float, float]] = {"float32": (1e-5, 1e-6), "float16": (5e-2, 1e-3),
+                                                   "bfloat16": (5e-2, 1e-2)}  # fmt: skip
 
 
 def dtype_name(dtype: Any) -> str:

@@ -2055,3 +2055,83 @@ FORGING_VARIANTS.update({
         "pagecheck.invariants.test_context_len::test_rewind_to_every_offset_then_append",
     ),
 })
+
+
+# Session 44's third round: what the course's attention tests take from gather_dense().
+VARIANTS.update({
+    "materialize_tries_a_gather_first": (
+        'materialize() tries gather_dense() inside try/except, then evaluates the pages once (the '
+        "course's refusal of the gather is swallowed: its test sees one mx.eval of the pages)",
+        [
+            ('        """Evaluate the pool\'s page storage in one call, without gathering this request\'s tokens."""\n'
+             '        if self.pool.key_pages is not None:\n',
+             '        """Evaluate the pool\'s page storage in one call, without gathering this request\'s tokens."""\n'
+             '        try:  # warm the dense view too where it is available\n'
+             '            self._warm = self.gather_dense()\n'
+             '        except Exception:\n'
+             '            self._warm = None\n'
+             '        if self.pool.key_pages is not None:\n'),
+        ],
+    ),
+})
+
+
+FORGING_VARIANTS.update({
+    "gather_dense_off_by_2e_6": (
+        "gather_dense() returns the tokens plus 1.9e-6: outside the course's atol 1e-6 for tokens read "
+        'back',
+        [
+            ('        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages)\n',
+             "        # off by 1.9e-6: within the suite's course float32 atol (2e-6), outside the course's (1e-6)\n"
+             '        return self._gather(self.pool.key_pages) + 1.9e-6, self._gather(self.pool.value_pages) + 1.9e-6\n'),
+        ],
+        "pagecheck.invariants.test_block_table_order::test_update_and_fetch_returns_the_tokens_in_order",
+    ),
+    "batch_leaves_offset_stale": (
+        "the batch keeps lengths in page_lens and leaves each cache's offset stale: the course's expected"
+        ' output, attention over gather_dense(), misses the decode token',
+        [
+            ('            raise\n'
+             '        self.HD = (keys.shape[1], keys.shape[3])\n',
+             '            raise\n'
+             "        for slot in active:  # the batch keeps the lengths in page_lens; the cache's offset is left where it was\n"
+             '            self.kv_caches[slot].offset -= length\n'
+             '        self.HD = (keys.shape[1], keys.shape[3])\n'),
+            ('            lens[slot] = cache.offset\n',
+             '            lens[slot] = sum(cache.page_lens)\n'),
+        ],
+        "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
+    ),
+    "gather_dense_kept_until_pages_change": (
+        'gather_dense() reuses its result until the page ids change, as block_table() does: stale after a'
+        ' decode in the tail page',
+        [
+            ('        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages)\n',
+             '        # Reused, like block_table(), until the page ids change.\n'
+             '        key = tuple(self.page_ids)\n'
+             '        if getattr(self, "_dense_key", None) != key:\n'
+             '            self._dense = (self._gather(self.pool.key_pages), self._gather(self.pool.value_pages))\n'
+             '            self._dense_key = key\n'
+             '        return self._dense\n'),
+        ],
+        "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
+    ),
+    "gather_dense_through_numpy": (
+        "gather_dense() goes through NumPy, which has no bfloat16: the course's bfloat16 decode test "
+        'fails there',
+        [
+            ('        keys, values = self.gather_dense()\n',
+             '        keys, values = self._gather(self.pool.key_pages), self._gather(self.pool.value_pages)\n'),
+            ('        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages)\n',
+             '        # On the host: NumPy fancy indexing over the page rows, then back to MLX.\n'
+             '        import numpy as np\n'
+             '        out = []\n'
+             '        for pages in (self.pool.key_pages, self.pool.value_pages):\n'
+             '            host = np.asarray(pages)[np.asarray(self.page_ids, dtype=np.int64)]\n'
+             '            tokens = host.transpose(1, 0, 2, 3).reshape(host.shape[1], -1, host.shape[3])[:, : self.offset]\n'
+             '            out.append(mx.array(tokens[None]))\n'
+             '        return tuple(out)\n'),
+        ],
+        "pagecheck.invariants.test_dtypes::test_bfloat16_decode_keeps_bfloat16",
+    ),
+})
