@@ -475,3 +475,15 @@ def test_a_set_of_points_refuses_repeats_and_comes_sorted() -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=r"contexts='128,4,128' names 128 more than once"):
         parse("128,4,128")
     assert int_list("lengths")("5,5") == (5, 5)  # a range, not a set
+
+
+@pytest.mark.parametrize("command", ["report", "tolerance", "bench"])
+def test_a_subject_whose_name_is_not_utf8_is_a_usage_error(tmp_path, capsys, command: str) -> None:
+    # Its name goes into every report: it was an internal error (UnicodeEncodeError) once the run had started.
+    from pagecheck.cli import main
+
+    name = os.fsdecode(b"\xff\xfe.py")
+    with pytest.raises(SystemExit) as stopped:
+        main([command, "--subject", str(tmp_path / name), "--out", str(tmp_path / "out")])
+    assert stopped.value.code == 2
+    assert "is not valid UTF-8; rename the file or folder" in capsys.readouterr().err

@@ -234,14 +234,29 @@ def test_no_two_listings_share_a_digest_by_moving_bytes_between_files(tmp_path: 
     assert len(digests) == 2
 
 
-@pytest.mark.parametrize("file_name, name", [("-bob.py", "bob"), ("--x-.py", "x"), ("_a.b-.py", "a.b")])
-def test_a_submission_name_starts_and_ends_with_a_letter_or_digit(tmp_path: Path, file_name: str, name: str) -> None:
-    """`-bob.py` was graded as "-bob", whose result broke grade.schema.json: no scoreboard for the whole class."""
+@pytest.mark.parametrize("file_name, start", [("-bob.py", "bob-"), ("--x-.py", "x-"), ("_a.b-.py", "a.b-"),
+                                              ("alice.py", "alice"), ("иванов.py", "submission-"), ("josé.py", "jos-")])
+def test_a_submission_name_is_safe_and_keeps_unsafe_names_apart(tmp_path: Path, file_name: str, start: str) -> None:
+    """`-bob.py` was graded as "-bob", whose result broke grade.schema.json: no scoreboard for the whole class;
+    `иванов.py` had an empty name and `josé.py` and `josè.py` the same one, each refusing the whole class's grade.
+    A name that is not safe as it is gets a hash of the whole."""
     from pagecheck.grading.submission import submission_name
     from pagecheck.reports.schema_check import schema_errors
     from tests.grading_results import result_document
 
     path = tmp_path / file_name
     path.write_text("x = 1\n")
-    assert submission_name(path) == name
+    name = submission_name(path)
+    assert name.startswith(start) and (name == start) == (file_name == f"{start}.py")
     assert schema_errors("grade", result_document(name, {"context_len": ["pass"]})) == []
+
+
+def test_names_that_differ_only_where_they_were_unsafe_stay_apart(tmp_path: Path) -> None:
+    from pagecheck.grading.submission import load_submissions
+
+    paths = [tmp_path / name for name in ("josé.py", "josè.py", "иванов.py", "日本.py")]
+    for path in paths:
+        path.write_text("x = 1\n")
+    # The same file named twice (a glob and a path, say) is graded once.
+    submissions = load_submissions([str(p) for p in [*paths, paths[0]]])
+    assert len({s.name for s in submissions}) == len(submissions) == 4

@@ -56,6 +56,14 @@ def _subject_spec(sandbox: bool) -> Any:
     def parse(text: str) -> str:
         if not text.strip():
             raise argparse.ArgumentTypeError(f"an empty spec names no subject; give {spec_help(sandbox)}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # Its name goes into every report; a file name that is not UTF-8 cannot be written there.
+            raise argparse.ArgumentTypeError(
+                f"{os.fsencode(text)!r} is not valid UTF-8; rename the file or folder, or point a link with a "
+                "UTF-8 name at it"
+            ) from None
         return text if sandbox else _not_sandboxed(text)
 
     return parse

@@ -91,17 +91,17 @@ class Submission:
 
 
 def submission_name(path: Path) -> str:
-    """The file's stem or the folder's name, with unsafe characters replaced; a long one is cut to
-    MAX_NAME_CHARS with a hash of the whole, so every output file name stays far below the system's limit."""
+    """The file's stem or the folder's name where it is safe as it is (ASCII letters, digits, ".", "_", "-",
+    starting and ending with a letter or digit, as grade.schema.json has a result's name). Any other is made safe
+    and given a hash of the whole (`иванов` -> `submission-<hash>`, `josé` -> `jos-<hash>`), so two names that
+    differ only where they were unsafe stay apart; a long one is cut to MAX_NAME_CHARS, so every output file name
+    stays far below the system's limit."""
     stem = path.stem if path.is_file() else path.name
-    # Starting and ending with a letter or digit, as grade.schema.json has a result's name.
     name = UNSAFE_NAME_CHARS.sub("_", stem).strip("._-")
-    if not name:
-        raise ValueError(f"submission={os.fsencode(path)!r} gives an empty name")
-    if len(name) > MAX_NAME_CHARS:
-        digest = hashlib.sha256(os.fsencode(stem)).hexdigest()[:NAME_HASH_CHARS]
-        name = f"{name[: MAX_NAME_CHARS - NAME_HASH_CHARS - 1]}-{digest}"
-    return name
+    if name == stem and len(name) <= MAX_NAME_CHARS:
+        return name
+    digest = hashlib.sha256(os.fsencode(stem)).hexdigest()[:NAME_HASH_CHARS]
+    return f"{(name or 'submission')[: MAX_NAME_CHARS - NAME_HASH_CHARS - 1].rstrip('._-')}-{digest}"
 
 
 def find_kind(path: Path) -> str:
@@ -125,6 +125,8 @@ def load_submissions(paths: list[str]) -> list[Submission]:
         if not path.exists():
             raise ValueError(f"submission={text!r} does not exist")
         submission = Submission(name=submission_name(path), path=path, kind=find_kind(path))
+        if submission.name in found and found[submission.name].path == path:
+            continue  # the same submission named twice (a shell glob and a path, say): graded once
         if submission.name in found:
             raise ValueError(
                 f"submission={text!r} has the name {submission.name!r}, already taken by "
