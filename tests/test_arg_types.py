@@ -346,6 +346,40 @@ def test_grade_refuses_an_out_holding_a_broken_result_before_grading(tmp_path, c
 
 
 @pytest.mark.parametrize(
+    "text, words",
+    [("{\"format\": \"pagecheck-grade\", \"na", "it cannot be read as JSON"),
+     (None, "it is a version 0 result, this grader writes version")],
+    ids=["cut-short", "older-version"],
+)
+def test_a_result_that_cannot_be_read_is_named_not_left_out(tmp_path, capsys, text, words) -> None:
+    """A damaged or older result of a submission this run does not grade was left out of the scoreboard (and of
+    a merge) without a word: that student disappeared. Now it is named before anything is graded; one of a
+    submission the run grades again is rewritten."""
+    import json
+
+    from pagecheck.cli import main
+
+    submission = tmp_path / "sub.py"
+    submission.write_text("x = 1\n")
+    out = tmp_path / "out"
+    other = result_path(out, "other")
+    other.parent.mkdir(parents=True)
+    other.write_text(text if text is not None else json.dumps({**result_document("other", {"context_len": ["pass"]}),
+                                                                "version": 0}))  # fmt: skip
+    code = main(["grade", str(submission), "--out", str(out), "--seed", "s" * 32, "--invariants", "context_len"])
+    said = capsys.readouterr().err
+    assert code == 2 and f"result {other} is left unread: {words}" in said
+    main(["grade", "merge", str(out), "--out", str(tmp_path / "merged")])
+    assert f"result {other} is left unread" in capsys.readouterr().err
+    # Named in the run, it is graded again.
+    own = result_path(out, "sub")
+    own.write_text("{")
+    other.unlink()
+    assert main(["grade", str(submission), "--out", str(out), "--seed", "s" * 32, "--invariants", "context_len"]) == 0
+    assert json.loads(own.read_text())["name"] == "sub"
+
+
+@pytest.mark.parametrize(
     "skip, given, words",
     [("bench", ["--contexts", "128"], "--contexts set the bench stage"),
      ("bench", ["--process-timeout", "5"], "--process-timeout set the bench stage"),

@@ -102,6 +102,14 @@ def test_a_binding_the_source_does_not_follow_is_for_a_reviewer(binding: str) ->
     assert "entry_unresolved" in found and "sdpa_call" not in found
 
 
+def test_an_objects_own_namespace_written_through_is_no_binding_of_paged_attention() -> None:
+    # The conformant subject's pool restores its state with vars(self).update(...): it was flagged.
+    source = (f"class Pool:\n    def rollback(self, state):\n        vars(self).clear()\n        vars(self).update(state)\n"
+              f"        self.__dict__.update(state)\n{SIGNATURE}\n    return query\n")  # fmt: skip
+    assert kinds(source) == []
+    assert scan_source((Path(__file__).resolve().parent / "subjects" / "course_conformant.py").read_bytes(), "c.py") == []
+
+
 def test_a_placeholder_and_other_functions_naming_sdpa_are_not_paged_attention() -> None:
     # The course's own attention.py holds its dense helpers beside paged_attention.
     source = ("import mlx.core as mx\npaged_attention = None\n"

@@ -206,7 +206,9 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     # A scoreboard holds results graded one way: earlier results of submissions this run leaves alone, graded with
     # other settings (other invariants, limits, seed...), would sit beside this run's, scored on other clauses.
     settings, names = plan.settings(), {s.name for s in submissions}
-    others = sorted(d["name"] for d in load_all_results(args.out) if d["name"] not in names and d["settings"] != settings)
+    regrading = frozenset(names)
+    others = sorted(d["name"] for d in load_all_results(args.out, regrading)
+                    if d["name"] not in names and d["settings"] != settings)  # fmt: skip
     if others:
         raise ValueError(
             f"--out={str(args.out)!r} holds results for {others} graded with other settings than this run's; their "
@@ -229,10 +231,10 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
         finished = run_jobs(todo, plan, args.out, jobs=args.jobs, live=live, progress=progress)
     except (KeyboardInterrupt, GradingInterrupted):
         # The scoreboard of what finished (this run's and earlier ones'), so that nothing graded waits on a rerun.
-        documents = write_outputs(args.out, rubric)
+        documents = write_outputs(args.out, rubric, regrading)
         progress.note(f"interrupted; {SCOREBOARD} shows the {len(documents)} finished, a rerun grades the rest")
         return ExitCode.INTERRUPTED
-    documents = write_outputs(args.out, rubric)
+    documents = write_outputs(args.out, rubric, regrading)
     _remove_if_empty(args.out / "work")
     progress.finish(f"graded {len(finished)}, reused {len(reused)}; scoreboard of {len(documents)} in "
                     f"{args.out / SCOREBOARD}")  # fmt: skip

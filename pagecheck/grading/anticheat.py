@@ -179,10 +179,12 @@ class _Entry:
 
 
 def _is_namespace(node: ast.expr) -> bool:
-    """globals(), vars() or X.__dict__: a module's names, written through."""
+    """globals(), vars() (of no object: at module level, the module's) or sys.modules[...].__dict__: a module's
+    names, written through. An object's own (vars(self), self.__dict__) is not."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        return node.func.id in ("globals", "vars")
-    return isinstance(node, ast.Attribute) and node.attr == "__dict__"
+        return node.func.id in ("globals", "vars") and not node.args
+    return (isinstance(node, ast.Attribute) and node.attr == "__dict__" and isinstance(node.value, ast.Subscript)
+            and isinstance(node.value.value, ast.Attribute) and node.value.value.attr == "modules")
 
 
 def _stored_names(tree: ast.Module) -> Iterator[tuple[str, int]]:

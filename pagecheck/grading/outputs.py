@@ -29,9 +29,10 @@ def out_problem(out: Path, names: list[str]) -> str | None:
     return f"--out={str(out)!r} holds {shown} as something other than the file or folder a grading run writes there"
 
 
-def write_outputs(out: Path, rubric: Rubric) -> list[dict[str, Any]]:
-    """Render the scoreboard and every feedback file from OUT/results; return the results used."""
-    documents = load_all_results(out)
+def write_outputs(out: Path, rubric: Rubric, regrading: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """Render the scoreboard and every feedback file from OUT/results; return the results used. A damaged result
+    of a submission in `regrading` (graded in this run, so an interrupted one) is left out."""
+    documents = load_all_results(out, regrading)
     invariants = graded_invariants(documents)
     scores = scores_for(documents, rubric)
     write_text_atomic(out / "grades.csv", render_csv(scores, invariants))

@@ -45,29 +45,41 @@ def result_path(out: Path, name: str) -> Path:
     return out / RESULTS_DIR / f"{name}.json"
 
 
-def load_result(path: Path) -> dict[str, Any] | None:
-    """A results document, or None when the file is missing, unreadable or of another format."""
+def _read_result(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """(the results document, "") or (None, why it is not one)."""
     try:
         document = json.loads(read_input_text(path, RESULT_FILE_LIMIT))
-    except (OSError, ValueError, RecursionError):  # ValueError: not JSON, or not UTF-8; RecursionError: too deep
-        return None
-    if not isinstance(document, dict) or document.get("format") != FORMAT or document.get("version") != VERSION:
-        return None
-    return document
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not JSON, or not UTF-8; RecursionError: deep
+        return None, f"it cannot be read as JSON ({getattr(exc, 'strerror', None) or exc})"
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        return None, f"it is not a {FORMAT} document"
+    if document.get("version") != VERSION:
+        return None, f"it is a version {document.get('version')!r} result, this grader writes version {VERSION}"
+    return document, ""
 
 
-def load_all_results(out: Path) -> list[dict[str, Any]]:
+def load_result(path: Path) -> dict[str, Any] | None:
+    """A results document, or None when the file is missing, unreadable or of another format."""
+    return _read_result(path)[0]
+
+
+def load_all_results(out: Path, regrading: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """Every finished result under `out`, sorted by submission name, each held to the result schema (a name, its
     checks...): one that breaks it (edited by hand, or from another machine) is a ValueError naming the file, before
-    anything reads it. Files that are no pagecheck result at all (another format, not JSON) are left out."""
+    anything reads it. So is a file there that is no result of this grader (damaged, or of another version), which
+    would otherwise drop a submission from the scoreboard without a word; but for the submissions in `regrading`,
+    whose results the run writes anew."""
     from pagecheck.reports.schema_check import schema_errors
 
     documents = []
     directory = out / RESULTS_DIR
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
-        document = load_result(path)
+        document, why = _read_result(path)
         if document is None:
-            continue
+            if path.stem in regrading:
+                continue
+            raise ValueError(f"result {path} is left unread: {why}. Grade that submission again (name it in this "
+                             f"run) or move the file out of {directory}")  # fmt: skip
         problems = schema_errors(RESULT_SCHEMA, document)
         if problems:
             more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
