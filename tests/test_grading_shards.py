@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pagecheck.grading.shards import Shard, parse_shard, shard_of
@@ -71,3 +73,25 @@ def test_merge_refuses_grading_options_it_would_ignore(tmp_path, capsys) -> None
         in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
     assert main(["grade", "merge", str(shard), "--out", str(tmp_path / "m")]) == 0
+
+
+def test_merge_names_shards_cut_differently_or_missing(tmp_path) -> None:
+    """Shards 1/2 and 2/3 merged with exit 0, and the submissions of shard 2/2 and 3/3 (graded by no run) were
+    simply not on the scoreboard; so was every submission of a shard left out of the merge."""
+    from pagecheck.grading.shards import expected_names, write_manifest
+
+    names = NAMES[:20]
+    one_of_two, two_of_two, two_of_three = (tmp_path / d for d in ("a", "b", "c"))
+    for folder, shard in ((one_of_two, Shard(1, 2)), (two_of_two, Shard(2, 2)), (two_of_three, Shard(2, 3))):
+        folder.mkdir()
+        write_manifest(folder, shard, names)
+    assert expected_names([one_of_two, two_of_two]) == frozenset(names)
+    assert expected_names([tmp_path]) is None  # no manifest: outputs of runs without --shard
+    with pytest.raises(ValueError, match="were cut into different counts"):
+        expected_names([one_of_two, two_of_three])
+    held = sorted(n for n in names if shard_of(n, 2) == 2)
+    with pytest.raises(ValueError, match=re.escape(f"shard 2/2 is missing: no result for {held!r}")):
+        expected_names([one_of_two])
+    write_manifest(two_of_two, Shard(2, 2), names[:-1])
+    with pytest.raises(ValueError, match="were given different submissions"):
+        expected_names([one_of_two, two_of_two])

@@ -36,7 +36,7 @@ from pagecheck.grading.rubric import DEFAULT_RUBRIC, Rubric, load_rubric
 from pagecheck.grading.sandbox import GIB, MAX_BYTES, MAX_SECONDS, GradingInterrupted, LiveChildren, Limits
 from pagecheck.grading.schedule import jobs_to_run, run_jobs
 from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SECRET_FILE, read_secret, resolve_secret
-from pagecheck.grading.shards import parse_shard
+from pagecheck.grading.shards import expected_names, parse_shard, write_manifest
 from pagecheck.grading.submission import load_submissions
 from pagecheck.grading.worker_process import preflight_worker, probe_protections, sandbox_notes
 from pagecheck.progress import StageProgress
@@ -142,6 +142,7 @@ def run_merge(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     if problem is not None:
         raise ValueError(problem)
     try:
+        expected = expected_names(shard_dirs)
         merged = merge_results(shard_dirs, args.out)
     except ValueError:
         if made:
@@ -150,6 +151,10 @@ def run_merge(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     write_outputs(args.out, rubric)
     print(f"pagecheck {NAME} {MERGE}: {len(merged)} results from {len(shard_dirs)} directories; "
           f"scoreboard in {args.out / SCOREBOARD}")  # fmt: skip
+    unfinished = sorted((expected or set()) - {d["name"] for d in merged})
+    if unfinished:
+        print(f"pagecheck {NAME} {MERGE}: warning: no result for {unfinished}, which their shard's run was given; "
+              "grade them again in that shard (a rerun grades only what has no result)")  # fmt: skip
     return ExitCode.OK
 
 
@@ -168,8 +173,10 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
         print(f"pagecheck {NAME}: {exc}; no submission was graded", file=sys.stderr)
         return ExitCode.DEVICE_UNAVAILABLE
     submissions = load_submissions(args.submissions)
+    shard = None
     if args.shard is not None:
         shard = parse_shard(args.shard)
+        all_names = [s.name for s in submissions]
         submissions = [s for s in submissions if shard.holds(s.name)]
     given = args.seed
     if args.seed_file is not None:
@@ -214,6 +221,8 @@ def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
             f"--out={str(args.out)!r} holds results for {others} graded with other settings than this run's; their "
             "scoreboard would mix the two. Grade into another --out, or grade those submissions again with these"
         )
+    if shard is not None:
+        write_manifest(args.out, shard, all_names)
     todo, reused = jobs_to_run(submissions, plan, args.out, force=args.force)
     progress = StageProgress(NAME, 1, 1)
     progress.begin(f"{len(todo)} to grade, {len(reused)} finished earlier, {args.jobs} at a time; output in {args.out}")
