@@ -24,10 +24,11 @@ def read_documents(out: Path) -> dict[str, dict[str, Any]]:
     return {kind: read_json(out / f"{kind}.json") for kind in DOCUMENT_KINDS if (out / f"{kind}.json").exists()}
 
 
-def write_index(out: Path, unfinished: tuple[str, ...] = ()) -> Path:
-    """index.md over the documents in `out`; `unfinished` names the stages an interrupt stopped."""
+def write_index(out: Path, unfinished: tuple[str, ...] = (), missing: tuple[str, ...] = ()) -> Path:
+    """index.md over the documents in `out`; `unfinished` names the stages an interrupt stopped, `missing` the API
+    names the subject lacks (whose checks could not run)."""
     path = out / "index.md"
-    path.write_text(render_index(read_documents(out), unfinished))
+    path.write_text(render_index(read_documents(out), unfinished, missing))
     return path
 
 

@@ -187,6 +187,19 @@ def test_a_report_left_with_no_stage_for_a_subject_without_attention_says_so(tmp
     assert "nothing left to run: the stages this run keeps all need paged_attention" in capsys.readouterr().err
 
 
+def test_a_subject_without_attention_is_incomplete_not_a_pass(tmp_path, capsys) -> None:
+    """Its pool and cache checks ran and held, 198 of 232 checks skipped: the run said PASS with exit 0."""
+    subject = tmp_path / "pool_only.py"
+    subject.write_text("from pagecheck.impl import BatchingKvCache, TinyKvPagedPool, TinyKvPagedCache  # noqa: F401\n")
+    out = tmp_path / "out"
+    code = main(["report", "--quick", "--skip", "bench", "--subject", str(subject), "--out", str(out),
+                 "--invariant", "release_once", "--invariant", "context_len"])  # fmt: skip
+    assert code == ExitCode.SUBJECT_LOAD_FAILED
+    assert "has no paged_attention" in capsys.readouterr().out
+    assert ("**Verdict: INCOMPLETE**: the subject has no `paged_attention`, so the checks that need it did not run."
+            in (out / "index.md").read_text())  # fmt: skip
+
+
 SEGFAULTS_ON_ITS_FOURTH_CALL = """
 import os
 import signal

@@ -184,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"pagecheck {NAME}: nothing left to run: the stages this run keeps all need paged_attention",
                   file=sys.stderr)
             return ExitCode.SUBJECT_LOAD_FAILED
+    missing = () if subject.has("paged_attention") else ("paged_attention",)
     out = options.report_dir(args)
     stages = {
         "invariants": lambda progress: run_conformance_stage(args, out, progress),
@@ -198,15 +199,21 @@ def run(args: argparse.Namespace) -> int:
             if any(out.glob("*.json")):
                 # Rewritten when the run ends; a process ended here (a subject's segfault inside the in-process
                 # tolerance stage) leaves an index of what finished, with this stage and the rest unfinished.
-                write_index(out, tuple(chosen[number - 1 :]))
+                write_index(out, tuple(chosen[number - 1 :]), missing)
             codes.append(stages[name](StageProgress(name, number, len(chosen))))
             finished = number
     except KeyboardInterrupt:
         codes.append(ExitCode.INTERRUPTED)
         print(f"pagecheck {NAME}: interrupted during {chosen[finished]}")
     unfinished = tuple(chosen[finished:])
-    index = write_index(out, unfinished) if any(out.glob("*.json")) else None
+    index = write_index(out, unfinished, missing) if any(out.glob("*.json")) else None
     code = most_serious(codes)
+    if code == ExitCode.OK and missing:
+        # Its pool and cache held, but no attention check ran: not a pass of the subject.
+        print(f"pagecheck {NAME}: subject {args.subject} has no paged_attention "
+              f"({subject.missing.get('paged_attention', 'not defined')}): its pool and cache were checked, its "
+              "attention was not")  # fmt: skip
+        code = ExitCode.SUBJECT_LOAD_FAILED
     if index is None:
         print(f"pagecheck {NAME}: {code.name} (exit {int(code)}); no stage finished, so there is no index")
         return code

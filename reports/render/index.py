@@ -98,11 +98,15 @@ def _bench_summary(document: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _overall(documents: dict[str, dict[str, Any]], unfinished: tuple[str, ...] = ()) -> str:
+def _overall(documents: dict[str, dict[str, Any]], unfinished: tuple[str, ...] = (),
+             missing: tuple[str, ...] = ()) -> str:  # fmt: skip
     problems = []
     if unfinished:
         problems.append("stopped before " + ", ".join(inline_code(stage) for stage in unfinished)
                         + " finished (interrupted, or its process ended)")
+    if missing:
+        problems.append("the subject has no " + ", ".join(inline_code(name) for name in missing)
+                        + ", so the checks that need it did not run")
     conformance = documents.get("conformance")
     if conformance is not None:
         if conformance.get("subject_error"):
@@ -131,13 +135,14 @@ def _overall(documents: dict[str, dict[str, Any]], unfinished: tuple[str, ...] =
         problems.append("a benchmarked variant raised or is outside tolerance of float64 (see bench.md)")
     crashed = conformance is not None and conformance["verdict"] == "crash"
     if problems:
-        word = "CRASH" if crashed else "FAIL" if len(problems) > bool(unfinished) else "INCOMPLETE"
+        word = "CRASH" if crashed else "FAIL" if len(problems) > bool(unfinished) + bool(missing) else "INCOMPLETE"
         return f"**Verdict: {word}**: " + "; ".join(problems) + "."
     unchecked = conformance["totals"]["invariants_unchecked"] if conformance is not None else 0
     return "**Verdict: PASS**" + (f"; {unchecked_phrase(unchecked)}." if unchecked else "")
 
 
-def render_index(documents: dict[str, dict[str, Any]], unfinished: tuple[str, ...] = ()) -> str:
+def render_index(documents: dict[str, dict[str, Any]], unfinished: tuple[str, ...] = (),
+                 missing: tuple[str, ...] = ()) -> str:  # fmt: skip
     if not documents:
         raise ValueError("documents is empty: there is no report to index")
     first = next(iter(documents.values()))
@@ -148,7 +153,7 @@ def render_index(documents: dict[str, dict[str, Any]], unfinished: tuple[str, ..
         f"Device {first['device']}, {first['profile']} profile, seed {first['seed']}, created {first['created']}.  ",
         _environment_line(first["environment"]),
         "",
-        _overall(documents, unfinished),
+        _overall(documents, unfinished, missing),
         "",
     ]
     extras = {"conformance": ", [pytest log](invariants.log)", "bench": f", [plot]({PLOT_FILE})",
