@@ -108,6 +108,15 @@ class UserInterrupt(KeyboardInterrupt):
     the user stopping the run, as opposed to a subject raising KeyboardInterrupt itself."""
 
 
+def raise_if_interrupted() -> None:
+    """Raise again the UserInterrupt that the command's handler raised and a subject swallowed (it is raised in
+    whatever frame runs, often the subject's, whose bare `except:` takes it): call after each call into it. The
+    handler records what it raised as `pending`."""
+    pending = getattr(signal.getsignal(signal.SIGINT), "pending", None)
+    if pending is not None:
+        raise UserInterrupt(pending)
+
+
 def raise_user_interrupt(signum: int, frame: object) -> None:
     """A SIGINT handler for a process that calls a subject: Ctrl-C as a UserInterrupt."""
     raise UserInterrupt(signal.Signals(signum).name)

@@ -130,13 +130,15 @@ class _Interrupt:
 
     def __init__(self) -> None:
         self.first: float | None = None
+        self.pending: str | None = None  # what it raised, for a caller to raise again (raise_if_interrupted)
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         now = time.monotonic()
         if self.first is not None and now - self.first < DUPLICATE_S:
             return
         self.first = now
-        raise UserInterrupt(signal.Signals(signum).name)
+        self.pending = signal.Signals(signum).name
+        raise UserInterrupt(self.pending)
 
 
 if __name__ == "__main__":

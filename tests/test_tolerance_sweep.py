@@ -102,6 +102,33 @@ def test_a_subjects_own_keyboard_interrupt_fails_its_cells_under_the_commands_ha
         run_sweep(stopped, TINY_GRID, seed=3)
 
 
+@pytest.mark.parametrize("then", ["returns", "raises"])
+def test_an_interrupt_the_subject_swallows_still_stops_the_sweep(monkeypatch: pytest.MonkeyPatch, then: str) -> None:
+    """Ctrl-C is raised in whatever frame runs, often the subject's: one whose bare `except:` took it ran the sweep
+    to its end, twice interrupted, with exit 0."""
+    import signal
+
+    from pagecheck.cli import _Interrupt
+
+    handler = _Interrupt()
+    monkeypatch.setattr(signal, "getsignal", lambda signum: handler)
+    calls = []
+
+    def swallows(*args, **kwargs):
+        calls.append(1)
+        try:
+            handler(signal.SIGINT, None)
+        except:  # noqa: E722 - what the subject does
+            pass
+        if then == "raises":
+            raise ValueError("after the interrupt")
+        return attention_mx.paged_attention(*args, **kwargs)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(swallows, TINY_GRID, seed=3)
+    assert len(calls) == 1
+
+
 def test_a_call_that_never_returns_fails_its_cell_at_the_time_limit() -> None:
     """Without a limit the tolerance stage waited for ever on such a subject, after the suite had timed it out."""
     import time

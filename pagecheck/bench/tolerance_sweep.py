@@ -24,7 +24,7 @@ from pagecheck.bench.partial import PartialRun
 from pagecheck.invariants.calls import call_attention
 from pagecheck.invariants.check_timeout import time_limit
 from pagecheck.invariants.dtype_support import DECLINE_ERRORS, REQUIRED_DTYPES, names_dtype
-from pagecheck.invariants.subject import is_user_interrupt
+from pagecheck.invariants.subject import is_user_interrupt, raise_if_interrupted
 from pagecheck.reference import attention_mx
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.layouts import DTYPES, PagedLayout, random_layout
@@ -191,6 +191,7 @@ def measure_cell(
     try:
         with time_limit(call_timeout_s, "--check-timeout"):
             got = to_numpy(call_attention(paged_attention, inputs), np.float64)
+        raise_if_interrupted()  # one the subject's own `except:` swallowed
         vs_reference = compare(got, want, cell.dtype)
         vs_oracle = compare(got, oracle, cell.dtype)
     # The subject's failure is the row's finding, not the sweep's: its sys.exit, its own KeyboardInterrupt or
@@ -198,6 +199,7 @@ def measure_cell(
     except BaseException as exc:
         if is_user_interrupt(exc):
             raise
+        raise_if_interrupted()
         row.update(
             vs_reference=None,
             vs_mlx_oracle=None,
