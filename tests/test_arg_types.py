@@ -521,3 +521,14 @@ def test_a_subject_whose_name_is_not_utf8_is_a_usage_error(tmp_path, capsys, com
         main([command, "--subject", str(tmp_path / name), "--out", str(tmp_path / "out")])
     assert stopped.value.code == 2
     assert "is not valid UTF-8; rename the file or folder" in capsys.readouterr().err
+
+
+def test_serve_bench_refuses_a_trace_too_large_to_hold(capsys) -> None:
+    # 100,000 prompts of 40,000 tokens each passed every option's own range, then ran out of memory drawing the
+    # trace (an internal error under a memory limit, the machine's OOM killer without one).
+    from pagecheck.cli import main
+    from pagecheck.exit_codes import ExitCode
+
+    code = main(["serve-bench", "--requests", "100000", "--prompt-lens", "40000,40000", "--output-lens", "1,1"])
+    assert code == ExitCode.USAGE
+    assert "may draw 4,000,000,000 prompt tokens, above the 8,000,000 a trace holds" in capsys.readouterr().err

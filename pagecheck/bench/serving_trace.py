@@ -19,6 +19,9 @@ from pagecheck.serving.request import Request
 COURSE_NUM_REQUESTS = 16
 # The most requests a trace holds: each is a prompt of up to the model's context in host memory.
 MAX_TRACE_REQUESTS = 100_000
+# The most prompt tokens a trace may hold at its longest (requests x the longest prompt): each is a Python int in a
+# tuple, some 36 bytes, so 8M of them is about 300 MB before anything is served (and days of serving).
+MAX_TRACE_TOKENS = 8_000_000
 COURSE_PROMPT_LENS = (128, 1024)
 COURSE_OUTPUT_LENS = (32, 128)
 
@@ -82,6 +85,9 @@ def course_trace(
             raise ValueError(f"{name}={(low, high)} must satisfy 1 <= low <= high")
     if not 0 < num_requests <= MAX_TRACE_REQUESTS:
         raise ValueError(f"num_requests must be in 1..{MAX_TRACE_REQUESTS}, got {num_requests}")
+    if num_requests * prompt_lens[1] > MAX_TRACE_TOKENS:
+        raise ValueError(f"num_requests={num_requests} prompts of up to {prompt_lens[1]} tokens may hold "
+                         f"{num_requests * prompt_lens[1]:,} tokens, above the {MAX_TRACE_TOKENS:,} a trace holds")
     if vocab_size <= 0:
         raise ValueError(f"vocab_size must be positive, got {vocab_size}")
     rng = np.random.default_rng(seed)

@@ -48,7 +48,7 @@ from pagecheck.bench.serving_run import (
     token_agreement,
 )
 from pagecheck.bench.serving_trace import (
-    COURSE_NUM_REQUESTS, COURSE_OUTPUT_LENS, COURSE_PROMPT_LENS, MAX_TRACE_REQUESTS, course_trace,
+    COURSE_NUM_REQUESTS, COURSE_OUTPUT_LENS, COURSE_PROMPT_LENS, MAX_TRACE_REQUESTS, MAX_TRACE_TOKENS, course_trace,
 )
 
 NAME = "serve-bench"
@@ -207,6 +207,11 @@ def run(args: argparse.Namespace) -> int:
     if args.page_size > config.max_context:
         print(f"pagecheck {NAME}: --page-size {args.page_size} is above {config.name}'s context of "
               f"{config.max_context} positions", file=sys.stderr)
+        return ExitCode.USAGE
+    if args.requests * args.prompt_lens[1] > MAX_TRACE_TOKENS:
+        print(f"pagecheck {NAME}: --requests {args.requests} with --prompt-lens up to {args.prompt_lens[1]} may draw "
+              f"{args.requests * args.prompt_lens[1]:,} prompt tokens, above the {MAX_TRACE_TOKENS:,} a trace holds; "
+              "lower one of them", file=sys.stderr)  # fmt: skip
         return ExitCode.USAGE
     dtype_name = args.dtype or DEFAULT_DTYPE[args.device]
     dtype = getattr(mx, dtype_name)
