@@ -157,3 +157,10 @@ def test_the_hidden_pass_starts_after_the_public_pass_ended_and_only_after_one_t
     calls.clear()
     main(["grade", str(broken), "--out", str(tmp_path / "b"), *options])
     assert [kind for kind, _, _ in calls] == ["public"]
+
+
+def test_a_secret_given_on_the_command_line_is_stripped_as_one_read_from_a_file(tmp_path: Path) -> None:
+    # --seed '  s  ' and a file holding '  s  ' drew different hidden inputs; --seed '   ' was taken as a secret.
+    assert resolve_secret("  secret-of-the-course  ", tmp_path) == "secret-of-the-course"
+    with pytest.raises(ValueError, match="is empty"):
+        resolve_secret("   ", tmp_path)

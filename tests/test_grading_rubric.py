@@ -276,3 +276,11 @@ def test_the_results_schema_knows_every_finding_kind() -> None:
     schema = json.loads((Path(__file__).resolve().parent.parent / "reports" / "schema" / "grade.schema.json").read_text())
     kinds = schema["properties"]["findings"]["items"]["properties"]["kind"]["enum"]
     assert sorted(kinds) == sorted(FINDING_KINDS)
+
+
+def test_a_rubric_with_a_byte_order_mark_and_negative_zero_reads_as_written(tmp_path: Path) -> None:
+    """A rubric saved with a BOM was 'Invalid statement (at line 1, column 1)'; points of -0.0 showed as -0."""
+    path = tmp_path / "rubric.toml"
+    path.write_text("\ufeff[points]\ncontext_len = -0.0\nrelease_once = 10\n", encoding="utf-8")
+    rubric = load_rubric(path)
+    assert rubric.points["release_once"] == 10 and str(rubric.points["context_len"]) == "0.0"

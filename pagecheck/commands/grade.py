@@ -84,11 +84,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     secret.add_argument("--seed", default=None, metavar="SECRET",
                         help="secret the hidden inputs are drawn from (default: the one in --seed-file, else the one "
                         "saved in OUT/secret.txt, else a new random one saved there)")  # fmt: skip
-    secret.add_argument("--seed-file", type=Path, default=None, metavar="PATH",
+    secret.add_argument("--seed-file", type=path_arg, default=None, metavar="PATH",
                         help="read the secret from this file, which keeps it off the command line")  # fmt: skip
     parser.add_argument("--shard", default=None, metavar="i/n", help="grade only shard i of n (1-based)")
     parser.add_argument("--force", action="store_true", help="grade again even where a finished result exists")
-    parser.add_argument("--rubric", type=Path, default=None, metavar="PATH",
+    parser.add_argument("--rubric", type=path_arg, default=None, metavar="PATH",
                         help=f"points per clause ([points]: course, [beyond_course]) and anti-cheat actions, TOML "
                         f"(default: {DEFAULT_RUBRIC.name} shipped with pagecheck)")  # fmt: skip
     parser.add_argument("--invariants", default=None, metavar="ID,ID",

@@ -52,10 +52,10 @@ def merge_results(shard_dirs: list[Path], out: Path) -> list[dict[str, Any]]:
             if settings is None:
                 settings = (directory, document["settings"])
             elif document["settings"] != settings[1]:
-                raise ValueError(
-                    f"shard {directory} graded {name!r} with settings {document['settings']}, "
-                    f"but {settings[0]} used {settings[1]}"
-                )
+                ours, theirs = document["settings"], settings[1]
+                differ = sorted(k for k in {*ours, *theirs} if ours.get(k) != theirs.get(k))
+                shown = "; ".join(f"{k}: {ours.get(k)!r} against {theirs.get(k)!r}" for k in differ)
+                raise ValueError(f"shard {directory} graded {name!r} with other settings than {settings[0]} ({shown})")
             taken[name] = directory
             merged.append(document)
     strangers = sorted({d["name"] for d in load_all_results(out)} - set(taken))

@@ -102,7 +102,7 @@ MAX_POINTS = 1e6  # a clause's points: finite, so that totals, the scoreboard an
 def _number(value: Any, field: str, source: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_POINTS:
         raise ValueError(f"rubric {source}: {field}={value!r} must be a number of points from 0 to {MAX_POINTS:g}")
-    return float(value)
+    return float(value) + 0.0  # -0.0 becomes 0.0: the scoreboard showed "-0"
 
 
 def _table(document: dict[str, Any], scope: str, source: str) -> dict[str, float]:
@@ -168,7 +168,7 @@ def parse_rubric(document: dict[str, Any], source: str) -> Rubric:
 def load_rubric(path: Path | None = None) -> Rubric:
     path = DEFAULT_RUBRIC if path is None else path
     try:
-        document = tomllib.loads(read_input_text(path, RUBRIC_FILE_LIMIT))
+        document = tomllib.loads(read_input_text(path, RUBRIC_FILE_LIMIT).removeprefix("\ufeff"))  # a BOM: editors
     except UnicodeDecodeError as exc:
         raise ValueError(f"rubric={str(path)!r} is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
     except OSError as exc:

@@ -59,9 +59,10 @@ def resolve_secret(given: str | None, out: Path) -> str:
     """The --seed value; else the secret saved by an earlier run into `out`; else a new one, saved there."""
     saved = out / SECRET_FILE
     if given is not None:
-        if not given:
-            raise ValueError("seed='' is empty; give a non-empty secret or leave --seed out")
-        return given
+        # Stripped as a secret read from a file is, so the same secret gives the same hidden inputs either way.
+        if not given.strip():
+            raise ValueError(f"seed={given!r} is empty; give a non-empty secret or leave --seed out")
+        return given.strip()
     if saved.exists() or saved.is_symlink():
         return read_secret(saved, f"the secret an earlier run saved, {saved},",
                            "; give --seed or --seed-file, or remove it for a new secret")  # fmt: skip
