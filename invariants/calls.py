@@ -168,9 +168,11 @@ def cache_state(cache: Any) -> dict[str, Any]:
 
 def equals_list(value: Any, expected: list[int]) -> bool:
     """`value == expected` read as a truth value, as the course's asserts read a cache's page_ids and page_lens: a
-    list compares True, a tuple or an array does not (an array's comparison has no single truth value)."""
+    list compares True, a tuple or an array does not (an array's comparison has no single truth value). An
+    object of a sandboxed subject is compared where it lives, by its own __eq__, as the course's assert does."""
     try:
-        return bool(value == expected)
+        in_worker = getattr(type(value), "_pagecheck_equals", None)
+        return bool(in_worker(value, expected) if in_worker is not None else value == expected)
     except Exception:  # noqa: BLE001 - an ambiguous or failing comparison is not equal
         return False
 

@@ -43,6 +43,21 @@ def test_a_course_accepted_variant_fails_no_course_clause(name: str, tmp_path: P
     assert {c["scope"] for c in results["checks"]} == {"course"}, "the run held checks beyond the course"
 
 
+# Variants whose objects cross the grader's pipe as handles, or whose identity and equality the course's asserts
+# read: in the grader's sandbox (where the suite sees them through the worker) they must fail no course clause
+# either. (page_lens_live_view failed there alone: a handle compared with a list was never equal.)
+SANDBOXED = ("page_lens_live_view", "numpy_block_table", "key_pages_stored_transposed", "batch_pads_with_last_page")
+
+
+@pytest.mark.parametrize("name", SANDBOXED)
+def test_a_course_accepted_variant_fails_no_course_clause_in_the_sandbox(name: str, tmp_path: Path) -> None:
+    subject = write_variant(name, tmp_path)
+    results = run_suite(f"sandbox:{subject}", [], tmp_path / "results.json", select=f"not {BEYOND_COURSE_MARK}",
+                        plugins=("pagecheck.grading.child_plugin",))  # fmt: skip
+    failed = {c["nodeid"]: c["message"][:400] for c in results["checks"] if c["outcome"] in ("fail", "error")}
+    assert not failed, f"course clauses fail variant {name} in the sandbox: {failed}"
+
+
 @pytest.mark.parametrize("name", sorted(FORGING_VARIANTS))
 def test_an_implementation_written_to_slip_past_a_course_check_fails_it(name: str, tmp_path: Path) -> None:
     """No unearned points: each of these fails the course's own tests, and was written against one course check

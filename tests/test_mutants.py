@@ -40,10 +40,11 @@ def killed_by(mutant: Path) -> str:
 
 
 def run_suite(
-    subject: str, invariants: list[str], results: Path, *, shrink: bool = True, select: str | None = None
+    subject: str, invariants: list[str], results: Path, *, shrink: bool = True, select: str | None = None,
+    plugins: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The suite on `subject` in a child process (only `invariants`' checks when given, only the checks that
-    `select`, a pytest -m expression, picks) and its results document."""
+    `select`, a pytest -m expression, picks; with `plugins` loaded) and its results document."""
     command = [
         # Plain asserts: the checks raise their own errors, and rewriting Hypothesis's modules on
         # every start (no bytecode cache when PYTHONDONTWRITEBYTECODE is set) costs seconds.
@@ -51,6 +52,7 @@ def run_suite(
         "--pagecheck-subject", subject, "--pagecheck-results", str(results),
     ]
     command += [arg for invariant in invariants for arg in ("--pagecheck-invariant", invariant)]
+    command += [arg for plugin in plugins for arg in ("-p", plugin)]
     if not shrink:
         # Whether a check fails, not its smallest counterexample.
         command += ["--hypothesis-profile", "pagecheck-default-noshrink"]

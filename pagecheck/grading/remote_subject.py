@@ -463,6 +463,12 @@ class RemoteObject:
     def __float__(self) -> float:
         return float(self._special("__float__"))
 
+    def _pagecheck_equals(self, other: Any) -> Any:
+        """`self == other` as the object in the worker answers it, whatever `other` is (calls.equals_list: the
+        course's asserts compare a cache's page_ids with a list). __eq__ answers only between two handles, so
+        that an object there cannot claim to equal the suite's own values elsewhere."""
+        return self._special("__eq__", other)
+
     def __eq__(self, other: Any) -> bool:
         if other is self:
             return True
