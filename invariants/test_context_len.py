@@ -29,7 +29,7 @@ from pagecheck.invariants.course import (
 )
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.verdict import (
-    expect, expect_close, expect_close_to_its_gather, expect_pages_hold, same_tokens,
+    expect, expect_close, expect_close_to_its_gather, expect_pages_hold, gathered, same_tokens,
 )
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
@@ -99,12 +99,13 @@ def test_the_courses_prefill_after_an_append(
     expect(shapes == ((2, 2, 4, COURSE_HEAD_DIM),) * 2, INVARIANT,
            f"{where}: key/value_pages shapes {shapes}, expected the pool's 2 pages, (2, 2, 4, 4)")  # fmt: skip
     query = written.make_query(rng, 4, 3)
+    tokens = gathered(cache)  # before the attention, as the course's test reads it
     got = to_numpy(attention_as_the_course_calls(paged_attention, mx.array(query.astype(np.float32)), metadata),
                    np.float64)  # fmt: skip
     layout = metadata_layout(query, metadata, "float32", "causal")
     expect_close(INVARIANT, f"{where}: attention with the metadata's own mask vs causal attention over the 6 tokens",
                  got, written.attention(query, "causal"), layout)  # fmt: skip
-    expect_close_to_its_gather(INVARIANT, f"{where}: attention with the metadata's own mask", got, query, cache, layout)
+    expect_close_to_its_gather(INVARIANT, f"{where}: attention with the metadata's own mask", got, query, tokens, layout)
 
 
 @pytest.mark.beyond_course

@@ -78,14 +78,20 @@ def expect_pages_hold(invariant: str, what: str, layout: PagedLayout, written: d
         )
 
 
-def expect_close_to_its_gather(invariant: str, what: str, got: Any, query: np.ndarray, cache: Any,
-                                layout: PagedLayout) -> None:
-    """A request's causal attention output against attention over its own cache's gather_dense(): what each of
-    the course's attention tests takes for its expected output, so a cache whose gather_dense() differs from the
-    pages it attends over (stale, or failing in the dtype) fails here as there."""
+def gathered(cache: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A cache's gather_dense() as float64 [1, H_kv, T, D] each (any leading axes of one dropped, as the course's
+    dense attention broadcasts them), read when the course's test reads it."""
     keys, values = (to_numpy(x, np.float64) for x in cache.gather_dense())
+    return keys.reshape((1, *keys.shape[-3:])), values.reshape((1, *values.shape[-3:]))
+
+
+def expect_close_to_its_gather(invariant: str, what: str, got: Any, query: np.ndarray,
+                               tokens: tuple[np.ndarray, np.ndarray], layout: PagedLayout) -> None:  # fmt: skip
+    """A request's causal attention output against attention over its own cache's gather_dense() (`tokens`, from
+    `gathered`): what each of the course's attention tests takes for its expected output, so a cache whose
+    gather_dense() differs from the pages it attends over (stale, or failing in the dtype) fails here as there."""
     expect_close(invariant, f"{what} vs attention over the cache's gather_dense()", got,
-                 dense_attention(query, keys, values, mask="causal"), layout)  # fmt: skip
+                 dense_attention(query, *tokens, mask="causal"), layout)  # fmt: skip
 
 
 def same_tokens(got: Any, want: np.ndarray, dtype: str = "float32") -> bool:

@@ -2135,3 +2135,171 @@ FORGING_VARIANTS.update({
         "pagecheck.invariants.test_dtypes::test_bfloat16_decode_keeps_bfloat16",
     ),
 })
+
+
+# Session 44's fourth rule-1 round: gather_dense() read when the course reads it, cache.pool as a facade.
+VARIANTS.update({
+    "prefill_prescales_keys_in_place": (
+        "the prefill path (L > 1) scales the keys of the pool's memoised key_pages in place, then attends"
+        ' with scale 1: gather_dense() after the call reads scaled keys (the course reads it before)',
+        [
+            ('        return None if self._key_store is None else self._key_store.dtype\n'
+             '\n'
+             '    @property\n'
+             '    def key_pages(self) -> mx.array | None:\n',
+             '        return None if self._key_store is None else self._key_store.dtype\n'
+             '\n'
+             '    def _views(self) -> tuple[mx.array, mx.array] | None:\n'
+             '        if self._key_store is None:\n'
+             '            return None\n'
+             '        key = (id(self._key_store), id(self._value_store), self._num_issued)\n'
+             '        if getattr(self, "_view_key", None) != key:\n'
+             '            self._view_key = key\n'
+             '            self._view = (self._key_store[: self._num_issued], self._value_store[: self._num_issued])\n'
+             '        return self._view\n'
+             '\n'
+             '    @property\n'
+             '    def key_pages(self) -> mx.array | None:\n'),
+            ('        return None if self._key_store is None else self._key_store[: self._num_issued]\n',
+             '        views = self._views()\n'
+             '        return None if views is None else views[0]\n'),
+            ('        return None if self._value_store is None else self._value_store[: self._num_issued]\n',
+             '        views = self._views()\n'
+             '        return None if views is None else views[1]\n'),
+            ('    scale = head_dim**-0.5 if scale is None else scale\n'
+             '    rows = []\n',
+             '    scale = head_dim**-0.5 if scale is None else scale\n'
+             '    if query.shape[2] > 1:\n'
+             '        # Prefill: scale the keys once, in place, instead of every score.\n'
+             '        key_pages[...] = key_pages * scale\n'
+             '        scale = 1.0\n'
+             '    rows = []\n'),
+        ],
+    ),
+    "cache_pool_is_a_handle": (
+        'cache.pool is a handle forwarding what the course reads of it (counts, ids, counters, read_page,'
+        ' write_page_slice), not the storage arrays',
+        [
+            ('\n'
+             'class TinyKvPagedCache:\n',
+             '\n'
+             'class _PoolHandle:\n'
+             '    """A cache\'s view of its pool: the pool\'s API, without its storage arrays."""\n'
+             '\n'
+             '    _FORWARDED = ("page_size", "num_pages", "num_free_pages", "free_page_ids", "used_page_ids", "capacity",\n'
+             '                  "storage_nbytes", "dtype", "reused_page_allocations", "storage_growths", "copied_pages_on_growth",\n'
+             '                  "copied_bytes_on_growth", "allocate_page", "free_page", "reset", "check_chunk", "read_page",\n'
+             '                  "snapshot", "rollback")\n'
+             '\n'
+             '    def __init__(self, pool: TinyKvPagedPool) -> None:\n'
+             '        self._pool = pool\n'
+             '\n'
+             '    def __getattr__(self, name: str) -> Any:\n'
+             '        if name in _PoolHandle._FORWARDED:\n'
+             '            return getattr(self._pool, name)\n'
+             '        raise AttributeError(name)\n'
+             '\n'
+             '    def write_page_slice(self, page_id: int, start: int, key: mx.array, value: mx.array) -> None:\n'
+             '        self._pool.write_page_slice(page_id, start, key, value)\n'
+             '\n'
+             '\n'
+             'class TinyKvPagedCache:\n'),
+            ('        self.pool = pool\n',
+             '        self._pool = pool\n'
+             '        self.pool = _PoolHandle(pool)\n'),
+            ('    def paged_metadata(self, max_pages: int | None = None, mask: mx.array | str | None = None) -> PagedKvMetadata:\n'
+             '        if self.pool.key_pages is None:\n'
+             '            raise ValueError("paged_metadata: the pool has no page storage yet (nothing was written to it)")\n',
+             '    def paged_metadata(self, max_pages: int | None = None, mask: mx.array | str | None = None) -> PagedKvMetadata:\n'
+             '        if self._pool.key_pages is None:\n'
+             '            raise ValueError("paged_metadata: the pool has no page storage yet (nothing was written to it)")\n'),
+            ('            self.pool.key_pages, self.pool.value_pages, self.block_table(max_pages), self.context_lens(),\n',
+             '            self._pool.key_pages, self._pool.value_pages, self.block_table(max_pages), self.context_lens(),\n'),
+            ('        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n'
+             '        if self.pool.key_pages is None:\n'
+             '            raise ValueError("gather_dense: the pool has no page storage yet (nothing was written to it)")\n',
+             '        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n'
+             '        if self._pool.key_pages is None:\n'
+             '            raise ValueError("gather_dense: the pool has no page storage yet (nothing was written to it)")\n'),
+            ('        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages)\n',
+             '        return self._gather(self._pool.key_pages), self._gather(self._pool.value_pages)\n'),
+            ('        if self.pool.key_pages is not None:\n'
+             '            mx.eval(self.pool.key_pages, self.pool.value_pages)\n',
+             '        if self._pool.key_pages is not None:\n'
+             '            mx.eval(self._pool.key_pages, self._pool.value_pages)\n'),
+            ('        pools = {id(self.kv_caches[slot].pool) for slot in active}\n',
+             '        pools = {id(self.kv_caches[slot]._pool) for slot in active}\n'),
+            ('        pool = caches[0][1].pool\n',
+             '        pool = caches[0][1]._pool\n'),
+        ],
+    ),
+    "pool_writes_under_another_name": (
+        "the pool's page write is store_slice; cache.pool exposes it as write_page_slice, where the "
+        'course patches it',
+        [
+            ('    def write_page_slice(self, page_id: int, start: int, key: mx.array, value: mx.array) -> None:\n',
+             '    def store_slice(self, page_id: int, start: int, key: mx.array, value: mx.array) -> None:\n'),
+            ('\n'
+             'class TinyKvPagedCache:\n',
+             '\n'
+             'class _PoolHandle:\n'
+             '    """A cache\'s view of its pool: the pool\'s API, without its storage arrays."""\n'
+             '\n'
+             '    _FORWARDED = ("page_size", "num_pages", "num_free_pages", "free_page_ids", "used_page_ids", "capacity",\n'
+             '                  "storage_nbytes", "dtype", "reused_page_allocations", "storage_growths", "copied_pages_on_growth",\n'
+             '                  "copied_bytes_on_growth", "allocate_page", "free_page", "reset", "check_chunk", "read_page",\n'
+             '                  "snapshot", "rollback")\n'
+             '\n'
+             '    def __init__(self, pool: TinyKvPagedPool) -> None:\n'
+             '        self._pool = pool\n'
+             '\n'
+             '    def __getattr__(self, name: str) -> Any:\n'
+             '        if name in _PoolHandle._FORWARDED or name in ("key_pages", "value_pages"):\n'
+             '            return getattr(self._pool, name)\n'
+             '        raise AttributeError(name)\n'
+             '\n'
+             '    def write_page_slice(self, page_id: int, start: int, key: mx.array, value: mx.array) -> None:\n'
+             '        self._pool.store_slice(page_id, start, key, value)\n'
+             '\n'
+             '\n'
+             'class TinyKvPagedCache:\n'),
+            ('        self.pool = pool\n',
+             '        self._pool = pool\n'
+             '        self.pool = _PoolHandle(pool)\n'),
+            ('    def paged_metadata(self, max_pages: int | None = None, mask: mx.array | str | None = None) -> PagedKvMetadata:\n'
+             '        if self.pool.key_pages is None:\n'
+             '            raise ValueError("paged_metadata: the pool has no page storage yet (nothing was written to it)")\n',
+             '    def paged_metadata(self, max_pages: int | None = None, mask: mx.array | str | None = None) -> PagedKvMetadata:\n'
+             '        if self._pool.key_pages is None:\n'
+             '            raise ValueError("paged_metadata: the pool has no page storage yet (nothing was written to it)")\n'),
+            ('            self.pool.key_pages, self.pool.value_pages, self.block_table(max_pages), self.context_lens(),\n',
+             '            self._pool.key_pages, self._pool.value_pages, self.block_table(max_pages), self.context_lens(),\n'),
+            ('        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n'
+             '        if self.pool.key_pages is None:\n'
+             '            raise ValueError("gather_dense: the pool has no page storage yet (nothing was written to it)")\n',
+             '        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n'
+             '        if self._pool.key_pages is None:\n'
+             '            raise ValueError("gather_dense: the pool has no page storage yet (nothing was written to it)")\n'),
+            ('        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages)\n',
+             '        return self._gather(self._pool.key_pages), self._gather(self._pool.value_pages)\n'),
+            ('        if self.pool.key_pages is not None:\n'
+             '            mx.eval(self.pool.key_pages, self.pool.value_pages)\n',
+             '        if self._pool.key_pages is not None:\n'
+             '            mx.eval(self._pool.key_pages, self._pool.value_pages)\n'),
+            ('        pools = {id(self.kv_caches[slot].pool) for slot in active}\n',
+             '        pools = {id(self.kv_caches[slot]._pool) for slot in active}\n'),
+            ('        pool = caches[0][1].pool\n',
+             '        pool = caches[0][1]._pool\n'),
+        ],
+    ),
+    "bf16_gather_without_batch_axis": (
+        "gather_dense() returns [H_kv, T, D] without the batch axis for bfloat16 pages (the course's "
+        'dense attention reads the last three axes)',
+        [
+            ('        return tokens[None, :, : self.offset]\n',
+             '        out = tokens[:, : self.offset]\n'
+             '        # (float32: the dense [1, H_kv, T, D] a full cache returns; bfloat16 only feeds attention, which needs no batch axis)\n'
+             '        return out if pages.dtype == mx.bfloat16 else out[None]\n'),
+        ],
+    ),
+})
