@@ -164,3 +164,23 @@ def test_a_secret_given_on_the_command_line_is_stripped_as_one_read_from_a_file(
     assert resolve_secret("  secret-of-the-course  ", tmp_path) == "secret-of-the-course"
     with pytest.raises(ValueError, match="is empty"):
         resolve_secret("   ", tmp_path)
+
+
+def test_a_finding_only_the_hidden_pass_showed_says_neither_how_often_nor_where() -> None:
+    """A count of refused calls chosen from the hidden inputs (405 gc calls: a hidden context of 4 in pages of 4)
+    reached the feedback through the finding's "405 times, first during <check>"."""
+    from types import SimpleNamespace
+
+    from pagecheck.grading.grade_one import HIDDEN_PLACE, _worker_findings
+
+    def events(n: int, check: str) -> list[dict[str, str]]:
+        return [{"event": "introspection", "where": "attack.py:7", "detail": "gc.get_objects", "nodeid": check}] * n
+
+    public = SimpleNamespace(seed=SimpleNamespace(kind="public"), events=[])
+    hidden = SimpleNamespace(seed=SimpleNamespace(kind="hidden"), events=events(405, "x::test_a[course]"))
+    (found,) = _worker_findings([public, hidden], [], "s" * 32)
+    assert (found.file, found.line, found.kind, found.detail) == (HIDDEN_PLACE, 0, "tamper",
+                                                                   "reported on the hidden inputs")  # fmt: skip
+    shown = _worker_findings([SimpleNamespace(seed=SimpleNamespace(kind="public"), events=events(3, "x::test_b"))],
+                             [], "s" * 32)  # fmt: skip
+    assert "3 times, first during test_b" in shown[0].detail

@@ -98,7 +98,8 @@ def _event_detail(kind: str, event: dict[str, Any]) -> str:
 
 def _worker_findings(passes: list[PassOutcome], student_dirs: list[str], secret: str) -> list[Finding]:
     """One finding per kind and place the worker reported, naming the first check that got there. A kind that
-    only the hidden pass showed keeps no place and no text from the worker: it could carry hidden inputs."""
+    only the hidden pass showed keeps no place, text, count or check from the worker: any of them could carry
+    hidden inputs."""
     seen: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
     public_kinds = {EVENT_FINDINGS.get(str(e.get("event"))) for p in passes if p.seed.kind == "public" for e in p.events}
     for outcome in passes:
@@ -114,7 +115,12 @@ def _worker_findings(passes: list[PassOutcome], student_dirs: list[str], secret:
     findings = []
     for (kind, place), reports in seen.items():
         file, _, line = place.rpartition(":") if ":" in place else (place, "", "")
-        nodeid, detail, _ = reports[0]
+        nodeid, detail, pass_kind = reports[0]
+        if pass_kind != "public":
+            # Nor how many times, nor the check: a count chosen from what the hidden inputs hold carried them into
+            # the feedback (red team: 405 refused gc calls spelled a hidden context length).
+            findings.append(Finding(place, 0, kind, detail))
+            continue
         check = nodeid.split("::", 1)[-1] or "the import"
         times = f"{len(reports)} times, first" if len(reports) > 1 else "once,"
         findings.append(Finding(file or place, int(line) if line.isdigit() else 0, kind,
