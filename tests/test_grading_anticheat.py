@@ -66,8 +66,14 @@ GROUPED = "from .attention import scaled_dot_product_attention_grouped\n"
         f"{GROUPED}try:\n    import nothing\nexcept ImportError:\n    if True:\n" + textwrap.indent(f"{SIGNATURE}\n{DENSE_BODY}", "        "),
         # U+2028 is a line break to str.splitlines, not to Python: 200 of them moved the window read 200 lines up
         f"{GROUPED}# {chr(0x2028) * 200}\n{SIGNATURE}\n{DENSE_BODY}",
+        # inspect.getsource reads comments indented inside the body after its last statement
+        f"{SIGNATURE}\n    return query\n    # then: mx.fast.scaled_dot_product_attention\n",
+        # functools.wraps(f) makes inspect.getsource read f
+        f"import functools\n{GROUPED}{IMPL}@functools.wraps(_impl)\n{SIGNATURE}\n    return query\n",
+        f"{GROUPED}{IMPL}paged_attention = {{'metal': _impl}}['metal']\n",
     ],
-    ids=["alias", "alias-of-alias", "wrapped", "lambda", "inside-try-and-if", "line-separators"],
+    ids=["alias", "alias-of-alias", "wrapped", "lambda", "inside-try-and-if", "line-separators", "trailing-comment",
+         "wraps", "the-one-function-a-dict-holds"],
 )
 def test_paged_attention_is_read_wherever_its_name_is_bound(source: str) -> None:
     """The course's check reads inspect.getsource(paged_attention): the function the name holds once the module ran,
@@ -90,9 +96,15 @@ CLEAN = SIGNATURE.replace("def paged_attention", "def _clean") + "\n    return q
         "def __getattr__(name):\n    return _impl\n",
         "for paged_attention in (_impl,):\n    pass\n",
         "def _swap(f):\n    return _impl\n@_swap\n" + CLEAN.replace("def _clean", "def paged_attention"),
+        "_use = lambda f: _impl\n@_use\n" + CLEAN.replace("def _clean", "def paged_attention"),
+        "@(lambda f: _impl)\n" + CLEAN.replace("def _clean", "def paged_attention"),
+        "paged_attention = _clean\npaged_attention.__code__ = _impl.__code__\n",
+        "import functools\npaged_attention = _clean\nfunctools.update_wrapper(paged_attention, _impl)\n",
+        "_pick = lambda f: _impl\npaged_attention = _pick(_clean)\n",
     ],
     ids=["one-of-a-dict", "one-of-two", "global-in-a-function", "globals", "sys-modules", "exec", "module-getattr",
-         "for-target", "own-decorator"],
+         "for-target", "own-decorator", "decorator-bound-by-assignment", "decorator-expression", "code-swapped",
+         "update-wrapper", "maker-bound-by-assignment"],
 )
 def test_a_binding_the_source_does_not_follow_is_for_a_reviewer(binding: str) -> None:
     """Which function runs is not in the source: the course's words are not searched for (the course's own

@@ -71,7 +71,9 @@ import ast
 import functools
 import hashlib
 import importlib.util
+import inspect
 import re
+import tokenize
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
@@ -187,11 +189,28 @@ def _is_namespace(node: ast.expr) -> bool:
             and isinstance(node.value.value, ast.Attribute) and node.value.value.attr == "modules")
 
 
+def _module_object(node: ast.expr, modules: set[str]) -> bool:
+    """sys.modules[...] or a name the file imported a module as: an object whose attributes are a module's names."""
+    if isinstance(node, ast.Name):
+        return node.id in modules
+    return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "modules"
+
+
+# Attributes through which a function takes another's source: inspect.getsource follows __wrapped__ and reads
+# __code__'s file and first line.
+SOURCE_ATTRIBUTES = frozenset({"__code__", "__wrapped__"})
+
+
 def _stored_names(tree: ast.Module) -> Iterator[tuple[str, int]]:
-    """Names a module may come to hold other than by a module-level def, class, import or assignment: a global
-    statement (a function may bind the name), a walrus, a for, with or match target, an attribute stored
-    (`sys.modules[__name__].x = ...`), setattr with the name spelled out, and "*" (any name) for exec and for
-    writes through globals(), vars() or a __dict__ whose key is not spelled out."""
+    """Names a module may come to hold, or whose source may change, other than by a module-level def, class,
+    import or assignment: a global statement (a function may bind the name), a walrus, a for, with or match
+    target, an attribute of the module stored (`sys.modules[__name__].x = ...`, `pkg.x = ...`), setattr with the
+    name spelled out, a function's __code__ or __wrapped__ stored (or functools.update_wrapper), and "*" (any
+    name) for a module-level __getattr__, for exec of the module's names, and for writes through globals(),
+    vars() or a module's __dict__."""
+    modules = {alias.asname or alias.name.split(".")[0]
+               for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}  # fmt: skip
+    module_level = {id(node) for node in _module_statements(tree.body)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Global):
             yield from ((name, node.lineno) for name in node.names)
@@ -204,19 +223,47 @@ def _stored_names(tree: ast.Module) -> Iterator[tuple[str, int]]:
         elif isinstance(node, ast.MatchAs) and node.name:
             yield node.name, node.lineno
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-            yield node.attr, node.lineno
+            if node.attr in SOURCE_ATTRIBUTES and isinstance(node.value, ast.Name):
+                yield node.value.id, node.lineno
+            elif _module_object(node.value, modules):
+                yield node.attr, node.lineno
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and _is_namespace(node.value):
             key = node.slice
             yield (key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else "*"), node.lineno
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__getattr__":
-            yield "*", node.lineno  # a module's __getattr__ may hand out any name
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
-            key = node.args[1] if len(node.args) > 1 else None
-            if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                yield key.value, node.lineno
-        elif isinstance(node, ast.Call) and ((isinstance(node.func, ast.Name) and node.func.id == "exec") or (
-                isinstance(node.func, ast.Attribute) and node.func.attr == "update" and _is_namespace(node.func.value))):
-            yield "*", node.lineno
+            if id(node) in module_level:
+                yield "*", node.lineno  # a module's __getattr__ may hand out any name
+        elif isinstance(node, ast.Call):
+            func = node.func.id if isinstance(node.func, ast.Name) else node.func.attr if isinstance(
+                node.func, ast.Attribute) else ""
+            if func == "setattr" and len(node.args) > 1:
+                key = node.args[1]
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    yield key.value, node.lineno
+                    if key.value in SOURCE_ATTRIBUTES and isinstance(node.args[0], ast.Name):
+                        yield node.args[0].id, node.lineno
+            elif func == "update_wrapper" and node.args and isinstance(node.args[0], ast.Name):
+                yield node.args[0].id, node.lineno
+            elif func == "exec" and (len(node.args) < 2 or _is_namespace(node.args[1])):
+                yield "*", node.lineno  # exec(code) or exec(code, globals()): the module's own names
+            elif func == "update" and isinstance(node.func, ast.Attribute) and _is_namespace(node.func.value):
+                yield "*", node.lineno
+
+
+def _decorator_problem(decorator: ast.expr, imported: set[str]) -> tuple[str | None, list[str]]:
+    """(why the grader cannot say what a decorator returns, or None; names of functions whose source the course
+    reads through it). A decorator imported from elsewhere (functools.lru_cache, mx.compile) returns what it
+    decorates; functools.wraps(f) makes inspect.getsource read f."""
+    call = decorator.func if isinstance(decorator, ast.Call) else decorator
+    root = call
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    named = call.attr if isinstance(call, ast.Attribute) else call.id if isinstance(call, ast.Name) else ""
+    if named == "wraps" and isinstance(decorator, ast.Call):
+        return None, [a.id for a in decorator.args if isinstance(a, ast.Name)]
+    if isinstance(root, ast.Name) and root.id in imported:
+        return None, []
+    return f"a decorator of its own ({ast.unparse(decorator)[:60]}), which may return another function", []
 
 
 def _entry(tree: ast.Module, names: frozenset[str]) -> _Entry:
@@ -228,6 +275,8 @@ def _entry(tree: ast.Module, names: frozenset[str]) -> _Entry:
     unresolved: the source alone does not say which function runs."""
     defs: dict[str, list[ast.AST]] = {}
     values: dict[str, list[tuple[ast.stmt, ast.expr | None]]] = {}
+    imported = {alias.asname or alias.name.split(".")[0]
+                for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
     for node in _module_statements(tree.body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             defs.setdefault(node.name, []).append(node)
@@ -249,11 +298,11 @@ def _entry(tree: ast.Module, names: frozenset[str]) -> _Entry:
         seen.add(name)
         found.extend(defs.get(name, []))
         for node in defs.get(name, []):
-            # A decorator of the module's own may return another function than the one it decorates.
-            own = [d.id for d in (n.func if isinstance(n, ast.Call) else n for n in node.decorator_list)
-                   if isinstance(d, ast.Name) and d.id in defs]
-            unresolved += [f"line {node.lineno}: {name} is decorated by {d}, which may return another function"
-                           for d in own]  # fmt: skip
+            for decorator in node.decorator_list:
+                problem, read_through = _decorator_problem(decorator, imported)
+                todo.extend(read_through)
+                if problem is not None:
+                    unresolved.append(f"line {node.lineno}: {name} has {problem}")
         for statement, value in values.get(name, []):
             if isinstance(value, ast.Name):
                 todo.append(value.id)
@@ -263,7 +312,17 @@ def _entry(tree: ast.Module, names: frozenset[str]) -> _Entry:
                 continue  # a placeholder (None) that a later definition replaces, or no function at all
             else:
                 named = {n.id for n in ast.walk(value) if isinstance(n, ast.Name) and n.id in defs} if value else set()
-                if isinstance(value, ast.Call) and len(named) == 1:
+                # A call of an imported wrapper on one function, or of a maker the module defines: followed. One of
+                # a callable bound by assignment (a lambda that returns another function) is not.
+                callee = value.func if isinstance(value, ast.Call) else None
+                while isinstance(callee, (ast.Attribute, ast.Call)):
+                    callee = callee.value if isinstance(callee, ast.Attribute) else callee.func
+                known = isinstance(callee, ast.Name) and (callee.id in defs or callee.id in imported)
+                # Else an expression that holds one module function as a value ({"metal": _impl}["metal"]): that
+                # function is what runs. Not an attribute of it (K.method: the class's source is not the method's).
+                holds_one = len(named) == 1 and not isinstance(value, (ast.Call, ast.Attribute)) and all(
+                    isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef)) for d in defs[next(iter(named))])
+                if (len(named) == 1 and known) or holds_one:
                     todo.extend(named)
                 else:
                     unresolved.append(f"line {statement.lineno}: {name} is bound to an expression that names "
@@ -336,6 +395,16 @@ def _source_lines(text: str) -> list[str]:
 MAX_UNRESOLVED = 5  # entry_unresolved findings per file
 
 
+def _block_end(lines: list[str], first: int) -> int:
+    """The last line of the block starting at line `first` as inspect.getsource reads it (inspect.getblock, which
+    only tokenizes): past the syntax tree's end where comments indented inside the body follow its last
+    statement."""
+    try:
+        return first - 1 + len(inspect.getblock([line + "\n" for line in lines[first - 1 :]]))
+    except (SyntaxError, tokenize.TokenError, IndexError, RecursionError):
+        return first
+
+
 def _course_source_findings(tree: ast.Module, text: str, where: str, entry: _Entry) -> Iterator[Finding]:
     """The course's source check on what the module binds paged_attention to (`entry`): each node's lines,
     decorators included (what inspect.getsource gives), searched for COURSE_SOURCE_CHECK's words; and an
@@ -343,7 +412,7 @@ def _course_source_findings(tree: ast.Module, text: str, where: str, entry: _Ent
     lines = _source_lines(text)
     for node in entry.nodes:
         first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-        source = "\n".join(lines[first - 1 : node.end_lineno])
+        source = "\n".join(lines[first - 1 : max(node.end_lineno or node.lineno, _block_end(lines, first))])
         for kind, words in _course_words(source).items():
             yield Finding(where, node.lineno, kind, f"paged_attention's source names {' and '.join(words)}, "
                           "which the course's source check of it refuses")  # fmt: skip
