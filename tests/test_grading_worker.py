@@ -958,6 +958,7 @@ def paged_attention():
     found["add_key"] = call("add_key", b"user", b"k", b"v", ctypes.c_long(1), ctypes.c_long(-3))
     found["keyctl"] = call("keyctl", ctypes.c_long(0), ctypes.c_long(-3))
     found["inotify"] = call("inotify_init1", ctypes.c_long(0))
+    found["cachestat"] = call(451, ctypes.c_long(0), None, None, ctypes.c_long(0))
     # pthread_join waits on a shared futex: a thread of the worker's own is still joined.
     worker = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(lambda _: None)
     thread = ctypes.c_ulong()
@@ -982,7 +983,7 @@ def test_the_worker_shares_nothing_another_worker_could_see(tmp_path: Path) -> N
         assert subject.get("paged_attention")() == {
             "notify": "EPERM", "fadvise": "ran", "nowait read": "EOPNOTSUPP", "shared wake": "EPERM",
             "shared wait": "EAGAIN", "private wake": "ran", "futex_waitv": "ENOSYS", "add_key": "ENOSYS",
-            "keyctl": "ENOSYS", "inotify": "ENOSYS", "join": "ran",
+            "keyctl": "ENOSYS", "inotify": "ENOSYS", "cachestat": "ENOSYS", "join": "ran",
         }
         assert "nothing shared with other workers" in session.protections.get("new_processes", "")
 

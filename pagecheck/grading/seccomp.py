@@ -10,12 +10,12 @@ execveat, fork, vfork and any clone without CLONE_THREAD, ENOSYS to clone3
 (whose flags a filter cannot read; glibc then falls back to clone for
 threads), and EPERM to every system call of another ABI (x32, i386).
 
-Workers run side by side (a submission's two passes, and other submissions
-with --jobs above 1) as the same user and read the same library files, so
-the filter also closes what one worker can change and another see there
-(`refuse_shared`; each was tried as a channel, some carrying the hidden
-inputs into the public pass's feedback or one submission's code into
-another's worker):
+Workers may run side by side (other submissions' with --jobs above 1; a
+submission's two passes run in turn) as the same user and read the same
+library files, so the filter also closes what one worker can change and
+another see there (`refuse_shared`; each was tried as a channel, some
+carrying the hidden inputs into the public pass's feedback or one
+submission's code into another's worker):
 - file locks: flock and fcntl's lock commands (F_GETLK, F_SETLK, F_SETLKW and
   their F_OFD_ forms) answer ENOLCK;
 - futexes shared by file and offset: a futex wake, requeue or wake-op without
@@ -24,13 +24,15 @@ another's worker):
   futex_waitv, futex_wake, futex_wait and futex_requeue ENOSYS;
 - the kernel's key store, whose keys every process of the same user lists
   in /proc/keys: add_key, request_key and keyctl answer ENOSYS;
-- file-change notices: inotify_init, inotify_init1 and inotify_add_watch
-  answer ENOSYS, fcntl's F_NOTIFY and F_SETLEASE EPERM;
+- file-change notices: inotify_init, inotify_init1, inotify_add_watch and
+  fanotify_init answer ENOSYS, fcntl's F_NOTIFY and F_SETLEASE EPERM;
 - what is in the page cache: posix_fadvise succeeds without doing anything
   (no page is evicted for another worker to miss), preadv2 and pwritev2
   with RWF_NOWAIT (which fail on a page not in the cache) answer EOPNOTSUPP,
-  and io_uring_setup ENOSYS. Timing a read still tells a cached page from
-  one that is not; that channel stays.
+  and io_uring_setup, cachestat and readahead ENOSYS. Timing a read still
+  tells a cached page from one that is not, and mincore reports residency
+  (refusing it could break a library that probes addresses with it): those
+  channels stay, which is why a submission's passes run in turn.
 Once installed it cannot be lifted. Linux on x86_64 and aarch64 only; elsewhere
 `refuse_new_processes` says why it is off. The worker receives this module's
 source over the pipe, so it imports only the standard library.
@@ -72,13 +74,13 @@ CALLS = {
         "seccomp": 317, "execve": 59, "execveat": 322, "fork": 57, "vfork": 58, "clone": 56, "clone3": 435,
         "fcntl": 72, "flock": 73, "futex": 202, "add_key": 248, "request_key": 249, "keyctl": 250,
         "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254, "fadvise64": 221, "preadv2": 327,
-        "pwritev2": 328, "io_uring_setup": 425,
+        "pwritev2": 328, "io_uring_setup": 425, "fanotify_init": 300, "readahead": 187, "cachestat": 451,
     },
     "aarch64": {
         "seccomp": 277, "execve": 221, "execveat": 281, "fork": NEVER, "vfork": NEVER, "clone": 220, "clone3": 435,
         "fcntl": 25, "flock": 32, "futex": 98, "add_key": 217, "request_key": 218, "keyctl": 219,
         "inotify_init": NEVER, "inotify_init1": 26, "inotify_add_watch": 27, "fadvise64": 223, "preadv2": 286,
-        "pwritev2": 287, "io_uring_setup": 425,
+        "pwritev2": 287, "io_uring_setup": 425, "fanotify_init": 262, "readahead": 213, "cachestat": 451,
     },
 }
 # futex_waitv, futex_wake, futex_wait, futex_requeue: the same numbers on both
@@ -110,7 +112,8 @@ def program(machine: str, refuse_shared: bool = True) -> list[tuple[int, int, in
         (JEQ, "futex", 0, nr["futex"]),
         *((JEQ, "enosys", 0, call) for call in FUTEX2_CALLS),
         *((JEQ, "enosys", 0, nr[name]) for name in ("add_key", "request_key", "keyctl", "inotify_init",
-                                                    "inotify_init1", "inotify_add_watch", "io_uring_setup")),
+                                                    "inotify_init1", "inotify_add_watch", "fanotify_init",
+                                                    "io_uring_setup", "cachestat", "readahead")),
         (JEQ, "ignore", 0, nr["fadvise64"]),
         (JEQ, "rwflags", 0, nr["preadv2"]),
         (JEQ, "rwflags", 0, nr["pwritev2"]),
@@ -174,6 +177,6 @@ def refuse_new_processes(refuse_shared: bool = True) -> str:
         why = os.strerror(ctypes.get_errno()) if done < 0 else f"thread {done} could not take it"
         return f"off: the seccomp filter was refused ({why})"
     return "on (no new process or program; threads only" + (
-        "; nothing shared with other workers: no file lock, shared futex wake, key, file notice or page-cache "
-        "probe)" if refuse_shared else ")"
+        "; nothing shared with other workers: no file lock, shared futex wake, key, file notice, page-cache "
+        "eviction or non-blocking page probe)" if refuse_shared else ")"
     )
