@@ -207,13 +207,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"pagecheck {NAME}: interrupted during {chosen[finished]}")
     unfinished = tuple(chosen[finished:])
     index = write_index(out, unfinished, missing) if any(out.glob("*.json")) else None
-    code = most_serious(codes)
-    if code == ExitCode.OK and missing:
-        # Its pool and cache held, but no attention check ran: not a pass of the subject.
+    if missing:
+        # Its pool and cache were checked, but no attention check ran: not a pass of the subject, whatever held.
         print(f"pagecheck {NAME}: subject {args.subject} has no paged_attention "
               f"({subject.missing.get('paged_attention', 'not defined')}): its pool and cache were checked, its "
               "attention was not")  # fmt: skip
-        code = ExitCode.SUBJECT_LOAD_FAILED
+        codes.append(ExitCode.SUBJECT_LOAD_FAILED)
+    code = most_serious(codes)
     if index is None:
         print(f"pagecheck {NAME}: {code.name} (exit {int(code)}); no stage finished, so there is no index")
         return code
