@@ -121,7 +121,8 @@ EXPECTED: dict[str, Expected] = {
     # Throwing MLX out of sys.modules breaks the worker's own arrays: every call fails before any SDPA.
     "reimport_mlx": Expected("ok", NOTHING, "0", "0", "sdpa_call sdpa_route tamper"),
     "network": Expected("ok", NOTHING, "0", "0"),
-    "odd___pkg": Expected("load-failed", NOTHING, "0", "0"),  # Python cannot import a package of that name
+    # A folder name that is not UTF-8: staged, loaded by its path and graded as the long name's (odd_names.py)
+    "odd___pkg": Expected("ok", NOTHING, "0", "0"),
     "deep_folders": Expected("load-failed", NOTHING, "0", "0"),  # refused before staging, the run goes on
     "big_file": Expected("load-failed", NOTHING, "0", "0"),  # refused unread, the run goes on
     # A module the grader's parser cannot read (its scan once crashed the grading): full points, flagged.
@@ -179,7 +180,8 @@ def grade(paths: list[Path], out: Path, *extra: str, cwd: Path = ROOT) -> subpro
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S,
                           errors="replace")  # fmt: skip
-    assert done.returncode == 0, f"{' '.join(map(str, command))}\n{done.stdout}\n{done.stderr}"
+    # repr: a path that is not UTF-8 (the odd package's) would stop pytest-xdist from sending the report at all
+    assert done.returncode == 0, f"{' '.join(map(repr, command))}\n{done.stdout}\n{done.stderr}"
     return done
 
 

@@ -26,10 +26,11 @@ RESULT_FILE_LIMIT = 64 * MIB  # one submission's result is tens of KiB; a shard 
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write `path` so that readers see the old file or the whole new one, never part of it."""
+    """Write `path` so that readers see the old file or the whole new one, never part of it. A file name that is
+    not UTF-8 (a submission's folder) is written escaped (\\udcff), not an error after the grading."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-    with open(temporary, "w", encoding="utf-8") as file:
+    with open(temporary, "w", encoding="utf-8", errors="backslashreplace") as file:
         file.write(text)
         file.flush()
         os.fsync(file.fileno())
