@@ -223,6 +223,9 @@ def own_block_table(cache: Any) -> Any:
     table = cache.block_table()
     if not isinstance(table, (mx.array, np.ndarray)):
         table = mx.array(np.asarray(table, dtype=np.int32))
+    # A copy, as a sandboxed subject's crosses the pipe: an attention that writes into the table it is given must
+    # not change the one the cache hands out again (the course asks block_table() for the same object).
+    table = table.copy() if isinstance(table, np.ndarray) else mx.array(table)
     return _one_row(table, 2)
 
 

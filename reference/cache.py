@@ -102,7 +102,6 @@ class TinyKvPagedCache:
         if self._table_key != key:
             table = np.full((1, width), -1, dtype=np.int32)
             table[0, : self.num_pages] = self.page_ids
-            table.flags.writeable = False  # handed out again: no caller may change it under the cache
             self._table, self._table_key = table, key
         return self._table
 
@@ -115,8 +114,10 @@ class TinyKvPagedCache:
 
     def paged_metadata(self, mask: Any = None) -> PagedKvMetadata:
         self._check_storage("paged_metadata")
+        # The table copied: an attention that writes into it must not change the one block_table() hands out again.
         return PagedKvMetadata(
-            self.pool.key_pages, self.pool.value_pages, self.block_table(), self.context_lens(), self.pool.page_size, mask
+            self.pool.key_pages, self.pool.value_pages, self.block_table().copy(), self.context_lens(),
+            self.pool.page_size, mask,
         )
 
     def gather_dense(self) -> tuple[np.ndarray, np.ndarray]:
