@@ -1527,7 +1527,7 @@ class PagedKvMetadata:
 )
 
 
-# Session 44's rule-1 round: what the course leaves free in rewinds, free lists and prefill.
+# What the course leaves free in rewinds, free lists and prefill.
 VARIANTS.update({
     "free_ids_list_every_takeable_row": (
         "free_page_ids is the allocator's queue: every storage row a new page may take, freed ids first "
@@ -1659,7 +1659,7 @@ FORGING_VARIANTS.update({
 })
 
 
-# Session 44's rule-1 round, continued: block_table(), batch metadata, a rejected call's inputs, page storage.
+# What it leaves free in block_table(), batch metadata, a rejected call's inputs and page storage.
 VARIANTS.update({
     "numpy_block_table": (
         "cache.block_table() is a host-side NumPy int32 table (the scheduler's copy; the course only "
@@ -1839,7 +1839,7 @@ FORGING_VARIANTS.update({
 })
 
 
-# Session 44's second rule-1 round: views, tokens within the course's tolerance, the course's one prefill.
+# Views, tokens within the course's tolerance, the course's one prefill.
 VARIANTS.update({
     "page_lens_live_view": (
         "page_lens is a read-only view of the cache's own list (==, iteration, len, sum and tuple, all "
@@ -2057,7 +2057,7 @@ FORGING_VARIANTS.update({
 })
 
 
-# Session 44's third round: what the course's attention tests take from gather_dense().
+# What the course's attention tests take from gather_dense().
 VARIANTS.update({
     "materialize_tries_a_gather_first": (
         'materialize() tries gather_dense() inside try/except, then evaluates the pages once (the '
@@ -2137,7 +2137,70 @@ FORGING_VARIANTS.update({
 })
 
 
-# Session 44's fourth rule-1 round: gather_dense() read when the course reads it, cache.pool as a facade.
+# The conformant cache with its pool held privately and shown as `cache.pool`: a handle that forwards the
+# pool's API (and `also`) and writes pages through the pool's `write` method.
+_POOL_HANDLE = (
+    '\n'
+    'class TinyKvPagedCache:\n',
+    '\n'
+    'class _PoolHandle:\n'
+    '    """A cache\'s view of its pool: the pool\'s API, without its storage arrays."""\n'
+    '\n'
+    '    _FORWARDED = ("page_size", "num_pages", "num_free_pages", "free_page_ids", "used_page_ids", "capacity",\n'
+    '                  "storage_nbytes", "dtype", "reused_page_allocations", "storage_growths", "copied_pages_on_growth",\n'
+    '                  "copied_bytes_on_growth", "allocate_page", "free_page", "reset", "check_chunk", "read_page",\n'
+    '                  "snapshot", "rollback")\n'
+    '\n'
+    '    def __init__(self, pool: TinyKvPagedPool) -> None:\n'
+    '        self._pool = pool\n'
+    '\n'
+    '    def __getattr__(self, name: str) -> Any:\n'
+    '        if name in _PoolHandle._FORWARDED{also}:\n'
+    '            return getattr(self._pool, name)\n'
+    '        raise AttributeError(name)\n'
+    '\n'
+    '    def write_page_slice(self, page_id: int, start: int, key: mx.array, value: mx.array) -> None:\n'
+    '        self._pool.{write}(page_id, start, key, value)\n'
+    '\n'
+    '\n'
+    'class TinyKvPagedCache:\n',
+)
+_CACHE_BEHIND_A_HANDLE = [
+    ('        self.pool = pool\n',
+     '        self._pool = pool\n'
+     '        self.pool = _PoolHandle(pool)\n'),
+    ('    def paged_metadata(self, max_pages: int | None = None, mask: mx.array | str | None = None) -> PagedKvMetadata:\n'
+     '        if self.pool.key_pages is None:\n'
+     '            raise ValueError("paged_metadata: the pool has no page storage yet (nothing was written to it)")\n',
+     '    def paged_metadata(self, max_pages: int | None = None, mask: mx.array | str | None = None) -> PagedKvMetadata:\n'
+     '        if self._pool.key_pages is None:\n'
+     '            raise ValueError("paged_metadata: the pool has no page storage yet (nothing was written to it)")\n'),
+    ('            self.pool.key_pages, self.pool.value_pages, self.block_table(max_pages), self.context_lens(),\n',
+     '            self._pool.key_pages, self._pool.value_pages, self.block_table(max_pages), self.context_lens(),\n'),
+    ('        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n'
+     '        if self.pool.key_pages is None:\n'
+     '            raise ValueError("gather_dense: the pool has no page storage yet (nothing was written to it)")\n',
+     '        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n'
+     '        if self._pool.key_pages is None:\n'
+     '            raise ValueError("gather_dense: the pool has no page storage yet (nothing was written to it)")\n'),
+    ('        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages)\n',
+     '        return self._gather(self._pool.key_pages), self._gather(self._pool.value_pages)\n'),
+    ('        if self.pool.key_pages is not None:\n'
+     '            mx.eval(self.pool.key_pages, self.pool.value_pages)\n',
+     '        if self._pool.key_pages is not None:\n'
+     '            mx.eval(self._pool.key_pages, self._pool.value_pages)\n'),
+    ('        pools = {id(self.kv_caches[slot].pool) for slot in active}\n',
+     '        pools = {id(self.kv_caches[slot]._pool) for slot in active}\n'),
+    ('        pool = caches[0][1].pool\n',
+     '        pool = caches[0][1]._pool\n'),
+]
+
+
+def _pool_behind_a_handle(write: str = "write_page_slice", also: str = "") -> list[tuple[str, str]]:
+    return [(_POOL_HANDLE[0], _POOL_HANDLE[1].format(write=write, also=also)), *_CACHE_BEHIND_A_HANDLE]
+
+
+# gather_dense() read when the course reads it, cache.pool as a facade.
 VARIANTS.update({
     "prefill_prescales_keys_in_place": (
         "the prefill path (L > 1) scales the keys of the pool's memoised key_pages in place, then attends"
@@ -2179,59 +2242,7 @@ VARIANTS.update({
     "cache_pool_is_a_handle": (
         'cache.pool is a handle forwarding what the course reads of it (counts, ids, counters, read_page,'
         ' write_page_slice), not the storage arrays',
-        [
-            ('\n'
-             'class TinyKvPagedCache:\n',
-             '\n'
-             'class _PoolHandle:\n'
-             '    """A cache\'s view of its pool: the pool\'s API, without its storage arrays."""\n'
-             '\n'
-             '    _FORWARDED = ("page_size", "num_pages", "num_free_pages", "free_page_ids", "used_page_ids", "capacity",\n'
-             '                  "storage_nbytes", "dtype", "reused_page_allocations", "storage_growths", "copied_pages_on_growth",\n'
-             '                  "copied_bytes_on_growth", "allocate_page", "free_page", "reset", "check_chunk", "read_page",\n'
-             '                  "snapshot", "rollback")\n'
-             '\n'
-             '    def __init__(self, pool: TinyKvPagedPool) -> None:\n'
-             '        self._pool = pool\n'
-             '\n'
-             '    def __getattr__(self, name: str) -> Any:\n'
-             '        if name in _PoolHandle._FORWARDED:\n'
-             '            return getattr(self._pool, name)\n'
-             '        raise AttributeError(name)\n'
-             '\n'
-             '    def write_page_slice(self, page_id: int, start: int, key: mx.array, value: mx.array) -> None:\n'
-             '        self._pool.write_page_slice(page_id, start, key, value)\n'
-             '\n'
-             '\n'
-             'class TinyKvPagedCache:\n'),
-            ('        self.pool = pool\n',
-             '        self._pool = pool\n'
-             '        self.pool = _PoolHandle(pool)\n'),
-            ('    def paged_metadata(self, max_pages: int | None = None, mask: mx.array | str | None = None) -> PagedKvMetadata:\n'
-             '        if self.pool.key_pages is None:\n'
-             '            raise ValueError("paged_metadata: the pool has no page storage yet (nothing was written to it)")\n',
-             '    def paged_metadata(self, max_pages: int | None = None, mask: mx.array | str | None = None) -> PagedKvMetadata:\n'
-             '        if self._pool.key_pages is None:\n'
-             '            raise ValueError("paged_metadata: the pool has no page storage yet (nothing was written to it)")\n'),
-            ('            self.pool.key_pages, self.pool.value_pages, self.block_table(max_pages), self.context_lens(),\n',
-             '            self._pool.key_pages, self._pool.value_pages, self.block_table(max_pages), self.context_lens(),\n'),
-            ('        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n'
-             '        if self.pool.key_pages is None:\n'
-             '            raise ValueError("gather_dense: the pool has no page storage yet (nothing was written to it)")\n',
-             '        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n'
-             '        if self._pool.key_pages is None:\n'
-             '            raise ValueError("gather_dense: the pool has no page storage yet (nothing was written to it)")\n'),
-            ('        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages)\n',
-             '        return self._gather(self._pool.key_pages), self._gather(self._pool.value_pages)\n'),
-            ('        if self.pool.key_pages is not None:\n'
-             '            mx.eval(self.pool.key_pages, self.pool.value_pages)\n',
-             '        if self._pool.key_pages is not None:\n'
-             '            mx.eval(self._pool.key_pages, self._pool.value_pages)\n'),
-            ('        pools = {id(self.kv_caches[slot].pool) for slot in active}\n',
-             '        pools = {id(self.kv_caches[slot]._pool) for slot in active}\n'),
-            ('        pool = caches[0][1].pool\n',
-             '        pool = caches[0][1]._pool\n'),
-        ],
+        _pool_behind_a_handle(),
     ),
     "pool_writes_under_another_name": (
         "the pool's page write is store_slice; cache.pool exposes it as write_page_slice, where the "
@@ -2239,57 +2250,7 @@ VARIANTS.update({
         [
             ('    def write_page_slice(self, page_id: int, start: int, key: mx.array, value: mx.array) -> None:\n',
              '    def store_slice(self, page_id: int, start: int, key: mx.array, value: mx.array) -> None:\n'),
-            ('\n'
-             'class TinyKvPagedCache:\n',
-             '\n'
-             'class _PoolHandle:\n'
-             '    """A cache\'s view of its pool: the pool\'s API, without its storage arrays."""\n'
-             '\n'
-             '    _FORWARDED = ("page_size", "num_pages", "num_free_pages", "free_page_ids", "used_page_ids", "capacity",\n'
-             '                  "storage_nbytes", "dtype", "reused_page_allocations", "storage_growths", "copied_pages_on_growth",\n'
-             '                  "copied_bytes_on_growth", "allocate_page", "free_page", "reset", "check_chunk", "read_page",\n'
-             '                  "snapshot", "rollback")\n'
-             '\n'
-             '    def __init__(self, pool: TinyKvPagedPool) -> None:\n'
-             '        self._pool = pool\n'
-             '\n'
-             '    def __getattr__(self, name: str) -> Any:\n'
-             '        if name in _PoolHandle._FORWARDED or name in ("key_pages", "value_pages"):\n'
-             '            return getattr(self._pool, name)\n'
-             '        raise AttributeError(name)\n'
-             '\n'
-             '    def write_page_slice(self, page_id: int, start: int, key: mx.array, value: mx.array) -> None:\n'
-             '        self._pool.store_slice(page_id, start, key, value)\n'
-             '\n'
-             '\n'
-             'class TinyKvPagedCache:\n'),
-            ('        self.pool = pool\n',
-             '        self._pool = pool\n'
-             '        self.pool = _PoolHandle(pool)\n'),
-            ('    def paged_metadata(self, max_pages: int | None = None, mask: mx.array | str | None = None) -> PagedKvMetadata:\n'
-             '        if self.pool.key_pages is None:\n'
-             '            raise ValueError("paged_metadata: the pool has no page storage yet (nothing was written to it)")\n',
-             '    def paged_metadata(self, max_pages: int | None = None, mask: mx.array | str | None = None) -> PagedKvMetadata:\n'
-             '        if self._pool.key_pages is None:\n'
-             '            raise ValueError("paged_metadata: the pool has no page storage yet (nothing was written to it)")\n'),
-            ('            self.pool.key_pages, self.pool.value_pages, self.block_table(max_pages), self.context_lens(),\n',
-             '            self._pool.key_pages, self._pool.value_pages, self.block_table(max_pages), self.context_lens(),\n'),
-            ('        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n'
-             '        if self.pool.key_pages is None:\n'
-             '            raise ValueError("gather_dense: the pool has no page storage yet (nothing was written to it)")\n',
-             '        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n'
-             '        if self._pool.key_pages is None:\n'
-             '            raise ValueError("gather_dense: the pool has no page storage yet (nothing was written to it)")\n'),
-            ('        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages)\n',
-             '        return self._gather(self._pool.key_pages), self._gather(self._pool.value_pages)\n'),
-            ('        if self.pool.key_pages is not None:\n'
-             '            mx.eval(self.pool.key_pages, self.pool.value_pages)\n',
-             '        if self._pool.key_pages is not None:\n'
-             '            mx.eval(self._pool.key_pages, self._pool.value_pages)\n'),
-            ('        pools = {id(self.kv_caches[slot].pool) for slot in active}\n',
-             '        pools = {id(self.kv_caches[slot]._pool) for slot in active}\n'),
-            ('        pool = caches[0][1].pool\n',
-             '        pool = caches[0][1]._pool\n'),
+            *_pool_behind_a_handle("store_slice", also=' or name in ("key_pages", "value_pages")'),
         ],
     ),
     "bf16_gather_without_batch_axis": (
