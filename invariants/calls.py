@@ -8,6 +8,7 @@ kernel always sees one dtype across its inputs.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
@@ -34,9 +35,19 @@ def call_attention(paged_attention: PagedAttention, inputs: Mapping[str, Any], s
     return paged_attention(*(inputs[name] for name in ATTENTION_ARGUMENTS), **options)
 
 
-def attention_output(paged_attention: PagedAttention, layout: PagedLayout, scale: float | None = None) -> np.ndarray:
-    """The subject's output for a layout, as float64."""
-    return to_numpy(call_attention(paged_attention, layout.as_mx(), scale), np.float64)
+# attention_output's `mask` when the subject gets the layout's own mask.
+LAYOUT_MASK = object()
+
+
+def attention_output(
+    paged_attention: PagedAttention, layout: PagedLayout, scale: float | None = None, mask: Any = LAYOUT_MASK
+) -> np.ndarray:
+    """The subject's output for a layout, as float64; with `mask`, the subject gets that mask instead of the
+    layout's (the oracle keeps the layout's)."""
+    inputs = layout.as_mx()
+    if mask is not LAYOUT_MASK:
+        inputs["mask"] = mask
+    return to_numpy(call_attention(paged_attention, inputs, scale), np.float64)
 
 
 def like_pages(values: np.ndarray, pages: Any) -> Any:
@@ -96,10 +107,75 @@ def metadata_layout(query: np.ndarray, metadata: Any, dtype: str, mask: str | No
 
 
 def attention_over_metadata(
-    paged_attention: PagedAttention, query: np.ndarray, metadata: Any, mask: str | None
+    paged_attention: PagedAttention, query: np.ndarray, metadata: Any, mask: str | None, own_mask: bool = False
 ) -> np.ndarray:
-    """Run the subject's attention on a cache's metadata exactly as handed out, the query in the pages' dtype."""
-    return to_numpy(_over_metadata(paged_attention, like_pages(query, metadata.key_pages), metadata, mask), np.float64)
+    """Run the subject's attention on a cache's metadata exactly as handed out, the query in the pages' dtype; with
+    `own_mask`, the subject gets the metadata's own mask, as the course's attention tests pass it (`mask` is then
+    the oracle's only)."""
+    query = like_pages(query, metadata.key_pages)
+    return to_numpy(_over_metadata(paged_attention, query, metadata, metadata.mask if own_mask else mask), np.float64)
+
+
+def append_for_the_courses_call(
+    cache: Any, key: Any, value: Any, rows: int = 1, dense_prefix: bool = False
+) -> SimpleNamespace:
+    """Append a chunk [1, H_kv, n, D] as the course's attention tests append before they attend: the last `rows`
+    tokens in one update_and_fetch_paged with mask "causal", whose metadata's own mask is what they hand
+    paged_attention for a query of `rows` rows; the tokens before them first, through update_and_fetch_paged, or
+    through update_and_fetch with `dense_prefix` or in bfloat16 (the course's attention tests append their
+    prefixes so, and bfloat16 to a paged cache one decode token at a time). The last append's metadata, read
+    once."""
+    n = key.shape[2]
+    if n > rows:
+        _append_prefix(cache, key[:, :, : n - rows], value[:, :, : n - rows], dense_prefix)
+    return read_once(cache.update_and_fetch_paged(key[:, :, n - rows :], value[:, :, n - rows :], mask="causal"))
+
+
+def _append_prefix(cache: Any, key: Any, value: Any, dense: bool) -> None:
+    import mlx.core as mx
+
+    (cache.update_and_fetch if dense or key.dtype == mx.bfloat16 else cache.update_and_fetch_paged)(key, value)
+
+
+def the_subjects_own_mask(
+    pool_type: Callable[..., Any], cache_type: Callable[..., Any], batching_cache_type: Callable[..., Any] | None,
+    layout: PagedLayout,
+) -> tuple[Any, int] | None:
+    """The mask the subject's own caches hand paged_attention for `layout`'s call, and the width of the block
+    table they hand with it: the course's attention tests pass only a metadata's own mask (which a cache may
+    resolve "causal" into, as an array shaped for its own table), so a course check over pages of its own asks
+    the subject for the mask of the same call. One request: a cache of the layout's context whose last
+    `num_queries` tokens were appended with mask "causal"; a batch (decode only, as the course batches): a
+    BatchingKvCache with each live row's request in its slot, then one decode token each with mask_length 1 and
+    mask "causal" (as the course's batch decodes, a layout's batch has no context one past a full page: that
+    decode token stays in its request's tail page). None where the subject has no batch to ask."""
+    import mlx.core as mx
+
+    lens = [int(n) for n in layout.context_lens]
+    num_kv_heads, head_dim = layout.key_pages.shape[1], layout.key_pages.shape[3]
+    dt = getattr(mx, layout.dtype)
+
+    def chunk(length: int) -> Any:
+        return mx.zeros((1, num_kv_heads, length, head_dim), dtype=dt)
+
+    rows = layout.query.shape[2]
+    pool = pool_type(layout.page_size)
+    if len(lens) == 1:
+        cache = cache_type(pool)
+        metadata = append_for_the_courses_call(cache, chunk(lens[0]), chunk(lens[0]), rows, dense_prefix=True)
+    elif batching_cache_type is None or rows != 1:
+        return None
+    else:
+        batch = batching_cache_type(len(lens), max(16, *lens))
+        for slot, n in enumerate(lens):
+            if n > 0:
+                cache = cache_type(pool)
+                if n > 1:
+                    _append_prefix(cache, chunk(n - 1), chunk(n - 1), dense=True)
+                batch.add_request(cache, slot)
+        keys = mx.zeros((len(lens), num_kv_heads, 1, head_dim), dtype=dt)
+        metadata = read_once(batch.update_and_fetch_paged(keys, keys, mask_length=1, mask="causal"))
+    return metadata.mask, int(to_numpy(metadata.block_table).shape[-1])
 
 
 def _over_metadata(paged_attention: PagedAttention, query: Any, metadata: Any, mask: Any) -> Any:
@@ -114,6 +190,24 @@ def attention_as_the_course_calls(paged_attention: PagedAttention, query: Any, m
     """paged_attention over a cache's metadata exactly as the course's tests call it: the query as given (not cast
     to the pages' dtype) and the metadata's own mask; the subject's output as it returns it."""
     return _over_metadata(paged_attention, query, metadata, metadata.mask)
+
+
+def course_call_on_a_layout(
+    paged_attention: PagedAttention, layout: PagedLayout, own_mask: Callable[[PagedLayout], Any]
+) -> tuple[np.ndarray, PagedLayout]:
+    """The subject's output for pages of a check's own, called as the course's attention tests call: with the mask
+    the subject's own caches hand out for the same call (`own_mask`, the fixture), over a block table padded with
+    -1 to the width their table has, where it is wider. The output as float64 and the layout it was called on (the
+    oracle's). Where the subject has no cache to ask, the layout's own mask."""
+    asked = own_mask(layout)
+    if asked is None:
+        return attention_output(paged_attention, layout), layout
+    mask, width = asked
+    extra = width - layout.block_table.shape[1]
+    if extra > 0:
+        padding = np.full((layout.block_table.shape[0], extra), -1, dtype=layout.block_table.dtype)
+        layout = replace(layout, block_table=np.concatenate([layout.block_table, padding], axis=1))
+    return attention_output(paged_attention, layout, mask=mask), layout
 
 
 # The course's pool counters (test_week_3_day_3.py's _paged_state); a pool that has them must keep them too.

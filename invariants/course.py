@@ -35,8 +35,9 @@ class Geometry:
     page_sizes: tuple[int, ...]
     kv_heads: tuple[int, ...]  # H_kv of the K/V written; queries have 2 heads per kv head unless a check says
     head_dim: int
-    # The course part calls the subject only as the course's tests do: mask "causal" on every paged_attention
-    # call (at one query row it is the same attention as none), no rewind(0), no append to a released cache.
+    # The course part calls the subject only as the course's tests do: a valid paged_attention call gets the mask
+    # the subject's own cache handed out for it (COURSE_MAP.md, "The mask"), no rewind(0), no append to a
+    # released cache.
     course: bool = False
 
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
+from pagecheck.invariants.calls import the_subjects_own_mask
 from pagecheck.invariants.plugin import SUBJECT_KEY
 from pagecheck.invariants.subject import Subject
 from pagecheck.invariants.verdict import ADVICE_PROPERTY
@@ -83,3 +85,28 @@ def advise(request: pytest.FixtureRequest) -> Callable[[str], None]:
         request.node.user_properties.append((ADVICE_PROPERTY, text))
 
     return record
+
+
+@pytest.fixture(scope="session")
+def own_mask(subject: Subject) -> Callable[[Any], Any]:
+    """layout -> (the mask the subject's own caches hand paged_attention for that call, their table's width), or
+    None where the subject has no cache to ask or its caches fail to serve the call (calls.the_subjects_own_mask):
+    for course checks over pages of their own, which call as the course's attention tests do, with a metadata's
+    own mask. With None they call with "causal", so an attention written before its caches is still judged; an
+    implementation the course accepts has caches that serve."""
+
+    def ask(layout: Any) -> Any:
+        if not (subject.has("TinyKvPagedPool") and subject.has("TinyKvPagedCache")):
+            return None
+        batch = subject.has("BatchingKvCache")
+        try:
+            return the_subjects_own_mask(
+                by_keyword(subject.get("TinyKvPagedPool"), "page_size"),
+                by_keyword(subject.get("TinyKvPagedCache"), "pool"),
+                by_keyword(subject.get("BatchingKvCache"), "max_active_requests", "max_seq_len") if batch else None,
+                layout,
+            )
+        except Exception:  # noqa: BLE001 - caches that cannot serve (an unwritten Day 3): judge the attention alone
+            return None
+
+    return ask

@@ -16,7 +16,9 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from pagecheck.invariants.calls import attention_over_metadata, current_metadata, metadata_layout, read_once
+from pagecheck.invariants.calls import (
+    append_for_the_courses_call, attention_over_metadata, current_metadata, metadata_layout, read_once,
+)
 from pagecheck.invariants.course import DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import seeds
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
@@ -40,8 +42,9 @@ class SharedPool:
     ) -> None:
         self.cache_type = cache_type
         self.head_dim = head_dim
-        # A course case calls as the course does: mask "causal" on the decode calls, attention over the metadata an
-        # append returned, live pages apart from one another (the course reads free_page_ids only as a snapshot).
+        # A course case calls as the course does: attention over the metadata an append returned, with its own mask
+        # (the append's last token with mask "causal"), live pages apart from one another (the course reads
+        # free_page_ids only as a snapshot).
         self.course = course
         self.mask = "causal" if course else None
         self.paged_attention = paged_attention
@@ -60,7 +63,11 @@ class SharedPool:
 
     def append(self, request: int, length: int) -> None:
         cache, record, _ = self.requests[request]
-        self.latest[request] = read_once(cache.update_and_fetch_paged(*record.make_chunk(self.rng, length)))
+        chunk = record.make_chunk(self.rng, length)
+        if self.course:  # its last token with mask "causal", whose metadata's own mask the decode gets
+            self.latest[request] = append_for_the_courses_call(cache, *chunk)
+        else:
+            self.latest[request] = read_once(cache.update_and_fetch_paged(*chunk))
 
     def release(self, request: int) -> None:
         cache, _, _ = self.requests.pop(request)
@@ -95,7 +102,7 @@ class SharedPool:
             expect_pages_hold(INVARIANT, f"{step}: request {request}'s metadata", layout, {0: record})
             expect_close(
                 INVARIANT, f"{step}: request {request}'s decode output vs the tokens it wrote",
-                attention_over_metadata(self.paged_attention, query, metadata, self.mask),
+                attention_over_metadata(self.paged_attention, query, metadata, self.mask, own_mask=self.course),
                 record.attention(query, self.mask), layout,
             )
 

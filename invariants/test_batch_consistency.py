@@ -6,13 +6,15 @@ consistently wrong in both calls still fails.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given
 
-from pagecheck.invariants.calls import attention_output
+from pagecheck.invariants.calls import attention_output, course_call_on_a_layout
 from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_PAGES, COURSE_PAGE_SIZE, DAY_4
 from pagecheck.invariants.strategies import paged_layouts
 from pagecheck.invariants.verdict import expect_close
@@ -31,10 +33,21 @@ def _row(layout: PagedLayout, b: int, exact_width: bool = False) -> PagedLayout:
     )
 
 
-def _check_rows(paged_attention: object, layout: PagedLayout, live_only: bool = False) -> None:
+def _check_rows(
+    paged_attention: object, layout: PagedLayout, live_only: bool = False,
+    own_mask: Callable[[PagedLayout], Any] | None = None,
+) -> None:
     """The batched call against the reference and each row against its request alone. `live_only` is the course's
-    view: only live rows are compared, and a request alone has a table exactly as wide as its pages."""
-    batched = attention_output(paged_attention, layout)
+    view: only live rows are compared, and a request alone has a table exactly as wide as its pages. With
+    `own_mask`, each call gets the mask the subject's own caches hand out for it, as the course calls
+    (calls.course_call_on_a_layout)."""
+
+    def output(called: PagedLayout) -> np.ndarray:
+        if own_mask is None:
+            return attention_output(paged_attention, called)
+        return course_call_on_a_layout(paged_attention, called, own_mask)[0]
+
+    batched = output(layout)
     want = layout.reference_output()
     # The course compares only the live rows of its batch; what a row of context 0 gives is beyond it (empty_rows).
     rows = [b for b, n in enumerate(layout.context_lens) if n > 0 or not live_only]
@@ -43,7 +56,7 @@ def _check_rows(paged_attention: object, layout: PagedLayout, live_only: bool = 
         alone = _row(layout, b, exact_width=live_only)
         expect_close(
             INVARIANT, f"row {b} of the batched call vs request {b} alone", batched[b : b + 1],
-            attention_output(paged_attention, alone), alone,
+            output(alone), alone,
         )
 
 
@@ -62,11 +75,16 @@ COURSE_BATCH = f"{DAY_4}::test_task_2_batched_paged_attention_matches_dense_atte
     pytest.param(1, id="decode", marks=pytest.mark.course(COURSE_BATCH)),
     pytest.param(4, id="prefill", marks=pytest.mark.beyond_course),
 ])
-def test_rows_of_different_lengths(paged_attention: object, num_queries: int, rng: np.random.Generator) -> None:
-    # The course's geometry and call: 4 query heads over 2 kv heads of head dim 4, pages of 4, mask "causal".
+def test_rows_of_different_lengths(
+    paged_attention: object, num_queries: int, rng: np.random.Generator, own_mask: Callable[[PagedLayout], Any]
+) -> None:
+    # The course's geometry and call: 4 query heads over 2 kv heads of head dim 4, pages of 4; its decode gets the
+    # mask the subject's own batch hands out for it (the prefill, beyond the course, "causal"), asked of a decode
+    # step that stays in each request's tail page, as the course's does (no context one past a full page).
     layout = random_layout(
-        rng, context_lens=[5, COURSE_MAX_PAGES * COURSE_PAGE_SIZE, 0, 9], page_size=COURSE_PAGE_SIZE, num_queries=num_queries,
+        rng, context_lens=[6, COURSE_MAX_PAGES * COURSE_PAGE_SIZE, 0, 10], page_size=COURSE_PAGE_SIZE,
+        num_queries=num_queries,
         num_q_heads=4, num_kv_heads=2, head_dim=COURSE_HEAD_DIM, mask="causal", extra_columns=0,
         unused_fill=COURSE_UNUSED_FILL,
     )
-    _check_rows(paged_attention, layout, live_only=True)
+    _check_rows(paged_attention, layout, live_only=True, own_mask=own_mask if num_queries == 1 else None)

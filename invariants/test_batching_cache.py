@@ -99,13 +99,15 @@ def test_batch_metadata_pads_rows_and_empties_slots(
                 del live[slot]
         empty = mx.zeros((1, NUM_KV_HEADS, 1, COURSE_HEAD_DIM), dtype=mx.float32)
         chunks = [live[s][1].make_chunk(rng, 1) if s in live else (empty, empty) for s in range(SLOTS)]
-        # The course's decode call: mask_length 1 and a causal mask (one query row: the same as none).
+        # The course's decode call: mask_length 1 and a causal mask (one query row: the same as none); its
+        # attention then gets the metadata's own mask.
         metadata = read_once(batching.update_and_fetch_paged(
             mx.concatenate([k for k, _ in chunks]), mx.concatenate([v for _, v in chunks]), mask_length=1,
             mask="causal",
         ))
         where = f"decode step {step}, live slots {sorted(live)} with contexts {[live[s][1].length for s in sorted(live)]}"
-        _check_step(batching, metadata, live, where, exact_width=False, course=schedule is COURSE_SCHEDULE)
+        course = schedule is COURSE_SCHEDULE
+        _check_step(batching, metadata, live, where, exact_width=False, course=course)
 
         query = rng.standard_normal((SLOTS, NUM_Q_HEADS, 1, COURSE_HEAD_DIM)).astype(np.float32)
         want = np.zeros(query.shape)
@@ -117,7 +119,8 @@ def test_batch_metadata_pads_rows_and_empties_slots(
         rows = sorted(live)
         expect_close(
             INVARIANT, f"{where}: attention over the batch metadata (live slots)",
-            attention_over_metadata(paged_attention, query, metadata, "causal")[rows], want[rows], layout,
+            attention_over_metadata(paged_attention, query, metadata, "causal", own_mask=course)[rows], want[rows],
+            layout,
         )
 
 

@@ -24,7 +24,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import (
-    attention_output, attention_over_metadata, cache_length, current_metadata, metadata_layout, own_block_table,
+    append_for_the_courses_call, attention_output, attention_over_metadata, cache_length, current_metadata, metadata_layout,
+    own_block_table,
     read_once, result_identity,
 )
 from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, Geometry, split_at_the_course
@@ -222,7 +223,11 @@ def test_block_table_is_read_again_when_page_ids_change(
     mask = "causal" if geometry.course else None
 
     def append(name: str, length: int) -> None:
-        latest[name] = read_once(caches[name].update_and_fetch_paged(*records[name].make_chunk(rng, length)))
+        chunk = records[name].make_chunk(rng, length)
+        if geometry.course:  # its last token with mask "causal", whose metadata's own mask the attention gets
+            latest[name] = append_for_the_courses_call(caches[name], *chunk)
+        else:
+            latest[name] = read_once(caches[name].update_and_fetch_paged(*chunk))
 
     def check(step: str) -> None:
         for name, owner in caches.items():
@@ -241,8 +246,8 @@ def test_block_table_is_read_again_when_page_ids_change(
             expect_pages_hold(INVARIANT, f"{where}: the metadata", layout, {0: records[name]})
             expect_close(
                 INVARIANT, f"{where}: decode attention over {what}",
-                attention_over_metadata(paged_attention, query, metadata, mask), records[name].attention(query, mask),
-                layout,
+                attention_over_metadata(paged_attention, query, metadata, mask, own_mask=geometry.course),
+                records[name].attention(query, mask), layout,
             )
 
     append("cache", 2 * page_size - 1)

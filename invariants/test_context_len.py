@@ -21,7 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import (
-    attention_as_the_course_calls, attention_output, attention_over_metadata, course_rewind, equals_list,
+    append_for_the_courses_call, attention_as_the_course_calls, attention_output, attention_over_metadata, course_rewind,
+    equals_list,
     metadata_layout, own_context_lens, read_once,
 )
 from pagecheck.invariants.course import (
@@ -62,7 +63,13 @@ def test_context_lens_count_tokens_written(
     cache = cache_type(pool_type(page_size))
     written = WrittenKv(num_kv_heads, geometry.head_dim, "float32")
     for length in plan:
-        metadata = read_once(cache.update_and_fetch_paged(*written.make_chunk(rng, length)))
+        rows = query_len(length, geometry, written.length + length)
+        if geometry.course:
+            # As the course's attention tests append: the last `rows` tokens with mask "causal", whose metadata's
+            # own mask the attention gets.
+            metadata = append_for_the_courses_call(cache, *written.make_chunk(rng, length), rows)
+        else:
+            metadata = read_once(cache.update_and_fetch_paged(*written.make_chunk(rng, length)))
         step = f"after appending {length} token(s), {written.length} written in all (page_size={page_size})"
         _expect_own_context_lens(cache, written.length, geometry, step)
         in_metadata = to_numpy(metadata.context_lens).tolist()
@@ -70,8 +77,8 @@ def test_context_lens_count_tokens_written(
         expect(cache.offset == written.length, INVARIANT, f"{step}: offset is {cache.offset}")
 
         mask = "causal" if length > 1 or geometry.course else None
-        query = written.make_query(rng, 2 * num_kv_heads, query_len(length, geometry, written.length))
-        got = attention_over_metadata(paged_attention, query, metadata, mask)
+        query = written.make_query(rng, 2 * num_kv_heads, rows)
+        got = attention_over_metadata(paged_attention, query, metadata, mask, own_mask=geometry.course)
         layout = metadata_layout(query, metadata, "float32", mask)
         expect_pages_hold(INVARIANT, f"{step}: the metadata", layout, {0: written})
         expect_close(INVARIANT, f"{step}: attention over the cache", got, written.attention(query, mask), layout)

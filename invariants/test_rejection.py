@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from pagecheck.invariants.calls import (
-    attention_over_metadata, cache_state, call_attention, fail_on_call, like_pages, metadata_layout, pool_state,
-    read_once, same_pool_state,
+    append_for_the_courses_call, attention_over_metadata, cache_state, call_attention, fail_on_call, like_pages,
+    metadata_layout, pool_state, read_once, same_pool_state,
 )
 from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4, INVALID_METADATA
 from pagecheck.invariants.subject import Subject
@@ -494,11 +494,13 @@ def test_append_whose_second_page_write_fails_changes_nothing(
                 f"{step}: {name}'s tokens read through gather_dense() changed",
             )
     # The cache still appends where it left off.
-    metadata = read_once(cache.update_and_fetch_paged(*record.make_chunk(rng, PAGE_SIZE + 1)))
+    # Its last token a decode with mask "causal", whose metadata's own mask the attention gets, as the course calls.
+    metadata = append_for_the_courses_call(cache, *record.make_chunk(rng, PAGE_SIZE + 1))
     query = record.make_query(rng, 4, 1)  # a decode: the course attends with more rows only at its own prefill
     layout = metadata_layout(query, metadata, "float32", "causal")
     expect_pages_hold(INVARIANT, f"{step}, then an append of {PAGE_SIZE + 1}: the metadata", layout, {0: record})
     expect_close(
         INVARIANT, f"{step}, then an append of {PAGE_SIZE + 1}: attention over the cache",
-        attention_over_metadata(paged_attention, query, metadata, "causal"), record.attention(query, "causal"), layout,
+        attention_over_metadata(paged_attention, query, metadata, "causal", own_mask=True),
+        record.attention(query, "causal"), layout,
     )

@@ -1380,6 +1380,17 @@ VARIANTS.update({
     ),
 })
 
+# A classic slip in a path the course never exercises with a valid call: its attention tests hand paged_attention
+# only a metadata's own mask, which this cache resolves into an array, so "causal" as a string (aligned to the first
+# key here, not to the context's end) reaches paged_attention only in its rejection tests.
+VARIANTS["string_causal_aligned_to_the_start"] = (
+    "mask_arrays_in_metadata, and paged_attention's own 'causal' aligns query row i to key i (the first keys), not "
+    "to the context's end",
+    VARIANTS["mask_arrays_in_metadata"][1] + [
+        ("        rows = mx.arange(num_queries)[:, None] + (context - num_queries)\n",
+         "        rows = mx.arange(num_queries)[:, None]\n")],
+)
+
 VARIANTS.update({
     "batch_decode_within_a_page": (
         "a batched decode only fills tail pages: a step in which some live slot's tail page is full (it would "
