@@ -108,6 +108,22 @@ INVALID_METADATA_CASES = (
     "zero-page-size",
 )
 
+# The phrase each of the course's rejection tests matches in the ValueError's message (its pytest.raises(ValueError,
+# match=...), a re.search): a course case that sends exactly the course's inputs demands the same.
+COURSE_PHRASES: dict[str, str] = {
+    **{f"{INVALID_METADATA}[{case}]": phrase for case, phrase in (
+        ("negative-context", "nonnegative"), ("oversized-context", "not covered"),
+        ("insufficient-table-width", "not covered"), ("negative-live-page", "outside physical page storage"),
+        ("page-id-equals-domain", "outside physical page storage"), ("aliased-live-page", "aliased"),
+        ("invalid-padding-sentinel", "must use the -1 sentinel"), ("live-page-in-padding", "must use the -1 sentinel"),
+        ("zero-page-size", "positive integer"),
+    )},
+    f"{DAY_4}::test_paged_attention_rejects_active_context_shorter_than_query": "must be zero or at least query length",
+    f"{DAY_3}::test_task_1_rejects_incompatible_dtype_before_allocating_a_page": "existing page storage dtype",
+    f"{DAY_3}::test_task_1_rejects_shape_mismatch_without_mutating_cache": "same shape",
+    f"{DAY_3}::test_task_2_mixed_pools_fail_before_any_batch_row_mutates": "share one page pool",
+}
+
 COURSE_TESTS: dict[str, str] = {
     f"{DAY_3}::test_task_1_paged_cache_matches_full_cache": "appends of 3, 2, 5 tokens: dense K/V, context, "
     "ceil(context / page_size) pages, full-size physical pages, page_lens sum to the context",

@@ -24,10 +24,11 @@ from pagecheck.invariants.calls import (
     append_for_the_courses_call, attention_over_metadata, cache_state, call_attention, fail_on_call, like_pages,
     metadata_layout, pool_state, read_once, same_pool_state,
 )
-from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, DAY_4, INVALID_METADATA
+from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_PHRASES, DAY_3, DAY_4, INVALID_METADATA
 from pagecheck.invariants.subject import Subject
 from pagecheck.invariants.verdict import (
-    InvariantViolation, expect, expect_close, expect_pages_hold, expect_value_error, same_array, same_tokens,
+    InvariantViolation, expect, expect_close, expect_course_phrase, expect_pages_hold, expect_value_error, same_array,
+    same_tokens,
 )
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
@@ -283,6 +284,7 @@ class PoolRejection:
     # Tokens the cache holds before the call. A course case starts where the course's test does (its rule is
     # checked there only); its twin beyond the course starts mid-page, where the rejected call needs no new page.
     prefill: int = PAGE_SIZE + 1
+    chunk: int = 3  # tokens in the chunk the call is made from (a course case: the course's own)
 
 
 POOL_REJECTIONS = [
@@ -291,7 +293,7 @@ POOL_REJECTIONS = [
     PoolRejection("free_id_equal_to_page_count", _free_id_equal_to_page_count, ("page",)),
     PoolRejection(
         "append_value_shape_differs_from_key", _append_mismatched_value, ("shape",),
-        (f"{DAY_3}::test_task_1_rejects_shape_mismatch_without_mutating_cache",), prefill=0,
+        (f"{DAY_3}::test_task_1_rejects_shape_mismatch_without_mutating_cache",), prefill=0, chunk=2,
     ),
     PoolRejection("append_value_shape_differs_from_key_mid_page", _append_mismatched_value, ("shape",)),
     PoolRejection(
@@ -317,13 +319,15 @@ def test_pool_and_cache_reject_bad_calls_unchanged(
     record = WrittenKv(2, HEAD_DIM, "float32")
     if case.prefill:
         cache.update_and_fetch_paged(*record.make_chunk(rng, case.prefill))
-    chunk = record.make_chunk(rng, 3)
+    chunk = record.make_chunk(rng, case.chunk)
     # The course's rejected appends compare ids, lengths and counters, not page data: slots past the context may
     # hold anything afterwards, so those cases compare the live tokens instead of whole pages.
     page_data = not case.course
     # Through cache.pool, as the course's snapshot (_paged_state) reads the pool.
     pool_before, cache_before = pool_state(cache.pool, page_data=page_data), cache_state(cache)
     message = expect_value_error(INVARIANT, case.name, lambda: case.call(pool, cache, chunk))
+    if case.course:  # the course's own call on the course's own cache: its phrase as its test matches it
+        expect_course_phrase(INVARIANT, case.name, COURSE_PHRASES[case.course[0]], message)
     _advise_on_fields(advise, case.name, case.fields, message)
     expect(
         same_pool_state(pool_before, pool_state(cache.pool, page_data=page_data)), INVARIANT,
@@ -414,11 +418,17 @@ def test_invalid_metadata_is_rejected_at_every_query_length(
 ) -> None:
     # Decode and both prefill paths validate alike: the rule does not depend on the kernel chosen.
     passed = _course_shaped_inputs(num_queries, case.context_lens, case.block_table)
-    message = _rejected_unchanged(paged_attention, f"{case.name} at L={num_queries}", passed, case.page_size, advise)
+    what = f"{case.name} at L={num_queries}"
+    message = _rejected_unchanged(paged_attention, what, passed, case.page_size, advise)
+    # The course's own inputs, so its phrase as its test matches it; a message naming none of the fields is advice.
+    expect_course_phrase(INVARIANT, what, COURSE_PHRASES[f"{INVALID_METADATA}[{case.name}]"], message)
     _advise_on_fields(advise, case.name, case.fields, message)
 
 
-@pytest.mark.course(f"{DAY_4}::test_paged_attention_rejects_active_context_shorter_than_query")
+CONTEXT_SHORTER_THAN_QUERY = f"{DAY_4}::test_paged_attention_rejects_active_context_shorter_than_query"
+
+
+@pytest.mark.course(CONTEXT_SHORTER_THAN_QUERY)
 @pytest.mark.parametrize("num_queries", [2, 9, 65])
 def test_context_shorter_than_the_query_is_rejected_at_every_query_length(
     paged_attention: Any, num_queries: int, advise: Advise
@@ -427,8 +437,9 @@ def test_context_shorter_than_the_query_is_rejected_at_every_query_length(
     live = -(-context // METADATA_PAGE_SIZE)
     table = tuple(range(live)) + (-1,) * (len(METADATA_TABLE) - live)
     passed = _course_shaped_inputs(num_queries, (context,), table)
-    message = _rejected_unchanged(paged_attention, f"context {context} < L={num_queries}", passed, METADATA_PAGE_SIZE,
-                                  advise)
+    what = f"context {context} < L={num_queries}"
+    message = _rejected_unchanged(paged_attention, what, passed, METADATA_PAGE_SIZE, advise)
+    expect_course_phrase(INVARIANT, what, COURSE_PHRASES[CONTEXT_SHORTER_THAN_QUERY], message)
     _advise_on_fields(advise, "context_shorter_than_query", ("context_lens",), message)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import numpy as np
@@ -128,6 +129,15 @@ def expect_value_error(invariant: str, what: str, call: Callable[[], object], co
             raise InvariantViolation(invariant, f"{what}: ValueError without {contains!r}: {message!r}") from None
         return message
     raise InvariantViolation(invariant, f"{what}: no ValueError was raised")
+
+
+def expect_course_phrase(invariant: str, what: str, phrase: str, message: str) -> None:
+    """A ValueError's `message` must hold the course's `phrase` as its test matches it (pytest.raises(match=...):
+    re.search, case as written): for course cases that send exactly the course's inputs."""
+    expect(
+        re.search(phrase, message) is not None, invariant,
+        f"{what}: the ValueError {message!r} lacks the course's phrase {phrase!r} (its test matches it)",
+    )
 
 
 def expect_reference(

@@ -40,7 +40,7 @@ class BatchingKvCache:
             raise ValueError(f"slot id={id} already holds a request")
         pools = {c.pool for c in self.kv_caches if c is not None}
         if pools and prefilled.pool not in pools:
-            raise ValueError(f"request for slot id={id} uses another pool than the active requests")
+            raise ValueError(f"request for slot id={id} uses another pool than the active requests: they must share one page pool")
         self.kv_caches[id] = prefilled
 
     def remove_request(self, id: int) -> None:

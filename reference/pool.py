@@ -142,13 +142,13 @@ class TinyKvPagedPool:
         if k.ndim != 4 or k.shape[0] != 1:
             raise ValueError(f"key shape={k.shape} must be [1, H_kv, S, D]")
         if v.shape != k.shape:
-            raise ValueError(f"value shape={v.shape} differs from key shape={k.shape}")
+            raise ValueError(f"value shape={v.shape} differs from key shape={k.shape}: key and value must have the same shape")
         if self._keys is not None:
             _, heads, _, dim = self._keys.shape
             if (k.shape[1], k.shape[3]) != (heads, dim):
                 raise ValueError(f"key shape={k.shape} does not match pool pages [*, {heads}, *, {dim}]")
             if dtype != self.dtype:
-                raise ValueError(f"key dtype={dtype!r} does not match pool dtype={self.dtype!r}")
+                raise ValueError(f"key dtype={dtype!r} does not match the existing page storage dtype={self.dtype!r}")
         return k, v
 
     def _create_storage(self, chunk: np.ndarray, rows: int) -> None:

@@ -2275,3 +2275,27 @@ VARIANTS.update({
         ],
     ),
 })
+
+# The course matches a phrase in each rejection's message; course cases that send its exact inputs match it too.
+FORGING_VARIANTS.update({
+    "course_phrases_reworded": (
+        "every rejection the course tests still raises ValueError and changes nothing, but its message is worded "
+        "without the course's phrase ('must be >= 0' for 'nonnegative', 'used twice' for 'aliased', ...): each "
+        "of the course's pytest.raises(ValueError, match=...) fails (all 27 invalid-metadata cases, the 3 "
+        "context-shorter-than-query cases, the dtype, shape and mixed-pool rejections)",
+        [
+            ('must be nonnegative")', 'must be >= 0")'),
+            (": not covered by block_table width", ": more than block_table width"),
+            ("live page id is outside physical page storage [0,", "live page id is not a page of the pool [0,"),
+            ("live page id is aliased (row", "live page id is used twice (row"),
+            ('is past context {n} and must use the -1 sentinel"', 'is past context {n} and must be -1"'),
+            ("must be zero or at least query length L=", "is shorter than the query, L="),
+            ('        raise ValueError(f"page_size must be a positive integer, got {page_size!r}")\n    if mask',
+             '        raise ValueError(f"page_size must be >= 1, got {page_size!r}")\n    if mask'),
+            ('does not match the existing page storage dtype "', 'differs from the pool\'s dtype "'),
+            ('raise ValueError(f"key and value must have the same shape,', 'raise ValueError(f"key and value shapes differ,'),
+            ("must share one page pool;", "must all use one pool;"),
+        ],
+        "pagecheck.invariants.test_rejection::test_invalid_metadata_is_rejected_at_every_query_length",
+    ),
+})
