@@ -24,7 +24,7 @@ def validator(kind: str) -> Any:
         import referencing
         from referencing.jsonschema import DRAFT202012
     except ImportError as exc:
-        raise RuntimeError("validating a document needs jsonschema: pip install 'pagecheck[test]'") from exc
+        raise RuntimeError("validating a document needs jsonschema, a dependency of pagecheck: pip install 'jsonschema>=4.20'") from exc
     if kind not in schema_kinds():
         raise ValueError(f"kind={kind!r} has no schema; the kinds are {schema_kinds()}")
     registry = referencing.Registry().with_resources(

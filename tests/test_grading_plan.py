@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 from pathlib import Path
@@ -10,7 +11,11 @@ import pytest
 
 from pagecheck.grading.plan import GradePlan, grader_fingerprint, source_fingerprint
 from pagecheck.grading.results_store import reuse_reason
+from pagecheck.grading import sandbox
+from pagecheck.commands.grade import run_grading
+from pagecheck.grading.rubric import load_rubric
 from pagecheck.grading.sandbox import Limits
+from pagecheck.grading.worker_process import WorkerLimits, WorkerProcess, WorkerSettings
 from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SECRET_FILE, SEED_FILE_LIMIT, resolve_secret
 from tests.grading_results import result_document
 
@@ -47,12 +52,28 @@ def test_a_result_from_another_grader_is_graded_again() -> None:
     assert reuse_reason(document, "d" * 64, older) == "the grading settings changed"
 
 
-def test_a_gpu_run_limits_the_data_segment_and_a_cpu_run_the_address_space() -> None:
-    # MLX's CUDA back-end reserves far more address space than it uses: under a 4 GiB RLIMIT_AS it does not load.
-    for device, kind in (("cpu", "address_space"), ("gpu", "data")):
+@pytest.mark.parametrize("mlx_on_cuda", [False, True], ids=["cpu-build", "cuda-build"])
+def test_a_run_that_loads_mlx_on_cuda_limits_the_data_segment_and_any_other_the_address_space(
+    mlx_on_cuda: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    # MLX's CUDA back-end reserves far more address space than it uses: under a 4 GiB RLIMIT_AS it does not load,
+    # whichever device it then computes on (seen on an H100: a CPU grade's workers all failed to import MLX).
+    monkeypatch.setattr(sandbox, "mlx_runs_on_cuda", lambda: mlx_on_cuda)
+    for device in ("cpu", "gpu"):
+        kind = "data" if device == "gpu" or mlx_on_cuda else "address_space"
         plan = GradePlan(secret="s" * 16, limits=Limits(60, 1 << 30), build_timeout_s=60, profile="default",
                          device=device)  # fmt: skip
-        assert (plan.trusted_limits.memory_kind, plan.worker_limits.memory_kind) == (kind, kind)
+        assert (plan.trusted_limits.memory_kind, plan.worker_limits.memory_kind) == (kind, kind), device
+    default = "data" if mlx_on_cuda else "address_space"
+    assert (Limits(60, 1 << 30).memory_kind, WorkerLimits().memory_kind) == (default, default)
+    # Such a worker also gets the GPU's files, and the grade one submission at a time.
+    worker = WorkerProcess(WorkerSettings(spec="reference", device="cpu"), on_event=lambda event: None)
+    config = worker._launch_config({"worker_in": 3, "worker_out": 4, "status": 5}, str(tmp_path))
+    assert bool(config.device_paths) == mlx_on_cuda and config.memory_kind == default
+    args = argparse.Namespace(jobs=2, device="cpu")
+    if mlx_on_cuda:
+        with pytest.raises(ValueError, match="--jobs=2 on this machine, whose MLX runs on CUDA"):
+            run_grading(args, load_rubric(None))
 
 
 def test_a_limit_given_in_gib_is_named_as_given() -> None:

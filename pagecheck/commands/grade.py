@@ -33,7 +33,9 @@ from pagecheck.grading.outputs import out_problem, write_outputs
 from pagecheck.grading.results_store import SCOREBOARD, load_all_results
 from pagecheck.grading.plan import DEFAULT_CALL_TIMEOUT_S, DEFAULT_DISK_BYTES, GradePlan
 from pagecheck.grading.rubric import DEFAULT_RUBRIC, Rubric, load_rubric
-from pagecheck.grading.sandbox import GIB, MAX_BYTES, MAX_SECONDS, GradingInterrupted, LiveChildren, Limits
+from pagecheck.grading.sandbox import (
+    GIB, MAX_BYTES, MAX_SECONDS, GradingInterrupted, LiveChildren, Limits, loads_cuda,
+)
 from pagecheck.grading.schedule import jobs_to_run, run_jobs
 from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SECRET_FILE, read_secret, resolve_secret
 from pagecheck.grading.shards import expected_names, parse_shard, write_manifest
@@ -65,15 +67,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--jobs", type=int_in(1, options.MAX_JOBS), default=None, metavar="N",
                         help="submissions graded at once; each sandboxed worker is one CPU scheduling group where "
                         "the kernel groups by session (the protection cpu_share says whether it does); at most "
-                        f"{options.MAX_JOBS}; 1 with --device gpu, whose workers keep file locks two submissions "
-                        f"could talk through (default: half the CPUs, {DEFAULT_JOBS} here; 1 on the GPU)")  # fmt: skip
+                        f"{options.MAX_JOBS}; 1 with --device gpu, or on any device where MLX runs on CUDA, whose "
+                        "workers keep file locks two submissions could talk through (default: half the CPUs, "
+                        f"{DEFAULT_JOBS} here; 1 there)")  # fmt: skip
     parser.add_argument("--timeout", type=number_up_to(MAX_SECONDS, least=1.0), default=300.0, metavar="S",
                         help="wall-clock limit of each suite run, in seconds (default: %(default)g)")  # fmt: skip
     parser.add_argument("--build-timeout", type=number_up_to(MAX_SECONDS, least=1.0), default=600.0, metavar="S",
                         help="wall-clock limit of an extension build, in seconds (default: %(default)g)")  # fmt: skip
     parser.add_argument("--memory", type=number_up_to(MAX_BYTES / GIB), default=4.0, metavar="GB",
                         help="memory limit of the sandboxed worker (and of a build), in GiB: its address space, or "
-                        "with --device gpu its data segment (CUDA needs more address space than it uses) (default: %(default)g)")  # fmt: skip
+                        "where MLX runs on CUDA (--device gpu, or a CUDA build of MLX) its data segment (CUDA needs "
+                        "more address space than it uses) (default: %(default)g)")  # fmt: skip
     parser.add_argument("--call-timeout", type=number_up_to(MAX_SECONDS, least=MIN_CHECK_TIMEOUT_S),
                         default=DEFAULT_CALL_TIMEOUT_S, metavar="S",
                         help="wall-clock limit of each call into the submission, in seconds; a call past it fails "
@@ -160,11 +164,12 @@ def run_merge(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
 
 def run_grading(args: argparse.Namespace, rubric: Rubric) -> ExitCode:
     if args.jobs is None:
-        args.jobs = 1 if args.device == "gpu" else DEFAULT_JOBS
-    elif args.jobs > 1 and args.device == "gpu":
-        raise ValueError(f"--jobs={args.jobs} with --device gpu: a GPU worker keeps file locks (its driver's), "
-                         "through which submissions graded side by side could tell each other what they saw; "
-                         "grade one at a time (--jobs 1)")  # fmt: skip
+        args.jobs = 1 if loads_cuda(args.device) else DEFAULT_JOBS
+    elif args.jobs > 1 and loads_cuda(args.device):
+        where = "with --device gpu" if args.device == "gpu" else "on this machine, whose MLX runs on CUDA"
+        raise ValueError(f"--jobs={args.jobs} {where}: a worker that loads MLX's CUDA back-end keeps file locks "
+                         "(its driver's), through which submissions graded side by side could tell each other what "
+                         "they saw; grade one at a time (--jobs 1)")  # fmt: skip
     try:
         # The trusted suite runs its checks on this device: without it they would all skip, and every
         # submission would get a grade made of no check.

@@ -8,13 +8,14 @@ from wait4's rusage, which needs no cooperation from the child.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -43,6 +44,32 @@ MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
 MEMORY_KINDS = tuple(MEMORY_RLIMITS)
 
 
+@functools.cache
+def mlx_runs_on_cuda() -> bool:
+    """Whether the MLX here is built with its CUDA back-end and sees a GPU. A child that imports it then needs
+    what that back-end needs to load, whichever device it computes on: the import allocates managed memory
+    ("cudaMallocManaged ... failed" under any useful RLIMIT_AS), opens the GPU's device files, and the driver
+    names its threads and shares memory with them."""
+    try:
+        import mlx.core as mx
+    except ImportError:
+        return False
+    cuda = getattr(mx, "cuda", None)
+    return bool(cuda is not None and cuda.is_available())
+
+
+def loads_cuda(device: str) -> bool:
+    """Whether a child computing on `device` loads MLX's CUDA back-end: on the GPU, or on a machine whose MLX has
+    it (mlx_runs_on_cuda)."""
+    return device == "gpu" or mlx_runs_on_cuda()
+
+
+def default_memory_kind() -> str:
+    """How a memory limit binds a child that imports MLX here: its data segment where MLX runs on CUDA (whose
+    back-end reserves far more address space than it uses), else its address space."""
+    return "data" if mlx_runs_on_cuda() else "address_space"
+
+
 def check_seconds(name: str, seconds: float) -> None:
     """A time limit is a number of seconds in (0, MAX_SECONDS]; NaN is not."""
     if not 0 < seconds <= MAX_SECONDS:
@@ -53,7 +80,8 @@ def check_seconds(name: str, seconds: float) -> None:
 class Limits:
     timeout_s: float
     memory_bytes: int
-    memory_kind: str = "address_space"  # or "data" (RLIMIT_DATA), for a child that runs MLX's CUDA back-end
+    # "address_space" (RLIMIT_AS), or "data" (RLIMIT_DATA) for a child that loads MLX's CUDA back-end
+    memory_kind: str = field(default_factory=default_memory_kind)
 
     def __post_init__(self) -> None:
         check_seconds("timeout", self.timeout_s)

@@ -464,9 +464,10 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
     # From here on nothing in the worker starts a process or a program (seccomp.py): a fresh interpreter would
     # hold none of the traps above, nor this process's memory limit.
     # Said now, before any code of the submission runs: that code can rewrite what the worker sends later.
-    # What workers share stays allowed on the GPU, whose driver may lock its caches and share memory with its own
-    # threads; a submission's passes run one after the other, and `grade --device gpu` one submission at a time.
-    refuse_shared = config.get("device") != "gpu"
+    # What workers share stays allowed where MLX's CUDA back-end is loaded (on the GPU, or on any device where MLX
+    # has it), whose driver may lock its caches and share memory with its own threads; a submission's passes run
+    # one after the other, and there `grade` one submission at a time.
+    refuse_shared = not config.get("loads_cuda", config.get("device") == "gpu")
     worker.send({"op": "armed", "new_processes": modules["seccomp"].refuse_new_processes(refuse_shared)})
     # The worker's modules leave sys.modules before the submission's code runs: a name there is one line away
     # from rebinding the wire or the watch's classes (tried with the wire's write_frame). The traps' wrappers

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from pagecheck.grading import wire
 from pagecheck.grading.launcher import SCRATCH_PLACEHOLDER, SETUP_FAILED, LaunchConfig, read_status, scratch_mountpoint
-from pagecheck.grading.sandbox import GIB, gib
+from pagecheck.grading.sandbox import GIB, default_memory_kind, gib, loads_cuda
 from pagecheck.grading.worker_main import BOOTSTRAP, bootstrap_message
 
 LOG_LIMIT_BYTES = 1 << 20
@@ -69,7 +69,8 @@ class WorkerLimits:
     max_processes: int = 64
     max_file_bytes: int = 256 << 20
     disk_bytes: int = 512 << 20
-    memory_kind: str = "address_space"  # "data" for a GPU worker (sandbox.Limits.memory_kind)
+    # "data" for a worker that loads MLX's CUDA back-end (sandbox.Limits.memory_kind)
+    memory_kind: str = field(default_factory=default_memory_kind)
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,7 @@ class WorkerProcess:
         settings = self.settings
         read_paths = [*SYSTEM_READ_PATHS, *python_read_paths(), *settings.extra_read_paths]
         device_paths: list[str] = []
-        if settings.device == "gpu":
+        if loads_cuda(settings.device):  # MLX's CUDA back-end opens the GPU's files at import, whatever the device
             read_paths += GPU_READ_PATHS
             device_paths = sorted(str(p) for p in Path("/dev").glob("nvidia*")) + ["/dev/dri"]
         limits = settings.limits
@@ -282,7 +283,8 @@ class WorkerProcess:
         self._reader = wire.FrameReader(reply_r)
         worker_config = {
             "spec": settings.spec, "import_paths": list(settings.import_paths), "strict": settings.strict,
-            "device": settings.device, "harness_roots": harness_roots() if settings.strict else [],
+            "device": settings.device, "loads_cuda": loads_cuda(settings.device),
+            "harness_roots": harness_roots() if settings.strict else [],
             "site_paths": library_paths(),
         }  # fmt: skip
         try:
