@@ -545,6 +545,60 @@ def test_a_submission_cannot_silence_the_traps(tmp_path: Path) -> None:
         assert [e["kind"] for e in session.events if e["kind"] == "sdpa_trap"] == ["sdpa_trap"]
 
 
+SWAPS_ITS_PIPE = '''
+import os, sys
+import mlx.core as mx
+
+REPLIES = int(sys.argv[2])  # the worker's reply descriptor, as the bootstrap reads it
+
+
+def _try(action):
+    try:
+        action()
+        return "ran"
+    except OSError as exc:
+        return type(exc).__name__
+
+
+def paged_attention(probe):
+    if probe == "close":
+        return [_try(lambda: os.close(REPLIES)), _try(lambda: os.close(int(sys.argv[1]))),
+                _try(lambda: os.closerange(min(REPLIES, int(sys.argv[1])), REPLIES + 1)), _try(lambda: os.fstat(REPLIES))]
+    # A pipe of its own under the reply descriptor's number while the trap reports, the real one back after.
+    saved = os.dup(REPLIES)
+    sink_r, sink_w = os.pipe()
+    swapped = _try(lambda: os.dup2(sink_w, REPLIES))
+    try:
+        getattr(mx.fast, "scaled_" + "dot_product_attention")(
+            mx.ones((1, 1, 1, 4)), mx.ones((1, 1, 2, 4)), mx.ones((1, 1, 2, 4)), scale=1.0)
+    except Exception:
+        pass
+    finally:
+        os.dup2(saved, REPLIES, inheritable=False) if swapped == "ran" else None
+    for fd in (saved, sink_r, sink_w):
+        os.close(fd)
+    return swapped
+'''
+
+
+def test_a_submission_cannot_swap_the_reply_pipe(tmp_path: Path) -> None:
+    """A submission that put a pipe of its own under the reply descriptor's number (dup2) while it ran, and the
+    real pipe back before it returned, had every report written meanwhile go into its pipe (red team: a dense
+    gather kept 80 of 90 points beyond the course, against 0 unhidden). The worker's filter refuses to replace
+    or close the protocol's descriptors, so the trap's report lands."""
+    from pagecheck.grading import seccomp
+
+    if not LINUX or os.uname().machine not in seccomp.ARCHES:
+        pytest.skip("no seccomp filter on this machine")
+    with sandboxed(tmp_path, "swaps.py", SWAPS_ITS_PIPE) as (subject, session):
+        swapped = subject.get("paged_attention")("swap")
+        assert [e["kind"] for e in session.events if e["kind"] == "sdpa_trap"] == ["sdpa_trap"], swapped
+        assert swapped == "PermissionError"
+        # Closed, the numbers would go to the next descriptor opened; os.closerange ignores what it cannot close.
+        assert subject.get("paged_attention")("close") == ["PermissionError", "PermissionError", "ran", "ran"]
+        assert "the protocol's pipes stay in place" in session.protections["new_processes"]
+
+
 def test_crash_fails_the_check_and_the_next_check_restarts(sandbox: tuple[Subject, Session]) -> None:
     subject, session = sandbox
     pool = subject.get("TinyKvPagedPool")(4)

@@ -466,8 +466,11 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
     # Said now, before any code of the submission runs: that code can rewrite what the worker sends later.
     # What workers share stays allowed on the GPU, whose driver may lock its caches and share memory with its own
     # threads; a submission's passes run one after the other, and `grade --device gpu` one submission at a time.
+    # The protocol's pipes stay under their numbers: a submission that put a pipe of its own under the reply
+    # descriptor's number (dup2) received every report written while it was there.
     refuse_shared = config.get("device") != "gpu"
-    worker.send({"op": "armed", "new_processes": modules["seccomp"].refuse_new_processes(refuse_shared)})
+    filtered = modules["seccomp"].refuse_new_processes(refuse_shared, keep_fds=(fd_in, fd_out))
+    worker.send({"op": "armed", "new_processes": filtered})
     # The worker's modules leave sys.modules before the submission's code runs: a name there is one line away
     # from rebinding the wire or the watch's classes (tried with the wire's write_frame). The traps' wrappers
     # still hold them, through their globals and closures: the limit tripwires.py names.
