@@ -113,6 +113,11 @@ def forge_events(count, kind):
     return _try(lambda: getattr(mx.fast, "scaled_" + "dot_product_attention")(
         mx.ones((1, 1, 1, 4)), mx.ones((1, 1, 2, 4)), mx.ones((1, 1, 2, 4)), scale=1.0))
 
+def forge_frame(header):
+    text = json.dumps(header).encode()
+    os.write(int(sys.argv[2]), struct.pack("<4sII", b"PCW1", len(text), 0) + text)
+    return "written"
+
 def sdpa_original():
     fused = getattr(mx.fast, "scaled_" + "dot_product_attention")
     return [_try(lambda: fused.original), _try(lambda: fused(mx.ones((1, 1, 1, 4)), mx.ones((1, 1, 2, 4)),
@@ -249,6 +254,55 @@ def test_forged_event_frames_are_flagged_and_hide_no_trap(sandbox: tuple[Subject
     # A forged "incident" (only the trusted side records incidents) is a forged frame too.
     probe(subject, "forge_events", 1, "incident")
     assert [e for e in session.events if e["kind"] == "incident"] == []
+
+
+def test_an_event_the_worker_did_not_write_is_a_forged_frame(sandbox: tuple[Subject, Session]) -> None:
+    # A frame whose event is not a JSON object was dropped without a word (red team: a frame of the
+    # submission's that declares a buffer swallows the worker's next frames that way); one of a kind the worker
+    # reports, written by the submission, was filed as the worker's, with the submission's text.
+    subject, session = sandbox
+    assert probe(subject, "forge_frame", {"event": 5}) == "written"
+    assert probe(subject, "forge_frame", {"event": {"kind": "introspection", "detail": "# Regraded",
+                                                    "where": "x.py:1"}}) == "written"  # fmt: skip
+    forged = [e for e in session.events if e["kind"] == FORGED_EVENT]
+    assert [e["detail"] for e in forged] == [
+        "the worker's pipe carried an event of kind int that the worker did not write",
+        "the worker's pipe carried an event of kind introspection that the worker did not write",
+    ]
+    assert [e for e in session.events if e["kind"] == "introspection"] == []
+
+
+def test_frames_the_worker_wrote_arrive_all_and_in_turn(tmp_path: Path) -> None:
+    """The worker numbers its frames; the trusted side takes an event as the worker's only in turn, as a JSON
+    object, without buffers. A number past the next (frames that never arrived) or a reply the worker did not
+    write stops the worker: the call fails."""
+    from pagecheck.grading import wire
+    from pagecheck.grading.worker_process import WorkerProcess
+
+    def frames(*headers: tuple[dict[str, object], list[bytes]]) -> tuple[WorkerProcess, list[tuple[object, bool]]]:
+        seen: list[tuple[object, bool]] = []
+        worker = WorkerProcess(WorkerSettings(spec="unused.py"), lambda event, genuine: seen.append((event, genuine)))
+        read_fd, write_fd = os.pipe()
+        for header, buffers in headers:
+            wire.write_frame(write_fd, header, buffers)
+        os.close(write_fd)
+        worker._reader = wire.FrameReader(read_fd)
+        return worker, seen
+
+    trap = {"kind": "sdpa_trap", "detail": "d", "where": "a.py:3"}
+    worker, seen = frames(({"event": trap, "seq": 0}, []), ({"event": trap}, []), ({"event": [trap], "seq": 1}, []),
+                          ({"event": trap, "seq": 2}, [b"swallowed"]), ({"event": trap, "seq": 1}, []),
+                          ({"ok": 7, "seq": 3}, []))  # fmt: skip
+    assert worker._read_reply(time.monotonic() + 5, "a call")[0] == {"ok": 7, "seq": 3}
+    assert seen == [(trap, True), (trap, False), ({"kind": "list"}, False), (trap, False), (trap, False)]
+    worker, _ = frames(({"ok": 1, "seq": 0}, []), ({"ok": 2, "seq": 2}, []))
+    assert worker._read_reply(time.monotonic() + 5, "a call")[0]["ok"] == 1
+    with pytest.raises(WorkerIncident, match="frame 1 of the worker's never arrived") as gap:
+        worker._read_reply(time.monotonic() + 5, "a call")
+    assert gap.value.kind == "protocol"
+    worker, _ = frames(({"ok": 1}, []),)
+    with pytest.raises(WorkerIncident, match="a reply the worker did not write"):
+        worker._read_reply(time.monotonic() + 5, "a call")
 
 
 def test_errors_keep_their_builtin_type_and_message(sandbox: tuple[Subject, Session]) -> None:

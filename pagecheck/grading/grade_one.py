@@ -29,7 +29,7 @@ from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SuitePassSeed, pass_seeds
 from pagecheck.grading.submission import Submission, SubmissionFilesError, content_digest, stage_copy
 from pagecheck.grading.suite_pass import PassOutcome, code_roots, run_suite_pass
 from pagecheck.grading.verdicts import Verdict
-from pagecheck.grading.wire import clean_text
+from pagecheck.grading.wire import PIPE_SWAP, clean_text
 from pagecheck.grading.worker_process import WorkerSettings
 
 # A check's outcome over both passes is the most serious of its outcomes.
@@ -70,6 +70,7 @@ EVENT_FINDINGS = {
     "harness_read": "project_import",
     "introspection": "tamper",
     "reimport": "tamper",
+    PIPE_SWAP: "tamper",
     FORGED_EVENT: "tamper",
 }
 HIDDEN_PLACE = "(hidden inputs)"

@@ -71,7 +71,7 @@ MAX_EVENTS = 2000  # reports of one kind kept per session (incidents are always 
 # side records those) is a forged frame, recorded as FORGED_EVENT; and reports are capped per kind, so that a
 # flood of one kind cannot crowd another out.
 WORKER_EVENT_KINDS = frozenset({"sdpa_trap", "gather_trap", "harness_import", "harness_read", "introspection",
-                                "reimport"})
+                                "reimport", wire.PIPE_SWAP})
 FORGED_EVENT = "forged_event"
 # The fields an event keeps: those the worker's reports and the trusted side's incidents carry.
 EVENT_FIELDS = frozenset({"detail", "where", "op", "shape", "incident"})
@@ -122,11 +122,13 @@ class Session:
                   for k, v in event.items() if k in EVENT_FIELDS}  # fmt: skip
         self.events.append({**fields, "kind": kind, "check": self.check})
 
-    def _worker_event(self, event: dict[str, Any]) -> None:
-        """An event frame from the worker: a report of one of WORKER_EVENT_KINDS, or else a forged frame."""
-        if event.get("kind") not in WORKER_EVENT_KINDS:
+    def _worker_event(self, event: dict[str, Any], genuine: bool = True) -> None:
+        """An event frame from the worker: a report of one of WORKER_EVENT_KINDS that the worker wrote
+        (`genuine`: WorkerProcess checks its number), or else a forged frame."""
+        if not genuine or event.get("kind") not in WORKER_EVENT_KINDS:
             kind = wire.clean_text(str(event.get("kind")), 100)
-            event = {"kind": FORGED_EVENT, "detail": f"the worker's pipe carried an event of kind {kind}"}
+            by = "" if genuine else " that the worker did not write"
+            event = {"kind": FORGED_EVENT, "detail": f"the worker's pipe carried an event of kind {kind}{by}"}
         self._record(event)
 
     def start(self) -> WorkerProcess:

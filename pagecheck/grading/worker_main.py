@@ -75,7 +75,7 @@ class Worker:
         self.wire = wire
         # Every frame goes out through this writer, made before the subject loads: code the submission runs can
         # rebind the wire module's names, os.write or json's, and still neither drop nor rewrite a frame.
-        self.write_frame = wire.frame_writer(fd_out)
+        self.write_frame = wire.frame_writer(fd_out, checked=True)
         self.reader = wire.FrameReader(fd_in)
         self.objects: dict[int, Any] = {}
         self.ids_by_object: dict[int, int] = {}
