@@ -954,6 +954,16 @@ def test_a_worker_event_keeps_only_report_fields_and_the_trusted_check() -> None
                                   "kind": "introspection", "check": "pagecheck.invariants.test_x::real"}  # fmt: skip
 
 
+def test_a_worker_event_keeps_a_place_only_as_file_and_ascii_line() -> None:
+    # 'attention.py:²' (a superscript passes str.isdigit(), int() refuses it) made the grader raise (red team).
+    from pagecheck.grading.remote_subject import Session
+
+    session = Session(WorkerSettings(spec="unused.py"), None)
+    for where in ("attention.py:\u00b2", "attention.py", ["a.py", 3], "x" * 600 + ":12", "a\nb.py:7"):
+        session._worker_event({"kind": "introspection", "detail": "gc.get_objects", "where": where})
+    assert [e["where"] for e in session.events] == ["", "", "", "x" * 297 + "...:12", "a\nb.py:7"]
+
+
 @pytest.mark.skipif(not LINUX, reason="Linux rlimits")
 def test_an_rlimit_past_its_type_is_reported_not_fatal() -> None:
     """A limit no rlim_t holds (an OverflowError from setrlimit) is named among those not set; the others are

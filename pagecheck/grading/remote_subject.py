@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import collections
 import dataclasses
+import re
 import shutil
 import tempfile
 import weakref
@@ -77,6 +78,16 @@ FORGED_EVENT = "forged_event"
 EVENT_FIELDS = frozenset({"detail", "where", "op", "shape", "incident"})
 
 
+# A report's place: the file the worker names (the code object's, which the submission chooses) and an ASCII line.
+PLACE = re.compile(r"(.+):([0-9]{1,9})", re.S)
+
+
+def _place(value: Any) -> str:
+    """A report's `where` as file:line, the file cut to 300 characters; "" (no place) when it is not one."""
+    found = PLACE.fullmatch(value) if isinstance(value, str) else None
+    return f"{wire.clean_text(found[1], 300)}:{found[2]}" if found else ""
+
+
 def _plain_field(value: Any) -> Any:
     """A report's non-text field as plain data: a short list of integers (a shape), else its text."""
     if isinstance(value, list) and len(value) <= 8 and all(isinstance(n, int) and not isinstance(n, bool) for n in value):
@@ -120,6 +131,8 @@ class Session:
         # whatever the frame says (a worker frame naming its own check could misfile it or carry text).
         fields = {k: wire.clean_text(v, 500) if isinstance(v, str) else _plain_field(v)
                   for k, v in event.items() if k in EVENT_FIELDS}  # fmt: skip
+        if "where" in fields:
+            fields["where"] = _place(event["where"])
         self.events.append({**fields, "kind": kind, "check": self.check})
 
     def _worker_event(self, event: dict[str, Any], genuine: bool = True) -> None:
