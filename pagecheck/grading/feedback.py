@@ -199,7 +199,7 @@ def render_feedback(document: dict[str, Any], rubric: Rubric) -> str:
             lines += ["These set the total beyond the course to 0; the course clauses keep their points.", ""]
         # Places and details come from the submission: its file names, and what its worker reported.
         for finding in document["findings"]:
-            place = _code(f"{finding['file']}:{finding['line']}")
+            place = _code(f"{finding['file']}:{finding['line']}" if finding["file"] else "(no place)")
             detail = _code(_masked(finding["detail"], document))
             lines.append(f"- {place} ({finding['kind']}): {detail}. {FINDING_TEXT[finding['kind']]}")
         lines.append("")
