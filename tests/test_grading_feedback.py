@@ -113,3 +113,21 @@ def test_a_gather_beyond_the_course_says_which_total_it_costs() -> None:
     text = render_feedback(document, RUBRIC)
     assert "Total: **10** of 10 points. Beyond the course: **0** of 3." in text
     assert "These set the total beyond the course to 0; the course clauses keep their points." in text
+
+
+def test_text_from_the_submission_cannot_write_its_own_markdown() -> None:
+    """A forged report's place and detail were written into the feedback as they came: a place closing its code
+    span, HTML, and a second '# Feedback for ...' heading claiming full points (red team). Places and details are
+    one-line code spans fenced past their backticks; a check's message is a code block inside its list item."""
+    document = result_document("amy", {"context_len": ["fail"], "lazy_tail": ["pass"]}, findings=("tamper",))
+    document["findings"][0].update(file="attention.py`) **ok** <b>x</b>", line=7, detail=(
+        "gc\n</ul><h1>Grader notice</h1>\n# Feedback for amy (regraded by staff)\u2028Verdict: **ok** ``` "
+        "<img src=x onerror=alert(1)>\u202e"))  # fmt: skip
+    document["checks"][0]["message"] = "ValueError: <img src=x onerror=alert(1)>\n# Feedback for amy: 80 of 80"
+    lines = render_feedback(document, RUBRIC).splitlines()
+    assert "- `` attention.py`) **ok** <b>x</b>:7 `` (tamper): ```` gc </ul><h1>Grader notice</h1> # Feedback for " \
+           "amy (regraded by staff) Verdict: **ok** ``` <img src=x onerror=alert(1)> ````. A submission must not " \
+           "reach for the grader's objects." in lines  # fmt: skip
+    assert "      ValueError: <img src=x onerror=alert(1)>" in lines and "      # Feedback for amy: 80 of 80" in lines
+    assert [line for line in lines if "Feedback for" in line and not line.startswith(("- ", "      "))] == [
+        "# Feedback for amy"]

@@ -205,3 +205,17 @@ def test_a_finding_only_the_hidden_pass_showed_says_neither_how_often_nor_where(
     shown = _worker_findings([SimpleNamespace(seed=SimpleNamespace(kind="public"), events=events(3, "x::test_b"))],
                              [], "s" * 32)  # fmt: skip
     assert "3 times, first during test_b" in shown[0].detail
+
+
+def test_a_place_whose_line_is_not_ascii_digits_is_kept_whole_at_line_0() -> None:
+    """'attention.py:²' passed str.isdigit() and int() refused it: the grader raised on one frame of the
+    submission's and filed it as crashed, a grader failure (red team)."""
+    from types import SimpleNamespace
+
+    from pagecheck.grading.grade_one import _worker_findings
+
+    events = [{"event": "introspection", "where": where, "detail": "gc.get_objects", "nodeid": "x::test_a"}
+              for where in ("attention.py:\u00b2", "a:b.py:12", "attention.py:\u0663", "no place")]  # fmt: skip
+    found = _worker_findings([SimpleNamespace(seed=SimpleNamespace(kind="public"), events=events)], [], "s" * 32)
+    assert sorted((f.file, f.line) for f in found) == [("a:b.py", 12), ("attention.py:\u00b2", 0),
+                                                       ("attention.py:\u0663", 0), ("no place", 0)]  # fmt: skip

@@ -278,3 +278,34 @@ def test_a_frame_is_read_on_a_descriptor_past_1023_and_its_deadline_still_holds(
         os.close(high_read)
         if soft < 1400:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_workers_writer_numbers_its_frames_and_holds_them_while_its_pipe_is_swapped() -> None:
+    # Where no seccomp filter keeps the reply descriptor in place, a submission could put a pipe of its own under
+    # its number (dup2) while reports are written, and the real one back after (red team: a gather's report went
+    # into the submission's pipe). The worker's writer writes only to the pipe it was made for: meanwhile it holds
+    # its frames, then writes a pipe_swap report and them, in order and numbered, once the pipe is back.
+    read_fd, write_fd = os.pipe()
+    sink_r, sink_w = os.pipe()
+    saved = os.dup(write_fd)
+    writer = wire.frame_writer(write_fd, checked=True)
+    reader = wire.FrameReader(read_fd)
+    try:
+        writer({"op": "armed"})
+        assert reader.read(time.monotonic() + 5) == ({"op": "armed", wire.SEQ: 0}, [])
+        os.dup2(sink_w, write_fd)
+        writer({"event": {"kind": "gather_trap"}})
+        assert not wire.readable(sink_r, 0) and not wire.readable(read_fd, 0)
+        os.dup2(saved, write_fd)
+        writer({"ok": 1}, [b"abc"])
+        frames = [reader.read(time.monotonic() + 5) for _ in range(3)]
+        assert [header for header, _ in frames] == [
+            {"event": {"kind": wire.PIPE_SWAP, "detail": "another file was put under the worker's reply descriptor"},
+             wire.SEQ: 1},
+            {"event": {"kind": "gather_trap"}, wire.SEQ: 2},
+            {"ok": 1, wire.SEQ: 3},
+        ]
+        assert bytes(frames[2][1][0]) == b"abc" and not wire.readable(read_fd, 0)
+    finally:
+        for fd in (read_fd, write_fd, sink_r, sink_w, saved):
+            os.close(fd)

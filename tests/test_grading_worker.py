@@ -113,6 +113,11 @@ def forge_events(count, kind):
     return _try(lambda: getattr(mx.fast, "scaled_" + "dot_product_attention")(
         mx.ones((1, 1, 1, 4)), mx.ones((1, 1, 2, 4)), mx.ones((1, 1, 2, 4)), scale=1.0))
 
+def forge_frame(header):
+    text = json.dumps(header).encode()
+    os.write(int(sys.argv[2]), struct.pack("<4sII", b"PCW1", len(text), 0) + text)
+    return "written"
+
 def sdpa_original():
     fused = getattr(mx.fast, "scaled_" + "dot_product_attention")
     return [_try(lambda: fused.original), _try(lambda: fused(mx.ones((1, 1, 1, 4)), mx.ones((1, 1, 2, 4)),
@@ -249,6 +254,55 @@ def test_forged_event_frames_are_flagged_and_hide_no_trap(sandbox: tuple[Subject
     # A forged "incident" (only the trusted side records incidents) is a forged frame too.
     probe(subject, "forge_events", 1, "incident")
     assert [e for e in session.events if e["kind"] == "incident"] == []
+
+
+def test_an_event_the_worker_did_not_write_is_a_forged_frame(sandbox: tuple[Subject, Session]) -> None:
+    # A frame whose event is not a JSON object was dropped without a word (red team: a frame of the
+    # submission's that declares a buffer swallows the worker's next frames that way); one of a kind the worker
+    # reports, written by the submission, was filed as the worker's, with the submission's text.
+    subject, session = sandbox
+    assert probe(subject, "forge_frame", {"event": 5}) == "written"
+    assert probe(subject, "forge_frame", {"event": {"kind": "introspection", "detail": "# Regraded",
+                                                    "where": "x.py:1"}}) == "written"  # fmt: skip
+    forged = [e for e in session.events if e["kind"] == FORGED_EVENT]
+    assert [e["detail"] for e in forged] == [
+        "the worker's pipe carried an event of kind int that the worker did not write",
+        "the worker's pipe carried an event of kind introspection that the worker did not write",
+    ]
+    assert [e for e in session.events if e["kind"] == "introspection"] == []
+
+
+def test_frames_the_worker_wrote_arrive_all_and_in_turn(tmp_path: Path) -> None:
+    """The worker numbers its frames; the trusted side takes an event as the worker's only in turn, as a JSON
+    object, without buffers. A number past the next (frames that never arrived) or a reply the worker did not
+    write stops the worker: the call fails."""
+    from pagecheck.grading import wire
+    from pagecheck.grading.worker_process import WorkerProcess
+
+    def frames(*headers: tuple[dict[str, object], list[bytes]]) -> tuple[WorkerProcess, list[tuple[object, bool]]]:
+        seen: list[tuple[object, bool]] = []
+        worker = WorkerProcess(WorkerSettings(spec="unused.py"), lambda event, genuine: seen.append((event, genuine)))
+        read_fd, write_fd = os.pipe()
+        for header, buffers in headers:
+            wire.write_frame(write_fd, header, buffers)
+        os.close(write_fd)
+        worker._reader = wire.FrameReader(read_fd)
+        return worker, seen
+
+    trap = {"kind": "sdpa_trap", "detail": "d", "where": "a.py:3"}
+    worker, seen = frames(({"event": trap, "seq": 0}, []), ({"event": trap}, []), ({"event": [trap], "seq": 1}, []),
+                          ({"event": trap, "seq": 2}, [b"swallowed"]), ({"event": trap, "seq": 1}, []),
+                          ({"ok": 7, "seq": 3}, []))  # fmt: skip
+    assert worker._read_reply(time.monotonic() + 5, "a call")[0] == {"ok": 7, "seq": 3}
+    assert seen == [(trap, True), (trap, False), ({"kind": "list"}, False), (trap, False), (trap, False)]
+    worker, _ = frames(({"ok": 1, "seq": 0}, []), ({"ok": 2, "seq": 2}, []))
+    assert worker._read_reply(time.monotonic() + 5, "a call")[0]["ok"] == 1
+    with pytest.raises(WorkerIncident, match="frame 1 of the worker's never arrived") as gap:
+        worker._read_reply(time.monotonic() + 5, "a call")
+    assert gap.value.kind == "protocol"
+    worker, _ = frames(({"ok": 1}, []),)
+    with pytest.raises(WorkerIncident, match="a reply the worker did not write"):
+        worker._read_reply(time.monotonic() + 5, "a call")
 
 
 def test_errors_keep_their_builtin_type_and_message(sandbox: tuple[Subject, Session]) -> None:
@@ -543,6 +597,60 @@ def test_a_submission_cannot_silence_the_traps(tmp_path: Path) -> None:
     with sandboxed(tmp_path, "quiet.py", DROPS_ITS_EVENTS) as (subject, session):
         assert subject.get("paged_attention")() == "ForbiddenCallError"
         assert [e["kind"] for e in session.events if e["kind"] == "sdpa_trap"] == ["sdpa_trap"]
+
+
+SWAPS_ITS_PIPE = '''
+import os, sys
+import mlx.core as mx
+
+REPLIES = int(sys.argv[2])  # the worker's reply descriptor, as the bootstrap reads it
+
+
+def _try(action):
+    try:
+        action()
+        return "ran"
+    except OSError as exc:
+        return type(exc).__name__
+
+
+def paged_attention(probe):
+    if probe == "close":
+        return [_try(lambda: os.close(REPLIES)), _try(lambda: os.close(int(sys.argv[1]))),
+                _try(lambda: os.closerange(min(REPLIES, int(sys.argv[1])), REPLIES + 1)), _try(lambda: os.fstat(REPLIES))]
+    # A pipe of its own under the reply descriptor's number while the trap reports, the real one back after.
+    saved = os.dup(REPLIES)
+    sink_r, sink_w = os.pipe()
+    swapped = _try(lambda: os.dup2(sink_w, REPLIES))
+    try:
+        getattr(mx.fast, "scaled_" + "dot_product_attention")(
+            mx.ones((1, 1, 1, 4)), mx.ones((1, 1, 2, 4)), mx.ones((1, 1, 2, 4)), scale=1.0)
+    except Exception:
+        pass
+    finally:
+        os.dup2(saved, REPLIES, inheritable=False) if swapped == "ran" else None
+    for fd in (saved, sink_r, sink_w):
+        os.close(fd)
+    return swapped
+'''
+
+
+def test_a_submission_cannot_swap_the_reply_pipe(tmp_path: Path) -> None:
+    """A submission that put a pipe of its own under the reply descriptor's number (dup2) while it ran, and the
+    real pipe back before it returned, had every report written meanwhile go into its pipe (red team: a dense
+    gather kept 80 of 90 points beyond the course, against 0 unhidden). The worker's filter refuses to replace
+    or close the protocol's descriptors, so the trap's report lands."""
+    from pagecheck.grading import seccomp
+
+    if not LINUX or os.uname().machine not in seccomp.ARCHES:
+        pytest.skip("no seccomp filter on this machine")
+    with sandboxed(tmp_path, "swaps.py", SWAPS_ITS_PIPE) as (subject, session):
+        swapped = subject.get("paged_attention")("swap")
+        assert [e["kind"] for e in session.events if e["kind"] == "sdpa_trap"] == ["sdpa_trap"], swapped
+        assert swapped == "PermissionError"
+        # Closed, the numbers would go to the next descriptor opened; os.closerange ignores what it cannot close.
+        assert subject.get("paged_attention")("close") == ["PermissionError", "PermissionError", "ran", "ran"]
+        assert "the protocol's pipes stay in place" in session.protections["new_processes"]
 
 
 def test_crash_fails_the_check_and_the_next_check_restarts(sandbox: tuple[Subject, Session]) -> None:
@@ -844,6 +952,16 @@ def test_a_worker_event_keeps_only_report_fields_and_the_trusted_check() -> None
                            "detail": "gc.get_objects", "where": "s.py:3", "shape": [2, 8], "extra": "z"})  # fmt: skip
     assert session.events[-1] == {"detail": "gc.get_objects", "where": "s.py:3", "shape": [2, 8],
                                   "kind": "introspection", "check": "pagecheck.invariants.test_x::real"}  # fmt: skip
+
+
+def test_a_worker_event_keeps_a_place_only_as_file_and_ascii_line() -> None:
+    # 'attention.py:²' (a superscript passes str.isdigit(), int() refuses it) made the grader raise (red team).
+    from pagecheck.grading.remote_subject import Session
+
+    session = Session(WorkerSettings(spec="unused.py"), None)
+    for where in ("attention.py:\u00b2", "attention.py", ["a.py", 3], "x" * 600 + ":12", "a\nb.py:7"):
+        session._worker_event({"kind": "introspection", "detail": "gc.get_objects", "where": where})
+    assert [e["where"] for e in session.events] == ["", "", "", "x" * 297 + "...:12", "a\nb.py:7"]
 
 
 @pytest.mark.skipif(not LINUX, reason="Linux rlimits")

@@ -11,11 +11,16 @@ carry the hidden inputs); the student is pointed at a wider public search
 instead. The same holds for a run that did not finish on the hidden inputs.
 Nothing here names the secret or the hidden seed (any digits of the hidden
 seed in a message are masked too), and nothing depends on time, so feedback
-files are reproducible too.
+files are reproducible too. Text from the submission (its messages, file
+names, what its worker reported) is shown literally: messages as code
+blocks, places and findings' details as one-line code spans fenced past
+their backticks, so none of it becomes a heading, a link or HTML.
 """
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from typing import Any
 
 from pagecheck.invariants.catalog import INVARIANTS
@@ -67,8 +72,24 @@ def _masked(text: str, document: dict[str, Any]) -> str:
     return text
 
 
-def _quoted(text: str) -> list[str]:
-    return ["    " + line for line in (text.strip() or "(no message)").splitlines()]
+def _quoted(text: str, within: str = "") -> list[str]:
+    """`text` as an indented code block, literal in Markdown and HTML; `within` is the indentation of the list
+    item it belongs to (a block indented 4 inside an item indented 2 would be a paragraph of the item)."""
+    return [within + "    " + line for line in (text.strip() or "(no message)").splitlines()]
+
+
+def _one_line(text: str) -> str:
+    """`text` on one line: control and format characters (newlines, bidirectional overrides) and the line and
+    paragraph separators each become a space."""
+    return "".join(" " if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c for c in text)
+
+
+def _code(text: str) -> str:
+    """Text from a submission (a place, a finding's detail) as an inline code span on one line, which Markdown
+    shows literally (no heading, emphasis, link or HTML): fenced with one backtick more than its longest run."""
+    line = _one_line(text).strip() or "(none)"
+    fence = "`" * (max((len(run) for run in re.findall("`+", line)), default=0) + 1)
+    return f"{fence} {line} {fence}"
 
 
 def check_command(nodeid: str, document: dict[str, Any]) -> str:
@@ -83,7 +104,7 @@ def _check_lines(check: dict[str, Any], document: dict[str, Any]) -> list[str]:
     on = " and ".join(f"{kind} inputs" for kind in check["passes"]) or "both passes"
     lines = [f"- `{name}`: {check['outcome']} on {on}", ""]
     if "public" in check["passes"]:
-        lines += _quoted(_masked(check["message"], document)) + [""]
+        lines += _quoted(_masked(check["message"], document), within="  ") + [""]
         lines += ["  Reproduce:", "", f"    {check_command(check['nodeid'], document)}", ""]
     else:
         lines += ["  Only the hidden inputs showed this. Search wider on public inputs:", "",
@@ -176,9 +197,11 @@ def render_feedback(document: dict[str, Any], rubric: Rubric) -> str:
             lines += ["These set the total to 0.", ""]
         elif rubric.zeroes(kinds, BEYOND_COURSE_MARK):
             lines += ["These set the total beyond the course to 0; the course clauses keep their points.", ""]
+        # Places and details come from the submission: its file names, and what its worker reported.
         for finding in document["findings"]:
-            lines.append(f"- `{finding['file']}:{finding['line']}` ({finding['kind']}): "
-                         f"{_masked(finding['detail'], document)}. {FINDING_TEXT[finding['kind']]}")  # fmt: skip
+            place = _code(f"{finding['file']}:{finding['line']}" if finding["file"] else "(no place)")
+            detail = _code(_masked(finding["detail"], document))
+            lines.append(f"- {place} ({finding['kind']}): {detail}. {FINDING_TEXT[finding['kind']]}")
         lines.append("")
     if document["verdict"] == "ok":
         grouped = checks_by_clause(document)

@@ -12,6 +12,7 @@ is removed.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from dataclasses import replace
@@ -29,7 +30,7 @@ from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SuitePassSeed, pass_seeds
 from pagecheck.grading.submission import Submission, SubmissionFilesError, content_digest, stage_copy
 from pagecheck.grading.suite_pass import PassOutcome, code_roots, run_suite_pass
 from pagecheck.grading.verdicts import Verdict
-from pagecheck.grading.wire import clean_text
+from pagecheck.grading.wire import PIPE_SWAP, clean_text
 from pagecheck.grading.worker_process import WorkerSettings
 
 # A check's outcome over both passes is the most serious of its outcomes.
@@ -70,9 +71,11 @@ EVENT_FINDINGS = {
     "harness_read": "project_import",
     "introspection": "tamper",
     "reimport": "tamper",
+    PIPE_SWAP: "tamper",
     FORGED_EVENT: "tamper",
 }
 HIDDEN_PLACE = "(hidden inputs)"
+LINE_NUMBER = re.compile(r"[0-9]{1,9}")
 
 
 def _student_paths(text: str, student_dirs: list[str]) -> str:
@@ -114,7 +117,10 @@ def _worker_findings(passes: list[PassOutcome], student_dirs: list[str], secret:
             seen.setdefault((kind, place), []).append((str(event.get("nodeid", "")), detail, outcome.seed.kind))
     findings = []
     for (kind, place), reports in seen.items():
-        file, _, line = place.rpartition(":") if ":" in place else (place, "", "")
+        # file:line, the line in ASCII digits (str.isdigit() also takes '²', which int() refuses); else all file.
+        file, _, line = place.rpartition(":")
+        if not LINE_NUMBER.fullmatch(line):
+            file, line = place, "0"
         nodeid, detail, pass_kind = reports[0]
         if pass_kind != "public":
             # Nor how many times, nor the check: a count chosen from what the hidden inputs hold carried them into
@@ -123,8 +129,7 @@ def _worker_findings(passes: list[PassOutcome], student_dirs: list[str], secret:
             continue
         check = nodeid.split("::", 1)[-1] or "the import"
         times = f"{len(reports)} times, first" if len(reports) > 1 else "once,"
-        findings.append(Finding(file or place, int(line) if line.isdigit() else 0, kind,
-                                f"{detail}; {times} during {check}"))  # fmt: skip
+        findings.append(Finding(file, int(line), kind, f"{detail}; {times} during {check}"))
     return sorted(findings)
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import collections
 import dataclasses
+import re
 import shutil
 import tempfile
 import weakref
@@ -71,10 +72,20 @@ MAX_EVENTS = 2000  # reports of one kind kept per session (incidents are always 
 # side records those) is a forged frame, recorded as FORGED_EVENT; and reports are capped per kind, so that a
 # flood of one kind cannot crowd another out.
 WORKER_EVENT_KINDS = frozenset({"sdpa_trap", "gather_trap", "harness_import", "harness_read", "introspection",
-                                "reimport"})
+                                "reimport", wire.PIPE_SWAP})
 FORGED_EVENT = "forged_event"
 # The fields an event keeps: those the worker's reports and the trusted side's incidents carry.
 EVENT_FIELDS = frozenset({"detail", "where", "op", "shape", "incident"})
+
+
+# A report's place: the file the worker names (the code object's, which the submission chooses) and an ASCII line.
+PLACE = re.compile(r"(.+):([0-9]{1,9})", re.S)
+
+
+def _place(value: Any) -> str:
+    """A report's `where` as file:line, the file cut to 300 characters; "" (no place) when it is not one."""
+    found = PLACE.fullmatch(value) if isinstance(value, str) else None
+    return f"{wire.clean_text(found[1], 300)}:{found[2]}" if found else ""
 
 
 def _plain_field(value: Any) -> Any:
@@ -120,13 +131,17 @@ class Session:
         # whatever the frame says (a worker frame naming its own check could misfile it or carry text).
         fields = {k: wire.clean_text(v, 500) if isinstance(v, str) else _plain_field(v)
                   for k, v in event.items() if k in EVENT_FIELDS}  # fmt: skip
+        if "where" in fields:
+            fields["where"] = _place(event["where"])
         self.events.append({**fields, "kind": kind, "check": self.check})
 
-    def _worker_event(self, event: dict[str, Any]) -> None:
-        """An event frame from the worker: a report of one of WORKER_EVENT_KINDS, or else a forged frame."""
-        if event.get("kind") not in WORKER_EVENT_KINDS:
+    def _worker_event(self, event: dict[str, Any], genuine: bool = True) -> None:
+        """An event frame from the worker: a report of one of WORKER_EVENT_KINDS that the worker wrote
+        (`genuine`: WorkerProcess checks its number), or else a forged frame."""
+        if not genuine or event.get("kind") not in WORKER_EVENT_KINDS:
             kind = wire.clean_text(str(event.get("kind")), 100)
-            event = {"kind": FORGED_EVENT, "detail": f"the worker's pipe carried an event of kind {kind}"}
+            by = "" if genuine else " that the worker did not write"
+            event = {"kind": FORGED_EVENT, "detail": f"the worker's pipe carried an event of kind {kind}{by}"}
         self._record(event)
 
     def start(self) -> WorkerProcess:

@@ -33,6 +33,15 @@ submission's code into another's worker):
   tells a cached page from one that is not, and mincore reports residency
   (refusing it could break a library that probes addresses with it): those
   channels stay, which is why a submission's passes run in turn.
+The protocol's descriptors (`keep_fds`: the pipes the worker reads requests
+from and writes its replies and reports to) keep the pipe they are: dup2 and
+dup3 onto either, close of either and a close_range covering either answer
+EPERM. Code of the submission's could otherwise put a pipe of its own under
+the reply descriptor's number while it runs (dup2) and put the real one back
+before it returns, and every report written meanwhile, a gather's among them,
+went into its pipe (tried: 80 of 90 points beyond the course for a dense
+gather, against 0 for the same gather unhidden); a closed number is reused by
+the next open. fcntl's F_DUPFD never replaces a descriptor and stays allowed.
 Once installed it cannot be lifted. Linux on x86_64 and aarch64 only; elsewhere
 `refuse_new_processes` says why it is off. The worker receives this module's
 source over the pipe, so it imports only the standard library.
@@ -57,8 +66,8 @@ SHARED_FUTEX_WAITS = (0, 9, 256, 265)
 RWF_NOWAIT = 8
 X32_BIT = 0x40000000
 NEVER = 0xFFFFFFFF  # a system call number no architecture uses: the test of a call that does not exist there
-# BPF opcodes: load a word of seccomp_data, compare (equal, at least, any bit set), return
-LD_ABS, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
+# BPF opcodes: load a word of seccomp_data, compare (equal, greater, at least, any bit set), return
+LD_ABS, JEQ, JGT, JGE, JSET, RET = 0x20, 0x15, 0x25, 0x35, 0x45, 0x06
 # In struct seccomp_data: the call's number, its ABI, and the low word of an argument (little-endian)
 NR_OFFSET, ARCH_OFFSET = 0, 4
 
@@ -75,12 +84,14 @@ CALLS = {
         "fcntl": 72, "flock": 73, "futex": 202, "add_key": 248, "request_key": 249, "keyctl": 250,
         "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254, "fadvise64": 221, "preadv2": 327,
         "pwritev2": 328, "io_uring_setup": 425, "fanotify_init": 300, "readahead": 187, "cachestat": 451,
+        "dup2": 33, "dup3": 292, "close": 3, "close_range": 436,
     },
     "aarch64": {
         "seccomp": 277, "execve": 221, "execveat": 281, "fork": NEVER, "vfork": NEVER, "clone": 220, "clone3": 435,
         "fcntl": 25, "flock": 32, "futex": 98, "add_key": 217, "request_key": 218, "keyctl": 219,
         "inotify_init": NEVER, "inotify_init1": 26, "inotify_add_watch": 27, "fadvise64": 223, "preadv2": 286,
         "pwritev2": 287, "io_uring_setup": 425, "fanotify_init": 262, "readahead": 213, "cachestat": 451,
+        "dup2": NEVER, "dup3": 24, "close": 57, "close_range": 436,
     },
 }
 # futex_waitv, futex_wake, futex_wait, futex_requeue: the same numbers on both
@@ -101,10 +112,17 @@ class _Program(ctypes.Structure):
 Jump = int | str  # a number of instructions to skip, or the label of a block or a return
 
 
-def program(machine: str, refuse_shared: bool = True) -> list[tuple[int, int, int, int]]:
+def program(machine: str, refuse_shared: bool = True, keep_fds: tuple[int, ...] = ()) -> list[tuple[int, int, int, int]]:
     """The filter for `machine` as (code, jt, jf, k) instructions; KeyError for a machine not in ARCHES. Without
-    `refuse_shared`, what workers share (file locks, shared futexes, keys, notices, the page cache) is allowed."""
+    `refuse_shared`, what workers share (file locks, shared futexes, keys, notices, the page cache) is allowed.
+    The descriptors `keep_fds` can be neither replaced (dup2, dup3) nor closed (close, close_range)."""
     nr = CALLS[machine]
+    kept: list[tuple[int, Jump, Jump, int]] = [
+        (JEQ, "newfd", 0, nr["dup2"]),
+        (JEQ, "newfd", 0, nr["dup3"]),
+        (JEQ, "close", 0, nr["close"]),
+        (JEQ, "closerange", 0, nr["close_range"]),
+    ] if keep_fds else []
     # Jump targets are counted from the instruction after the jump, to a return or to a block below.
     shared: list[tuple[int, Jump, Jump, int]] = [
         (JEQ, "nolock", 0, nr["flock"]),
@@ -128,12 +146,26 @@ def program(machine: str, refuse_shared: bool = True) -> list[tuple[int, int, in
         (JEQ, "deny", 0, nr["fork"]),
         (JEQ, "deny", 0, nr["vfork"]),
         (JEQ, "enosys", 0, nr["clone3"]),
+        *kept,
         *shared,
         (JEQ, 0, "allow", nr["clone"]),
         (LD_ABS, 0, 0, _arg(0)),
         (JSET, "allow", "deny", CLONE_THREAD),
     ]
     blocks = {}
+    if keep_fds:
+        # dup2(old, new) and dup3(old, new, flags): the new descriptor, the second argument; close(fd): the first.
+        # The kernel reads each as an unsigned int, the argument's low word.
+        for label, argument in (("newfd", 1), ("close", 0)):
+            blocks[label] = len(body)
+            body += [(LD_ABS, 0, 0, _arg(argument))]
+            body += [(JEQ, "deny", 0, fd) for fd in keep_fds[:-1]] + [(JEQ, "deny", "allow", keep_fds[-1])]
+        # close_range(first, last, flags) closes (or marks) first..last: refused when that covers a kept one.
+        blocks["closerange"] = len(body)
+        for i, fd in enumerate(keep_fds):
+            past = "allow" if i == len(keep_fds) - 1 else 2  # first > fd: on to the next descriptor
+            body += [(LD_ABS, 0, 0, _arg(0)), (JGT, past, 0, fd), (LD_ABS, 0, 0, _arg(1)),
+                     (JGE, "deny", "allow" if past == "allow" else 0, fd)]
     if refuse_shared:
         blocks["fcntl"] = len(body)
         body += [(LD_ABS, 0, 0, _arg(1))]
@@ -157,14 +189,14 @@ def program(machine: str, refuse_shared: bool = True) -> list[tuple[int, int, in
     return resolved + [(RET, 0, 0, value) for value in returns.values()]
 
 
-def refuse_new_processes(refuse_shared: bool = True) -> str:
+def refuse_new_processes(refuse_shared: bool = True, keep_fds: tuple[int, ...] = ()) -> str:
     """Install the filter on every thread of this process: "on: ..." when it holds, "off: why" when it could
     not be installed (the process is then as it was). Without `refuse_shared`, what workers share (file locks,
-    shared futexes, keys, notices, the page cache) stays allowed."""
+    shared futexes, keys, notices, the page cache) stays allowed. `keep_fds` are never replaced or closed."""
     machine = os.uname().machine
     if os.uname().sysname != "Linux" or machine not in ARCHES:
         return f"off: no seccomp filter for {os.uname().sysname} on {machine}"
-    instructions = program(machine, refuse_shared)
+    instructions = program(machine, refuse_shared, tuple(sorted(set(keep_fds))))
     array = (_Instruction * len(instructions))(*(_Instruction(*item) for item in instructions))
     fprog = _Program(len(instructions), array)
     libc = ctypes.CDLL(None, use_errno=True)
@@ -176,7 +208,8 @@ def refuse_new_processes(refuse_shared: bool = True) -> str:
     if done != 0:
         why = os.strerror(ctypes.get_errno()) if done < 0 else f"thread {done} could not take it"
         return f"off: the seccomp filter was refused ({why})"
-    return "on (no new process or program; threads only" + (
+    kept = "; the protocol's pipes stay in place" if keep_fds else ""
+    return "on (no new process or program; threads only" + kept + (
         "; nothing shared with other workers: no file lock, shared futex wake, key, file notice, page-cache "
         "eviction or non-blocking page probe)" if refuse_shared else ")"
     )

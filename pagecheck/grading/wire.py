@@ -146,17 +146,54 @@ def _frame_encoder() -> Callable[[dict[str, Any], list[Any]], list[Any]]:
 encode_frame = _frame_encoder()
 
 
-def frame_writer(fd: int) -> Callable[..., None]:
-    """write_frame for `fd`, holding encode_frame and os.write as they are when it is called: made before
-    untrusted code runs, it writes frames whatever that code later rebinds (this module's names, os.write,
-    json's or builtins' attributes); changing it means reaching into its closure."""
-    encode, write, view_of = encode_frame, os.write, memoryview
+SEQ = "seq"  # a checked writer's frame number, in its header
+PIPE_SWAP = "pipe_swap"  # the report a checked writer sends first when it finds another file under its number
 
-    def write_frame_to_fd(header: dict[str, Any], buffers: list[Any] | None = None) -> None:
-        for piece in encode(header, buffers or []):
+
+def frame_writer(fd: int, *, checked: bool = False) -> Callable[..., None]:
+    """write_frame for `fd`, holding encode_frame, os.write and os.fstat as they are when it is called: made
+    before untrusted code runs, it writes frames whatever that code later rebinds (this module's names, os.write,
+    json's or builtins' attributes); changing it means reaching into its closure.
+
+    `checked` (the worker's writer): each header goes out with SEQ, the frame's number from 0 in the order
+    written, so the reader can tell a frame that never reached it, or one the writer did not write; and a frame
+    goes out only while `fd` is the file it was when the writer was made (its device and inode). While another
+    file is under the number (dup2, where no seccomp filter refuses it) frames are held, a PIPE_SWAP report
+    first, and written once the pipe is back, before the next frame."""
+    encode, write, view_of, fstat, advance = encode_frame, os.write, memoryview, os.fstat, next
+    seq, swap = SEQ, PIPE_SWAP
+    numbers, held, swapped = iter(range(1 << 62)), [], [False]
+
+    def identity() -> tuple[int, int] | None:
+        try:
+            found = fstat(fd)
+        except OSError:
+            return None
+        return found.st_dev, found.st_ino
+
+    made_for = identity() if checked else None
+
+    def write_pieces(pieces: list[Any]) -> None:
+        for piece in pieces:
             view = view_of(piece).cast("B")
             while view.nbytes:
                 view = view[write(fd, view) :]
+
+    def write_frame_to_fd(header: dict[str, Any], buffers: list[Any] | None = None) -> None:
+        if not checked:
+            write_pieces(encode(header, buffers or []))
+            return
+        if made_for is None or identity() != made_for:
+            if not swapped[0]:
+                swapped[0] = True
+                report = {"kind": swap, "detail": "another file was put under the worker's reply descriptor"}
+                held.append(encode({"event": report, seq: advance(numbers)}, []))
+            held.append(encode({**header, seq: advance(numbers)}, buffers or []))
+            return
+        swapped[0] = False
+        while held:
+            write_pieces(held.pop(0))
+        write_pieces(encode({**header, seq: advance(numbers)}, buffers or []))
 
     return write_frame_to_fd
 

@@ -75,7 +75,7 @@ class Worker:
         self.wire = wire
         # Every frame goes out through this writer, made before the subject loads: code the submission runs can
         # rebind the wire module's names, os.write or json's, and still neither drop nor rewrite a frame.
-        self.write_frame = wire.frame_writer(fd_out)
+        self.write_frame = wire.frame_writer(fd_out, checked=True)
         self.reader = wire.FrameReader(fd_in)
         self.objects: dict[int, Any] = {}
         self.ids_by_object: dict[int, int] = {}
@@ -467,8 +467,11 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
     # What workers share stays allowed where MLX's CUDA back-end is loaded (on the GPU, or on any device where MLX
     # has it), whose driver may lock its caches and share memory with its own threads; a submission's passes run
     # one after the other, and there `grade` one submission at a time.
+    # The protocol's pipes stay under their numbers: a submission that put a pipe of its own under the reply
+    # descriptor's number (dup2) received every report written while it was there.
     refuse_shared = not config.get("loads_cuda", config.get("device") == "gpu")
-    worker.send({"op": "armed", "new_processes": modules["seccomp"].refuse_new_processes(refuse_shared)})
+    filtered = modules["seccomp"].refuse_new_processes(refuse_shared, keep_fds=(fd_in, fd_out))
+    worker.send({"op": "armed", "new_processes": filtered})
     # The worker's modules leave sys.modules before the submission's code runs: a name there is one line away
     # from rebinding the wire or the watch's classes (tried with the wire's write_frame). The traps' wrappers
     # still hold them, through their globals and closures: the limit tripwires.py names.

@@ -202,9 +202,12 @@ class OutputDrain(threading.Thread):
 class WorkerProcess:
     """One running sandbox with the subject loaded, or the reason it is not running."""
 
-    def __init__(self, settings: WorkerSettings, on_event: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, settings: WorkerSettings, on_event: Callable[[dict[str, Any], bool], None]) -> None:
         self.settings = settings
+        # Called with each event frame and whether the worker wrote it (numbered in turn, a JSON object, no
+        # buffers); an event it did not write was forged by the submission, which shares its process.
         self.on_event = on_event
+        self._next_seq = 0  # the number (wire.SEQ) of the worker's next frame
         self.protections: dict[str, str] = {}
         self.names: dict[str, str] = {}
         self.missing: dict[str, str] = {}
@@ -360,10 +363,27 @@ class WorkerProcess:
                     raise self._ended(f"the worker died during {what}") from None
                 self.stop()
                 raise WorkerIncident("protocol", f"{what}: the worker broke the protocol ({exc})") from None
+            # The worker numbers every frame it writes (wire.frame_writer). A number past the next one means frames
+            # it wrote never got here: read or swallowed by the submission, which shares its process and pipe (a
+            # frame of its own that declares a buffer takes the next frames as that buffer's bytes). No number,
+            # or one already seen, is a frame the worker did not write.
+            seq = header.get(wire.SEQ)
+            if type(seq) is int and seq > self._next_seq:
+                missing = f"{self._next_seq}" + (f" to {seq - 1}" if seq - 1 > self._next_seq else "")
+                self.stop()
+                raise WorkerIncident("protocol", f"{what}: frame {missing} of the worker's never arrived (its pipe "
+                                                 "was read or written by other code)")  # fmt: skip
+            written = type(seq) is int and seq == self._next_seq
+            self._next_seq += written
             if "event" in header:
-                if isinstance(header["event"], dict):
-                    self.on_event(header["event"])
+                event = header["event"]
+                genuine = written and isinstance(event, dict) and not buffers
+                self.on_event(event if isinstance(event, dict) else {"kind": type(event).__name__}, genuine)
                 continue
+            if not written:
+                self.stop()
+                raise WorkerIncident("protocol", f"{what}: the worker's pipe carried a reply the worker did not "
+                                                 "write")  # fmt: skip
             return header, buffers
 
     # -- ends ----------------------------------------------------------------------------------------------------
@@ -475,7 +495,7 @@ def preflight_worker(device: str, limits: WorkerLimits | None = None, spec: str 
     log = os.path.join(folder, "worker.log")
     settings = WorkerSettings(spec=spec, strict=False, device=device, import_paths=roots, extra_read_paths=roots,
                               limits=limits or WorkerLimits(), start_timeout_s=timeout_s, log_path=log)  # fmt: skip
-    worker = WorkerProcess(settings, on_event=lambda event: None)
+    worker = WorkerProcess(settings, on_event=lambda event, genuine: None)
     try:
         worker.start()
         return None
