@@ -113,7 +113,7 @@ def test_batch_metadata_pads_rows_and_empties_slots(
         want = np.zeros(query.shape)
         for slot, (_, record) in live.items():
             want[slot : slot + 1] = record.attention(query[slot : slot + 1], "causal")
-        layout = metadata_layout(query, metadata, "float32", "causal")
+        layout = metadata_layout(query, metadata, "float32", "causal", 4)
         expect_pages_hold(INVARIANT, f"{where}: the batch metadata", layout, {s: r for s, (_, r) in live.items()})
         # The course compares the live rows only; an empty slot's output is beyond it (empty_rows).
         rows = sorted(live)
@@ -157,7 +157,7 @@ def test_the_courses_batch_of_two_requests_and_an_empty_slot(
            f"{where}: key/value_pages shapes {shapes}, expected the pool's 3 pages, (3, 2, 4, 4)")  # fmt: skip
     query = rng.standard_normal((3, 4, 1, COURSE_HEAD_DIM)).astype(np.float32)
     got = to_numpy(attention_as_the_course_calls(paged_attention, mx.array(query), metadata), np.float64)
-    layout = metadata_layout(query, metadata, "float32", "causal")
+    layout = metadata_layout(query, metadata, "float32", "causal", 4)
     for slot, record, cache in ((0, records[0], first), (2, records[1], second)):
         expect_close(INVARIANT, f"{where}: slot {slot}'s output", got[slot : slot + 1],
                      record.attention(query[slot : slot + 1], "causal"), layout)  # fmt: skip
@@ -198,7 +198,7 @@ def test_prefill_chunks_through_the_batch_count_every_token(
         want = np.zeros(query.shape)
         for slot, (_, record) in live.items():
             want[slot : slot + 1] = record.attention(query[slot : slot + 1], mask)
-        layout = metadata_layout(query, metadata, "float32", mask)
+        layout = metadata_layout(query, metadata, "float32", mask, 4)
         expect_pages_hold(INVARIANT, f"{where}: the batch metadata", layout, {s: r for s, (_, r) in live.items()})
         expect_close(
             INVARIANT, f"{where}: attention over the batch metadata", attention_over_metadata(paged_attention, query, metadata, mask),

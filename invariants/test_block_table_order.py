@@ -242,7 +242,7 @@ def test_block_table_is_read_again_when_page_ids_change(
                 row[: len(pages)] == pages and all(p == -1 for p in row[len(pages) :]), INVARIANT,
                 f"{where}: {what} is {row}, the page ids are {pages} (then only -1 padding)",
             )
-            layout = metadata_layout(query, metadata, "float32", mask)
+            layout = metadata_layout(query, metadata, "float32", mask, page_size)
             expect_pages_hold(INVARIANT, f"{where}: the metadata", layout, {0: records[name]})
             expect_close(
                 INVARIANT, f"{where}: decode attention over {what}",

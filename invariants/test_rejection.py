@@ -497,7 +497,7 @@ def test_append_whose_second_page_write_fails_changes_nothing(
     # Its last token a decode with mask "causal", whose metadata's own mask the attention gets, as the course calls.
     metadata = append_for_the_courses_call(cache, *record.make_chunk(rng, PAGE_SIZE + 1))
     query = record.make_query(rng, 4, 1)  # a decode: the course attends with more rows only at its own prefill
-    layout = metadata_layout(query, metadata, "float32", "causal")
+    layout = metadata_layout(query, metadata, "float32", "causal", PAGE_SIZE)
     expect_pages_hold(INVARIANT, f"{step}, then an append of {PAGE_SIZE + 1}: the metadata", layout, {0: record})
     expect_close(
         INVARIANT, f"{step}, then an append of {PAGE_SIZE + 1}: attention over the cache",

@@ -2275,3 +2275,22 @@ VARIANTS.update({
         ],
     ),
 })
+
+
+# What the course hands on without reading (metadata.page_size, the metadata's own page ids), the width of the
+# batches it attends over, offset after a paged append, a cache after a failed write, storage_nbytes before the
+# first write.
+VARIANTS.update({
+    "metadata_page_size_from_pages": (
+        "the metadata an append returns leaves page_size None (the pages' own slot axis says it); paged_attention "
+        "takes page_size=None as 'read it off key_pages' (an explicit 0 is still 'positive integer')",
+        [
+            ("            self.pool.page_size, mask,\n", "            None, mask,\n"),
+            ("            pool.page_size, mask,\n", "            None, mask,\n"),
+            ("    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n",
+             "    if page_size is None:  # metadata leaves it to the pages: [P, H_kv, page_size, D]\n"
+             "        page_size = key_pages.shape[2]\n"
+             "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n"),
+        ],
+    ),
+})
