@@ -2293,4 +2293,33 @@ VARIANTS.update({
              "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n"),
         ],
     ),
+    "compact_metadata_pages": (
+        "the metadata an append returns carries only the pages its rows read, gathered into a compact copy and "
+        "renumbered 0..n-1 in row order (a request's, or the batch's live rows' in slot order), so the attention "
+        "never sees another request's pages; block_table() stays the cache's own ids. On a fresh pool, as at the "
+        "course's prefill and batch, the compact ids are the pool's ids",
+        [
+            ("            self.pool.key_pages, self.pool.value_pages, self.block_table(max_pages), self.context_lens(),\n",
+             "            *self._compact_pages(), self._compact_table(max_pages), self.context_lens(),\n"),
+            ("    def gather_dense(self) -> tuple[mx.array, mx.array]:\n",
+             "    def _compact_pages(self) -> tuple[mx.array, mx.array]:\n"
+             "        rows = mx.array(self.page_ids, dtype=mx.int32)\n"
+             "        return self.pool.key_pages[rows], self.pool.value_pages[rows]\n"
+             "\n"
+             "    def _compact_table(self, max_pages: int | None) -> mx.array:\n"
+             "        width = self.num_pages if max_pages is None else max_pages\n"
+             "        if not _is_int(width) or width < self.num_pages:\n"
+             "            raise ValueError(f\"max_pages={max_pages!r} must be an integer >= num_pages={self.num_pages}\")\n"
+             "        return mx.array([list(range(self.num_pages)) + [SENTINEL] * (width - self.num_pages)], dtype=mx.int32)\n"
+             "\n"
+             "    def gather_dense(self) -> tuple[mx.array, mx.array]:\n"),
+            ("        for slot, cache in caches:\n            table[slot][: cache.num_pages] = cache.page_ids\n",
+             "        order = [page for _, cache in caches for page in cache.page_ids]  # the compact copy's rows\n"
+             "        for slot, cache in caches:\n"
+             "            table[slot][: cache.num_pages] = [order.index(page) for page in cache.page_ids]\n"),
+            ("            pool.key_pages, pool.value_pages, mx.array(table, dtype=mx.int32), mx.array(lens, dtype=mx.int32),\n",
+             "            pool.key_pages[mx.array(order, dtype=mx.int32)], pool.value_pages[mx.array(order, dtype=mx.int32)],\n"
+             "            mx.array(table, dtype=mx.int32), mx.array(lens, dtype=mx.int32),\n"),
+        ],
+    ),
 })
