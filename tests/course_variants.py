@@ -2322,4 +2322,21 @@ VARIANTS.update({
              "            mx.array(table, dtype=mx.int32), mx.array(lens, dtype=mx.int32),\n"),
         ],
     ),
+    "failed_append_closes_the_cache": (
+        "an append whose page write fails is rolled back, and the cache is then closed: its later appends raise "
+        "RuntimeError('... closed after a failed append') (the request is aborted, as a serving loop does after a "
+        "device error; a caller error caught before any write, a wrong dtype or shape, leaves it open); the course "
+        "appends nothing after its injected failure",
+        [
+            ("        self.pool.check_chunk(key, value)\n        pool_before = self.pool.snapshot()\n",
+             "        self.pool.check_chunk(key, value)\n"
+             "        if getattr(self, \"_failed\", False):\n"
+             "            raise RuntimeError(\"this cache was closed after a failed append; release it and start a new one\")\n"
+             "        pool_before = self.pool.snapshot()\n"),
+            ("            self.page_ids, self.page_lens, self.offset = cache_before\n            raise\n",
+             "            self.page_ids, self.page_lens, self.offset = cache_before\n"
+             "            self._failed = True\n"
+             "            raise\n"),
+        ],
+    ),
 })
