@@ -2339,4 +2339,15 @@ VARIANTS.update({
              "            raise\n"),
         ],
     ),
+    "attention_batches_of_at_most_3_rows": (
+        "paged_attention's kernel takes batches of at most 3 rows (its grid has 3 row blocks; the course's widest "
+        "batch is its BatchingKvCache of 3 slots): a validated call with B > 3 is NotImplementedError",
+        [
+            ("    batch, num_q_heads, num_queries, head_dim = query.shape\n    scale = head_dim**-0.5 if scale is None else scale\n",
+             "    batch, num_q_heads, num_queries, head_dim = query.shape\n"
+             "    if batch > 3:\n"
+             "        raise NotImplementedError(f\"paged_attention takes batches of at most 3 rows, got B={batch}\")\n"
+             "    scale = head_dim**-0.5 if scale is None else scale\n"),
+        ],
+    ),
 })
