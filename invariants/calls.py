@@ -295,7 +295,9 @@ def course_rewind(pool_type: type, cache_type: type, written: Any, rng: np.rando
 
 def cache_length(cache: Any) -> int:
     """A one-request cache's token count as the course's tests read it: its offset (they never call
-    context_lens(), which a cache the course accepts may leave unimplemented)."""
+    context_lens(), which a cache the course accepts may leave unimplemented). They read it after update_and_fetch,
+    rewind and release, and as a before/after snapshot around a rejected append, never after a successful
+    update_and_fetch_paged: a course check reads it only where they do."""
     return int(cache.offset)
 
 

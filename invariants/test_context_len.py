@@ -74,7 +74,10 @@ def test_context_lens_count_tokens_written(
         _expect_own_context_lens(cache, written.length, geometry, step)
         in_metadata = to_numpy(metadata.context_lens).tolist()
         expect(in_metadata == [written.length], INVARIANT, f"{step}: metadata context_lens is {in_metadata}")
-        expect(cache.offset == written.length, INVARIANT, f"{step}: offset is {cache.offset}")
+        if not geometry.course:
+            # The course reads offset after update_and_fetch, rewind and release, and compares it before and after
+            # a rejected append, but never after a paged append: there a cache may keep its length elsewhere.
+            expect(cache.offset == written.length, INVARIANT, f"{step}: offset is {cache.offset}")
 
         mask = "causal" if length > 1 or geometry.course else None
         query = written.make_query(rng, 2 * num_kv_heads, rows)

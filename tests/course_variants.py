@@ -2350,4 +2350,26 @@ VARIANTS.update({
              "    scale = head_dim**-0.5 if scale is None else scale\n"),
         ],
     ),
+    "offset_is_the_dense_views_length": (
+        "offset is the length of the dense view: update_and_fetch (the path a model's positions read), rewind and "
+        "release set it; the paged appends keep the length in page_lens only (gather_dense, context_lens, the "
+        "batch's lengths and rewind count sum(page_lens)). The course reads offset only after update_and_fetch, "
+        "rewind and release, and compares it before and after rejected paged appends",
+        [
+            ("        self.append(key, value)\n        keys, values = self.gather_dense()\n        return keys, values, self.offset, mask\n",
+             "        self.append(key, value)\n        self.offset = self._length\n        keys, values = self.gather_dense()\n"
+             "        return keys, values, self.offset, mask\n"),
+            ("            self.offset += stop - written\n", ""),
+            ("        return mx.array([self.offset], dtype=mx.int32)\n", "        return mx.array([self._length], dtype=mx.int32)\n"),
+            ("        return tokens[None, :, : self.offset]\n",
+             "        return tokens[None, :, : self._length]\n\n"
+             "    @property\n    def _length(self) -> int:\n        return sum(self.page_lens)\n"),
+            ("        if not _is_int(n) or not 0 <= n <= self.offset:\n",
+             "        if not _is_int(n) or not 0 <= n <= self._length:\n"),
+            ("        self.offset -= n\n", "        self.offset = self._length\n"),
+            ("            if self.max_seq_len is not None and self.kv_caches[slot].offset + length > self.max_seq_len:\n",
+             "            if self.max_seq_len is not None and self.kv_caches[slot]._length + length > self.max_seq_len:\n"),
+            ("            lens[slot] = cache.offset\n", "            lens[slot] = cache._length\n"),
+        ],
+    ),
 })
