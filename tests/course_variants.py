@@ -2372,4 +2372,26 @@ VARIANTS.update({
             ("            lens[slot] = cache.offset\n", "            lens[slot] = cache._length\n"),
         ],
     ),
+    "storage_nbytes_unset_before_first_write": (
+        "reset() keeps empty (zero-row) stores, so the pool keeps the geometry and dtype it learnt; storage_nbytes "
+        "reads the stores' bytes and, before the first write made them, is unset (reading it raises "
+        "AttributeError, as any attribute of the missing store does); the course reads storage_nbytes only after "
+        "a reset (0)",
+        [
+            ("        return 0 if self._key_store is None else self._key_store.nbytes + self._value_store.nbytes\n",
+             "        return self._key_store.nbytes + self._value_store.nbytes  # the stores the first write made\n"),
+            ("        if self._key_store is not None and page_id >= self.capacity:\n",
+             "        if self.capacity and page_id >= self.capacity:\n"),
+            ("        if self._key_store is not None:\n            if key.dtype != self._key_store.dtype:\n",
+             "        if self.capacity:\n            if key.dtype != self._key_store.dtype:\n"),
+            ("        if self._key_store is None:\n            self._create_storage(",
+             "        if not self.capacity:\n            self._create_storage("),
+            ("            raise ValueError(f\"cannot reset the pool: pages {live} are still live\")\n        self._clear()\n",
+             "            raise ValueError(f\"cannot reset the pool: pages {live} are still live\")\n"
+             "        stores = (self._key_store, self._value_store)\n"
+             "        self._clear()\n"
+             "        if stores[0] is not None:  # empty stores of the same geometry and dtype\n"
+             "            self._key_store, self._value_store = (store[:0] for store in stores)\n"),
+        ],
+    ),
 })
