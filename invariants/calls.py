@@ -92,15 +92,17 @@ def _require_array(what: str, value: Any) -> Any:
     return value
 
 
-def metadata_layout(query: np.ndarray, metadata: Any, dtype: str, mask: str | None) -> PagedLayout:
-    """What a cache's metadata says, as a PagedLayout: for the oracle and for failure messages."""
+def metadata_layout(query: np.ndarray, metadata: Any, dtype: str, mask: str | None, page_size: int) -> PagedLayout:
+    """What a cache's metadata says, as a PagedLayout: for the oracle and for failure messages. Its page size is
+    `page_size`, the one the check built its pool with: the course hands metadata.page_size only to the subject's
+    own paged_attention (which may read None, say, as "the pages' slot axis"), never reads it."""
     return PagedLayout(
         query=query,
         key_pages=to_numpy(metadata.key_pages, np.float32),
         value_pages=to_numpy(metadata.value_pages, np.float32),
         block_table=to_numpy(metadata.block_table).astype(np.int32),
         context_lens=to_numpy(metadata.context_lens).astype(np.int32),
-        page_size=int(metadata.page_size),
+        page_size=page_size,
         dtype=dtype,
         mask=mask,
     )
@@ -293,7 +295,9 @@ def course_rewind(pool_type: type, cache_type: type, written: Any, rng: np.rando
 
 def cache_length(cache: Any) -> int:
     """A one-request cache's token count as the course's tests read it: its offset (they never call
-    context_lens(), which a cache the course accepts may leave unimplemented)."""
+    context_lens(), which a cache the course accepts may leave unimplemented). They read it after update_and_fetch,
+    rewind and release, and as a before/after snapshot around a rejected append, never after a successful
+    update_and_fetch_paged: a course check reads it only where they do."""
     return int(cache.offset)
 
 

@@ -56,6 +56,9 @@ COURSE_PREFILL_CONTEXT = 6
 # The widest block table the course's tests attend over (its bfloat16 decode's 3 pages; its batch's 2): an
 # implementation the course accepts may refuse wider ones, so course cases keep each request to 3 pages.
 COURSE_MAX_PAGES = 3
+# The widest batch the course's tests attend over (its BatchingKvCache of 3 slots; every other call is one
+# request): an implementation the course accepts may refuse more rows, so course cases batch 3 rows at most.
+COURSE_MAX_BATCH = 3
 
 
 def query_len(length: int, geometry: Geometry, context: int) -> int:

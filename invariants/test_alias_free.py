@@ -98,7 +98,7 @@ class SharedPool:
             if record.length == 0:
                 continue
             metadata = self.latest[request] if self.course else current_metadata(self.pool, cache, self.page_size)
-            layout = metadata_layout(query, metadata, "float32", self.mask)
+            layout = metadata_layout(query, metadata, "float32", self.mask, self.page_size)
             expect_pages_hold(INVARIANT, f"{step}: request {request}'s metadata", layout, {0: record})
             expect_close(
                 INVARIANT, f"{step}: request {request}'s decode output vs the tokens it wrote",

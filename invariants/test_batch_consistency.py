@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 
 from pagecheck.invariants.calls import attention_output, course_call_on_a_layout
-from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_PAGES, COURSE_PAGE_SIZE, DAY_4
+from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_BATCH, COURSE_MAX_PAGES, COURSE_PAGE_SIZE, DAY_4
 from pagecheck.invariants.strategies import paged_layouts
 from pagecheck.invariants.verdict import expect_close
 from pagecheck.reference.layouts import COURSE_UNUSED_FILL, PagedLayout, random_layout
@@ -67,24 +67,28 @@ def test_batched_rows_equal_single_requests(paged_attention: object, layout: Pag
 
 
 # The course batches decode only (its one prefill is a single request), over a table exactly as wide as its
-# widest row.
+# widest row, COURSE_MAX_BATCH rows at most: its batch's empty row lies between two live ones.
 COURSE_BATCH = f"{DAY_4}::test_task_2_batched_paged_attention_matches_dense_attention"
+COURSE_CONTEXTS = [6, 0, COURSE_MAX_PAGES * COURSE_PAGE_SIZE]
+CONTEXTS = [6, COURSE_MAX_PAGES * COURSE_PAGE_SIZE, 0, 10]
 
 
-@pytest.mark.parametrize("num_queries", [
-    pytest.param(1, id="decode", marks=pytest.mark.course(COURSE_BATCH)),
-    pytest.param(4, id="prefill", marks=pytest.mark.beyond_course),
+@pytest.mark.parametrize("num_queries, context_lens", [
+    pytest.param(1, COURSE_CONTEXTS, id="decode", marks=pytest.mark.course(COURSE_BATCH)),
+    pytest.param(1, CONTEXTS, id="decode-of-4-rows", marks=pytest.mark.beyond_course),
+    pytest.param(4, CONTEXTS, id="prefill", marks=pytest.mark.beyond_course),
 ])
 def test_rows_of_different_lengths(
-    paged_attention: object, num_queries: int, rng: np.random.Generator, own_mask: Callable[[PagedLayout], Any]
+    paged_attention: object, num_queries: int, context_lens: list[int], rng: np.random.Generator,
+    own_mask: Callable[[PagedLayout], Any],
 ) -> None:
     # The course's geometry and call: 4 query heads over 2 kv heads of head dim 4, pages of 4; its decode gets the
-    # mask the subject's own batch hands out for it (the prefill, beyond the course, "causal"), asked of a decode
+    # mask the subject's own batch hands out for it (the cases beyond the course, "causal"), asked of a decode
     # step that stays in each request's tail page, as the course's does (no context one past a full page).
+    course = context_lens is COURSE_CONTEXTS
     layout = random_layout(
-        rng, context_lens=[6, COURSE_MAX_PAGES * COURSE_PAGE_SIZE, 0, 10], page_size=COURSE_PAGE_SIZE,
-        num_queries=num_queries,
+        rng, context_lens=context_lens, page_size=COURSE_PAGE_SIZE, num_queries=num_queries,
         num_q_heads=4, num_kv_heads=2, head_dim=COURSE_HEAD_DIM, mask="causal", extra_columns=0,
         unused_fill=COURSE_UNUSED_FILL,
     )
-    _check_rows(paged_attention, layout, live_only=True, own_mask=own_mask if num_queries == 1 else None)
+    _check_rows(paged_attention, layout, live_only=True, own_mask=own_mask if course else None)

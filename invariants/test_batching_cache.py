@@ -20,7 +20,7 @@ from pagecheck.invariants.calls import (
     attention_as_the_course_calls, attention_over_metadata, cache_state, metadata_layout, pool_state, read_once,
     same_pool_state,
 )
-from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_PHRASES, DAY_3, DAY_4
+from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_BATCH, COURSE_PHRASES, DAY_3, DAY_4
 from pagecheck.invariants.verdict import (
     expect, expect_close, expect_close_to_its_gather, expect_course_phrase, expect_pages_hold, expect_value_error,
     gathered,
@@ -41,7 +41,7 @@ NUM_Q_HEADS = 4
 SCHEDULE = [(0, "add", 0, 9), (0, "add", 2, 3), (2, "add", 3, 1), (3, "remove", 0, 0), (4, "add", 0, 5)]
 # The course's own batch: every request added before its one decode step (no course test adds one later or calls
 # remove_request), each decode token landing in its request's tail page (the course's go 3 -> 4 and 6 -> 7), over
-# tables of COURSE_MAX_PAGES pages at most.
+# tables of COURSE_MAX_PAGES pages at most, in COURSE_MAX_BATCH slots with the empty one between the two live ones.
 COURSE_SCHEDULE = [(0, "add", 0, 9), (0, "add", 2, 3)]
 STEPS = 7
 COURSE_STEPS = 1
@@ -49,17 +49,18 @@ COURSE_STEPS = 1
 
 def _check_step(
     batching: object, metadata: object, live: dict[int, tuple[object, WrittenKv]], step: str, exact_width: bool = True,
-    course: bool = False,
+    course: bool = False, slots: int = SLOTS,
 ) -> None:
-    """The batch's metadata: each live row its request's pages then -1 padding, each empty row all -1, each context
-    its request's. In a `course` case a live row's padding is free: the course pins only an empty row's."""
+    """The batch's metadata over its `slots`: each live row its request's pages then -1 padding, each empty row all
+    -1, each context its request's. In a `course` case a live row's padding is free: the course pins only an empty
+    row's."""
     table = to_numpy(metadata.block_table)
     lens = to_numpy(metadata.context_lens).tolist()
     widest = max(cache.num_pages for cache, _ in live.values())
     # The course checks one batch whose table is exactly as wide as its widest request; it fixes no wider -1 padding.
     width = widest if exact_width else max(widest, table.shape[1] if table.ndim == 2 else 0)
-    expect(table.shape == (SLOTS, width), INVARIANT, f"{step}: block_table shape {table.shape}, expected {(SLOTS, width)}")
-    for slot in range(SLOTS):
+    expect(table.shape == (slots, width), INVARIANT, f"{step}: block_table shape {table.shape}, expected {(slots, width)}")
+    for slot in range(slots):
         row = [int(p) for p in table[slot]]
         if slot in live:
             cache, record = live[slot]
@@ -84,10 +85,12 @@ def test_batch_metadata_pads_rows_and_empties_slots(
 ) -> None:
     import mlx.core as mx
 
+    course = schedule is COURSE_SCHEDULE
+    slots = COURSE_MAX_BATCH if course else SLOTS
     pool = pool_type(4)
-    batching = batching_cache_type(SLOTS, MAX_SEQ_LEN)
+    batching = batching_cache_type(slots, MAX_SEQ_LEN)
     live: dict[int, tuple[object, WrittenKv]] = {}
-    for step in range(COURSE_STEPS if schedule is COURSE_SCHEDULE else STEPS):
+    for step in range(COURSE_STEPS if course else STEPS):
         for _, action, slot, prefill in (event for event in schedule if event[0] == step):
             if action == "add":
                 cache, record = cache_type(pool), WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32")
@@ -98,7 +101,7 @@ def test_batch_metadata_pads_rows_and_empties_slots(
                 batching.remove_request(slot)
                 del live[slot]
         empty = mx.zeros((1, NUM_KV_HEADS, 1, COURSE_HEAD_DIM), dtype=mx.float32)
-        chunks = [live[s][1].make_chunk(rng, 1) if s in live else (empty, empty) for s in range(SLOTS)]
+        chunks = [live[s][1].make_chunk(rng, 1) if s in live else (empty, empty) for s in range(slots)]
         # The course's decode call: mask_length 1 and a causal mask (one query row: the same as none); its
         # attention then gets the metadata's own mask.
         metadata = read_once(batching.update_and_fetch_paged(
@@ -106,14 +109,13 @@ def test_batch_metadata_pads_rows_and_empties_slots(
             mask="causal",
         ))
         where = f"decode step {step}, live slots {sorted(live)} with contexts {[live[s][1].length for s in sorted(live)]}"
-        course = schedule is COURSE_SCHEDULE
-        _check_step(batching, metadata, live, where, exact_width=False, course=course)
+        _check_step(batching, metadata, live, where, exact_width=False, course=course, slots=slots)
 
-        query = rng.standard_normal((SLOTS, NUM_Q_HEADS, 1, COURSE_HEAD_DIM)).astype(np.float32)
+        query = rng.standard_normal((slots, NUM_Q_HEADS, 1, COURSE_HEAD_DIM)).astype(np.float32)
         want = np.zeros(query.shape)
         for slot, (_, record) in live.items():
             want[slot : slot + 1] = record.attention(query[slot : slot + 1], "causal")
-        layout = metadata_layout(query, metadata, "float32", "causal")
+        layout = metadata_layout(query, metadata, "float32", "causal", 4)
         expect_pages_hold(INVARIANT, f"{where}: the batch metadata", layout, {s: r for s, (_, r) in live.items()})
         # The course compares the live rows only; an empty slot's output is beyond it (empty_rows).
         rows = sorted(live)
@@ -157,7 +159,7 @@ def test_the_courses_batch_of_two_requests_and_an_empty_slot(
            f"{where}: key/value_pages shapes {shapes}, expected the pool's 3 pages, (3, 2, 4, 4)")  # fmt: skip
     query = rng.standard_normal((3, 4, 1, COURSE_HEAD_DIM)).astype(np.float32)
     got = to_numpy(attention_as_the_course_calls(paged_attention, mx.array(query), metadata), np.float64)
-    layout = metadata_layout(query, metadata, "float32", "causal")
+    layout = metadata_layout(query, metadata, "float32", "causal", 4)
     for slot, record, cache in ((0, records[0], first), (2, records[1], second)):
         expect_close(INVARIANT, f"{where}: slot {slot}'s output", got[slot : slot + 1],
                      record.attention(query[slot : slot + 1], "causal"), layout)  # fmt: skip
@@ -198,7 +200,7 @@ def test_prefill_chunks_through_the_batch_count_every_token(
         want = np.zeros(query.shape)
         for slot, (_, record) in live.items():
             want[slot : slot + 1] = record.attention(query[slot : slot + 1], mask)
-        layout = metadata_layout(query, metadata, "float32", mask)
+        layout = metadata_layout(query, metadata, "float32", mask, 4)
         expect_pages_hold(INVARIANT, f"{where}: the batch metadata", layout, {s: r for s, (_, r) in live.items()})
         expect_close(
             INVARIANT, f"{where}: attention over the batch metadata", attention_over_metadata(paged_attention, query, metadata, mask),

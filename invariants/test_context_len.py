@@ -74,12 +74,15 @@ def test_context_lens_count_tokens_written(
         _expect_own_context_lens(cache, written.length, geometry, step)
         in_metadata = to_numpy(metadata.context_lens).tolist()
         expect(in_metadata == [written.length], INVARIANT, f"{step}: metadata context_lens is {in_metadata}")
-        expect(cache.offset == written.length, INVARIANT, f"{step}: offset is {cache.offset}")
+        if not geometry.course:
+            # The course reads offset after update_and_fetch, rewind and release, and compares it before and after
+            # a rejected append, but never after a paged append: there a cache may keep its length elsewhere.
+            expect(cache.offset == written.length, INVARIANT, f"{step}: offset is {cache.offset}")
 
         mask = "causal" if length > 1 or geometry.course else None
         query = written.make_query(rng, 2 * num_kv_heads, rows)
         got = attention_over_metadata(paged_attention, query, metadata, mask, own_mask=geometry.course)
-        layout = metadata_layout(query, metadata, "float32", mask)
+        layout = metadata_layout(query, metadata, "float32", mask, page_size)
         expect_pages_hold(INVARIANT, f"{step}: the metadata", layout, {0: written})
         expect_close(INVARIANT, f"{step}: attention over the cache", got, written.attention(query, mask), layout)
 
@@ -109,7 +112,7 @@ def test_the_courses_prefill_after_an_append(
     tokens = gathered(cache)  # before the attention, as the course's test reads it
     got = to_numpy(attention_as_the_course_calls(paged_attention, mx.array(query.astype(np.float32)), metadata),
                    np.float64)  # fmt: skip
-    layout = metadata_layout(query, metadata, "float32", "causal")
+    layout = metadata_layout(query, metadata, "float32", "causal", 4)
     expect_close(INVARIANT, f"{where}: attention with the metadata's own mask vs causal attention over the 6 tokens",
                  got, written.attention(query, "causal"), layout)  # fmt: skip
     expect_close_to_its_gather(INVARIANT, f"{where}: attention with the metadata's own mask", got, query, tokens, layout)
@@ -240,7 +243,7 @@ def test_rewind_to_every_offset_then_append(
             expect(in_metadata == [written.length], INVARIANT, f"{then}: metadata context_lens is {in_metadata}")
             mask = "causal" if length > 1 else None
             query = written.make_query(rng, 4, length)
-            layout = metadata_layout(query, metadata, "float32", mask)
+            layout = metadata_layout(query, metadata, "float32", mask, page_size)
             expect_pages_hold(INVARIANT, f"{then}: the metadata", layout, {0: written})
             expect_close(
                 INVARIANT, f"{then}: attention over the cache",

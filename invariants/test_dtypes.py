@@ -51,7 +51,7 @@ def test_bfloat16_decode_keeps_bfloat16(
     query = written.make_query(rng, 8, 1)
     tokens = gathered(cache)  # before the attention, as the course's test reads it
     out = attention_as_the_course_calls(paged_attention, mx.array(query).astype(mx.bfloat16), metadata)
-    layout = metadata_layout(query, metadata, "bfloat16", "causal")
+    layout = metadata_layout(query, metadata, "bfloat16", "causal", 32)
     # Read by the oracle: an attention that finds the tokens elsewhere passes the comparison below over pages
     # that hold nothing.
     expect_pages_hold(INVARIANT, "the course's bfloat16 decode: the metadata", layout, {0: written})

@@ -8,7 +8,7 @@ say "outside physical page storage" or "aliased" without the field's name.
 The pool and cache reject bad writes and frees the same way, and an append
 whose second page write fails (a failure injected into the pool's
 write_page_slice, as the course's test does) leaves pool and cache as they
-were.
+were; beyond the course, that cache then appends where it left off.
 """
 
 from __future__ import annotations
@@ -453,15 +453,20 @@ def _live_tokens(cache: Any) -> tuple[np.ndarray, np.ndarray]:
 INJECTED_FAILURE = "injected page write failure"
 
 
-@pytest.mark.course(f"{DAY_3}::test_task_1_rolls_back_every_page_when_a_later_write_fails")
 # (another request first, tokens already in the cache, tokens appended): the course's own case is a fresh pool
 # and 5 tokens (its counters, storage included, must be as they were); the others fill the tail page first.
-@pytest.mark.parametrize("others, filled, appended", [(0, 0, 5), (1, 0, 2 * PAGE_SIZE + 1), (1, 2, 2 * PAGE_SIZE - 1)],
-                         ids=["fresh-pool", "fresh-cache", "tail-half-full"])
-def test_append_whose_second_page_write_fails_changes_nothing(
-    pool_type: type, cache_type: type, paged_attention: Any, others: int, filled: int, appended: int,
-    rng: np.random.Generator, subject: Subject,
-) -> None:
+FAILED_WRITE_CASES = pytest.mark.parametrize(
+    "others, filled, appended", [(0, 0, 5), (1, 0, 2 * PAGE_SIZE + 1), (1, 2, 2 * PAGE_SIZE - 1)],
+    ids=["fresh-pool", "fresh-cache", "tail-half-full"],
+)
+
+
+def _append_whose_second_page_write_fails(
+    pool_type: type, cache_type: type, others: int, filled: int, appended: int, rng: np.random.Generator,
+    subject: Subject,
+) -> tuple[Any, WrittenKv, str]:
+    """An append of `appended` tokens whose second page write fails (after `others` tokens of another request and
+    `filled` of its own), checked to have changed nothing: (the cache, its record, the step's description)."""
     pool = pool_type(PAGE_SIZE)
     other, cache = cache_type(pool), cache_type(pool)
     if not callable(getattr(cache.pool, "write_page_slice", None)):  # patched there, as the course's test does
@@ -504,11 +509,32 @@ def test_append_whose_second_page_write_fails_changes_nothing(
                 same_tokens(keys, written.keys) and same_tokens(values, written.values), INVARIANT,
                 f"{step}: {name}'s tokens read through gather_dense() changed",
             )
-    # The cache still appends where it left off.
+    return cache, record, step
+
+
+@pytest.mark.course(f"{DAY_3}::test_task_1_rolls_back_every_page_when_a_later_write_fails")
+@FAILED_WRITE_CASES
+def test_append_whose_second_page_write_fails_changes_nothing(
+    pool_type: type, cache_type: type, others: int, filled: int, appended: int, rng: np.random.Generator,
+    subject: Subject,
+) -> None:
+    """The course appends nothing after its injected failure: a cache may refuse appends from then on."""
+    _append_whose_second_page_write_fails(pool_type, cache_type, others, filled, appended, rng, subject)
+
+
+@pytest.mark.beyond_course
+@FAILED_WRITE_CASES
+def test_a_cache_whose_page_write_failed_appends_where_it_left_off(
+    pool_type: type, cache_type: type, paged_attention: Any, others: int, filled: int, appended: int,
+    rng: np.random.Generator, subject: Subject,
+) -> None:
+    cache, record, step = _append_whose_second_page_write_fails(
+        pool_type, cache_type, others, filled, appended, rng, subject
+    )
     # Its last token a decode with mask "causal", whose metadata's own mask the attention gets, as the course calls.
     metadata = append_for_the_courses_call(cache, *record.make_chunk(rng, PAGE_SIZE + 1))
     query = record.make_query(rng, 4, 1)  # a decode: the course attends with more rows only at its own prefill
-    layout = metadata_layout(query, metadata, "float32", "causal")
+    layout = metadata_layout(query, metadata, "float32", "causal", PAGE_SIZE)
     expect_pages_hold(INVARIANT, f"{step}, then an append of {PAGE_SIZE + 1}: the metadata", layout, {0: record})
     expect_close(
         INVARIANT, f"{step}, then an append of {PAGE_SIZE + 1}: attention over the cache",

@@ -2299,3 +2299,123 @@ FORGING_VARIANTS.update({
         "pagecheck.invariants.test_rejection::test_invalid_metadata_is_rejected_at_every_query_length",
     ),
 })
+
+
+# What the course hands on without reading (metadata.page_size, the metadata's own page ids), the width of the
+# batches it attends over, offset after a paged append, a cache after a failed write, storage_nbytes before the
+# first write.
+VARIANTS.update({
+    "metadata_page_size_from_pages": (
+        "the metadata an append returns leaves page_size None (the pages' own slot axis says it); paged_attention "
+        "takes page_size=None as 'read it off key_pages' (an explicit 0 is still 'positive integer')",
+        [
+            ("            self.pool.page_size, mask,\n", "            None, mask,\n"),
+            ("            pool.page_size, mask,\n", "            None, mask,\n"),
+            ("    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n",
+             "    if page_size is None:  # metadata leaves it to the pages: [P, H_kv, page_size, D]\n"
+             "        page_size = key_pages.shape[2]\n"
+             "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n"),
+        ],
+    ),
+    "compact_metadata_pages": (
+        "the metadata an append returns carries only the pages its rows read, gathered into a compact copy and "
+        "renumbered 0..n-1 in row order (a request's, or the batch's live rows' in slot order), so the attention "
+        "never sees another request's pages; block_table() stays the cache's own ids. On a fresh pool, as at the "
+        "course's prefill and batch, the compact ids are the pool's ids",
+        [
+            ("            self.pool.key_pages, self.pool.value_pages, self.block_table(max_pages), self.context_lens(),\n",
+             "            *self._compact_pages(), self._compact_table(max_pages), self.context_lens(),\n"),
+            ("    def gather_dense(self) -> tuple[mx.array, mx.array]:\n",
+             "    def _compact_pages(self) -> tuple[mx.array, mx.array]:\n"
+             "        rows = mx.array(self.page_ids, dtype=mx.int32)\n"
+             "        return self.pool.key_pages[rows], self.pool.value_pages[rows]\n"
+             "\n"
+             "    def _compact_table(self, max_pages: int | None) -> mx.array:\n"
+             "        width = self.num_pages if max_pages is None else max_pages\n"
+             "        if not _is_int(width) or width < self.num_pages:\n"
+             "            raise ValueError(f\"max_pages={max_pages!r} must be an integer >= num_pages={self.num_pages}\")\n"
+             "        return mx.array([list(range(self.num_pages)) + [SENTINEL] * (width - self.num_pages)], dtype=mx.int32)\n"
+             "\n"
+             "    def gather_dense(self) -> tuple[mx.array, mx.array]:\n"),
+            ("        for slot, cache in caches:\n            table[slot][: cache.num_pages] = cache.page_ids\n",
+             "        order = [page for _, cache in caches for page in cache.page_ids]  # the compact copy's rows\n"
+             "        for slot, cache in caches:\n"
+             "            table[slot][: cache.num_pages] = [order.index(page) for page in cache.page_ids]\n"),
+            ("            pool.key_pages, pool.value_pages, mx.array(table, dtype=mx.int32), mx.array(lens, dtype=mx.int32),\n",
+             "            pool.key_pages[mx.array(order, dtype=mx.int32)], pool.value_pages[mx.array(order, dtype=mx.int32)],\n"
+             "            mx.array(table, dtype=mx.int32), mx.array(lens, dtype=mx.int32),\n"),
+        ],
+    ),
+    "failed_append_closes_the_cache": (
+        "an append whose page write fails is rolled back, and the cache is then closed: its later appends raise "
+        "RuntimeError('... closed after a failed append') (the request is aborted, as a serving loop does after a "
+        "device error; a caller error caught before any write, a wrong dtype or shape, leaves it open); the course "
+        "appends nothing after its injected failure",
+        [
+            ("        self.pool.check_chunk(key, value)\n        pool_before = self.pool.snapshot()\n",
+             "        self.pool.check_chunk(key, value)\n"
+             "        if getattr(self, \"_failed\", False):\n"
+             "            raise RuntimeError(\"this cache was closed after a failed append; release it and start a new one\")\n"
+             "        pool_before = self.pool.snapshot()\n"),
+            ("            self.page_ids, self.page_lens, self.offset = cache_before\n            raise\n",
+             "            self.page_ids, self.page_lens, self.offset = cache_before\n"
+             "            self._failed = True\n"
+             "            raise\n"),
+        ],
+    ),
+    "attention_batches_of_at_most_3_rows": (
+        "paged_attention's kernel takes batches of at most 3 rows (its grid has 3 row blocks; the course's widest "
+        "batch is its BatchingKvCache of 3 slots): a validated call with B > 3 is NotImplementedError",
+        [
+            ("    batch, num_q_heads, num_queries, head_dim = query.shape\n    scale = head_dim**-0.5 if scale is None else scale\n",
+             "    batch, num_q_heads, num_queries, head_dim = query.shape\n"
+             "    if batch > 3:\n"
+             "        raise NotImplementedError(f\"paged_attention takes batches of at most 3 rows, got B={batch}\")\n"
+             "    scale = head_dim**-0.5 if scale is None else scale\n"),
+        ],
+    ),
+    "offset_is_the_dense_views_length": (
+        "offset is the length of the dense view: update_and_fetch (the path a model's positions read), rewind and "
+        "release set it; the paged appends keep the length in page_lens only (gather_dense, context_lens, the "
+        "batch's lengths and rewind count sum(page_lens)). The course reads offset only after update_and_fetch, "
+        "rewind and release, and compares it before and after rejected paged appends",
+        [
+            ("        self.append(key, value)\n        keys, values = self.gather_dense()\n        return keys, values, self.offset, mask\n",
+             "        self.append(key, value)\n        self.offset = self._length\n        keys, values = self.gather_dense()\n"
+             "        return keys, values, self.offset, mask\n"),
+            ("            self.offset += stop - written\n", ""),
+            ("        return mx.array([self.offset], dtype=mx.int32)\n", "        return mx.array([self._length], dtype=mx.int32)\n"),
+            ("        return tokens[None, :, : self.offset]\n",
+             "        return tokens[None, :, : self._length]\n\n"
+             "    @property\n    def _length(self) -> int:\n        return sum(self.page_lens)\n"),
+            ("        if not _is_int(n) or not 0 <= n <= self.offset:\n",
+             "        if not _is_int(n) or not 0 <= n <= self._length:\n"),
+            ("        self.offset -= n\n", "        self.offset = self._length\n"),
+            ("            if self.max_seq_len is not None and self.kv_caches[slot].offset + length > self.max_seq_len:\n",
+             "            if self.max_seq_len is not None and self.kv_caches[slot]._length + length > self.max_seq_len:\n"),
+            ("            lens[slot] = cache.offset\n", "            lens[slot] = cache._length\n"),
+        ],
+    ),
+    "storage_nbytes_unset_before_first_write": (
+        "reset() keeps empty (zero-row) stores, so the pool keeps the geometry and dtype it learnt; storage_nbytes "
+        "reads the stores' bytes and, before the first write made them, is unset (reading it raises "
+        "AttributeError, as any attribute of the missing store does); the course reads storage_nbytes only after "
+        "a reset (0)",
+        [
+            ("        return 0 if self._key_store is None else self._key_store.nbytes + self._value_store.nbytes\n",
+             "        return self._key_store.nbytes + self._value_store.nbytes  # the stores the first write made\n"),
+            ("        if self._key_store is not None and page_id >= self.capacity:\n",
+             "        if self.capacity and page_id >= self.capacity:\n"),
+            ("        if self._key_store is not None:\n            if key.dtype != self._key_store.dtype:\n",
+             "        if self.capacity:\n            if key.dtype != self._key_store.dtype:\n"),
+            ("        if self._key_store is None:\n            self._create_storage(",
+             "        if not self.capacity:\n            self._create_storage("),
+            ("            raise ValueError(f\"cannot reset the pool: pages {live} are still live\")\n        self._clear()\n",
+             "            raise ValueError(f\"cannot reset the pool: pages {live} are still live\")\n"
+             "        stores = (self._key_store, self._value_store)\n"
+             "        self._clear()\n"
+             "        if stores[0] is not None:  # empty stores of the same geometry and dtype\n"
+             "            self._key_store, self._value_store = (store[:0] for store in stores)\n"),
+        ],
+    ),
+})

@@ -3,8 +3,9 @@ clause of the suite (tests/course_variants.py says how each differs).
 
 Each variant is first run through the course's own tests (tests/course_shim.py; skipped where the course folder is
 absent), which it must pass, so the list holds only what the course accepts; then the suite's course-clause checks
-run on it in a child process and none may fail. What a variant does past the course (NaN for an empty row, a second
-free's wording, ...) is judged by the checks beyond the course, which are not run here.
+run on it in a child process and none may fail, nor skip but as "unsupported dtype" (a grade counts any other skip
+as a check not passed: pagecheck/grading/scoreboard.py). What a variant does past the course (NaN for an empty row, a
+second free's wording, ...) is judged by the checks beyond the course, which are not run here.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from pagecheck.invariants.course import BEYOND_COURSE_MARK
+from pagecheck.invariants.neutral_skips import is_neutral_skip
 from tests.course_shim import CourseFolderMissing, course_dir, run_course_tests
 from tests.course_variants import FORGING_VARIANTS, VARIANTS, write_variant
 from tests.test_mutants import run_suite
@@ -31,6 +33,16 @@ def course_run(subject: Path, tmp_path: Path) -> Any:
     return run_course_tests(course, str(subject), scratch)
 
 
+def not_passed(results: dict[str, Any]) -> dict[str, str]:
+    """The checks of a results document that a grade counts as not passed: failures, errors and every skip but a
+    neutral one (pagecheck.grading.scoreboard leaves out only "unsupported dtype" skips), each with its outcome and
+    message."""
+    return {
+        c["nodeid"]: f"{c['outcome']}: {c['message'][:400]}"
+        for c in results["checks"] if c["outcome"] != "pass" and not is_neutral_skip(c)
+    }
+
+
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_a_course_accepted_variant_fails_no_course_clause(name: str, tmp_path: Path) -> None:
     subject = write_variant(name, tmp_path)
@@ -38,8 +50,8 @@ def test_a_course_accepted_variant_fails_no_course_clause(name: str, tmp_path: P
     if run is not None:
         assert run.count("failed") == 0 and run.count("passed") > 0, f"the course rejects variant {name}: {run.messages}"
     results = run_suite(str(subject), [], tmp_path / "results.json", select=f"not {BEYOND_COURSE_MARK}")
-    failed = {c["nodeid"]: c["message"][:400] for c in results["checks"] if c["outcome"] in ("fail", "error")}
-    assert not failed, f"course clauses fail variant {name}, which the course accepts: {failed}"
+    failed = not_passed(results)
+    assert not failed, f"course clauses fail or skip variant {name}, which the course accepts: {failed}"
     assert {c["scope"] for c in results["checks"]} == {"course"}, "the run held checks beyond the course"
 
 
@@ -56,8 +68,8 @@ def test_a_course_accepted_variant_fails_no_course_clause_in_the_sandbox(name: s
     subject = write_variant(name, tmp_path)
     results = run_suite(f"sandbox:{subject}", [], tmp_path / "results.json", select=f"not {BEYOND_COURSE_MARK}",
                         plugins=("pagecheck.grading.child_plugin",))  # fmt: skip
-    failed = {c["nodeid"]: c["message"][:400] for c in results["checks"] if c["outcome"] in ("fail", "error")}
-    assert not failed, f"course clauses fail variant {name} in the sandbox: {failed}"
+    failed = not_passed(results)
+    assert not failed, f"course clauses fail or skip variant {name} in the sandbox: {failed}"
 
 
 @pytest.mark.parametrize("name", sorted(FORGING_VARIANTS))
