@@ -175,11 +175,13 @@ def test_second_free_of_a_released_page_says_already_free(
 def test_rewind_then_release_returns_every_page(
     pool_type: type, cache_type: type, geometry: Geometry, page_size: int, rng: np.random.Generator,
 ) -> None:
-    # The course's case is its own rewind (calls.course_rewind: rewind(3) of [4, 4, 1]), then a release; beyond
-    # the course, from 3 pages and a token, rewinds of more than a page, into a page and to a page boundary.
+    # The course's case is its own rewind (calls.course_rewind: rewind(3) of [4, 4, 1], then gather_dense(), as
+    # the course calls it before it counts), then a release; beyond the course, from 3 pages and a token, rewinds
+    # of more than a page, into a page and to a page boundary.
     if geometry.course:
-        pool, cache, _ = course_rewind(pool_type, cache_type, WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32"), rng)
-        step = "after the course's rewind(3) of [4, 4, 1]"
+        written = WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32")
+        pool, cache, _, _ = course_rewind(pool_type, cache_type, written, rng)
+        step = "after the course's rewind(3) of [4, 4, 1] and gather_dense()"
         expect(
             pool.num_pages == 3 and pool.num_free_pages == 1, INVARIANT,
             f"{step}: the pool has {pool.num_free_pages} of {pool.num_pages} pages free, expected 1 of 3",

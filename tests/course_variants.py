@@ -1158,6 +1158,32 @@ VARIANTS.update({
         for page_id in reversed(emptied):
             self.pool.free_page(page_id)''')],
     ),
+    "rewind_frees_emptied_pages_lazily": (
+        "rewind lowers page_lens and offset and leaves the pages it empties in page_ids (a 0 in page_lens); the "
+        "cache's next gather_dense() or append gives them back to the pool (the course calls gather_dense() "
+        "right after its rewind(3), before it reads anything)",
+        [
+            ('        """Fill the tail page, then new pages; if anything fails, the pool and this cache are put back."""\n',
+             '        """Fill the tail page, then new pages; if anything fails, the pool and this cache are put back."""\n'
+             '        self._settle()\n'),
+            ('    def gather_dense(self) -> tuple[mx.array, mx.array]:\n'
+             '        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n',
+             '    def _settle(self) -> None:\n'
+             '        while self.page_lens and self.page_lens[-1] == 0:\n'
+             '            self.pool.free_page(self.page_ids.pop())\n'
+             '            self.page_lens.pop()\n\n'
+             '    def gather_dense(self) -> tuple[mx.array, mx.array]:\n'
+             '        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n'
+             '        self._settle()\n'),
+            (REWIND_LOOP, '''        left, i = n, len(self.page_lens) - 1
+        while left:  # pages left empty are given back at the cache's next read or write (_settle)
+            drop = min(left, self.page_lens[i])
+            self.page_lens[i] -= drop
+            left -= drop
+            if self.page_lens[i] == 0:
+                i -= 1'''),
+        ],
+    ),
 })
 
 VARIANTS["rewind_at_most_a_page"] = (
