@@ -2301,3 +2301,42 @@ VARIANTS.update({
         ],
     ),
 })
+
+
+# The course's one append after a release (its reuse test prefills the second request through update_and_fetch).
+_FRESH_ALLOCATION = [
+    ("    def allocate_page(self) -> int:\n",
+     "    def allocate_page(self, fresh: bool = False) -> int:\n"),
+    ("        if self._free:\n            self.reused_page_allocations += 1",
+     "        if self._free and not fresh:\n            self.reused_page_allocations += 1"),
+    ("                self.page_ids.append(self.pool.allocate_page())",
+     "                self.page_ids.append(self.pool.allocate_page(fresh=getattr(self, '_fresh', False)))"),
+]
+
+VARIANTS.update({
+    "paged_appends_take_fresh_pages": (
+        "update_and_fetch_paged takes fresh page ids only, never freed ones (update_and_fetch reuses them): the "
+        "course appends after a release only in its reuse test, through update_and_fetch",
+        [
+            *_FRESH_ALLOCATION,
+            ("    ) -> PagedKvMetadata:\n        self.append(key, value)\n        return self.paged_metadata(mask=mask)",
+             "    ) -> PagedKvMetadata:\n        self._fresh = True\n        try:\n            self.append(key, value)\n"
+             "        finally:\n            self._fresh = False\n        return self.paged_metadata(mask=mask)"),
+        ],
+    ),
+})
+
+FORGING_VARIANTS.update({
+    "dense_appends_take_fresh_pages": (
+        "update_and_fetch (the dense path, a prefill) takes fresh page ids only, never freed ones "
+        "(update_and_fetch_paged reuses them): the course's reuse test, which prefills the second request through "
+        "update_and_fetch, sees 4 pages issued where it expects 2",
+        [
+            *_FRESH_ALLOCATION,
+            ("        self.append(key, value)\n        keys, values = self.gather_dense()",
+             "        self._fresh = True\n        try:\n            self.append(key, value)\n        finally:\n"
+             "            self._fresh = False\n        keys, values = self.gather_dense()"),
+        ],
+        "pagecheck.invariants.test_lazy_tail::test_released_pages_are_reused_before_new_ones",
+    ),
+})
