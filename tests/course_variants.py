@@ -2340,3 +2340,54 @@ FORGING_VARIANTS.update({
         "pagecheck.invariants.test_lazy_tail::test_released_pages_are_reused_before_new_ones",
     ),
 })
+
+# The course's materialize test patches mx.eval and requires one call on the pool's pages, whatever they are.
+FORGING_VARIANTS.update({
+    "host_float32_storage": (
+        "the pool keeps float32 pages in host memory (NumPy arrays, written in place on a copy) and only bfloat16 "
+        "pages as MLX arrays; materialize() evaluates MLX storage only (host pages need no evaluation), so on the "
+        "course's float32 pool it makes no mx.eval call, where the course's materialize test expects exactly one",
+        [
+            ("import mlx.core as mx\n\nSUPPORTED", "import mlx.core as mx\nimport numpy as np\n\nSUPPORTED"),
+            ("        return None if self._key_store is None else self._key_store.dtype\n",
+             "        return None if self._key_store is None else self._mx_dtype\n"),
+            ("            if key.dtype != self._key_store.dtype:", "            if key.dtype != self._mx_dtype:"),
+            ('                    f"{_dtype_name(self._key_store.dtype)}"', '                    f"{_dtype_name(self._mx_dtype)}"'),
+            ("        at = mx.array([page_id, 0, start, 0])\n",
+             "        if isinstance(self._key_store, np.ndarray):\n"
+             "            self._key_store, self._value_store = self._key_store.copy(), self._value_store.copy()\n"
+             "            self._key_store[page_id, :, start : start + length] = np.array(key[0])\n"
+             "            self._value_store[page_id, :, start : start + length] = np.array(value[0])\n"
+             "            return\n"
+             "        at = mx.array([page_id, 0, start, 0])\n"),
+            ("        self._key_store = mx.zeros(shape, dtype=like.dtype)\n"
+             "        self._value_store = mx.zeros(shape, dtype=like.dtype)\n",
+             "        self._mx_dtype = like.dtype\n"
+             "        zeros = (lambda: np.zeros(shape, np.float32)) if like.dtype == mx.float32 else "
+             "(lambda: mx.zeros(shape, dtype=like.dtype))\n"
+             "        self._key_store = zeros()\n        self._value_store = zeros()\n"),
+            ("        padding = mx.zeros((rows - old_rows, *self._key_store.shape[1:]), dtype=self._key_store.dtype)\n",
+             "        if isinstance(self._key_store, np.ndarray):\n"
+             "            padding = np.zeros((rows - old_rows, *self._key_store.shape[1:]), np.float32)\n"
+             "            self.copied_bytes_on_growth += self.storage_nbytes\n"
+             "            self._key_store = np.concatenate([self._key_store, padding])\n"
+             "            self._value_store = np.concatenate([self._value_store, padding])\n"
+             "            self.storage_growths += 1\n"
+             "            self.copied_pages_on_growth += old_rows\n"
+             "            return\n"
+             "        padding = mx.zeros((rows - old_rows, *self._key_store.shape[1:]), dtype=self._key_store.dtype)\n"),
+            ("        _, num_heads, page_size, head_dim = pages.shape\n        picked",
+             "        pages = mx.array(pages) if isinstance(pages, np.ndarray) else pages\n"
+             "        _, num_heads, page_size, head_dim = pages.shape\n        picked"),
+            ("        if self.pool.key_pages is not None:\n            mx.eval(",
+             "        if isinstance(self.pool.key_pages, mx.array):  # host (NumPy) pages are real already\n"
+             "            mx.eval("),
+            ("    table, lens = _check_inputs(query, key_pages",
+             "    query, key_pages, value_pages, block_table, context_lens = (\n"
+             "        mx.array(x) if isinstance(x, np.ndarray) else x\n"
+             "        for x in (query, key_pages, value_pages, block_table, context_lens)\n    )\n"
+             "    table, lens = _check_inputs(query, key_pages"),
+        ],
+        "pagecheck.invariants.test_page_storage::test_materialize_evaluates_the_storage_without_a_dense_gather",
+    ),
+})
