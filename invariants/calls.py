@@ -279,18 +279,23 @@ COURSE_REWIND_CHUNKS = (4, 3, 2)
 COURSE_REWIND = 3
 
 
-def course_rewind(pool_type: type, cache_type: type, written: Any, rng: np.random.Generator) -> tuple[Any, Any, str]:
+def course_rewind(
+    pool_type: type, cache_type: type, written: Any, rng: np.random.Generator
+) -> tuple[Any, Any, str, tuple[Any, Any]]:
     """A pool of pages of 4 and a cache on it, built and rewound as the course's rewind test does, the tokens
     recorded in `written` (truncated as the rewind drops them); (pool, cache, "" where page_lens compared equal to
-    [4, 4, 1] before the rewind, as the course asserts there, else what it was). Read before the rewind: a
-    page_lens that is a live view of the cache changes with it."""
+    [4, 4, 1] before the rewind, as the course asserts there, else what it was, the keys and values of the
+    cache's gather_dense()). Read before the rewind: a page_lens that is a live view of the cache changes with
+    it. The course calls gather_dense() right after rewind(3), before it reads anything else, so a cache may
+    finish the rewind there (free the pages it emptied at its next read): so does this."""
     cache = cache_type(pool_type(4))  # the fixtures pass page_size= and pool= by keyword, as the course does
     for length in COURSE_REWIND_CHUNKS:
         cache.update_and_fetch(*written.make_chunk(rng, length))
     filled = "" if equals_list(cache.page_lens, [4, 4, 1]) else repr(cache.page_lens)
     cache.rewind(COURSE_REWIND)
     written.truncate(written.length - COURSE_REWIND)
-    return cache.pool, cache, filled  # the pool as the course's test reads it: paged.pool
+    keys, values = cache.gather_dense()
+    return cache.pool, cache, filled, (keys, values)  # the pool as the course's test reads it: paged.pool
 
 
 def cache_length(cache: Any) -> int:

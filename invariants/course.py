@@ -71,11 +71,17 @@ def query_len(length: int, geometry: Geometry, context: int) -> int:
     return COURSE_PREFILL_ROWS if at_the_courses_prefill else 1
 
 
-def split_at_the_course(course_test: str, wider: Geometry, *, per_page_size: bool = False) -> pytest.MarkDecorator:
+def split_at_the_course(
+    course_test: str, wider: Geometry, *, per_page_size: bool = False, replay: bool = False
+) -> pytest.MarkDecorator:
     """Parametrize a check over `geometry`: the course's own (COURSE_GEOMETRY), a course check of
     `course_test`, and `wider`, the same check beyond the course. With `per_page_size`, over `geometry,
-    page_size` instead: the course's case at its page size, and one wider case per page size of `wider`."""
-    course, beyond = pytest.mark.course(course_test), pytest.mark.beyond_course
+    page_size` instead: the course's case at its page size, and one wider case per page size of `wider`. With
+    `replay`, the course's case is also marked REPLAY_MARK (it replays the course's data point as its test
+    builds and reads it)."""
+    course, beyond = [pytest.mark.course(course_test)], pytest.mark.beyond_course
+    if replay:
+        course.append(getattr(pytest.mark, REPLAY_MARK))
     if not per_page_size:
         return pytest.mark.parametrize("geometry", [
             pytest.param(COURSE_GEOMETRY, marks=course, id="course"),

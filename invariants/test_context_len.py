@@ -167,15 +167,16 @@ def test_last_token_of_the_context_is_read(paged_attention: object, page_size: i
 
 
 def _expect_the_courses_rewind(pool_type: type, cache_type: type, rng: np.random.Generator) -> None:
-    """The course's rewind test on hidden tokens: page_lens [4, 4, 1] before the rewind and [4, 2] after (lists,
-    as its asserts compare), offset 6, 2 pages of a full page's capacity each, 3 issued with 1 free, and
-    gather_dense() the first 6 tokens."""
+    """The course's rewind test on hidden tokens: page_lens [4, 4, 1] before the rewind; gather_dense() called
+    right after it, then, as its asserts read them, offset 6, page_lens [4, 2] (lists, as its asserts compare), 2
+    pages of a full page's capacity each, 3 issued with 1 free, and the gathered keys and values the first 6
+    tokens."""
     written = WrittenKv(2, COURSE_HEAD_DIM, "float32")
-    pool, cache, filled = course_rewind(pool_type, cache_type, written, rng)
+    pool, cache, filled, gathered = course_rewind(pool_type, cache_type, written, rng)
     expect(not filled, INVARIANT,
            f"4, 3 and 2 tokens appended through update_and_fetch in pages of 4: page_lens is {filled}, expected "
            "[4, 4, 1]")  # fmt: skip
-    step = "4, 3 and 2 tokens appended in pages of 4, then rewind(3) (the course's rewind)"
+    step = "4, 3 and 2 tokens appended in pages of 4, then rewind(3) and gather_dense() (the course's rewind)"
     expect(cache.offset == 6, INVARIANT, f"{step}: offset is {cache.offset}, expected 6")
     expect(equals_list(cache.page_lens, [4, 2]), INVARIANT, f"{step}: page_lens is {cache.page_lens!r}, expected [4, 2]")
     expect(cache.num_pages == 2, INVARIANT, f"{step}: {cache.num_pages} pages, expected 2")
@@ -185,7 +186,7 @@ def _expect_the_courses_rewind(pool_type: type, cache_type: type, rng: np.random
     )
     capacity = [int(pool.read_page(page_id)[0].shape[2]) for page_id in cache.page_ids]
     expect(capacity == [4, 4], INVARIANT, f"{step}: read_page() gives pages of {capacity} slots, expected [4, 4]")
-    keys, values = (to_numpy(x, np.float64)[0] for x in cache.gather_dense())
+    keys, values = (to_numpy(x, np.float64)[0] for x in gathered)
     expect(
         same_tokens(keys, written.keys) and same_tokens(values, written.values), INVARIANT,
         f"{step}: gather_dense() differs from the first 6 tokens written",

@@ -38,9 +38,9 @@ class Request:
         self.caches = [cache_type(pool) for pool in pools]
         self.records = [WrittenKv(NUM_KV_HEADS, head_dim, "float32") for _ in pools]
 
-    def append(self, rng: np.random.Generator, length: int) -> None:
+    def append(self, rng: np.random.Generator, length: int, method: str = "update_and_fetch_paged") -> None:
         for cache, record in zip(self.caches, self.records):
-            cache.update_and_fetch_paged(*record.make_chunk(rng, length))
+            getattr(cache, method)(*record.make_chunk(rng, length))
 
     def pages(self) -> list[set[int]]:
         return [{int(p) for p in cache.page_ids} for cache in self.caches]
@@ -129,19 +129,22 @@ def test_release_returns_every_page_of_every_layer_once(
         )
 
     # The free lists above are the pools' own word; what a release returned is what the next request gets. As in
-    # the course's test, a request needing every freed page takes exactly those pages and no new id.
+    # the course's test, a request needing every freed page takes exactly those pages and no new id. The course's
+    # case appends it as the course does, through update_and_fetch (the course never appends through
+    # update_and_fetch_paged after a release); beyond the course, through update_and_fetch_paged.
     issued = [pool.num_pages for pool in pools]
     if max(issued) == 0:
         return
     rng = np.random.default_rng(seed + 1)
+    method = "update_and_fetch" if geometry.course else "update_and_fetch_paged"
     for layer, (pool, freed) in enumerate(zip(pools, everything)):
         taker = Request(cache_type, [pool], geometry.head_dim)
-        taker.append(rng, issued[layer] * page_size)
+        taker.append(rng, issued[layer] * page_size, method)
         taken = taker.pages()[0]
         expect(
             taken == freed and pool.num_pages == issued[layer] and pool.num_free_pages == 0, INVARIANT,
-            f"layer {layer}: after every release, a request of {issued[layer] * page_size} tokens "
-            f"(page_size={page_size}) holds pages {sorted(taken)}, the pool issued {pool.num_pages} with "
+            f"layer {layer}: after every release, a request of {issued[layer] * page_size} tokens through "
+            f"{method} (page_size={page_size}) holds pages {sorted(taken)}, the pool issued {pool.num_pages} with "
             f"{pool.num_free_pages} free; expected the freed pages {sorted(freed)} reused and no new id",
         )
 
@@ -175,11 +178,13 @@ def test_second_free_of_a_released_page_says_already_free(
 def test_rewind_then_release_returns_every_page(
     pool_type: type, cache_type: type, geometry: Geometry, page_size: int, rng: np.random.Generator,
 ) -> None:
-    # The course's case is its own rewind (calls.course_rewind: rewind(3) of [4, 4, 1]), then a release; beyond
-    # the course, from 3 pages and a token, rewinds of more than a page, into a page and to a page boundary.
+    # The course's case is its own rewind (calls.course_rewind: rewind(3) of [4, 4, 1], then gather_dense(), as
+    # the course calls it before it counts), then a release; beyond the course, from 3 pages and a token, rewinds
+    # of more than a page, into a page and to a page boundary.
     if geometry.course:
-        pool, cache, _ = course_rewind(pool_type, cache_type, WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32"), rng)
-        step = "after the course's rewind(3) of [4, 4, 1]"
+        written = WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32")
+        pool, cache, _, _ = course_rewind(pool_type, cache_type, written, rng)
+        step = "after the course's rewind(3) of [4, 4, 1] and gather_dense()"
         expect(
             pool.num_pages == 3 and pool.num_free_pages == 1, INVARIANT,
             f"{step}: the pool has {pool.num_free_pages} of {pool.num_pages} pages free, expected 1 of 3",

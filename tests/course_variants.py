@@ -1158,6 +1158,32 @@ VARIANTS.update({
         for page_id in reversed(emptied):
             self.pool.free_page(page_id)''')],
     ),
+    "rewind_frees_emptied_pages_lazily": (
+        "rewind lowers page_lens and offset and leaves the pages it empties in page_ids (a 0 in page_lens); the "
+        "cache's next gather_dense() or append gives them back to the pool (the course calls gather_dense() "
+        "right after its rewind(3), before it reads anything)",
+        [
+            ('        """Fill the tail page, then new pages; if anything fails, the pool and this cache are put back."""\n',
+             '        """Fill the tail page, then new pages; if anything fails, the pool and this cache are put back."""\n'
+             '        self._settle()\n'),
+            ('    def gather_dense(self) -> tuple[mx.array, mx.array]:\n'
+             '        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n',
+             '    def _settle(self) -> None:\n'
+             '        while self.page_lens and self.page_lens[-1] == 0:\n'
+             '            self.pool.free_page(self.page_ids.pop())\n'
+             '            self.page_lens.pop()\n\n'
+             '    def gather_dense(self) -> tuple[mx.array, mx.array]:\n'
+             '        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n'
+             '        self._settle()\n'),
+            (REWIND_LOOP, '''        left, i = n, len(self.page_lens) - 1
+        while left:  # pages left empty are given back at the cache's next read or write (_settle)
+            drop = min(left, self.page_lens[i])
+            self.page_lens[i] -= drop
+            left -= drop
+            if self.page_lens[i] == 0:
+                i -= 1'''),
+        ],
+    ),
 })
 
 VARIANTS["rewind_at_most_a_page"] = (
@@ -2417,5 +2443,95 @@ VARIANTS.update({
              "        if stores[0] is not None:  # empty stores of the same geometry and dtype\n"
              "            self._key_store, self._value_store = (store[:0] for store in stores)\n"),
         ],
+    ),
+})
+
+
+# The course's one append after a release (its reuse test prefills the second request through update_and_fetch).
+_FRESH_ALLOCATION = [
+    ("    def allocate_page(self) -> int:\n",
+     "    def allocate_page(self, fresh: bool = False) -> int:\n"),
+    ("        if self._free:\n            self.reused_page_allocations += 1",
+     "        if self._free and not fresh:\n            self.reused_page_allocations += 1"),
+    ("                self.page_ids.append(self.pool.allocate_page())",
+     "                self.page_ids.append(self.pool.allocate_page(fresh=getattr(self, '_fresh', False)))"),
+]
+
+VARIANTS.update({
+    "paged_appends_take_fresh_pages": (
+        "update_and_fetch_paged takes fresh page ids only, never freed ones (update_and_fetch reuses them): the "
+        "course appends after a release only in its reuse test, through update_and_fetch",
+        [
+            *_FRESH_ALLOCATION,
+            ("    ) -> PagedKvMetadata:\n        self.append(key, value)\n        return self.paged_metadata(mask=mask)",
+             "    ) -> PagedKvMetadata:\n        self._fresh = True\n        try:\n            self.append(key, value)\n"
+             "        finally:\n            self._fresh = False\n        return self.paged_metadata(mask=mask)"),
+        ],
+    ),
+})
+
+FORGING_VARIANTS.update({
+    "dense_appends_take_fresh_pages": (
+        "update_and_fetch (the dense path, a prefill) takes fresh page ids only, never freed ones "
+        "(update_and_fetch_paged reuses them): the course's reuse test, which prefills the second request through "
+        "update_and_fetch, sees 4 pages issued where it expects 2",
+        [
+            *_FRESH_ALLOCATION,
+            ("        self.append(key, value)\n        keys, values = self.gather_dense()",
+             "        self._fresh = True\n        try:\n            self.append(key, value)\n        finally:\n"
+             "            self._fresh = False\n        keys, values = self.gather_dense()"),
+        ],
+        "pagecheck.invariants.test_lazy_tail::test_released_pages_are_reused_before_new_ones",
+    ),
+})
+
+# The course's materialize test patches mx.eval and requires one call on the pool's pages, whatever they are.
+FORGING_VARIANTS.update({
+    "host_float32_storage": (
+        "the pool keeps float32 pages in host memory (NumPy arrays, written in place on a copy) and only bfloat16 "
+        "pages as MLX arrays; materialize() evaluates MLX storage only (host pages need no evaluation), so on the "
+        "course's float32 pool it makes no mx.eval call, where the course's materialize test expects exactly one",
+        [
+            ("import mlx.core as mx\n\nSUPPORTED", "import mlx.core as mx\nimport numpy as np\n\nSUPPORTED"),
+            ("        return None if self._key_store is None else self._key_store.dtype\n",
+             "        return None if self._key_store is None else self._mx_dtype\n"),
+            ("            if key.dtype != self._key_store.dtype:", "            if key.dtype != self._mx_dtype:"),
+            ('                    f"{_dtype_name(self._key_store.dtype)}"', '                    f"{_dtype_name(self._mx_dtype)}"'),
+            ("        at = mx.array([page_id, 0, start, 0])\n",
+             "        if isinstance(self._key_store, np.ndarray):\n"
+             "            self._key_store, self._value_store = self._key_store.copy(), self._value_store.copy()\n"
+             "            self._key_store[page_id, :, start : start + length] = np.array(key[0])\n"
+             "            self._value_store[page_id, :, start : start + length] = np.array(value[0])\n"
+             "            return\n"
+             "        at = mx.array([page_id, 0, start, 0])\n"),
+            ("        self._key_store = mx.zeros(shape, dtype=like.dtype)\n"
+             "        self._value_store = mx.zeros(shape, dtype=like.dtype)\n",
+             "        self._mx_dtype = like.dtype\n"
+             "        zeros = (lambda: np.zeros(shape, np.float32)) if like.dtype == mx.float32 else "
+             "(lambda: mx.zeros(shape, dtype=like.dtype))\n"
+             "        self._key_store = zeros()\n        self._value_store = zeros()\n"),
+            ("        padding = mx.zeros((rows - old_rows, *self._key_store.shape[1:]), dtype=self._key_store.dtype)\n",
+             "        if isinstance(self._key_store, np.ndarray):\n"
+             "            padding = np.zeros((rows - old_rows, *self._key_store.shape[1:]), np.float32)\n"
+             "            self.copied_bytes_on_growth += self.storage_nbytes\n"
+             "            self._key_store = np.concatenate([self._key_store, padding])\n"
+             "            self._value_store = np.concatenate([self._value_store, padding])\n"
+             "            self.storage_growths += 1\n"
+             "            self.copied_pages_on_growth += old_rows\n"
+             "            return\n"
+             "        padding = mx.zeros((rows - old_rows, *self._key_store.shape[1:]), dtype=self._key_store.dtype)\n"),
+            ("        _, num_heads, page_size, head_dim = pages.shape\n        picked",
+             "        pages = mx.array(pages) if isinstance(pages, np.ndarray) else pages\n"
+             "        _, num_heads, page_size, head_dim = pages.shape\n        picked"),
+            ("        if self.pool.key_pages is not None:\n            mx.eval(",
+             "        if isinstance(self.pool.key_pages, mx.array):  # host (NumPy) pages are real already\n"
+             "            mx.eval("),
+            ("    table, lens = _check_inputs(query, key_pages",
+             "    query, key_pages, value_pages, block_table, context_lens = (\n"
+             "        mx.array(x) if isinstance(x, np.ndarray) else x\n"
+             "        for x in (query, key_pages, value_pages, block_table, context_lens)\n    )\n"
+             "    table, lens = _check_inputs(query, key_pages"),
+        ],
+        "pagecheck.invariants.test_page_storage::test_materialize_evaluates_the_storage_without_a_dense_gather",
     ),
 })
