@@ -104,26 +104,25 @@ def test_batch_metadata_pads_rows_and_empties_slots(
         chunks = [live[s][1].make_chunk(rng, 1) if s in live else (empty, empty) for s in range(slots)]
         # The course's decode call: mask_length 1 and a causal mask (one query row: the same as none); its
         # attention then gets the metadata's own mask.
-        metadata = read_once(batching.update_and_fetch_paged(
+        handed = batching.update_and_fetch_paged(
             mx.concatenate([k for k, _ in chunks]), mx.concatenate([v for _, v in chunks]), mask_length=1,
             mask="causal",
-        ))
+        )
+        metadata = read_once(handed)  # what the attention gets
         where = f"decode step {step}, live slots {sorted(live)} with contexts {[live[s][1].length for s in sorted(live)]}"
-        _check_step(batching, metadata, live, where, exact_width=False, course=course, slots=slots)
 
         query = rng.standard_normal((slots, NUM_Q_HEADS, 1, COURSE_HEAD_DIM)).astype(np.float32)
         want = np.zeros(query.shape)
         for slot, (_, record) in live.items():
             want[slot : slot + 1] = record.attention(query[slot : slot + 1], "causal")
+        got = attention_over_metadata(paged_attention, query, metadata, "causal", own_mask=course)
+        # The table and contexts read again after the attention, as the course's batch test reads them.
+        _check_step(batching, read_once(handed), live, where, exact_width=False, course=course, slots=slots)
         layout = metadata_layout(query, metadata, "float32", "causal", 4)
         expect_pages_hold(INVARIANT, f"{where}: the batch metadata", layout, {s: r for s, (_, r) in live.items()})
         # The course compares the live rows only; an empty slot's output is beyond it (empty_rows).
         rows = sorted(live)
-        expect_close(
-            INVARIANT, f"{where}: attention over the batch metadata (live slots)",
-            attention_over_metadata(paged_attention, query, metadata, "causal", own_mask=course)[rows], want[rows],
-            layout,
-        )
+        expect_close(INVARIANT, f"{where}: attention over the batch metadata (live slots)", got[rows], want[rows], layout)
 
 
 @pytest.mark.replays_the_course
@@ -132,8 +131,9 @@ def test_the_courses_batch_of_two_requests_and_an_empty_slot(
     pool_type: type, cache_type: type, batching_cache_type: type, paged_attention: object, rng: np.random.Generator
 ) -> None:
     """The course's own batch, as it builds and reads it: requests of 3 and 6 tokens in slots 0 and 2 of 3, one
-    decode token each; the metadata holds the pool's 3 pages, a table exactly 2 wide with slot 1 all -1, contexts
-    4, 0 and 7, and attention over it with its own mask matches each request's."""
+    decode token each; attention over the metadata with its own mask matches each request's (over the query as it
+    reads after the call), and the metadata, read again after the attention, holds the pool's 3 pages, a table
+    exactly 2 wide with slot 1 all -1, and contexts 4, 0 and 7."""
     import mlx.core as mx
 
     pool = pool_type(4)
@@ -146,19 +146,25 @@ def test_the_courses_batch_of_two_requests_and_an_empty_slot(
     batching.add_request(second, 2)
     empty = mx.zeros((1, NUM_KV_HEADS, 1, COURSE_HEAD_DIM), dtype=mx.float32)
     (k0, v0), (k2, v2) = records[0].make_chunk(rng, 1), records[1].make_chunk(rng, 1)
-    metadata = read_once(batching.update_and_fetch_paged(
+    handed = batching.update_and_fetch_paged(
         mx.concatenate([k0, empty, k2]), mx.concatenate([v0, empty, v2]), mask_length=1, mask="causal"
-    ))
+    )
+    metadata = read_once(handed)  # what the attention gets
     where = "the course's batch (3 and 6 tokens in slots 0 and 2 of 3, then one decode token each)"
-    lens, table = to_numpy(metadata.context_lens).tolist(), to_numpy(metadata.block_table)
+    given = mx.array(rng.standard_normal((3, 4, 1, COURSE_HEAD_DIM)).astype(np.float32))
+    got = to_numpy(attention_as_the_course_calls(paged_attention, given, metadata), np.float64)
+    # After the attention, as the course's test reads them: the query it passed (its dense outputs are computed from
+    # that very array after the call) and the metadata's fields, read again (a field that changed in place or is
+    # gone by then fails there).
+    query = to_numpy(given)
+    seen = read_once(handed)
+    lens, table = to_numpy(seen.context_lens).tolist(), to_numpy(seen.block_table)
     expect(lens == [4, 0, 7], INVARIANT, f"{where}: context_lens {lens}, expected [4, 0, 7]")
     expect(table.shape == (3, 2), INVARIANT, f"{where}: block_table shape {table.shape}, expected (3, 2)")
     expect(table[1].tolist() == [-1, -1], INVARIANT, f"{where}: the empty slot's row is {table[1].tolist()}")
-    shapes = (tuple(metadata.key_pages.shape), tuple(metadata.value_pages.shape))
+    shapes = (tuple(seen.key_pages.shape), tuple(seen.value_pages.shape))
     expect(shapes == ((3, NUM_KV_HEADS, 4, COURSE_HEAD_DIM),) * 2, INVARIANT,
            f"{where}: key/value_pages shapes {shapes}, expected the pool's 3 pages, (3, 2, 4, 4)")  # fmt: skip
-    query = rng.standard_normal((3, 4, 1, COURSE_HEAD_DIM)).astype(np.float32)
-    got = to_numpy(attention_as_the_course_calls(paged_attention, mx.array(query), metadata), np.float64)
     layout = metadata_layout(query, metadata, "float32", "causal", 4)
     for slot, record, cache in ((0, records[0], first), (2, records[1], second)):
         expect_close(INVARIANT, f"{where}: slot {slot}'s output", got[slot : slot + 1],

@@ -93,25 +93,30 @@ def test_the_courses_prefill_after_an_append(
     pool_type: type, cache_type: type, paged_attention: object, rng: np.random.Generator
 ) -> None:
     """The course's own prefill, as it builds and reads it: 3 tokens appended, then 3 more with mask "causal";
-    the metadata says pages [[0, 1]], context [6], holds the pool's 2 pages of 4, and attention over it with its
-    own mask (a query of 3 rows) matches causal attention over the 6 tokens."""
+    attention over the metadata with its own mask (a query of 3 rows) matches causal attention over the 6 tokens,
+    and the metadata, read again after the attention, says pages [[0, 1]], context [6] and holds the pool's 2 pages
+    of 4."""
     import mlx.core as mx
 
     cache = cache_type(pool_type(4))
     written = WrittenKv(2, COURSE_HEAD_DIM, "float32")
     cache.update_and_fetch(*written.make_chunk(rng, 3))
-    metadata = read_once(cache.update_and_fetch_paged(*written.make_chunk(rng, 3), mask="causal"))
+    handed = cache.update_and_fetch_paged(*written.make_chunk(rng, 3), mask="causal")
+    metadata = read_once(handed)  # what the attention gets
     where = "3 tokens, then 3 more with mask 'causal' (the course's prefill)"
-    table, lens = to_numpy(metadata.block_table).tolist(), to_numpy(metadata.context_lens).tolist()
-    expect(table == [[0, 1]], INVARIANT, f"{where}: metadata block_table {table}, expected [[0, 1]]")
-    expect(lens == [6], INVARIANT, f"{where}: metadata context_lens {lens}, expected [6]")
-    shapes = (tuple(metadata.key_pages.shape), tuple(metadata.value_pages.shape))
-    expect(shapes == ((2, 2, 4, COURSE_HEAD_DIM),) * 2, INVARIANT,
-           f"{where}: key/value_pages shapes {shapes}, expected the pool's 2 pages, (2, 2, 4, 4)")  # fmt: skip
     query = written.make_query(rng, 4, 3)
     tokens = gathered(cache)  # before the attention, as the course's test reads it
     got = to_numpy(attention_as_the_course_calls(paged_attention, mx.array(query.astype(np.float32)), metadata),
                    np.float64)  # fmt: skip
+    # The metadata's fields read again after the attention, as the course's asserts read them (a field that changed
+    # in place or is gone by then fails there).
+    seen = read_once(handed)
+    table, lens = to_numpy(seen.block_table).tolist(), to_numpy(seen.context_lens).tolist()
+    expect(table == [[0, 1]], INVARIANT, f"{where}: metadata block_table {table}, expected [[0, 1]]")
+    expect(lens == [6], INVARIANT, f"{where}: metadata context_lens {lens}, expected [6]")
+    shapes = (tuple(seen.key_pages.shape), tuple(seen.value_pages.shape))
+    expect(shapes == ((2, 2, 4, COURSE_HEAD_DIM),) * 2, INVARIANT,
+           f"{where}: key/value_pages shapes {shapes}, expected the pool's 2 pages, (2, 2, 4, 4)")  # fmt: skip
     layout = metadata_layout(query, metadata, "float32", "causal", 4)
     expect_close(INVARIANT, f"{where}: attention with the metadata's own mask vs causal attention over the 6 tokens",
                  got, written.attention(query, "causal"), layout)  # fmt: skip

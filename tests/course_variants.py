@@ -1563,6 +1563,51 @@ class PagedKvMetadata:
     "pagecheck.invariants.test_dtypes::test_bfloat16_decode_keeps_bfloat16",
 )
 
+# The course reads a metadata's fields again after its paged_attention call, and builds its batch's dense outputs
+# from the query it passed, after the call: a field gone or changed in place by then fails its asserts.
+FORGING_VARIANTS.update({
+    "metadata_table_handed_over_once": (
+        "a metadata's block_table is handed over once, to the kernel call that reads it: reading the field again "
+        "gives None. The course reads metadata.block_table a second time, in its asserts after the paged_attention "
+        "call (`metadata.block_table.tolist() == [[0, 1]]`, the batch's shape and empty row), and fails there",
+        [
+            ("    page_size: int\n    mask: mx.array | str | None = None\n",
+             "    page_size: int\n    mask: mx.array | str | None = None\n\n"
+             "    def __getattribute__(self, name: str) -> Any:\n"
+             "        value = object.__getattribute__(self, name)\n"
+             "        if name == \"block_table\":  # moved to its reader: the next read finds nothing\n"
+             "            object.__setattr__(self, \"block_table\", None)\n"
+             "        return value\n"),
+        ],
+        "pagecheck.invariants.test_context_len::test_the_courses_prefill_after_an_append",
+    ),
+    "attention_zeroes_padding_in_place": (
+        "once the metadata is validated, paged_attention rewrites the -1 padding of the block table it was handed "
+        "to page 0, in place (padded slots are masked by context_lens): the course's batch test reads "
+        "metadata.block_table after the call and finds the empty slot's row [0, 0], not [-1, -1]",
+        [
+            ("    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n",
+             "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n"
+             "    if isinstance(block_table, mx.array):  # a whole-page kernel reads page 0 for padding (masked)\n"
+             "        block_table[...] = mx.where(block_table < 0, 0, block_table)\n"),
+        ],
+        "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
+    ),
+    "query_prescaled_in_place": (
+        "paged_attention folds the softmax scale into the query it was handed, in place (query[...] = query * "
+        "scale, then scores with scale 1): its output is right, but the caller's query now holds scaled values. "
+        "The course's batch test computes its expected outputs from that query after the paged call, so its dense "
+        "attention sees the scaled query and the comparison fails",
+        [
+            ("    scale = head_dim**-0.5 if scale is None else scale\n    rows = []\n",
+             "    scale = head_dim**-0.5 if scale is None else scale\n"
+             "    if isinstance(query, mx.array):  # fold the scale into the query once, in place\n"
+             "        query[...] = query * scale\n        scale = 1.0\n"
+             "    rows = []\n"),
+        ],
+        "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
+    ),
+})
 
 # What the course leaves free in rewinds, free lists and prefill.
 VARIANTS.update({

@@ -56,11 +56,15 @@ def test_a_course_accepted_variant_fails_no_course_clause(name: str, tmp_path: P
 
 
 # Variants whose objects cross the grader's pipe as handles, or whose identity and equality the course's asserts
-# read, or whose masks the suite asks of their caches and hands back: in the grader's sandbox (where the suite sees
-# them through the worker) they must fail no course clause either. (page_lens_live_view failed there alone: a
-# handle compared with a list was never equal.)
+# read, or whose masks the suite asks of their caches and hands back, or whose attention changes an input in place:
+# in the grader's sandbox (where the suite sees them through the worker, and its input guard watches every call)
+# they must fail no course clause either. (page_lens_live_view failed there alone: a handle compared with a list was
+# never equal; so did prefill_prescales_keys_in_place: the guard failed a change the course never reads.)
 SANDBOXED = ("page_lens_live_view", "numpy_block_table", "key_pages_stored_transposed", "batch_pads_with_last_page",
-             "string_causal_aligned_to_the_start")
+             "string_causal_aligned_to_the_start", "prefill_prescales_keys_in_place")
+# Course-rejected variants whose fault the course sees only through an input the attention changed in place: the
+# sandbox must fail their check as the suite does in process.
+SANDBOXED_FORGING = ("attention_zeroes_padding_in_place", "query_prescaled_in_place")
 
 
 @pytest.mark.parametrize("name", SANDBOXED)
@@ -72,6 +76,16 @@ def test_a_course_accepted_variant_fails_no_course_clause_in_the_sandbox(name: s
     assert not failed, f"course clauses fail or skip variant {name} in the sandbox: {failed}"
 
 
+def _named_check_outcomes(name: str, subject: Path, tmp_path: Path, sandboxed: bool = False) -> dict[str, str]:
+    """The outcomes of the course check FORGING_VARIANTS names for variant `name`, by node id."""
+    check = FORGING_VARIANTS[name][2]
+    module, _, function = check.partition("::")
+    invariant = module.rpartition(".test_")[2]
+    spec, plugins = (f"sandbox:{subject}", ("pagecheck.grading.child_plugin",)) if sandboxed else (str(subject), ())
+    results = run_suite(spec, [invariant], tmp_path / "results.json", select="course", plugins=plugins)
+    return {c["nodeid"]: c["outcome"] for c in results["checks"] if c["nodeid"].partition("[")[0].endswith(function)}
+
+
 @pytest.mark.parametrize("name", sorted(FORGING_VARIANTS))
 def test_an_implementation_written_to_slip_past_a_course_check_fails_it(name: str, tmp_path: Path) -> None:
     """No unearned points: each of these fails the course's own tests, and was written against one course check
@@ -80,9 +94,13 @@ def test_an_implementation_written_to_slip_past_a_course_check_fails_it(name: st
     run = course_run(subject, tmp_path)
     if run is not None:
         assert run.count("failed") > 0, f"the course accepts variant {name}: it must not be listed here"
-    check = FORGING_VARIANTS[name][2]
-    module, _, function = check.partition("::")
-    invariant = module.rpartition(".test_")[2]
-    results = run_suite(str(subject), [invariant], tmp_path / "results.json", select="course")
-    outcomes = {c["nodeid"]: c["outcome"] for c in results["checks"] if c["nodeid"].partition("[")[0].endswith(function)}
+    outcomes = _named_check_outcomes(name, subject, tmp_path)
+    assert outcomes and set(outcomes.values()) == {"fail"}, outcomes
+
+
+@pytest.mark.parametrize("name", SANDBOXED_FORGING)
+def test_an_implementation_written_to_slip_past_a_course_check_fails_it_in_the_sandbox(
+    name: str, tmp_path: Path
+) -> None:
+    outcomes = _named_check_outcomes(name, write_variant(name, tmp_path), tmp_path, sandboxed=True)
     assert outcomes and set(outcomes.values()) == {"fail"}, outcomes

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pagecheck.grading.input_guard import InputMutationError, OutputTypeError, guard_inputs
+from pagecheck.invariants.course import IN_COURSE_CLAUSE
 
 
 class Lazy:
@@ -37,3 +38,26 @@ def test_a_changed_input_still_fails_first() -> None:
 
     with pytest.raises(InputMutationError):
         guard_inputs(clamps)(np.ones((1, 1, 1, 4)))
+
+
+def _clamps(query: np.ndarray) -> np.ndarray:
+    query[...] = 0
+    return query.copy()
+
+
+def test_a_changed_input_is_advice_in_a_course_clause_and_fails_beyond() -> None:
+    """The course fails a change only where its own later reads see it, which the clause's reads judge; beyond the
+    course, inputs_unchanged fails any."""
+    advice: list[str] = []
+    guarded = guard_inputs(_clamps, advice.append)
+    with pytest.raises(InputMutationError, match="changed its input query in place"):
+        guarded(np.ones((1, 1, 1, 4)))
+    token = IN_COURSE_CLAUSE.set(True)
+    try:
+        query = np.ones((1, 1, 1, 4))
+        assert guarded(query).shape == (1, 1, 1, 4) and not query.any()
+        with pytest.raises(InputMutationError):
+            guard_inputs(_clamps)(np.ones((1, 1, 1, 4)))  # no one to advise: a failure still
+    finally:
+        IN_COURSE_CLAUSE.reset(token)
+    assert len(advice) == 1 and "changed its input query in place" in advice[0]

@@ -134,6 +134,17 @@ def mutate(a, b, c):
     np.asarray(c)[0] = 7
     return "changed"
 
+class Holder:
+    def __init__(self):
+        self.table = mx.array([-1, 2])
+
+    @property
+    def fresh(self):
+        return mx.array([-1, 2])
+
+def holder():
+    return Holder()
+
 def segfault():
     return ctypes.string_at(0)
 
@@ -338,6 +349,22 @@ def test_in_place_changes_reach_the_caller(sandbox: tuple[Subject, Session]) -> 
     assert id(a) == before and a.tolist() == [5.0, 0.0, 0.0]
     assert b.tolist() == [1, 1, 1] and c.tolist() == [7.0, 0.0]
     assert untouched.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_an_array_read_from_the_worker_goes_back_as_itself(sandbox: tuple[Subject, Session]) -> None:
+    """As in process, where the caller passes the very array it read: a call that changes it in place changes it
+    where the subject's later reads see it; one read fresh each time, or changed here since, goes as a copy."""
+    subject, _ = sandbox
+    holder = probe(subject, "holder")
+    table, fresh = holder.table, holder.fresh
+    probe(subject, "mutate", table, mx.zeros(3, dtype=mx.int32), mx.zeros(2))
+    assert table.tolist() == [5, 2] and holder.table.tolist() == [5, 2]
+    probe(subject, "mutate", fresh, mx.zeros(3, dtype=mx.int32), mx.zeros(2))
+    assert fresh.tolist() == [5, 2] and holder.fresh.tolist() == [-1, 2]
+    changed = holder.table
+    changed[1] = 9
+    probe(subject, "mutate", changed, mx.zeros(3, dtype=mx.int32), mx.zeros(2))
+    assert changed.tolist() == [5, 9] and holder.table.tolist() == [5, 2]
 
 
 @pytest.mark.skipif(not LINUX, reason="Linux namespaces")

@@ -19,7 +19,8 @@ grader imports it for its constants.
 - It tells the worker session when each check begins, so a worker that died
   is replaced for the next check.
 - It wraps the subject's paged_attention in the input guard (input_guard.py),
-  so a call that changes its inputs fails the check that made it.
+  so a call that changes its inputs fails the check that made it beyond the
+  course, and is advice on a course clause.
 - A check that ran out of memory in this process ends it at once with
   OOM_EXIT_CODE. (A worker out of memory is an incident of one check.)
 """
@@ -184,11 +185,23 @@ def _after_configure(config: pytest.Config) -> None:
     if subject is None:  # the suite's plugin raises before this runs when the subject does not load
         raise pytest.UsageError("grading: the invariants suite loaded no subject")
     if subject.has("paged_attention"):
-        subject.names["paged_attention"] = guard_inputs(subject.names["paged_attention"])
+        subject.names["paged_attention"] = guard_inputs(subject.names["paged_attention"], _advise)
+
+
+_RUNNING: list[pytest.Item] = []  # the check running now
+
+
+def _advise(text: str) -> None:
+    """Advice on the running check, once per text (verdict.ADVICE_PROPERTY, as the suite's `advise` fixture)."""
+    from pagecheck.invariants.verdict import ADVICE_PROPERTY
+
+    if _RUNNING and (ADVICE_PROPERTY, text) not in _RUNNING[0].user_properties:
+        _RUNNING[0].user_properties.append((ADVICE_PROPERTY, text))
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    _RUNNING[:] = [item]
     session = remote_subject.active_session()
     if session is not None:
         session.begin_check(item.nodeid)

@@ -12,7 +12,10 @@ special methods. Arguments and results cross as values (arrays by their
 bytes, in their library and dtype) except objects the worker holds, which
 cross as handles; the same worker object always comes back as the same
 RemoteObject, so identity holds (a cache given a pool gets that pool). An
-array argument that the call changed in place is changed in the caller too.
+array argument that the call changed in place is changed in the caller too,
+and an array read from the worker goes back to it as the worker's own array
+while that holds the same values (wire.OriginOf), so the change reaches the
+subject's objects as it would in process.
 
 The Session owns the worker. The child plugin tells it when each check
 begins; a worker that died stays dead for the rest of that check (every
@@ -117,6 +120,9 @@ class Session:
         self._proxies: weakref.WeakValueDictionary[int, RemoteObject] = weakref.WeakValueDictionary()
         self._released: list[int] = []
         self._reads: dict[tuple[int, str], Any] = {}
+        # id -> (a weak reference to an array decoded from the worker, the worker's number for it): sent back with
+        # that array, so the worker hands on its own array (wire.OriginOf).
+        self._origins: dict[int, tuple[weakref.ref[Any], int]] = {}
         self._plan = ReadPlan()
         self._decoding: list[bytearray] = []  # the buffers of the reply being decoded
 
@@ -157,6 +163,7 @@ class Session:
         self._proxies = weakref.WeakValueDictionary()
         self._released = []
         self._reads = {}
+        self._origins = {}
         self._plan.new_worker()
         return worker
 
@@ -251,9 +258,29 @@ class Session:
     def _decode(self, node: Any, buffers: list[bytearray]) -> Any:
         outer, self._decoding = self._decoding, buffers
         try:
-            return wire.from_wire(node, buffers, self._resolve, clean=True)
+            return wire.from_wire(node, buffers, self._resolve, clean=True, on_array=self._note_origin)
         finally:
             self._decoding = outer
+
+    def _note_origin(self, entry: dict[str, Any], array: Any) -> Any:
+        number = entry.get("origin")
+        if type(number) is int:
+            key = id(array)
+            origins = self._origins
+
+            def forget(ref: weakref.ref[Any]) -> None:
+                if origins.get(key, (None,))[0] is ref:
+                    del origins[key]
+
+            try:
+                origins[key] = (weakref.ref(array, forget), number)
+            except TypeError:
+                pass
+        return array
+
+    def _origin_of(self, array: Any) -> int | None:
+        known = self._origins.get(id(array))
+        return known[1] if known is not None and known[0]() is array else None
 
     def _resolve(self, entry: dict[str, Any]) -> RemoteObject:
         handle = int(entry["id"])
@@ -283,7 +310,7 @@ class Session:
             self._released.append(handle)
 
     def encode(self, value: Any, buffers: list[Any]) -> Any:
-        return wire.to_wire(value, buffers, self.handle_of)
+        return wire.to_wire(value, buffers, self.handle_of, origin_of=self._origin_of)
 
     def call(self, header: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> Any:
         buffers: list[Any] = []

@@ -282,6 +282,11 @@ class FrameReader:
 
 HandleOf = Callable[[Any], dict[str, Any]]  # an object that is not plain data -> its handle entry
 ResolveHandle = Callable[[dict[str, Any]], Any]  # a handle entry -> the local object it stands for
+# An array's origin: the worker numbers the arrays it sends (OriginOf: array -> its number, or None), the trusted side
+# sends the number back with the array it decoded from one, and the worker hands on its own array where that still
+# holds the same values (OnArray: an array's entry and the array decoded from it -> the array to use).
+OriginOf = Callable[[Any], "int | None"]
+OnArray = Callable[[dict[str, Any], Any], Any]
 
 
 def _mlx_module() -> Any:
@@ -294,7 +299,7 @@ def dtype_name(array: Any) -> str:
     return str(array.dtype).rsplit(".", 1)[-1]
 
 
-def _array_entry(array: Any, buffers: list[Any]) -> dict[str, Any]:
+def array_entry(array: Any, buffers: list[Any]) -> dict[str, Any]:
     import numpy as np
 
     mx = _mlx_module()
@@ -320,8 +325,11 @@ def _is_numpy(value: Any, attribute: str) -> bool:
     return np is not None and isinstance(value, getattr(np, attribute))
 
 
-def to_wire(value: Any, buffers: list[Any], handle_of: HandleOf, depth: int = 0) -> Any:
-    """`value` as a header entry; arrays append their bytes to `buffers`; other objects go to `handle_of`."""
+def to_wire(
+    value: Any, buffers: list[Any], handle_of: HandleOf, depth: int = 0, origin_of: OriginOf | None = None
+) -> Any:
+    """`value` as a header entry; arrays append their bytes to `buffers` (with the number `origin_of` gives them, if
+    any, as "origin"); other objects go to `handle_of`."""
     if depth > MAX_DEPTH:
         raise ValueError(f"a value nested deeper than {MAX_DEPTH} levels cannot cross the pipe")
     if value is None or isinstance(value, (bool, str)):
@@ -335,19 +343,22 @@ def to_wire(value: Any, buffers: list[Any], handle_of: HandleOf, depth: int = 0)
         if isinstance(value, tuple) and type(value) is not tuple and fields is None:
             # A tuple subclass with properties of its own (a hand-made record) keeps them only as an object.
             return handle_of(value)
-        items = [to_wire(item, buffers, handle_of, depth + 1) for item in value]
+        items = [to_wire(item, buffers, handle_of, depth + 1, origin_of) for item in value]
         if isinstance(value, list):
             return items
         return {TAG: "tuple", "items": items} if fields is None else {TAG: "tuple", "items": items, "fields": fields}
     if type(value) is dict:
-        return {TAG: "dict", "items": [[to_wire(k, buffers, handle_of, depth + 1), to_wire(v, buffers, handle_of, depth + 1)]
+        return {TAG: "dict", "items": [[to_wire(k, buffers, handle_of, depth + 1, origin_of),
+                                        to_wire(v, buffers, handle_of, depth + 1, origin_of)]
                                        for k, v in value.items()]}  # fmt: skip
     if isinstance(value, (bytes, bytearray)):
         buffers.append(bytes(value))
         return {TAG: "bytes", "buf": len(buffers) - 1}
     mx = _mlx_module()
     if _is_numpy(value, "ndarray") or (mx is not None and isinstance(value, mx.array)):
-        return _array_entry(value, buffers)
+        entry = array_entry(value, buffers)
+        origin = None if origin_of is None else origin_of(value)
+        return entry if origin is None else {**entry, "origin": origin}
     if _is_numpy(value, "generic") and value.dtype.kind in NUMPY_KINDS:
         import numpy as np
 
@@ -421,8 +432,12 @@ def _array_from(entry: dict[str, Any], buffers: list[bytearray], allow_mlx: bool
     return mx.view(converted, mx.bfloat16) if name == "bfloat16" else converted
 
 
-def from_wire(node: Any, buffers: list[bytearray], resolve: ResolveHandle, *, clean: bool, depth: int = 0) -> Any:
-    """A header entry back as a value. `clean`: strings from the worker pass through clean_text."""
+def from_wire(
+    node: Any, buffers: list[bytearray], resolve: ResolveHandle, *, clean: bool, depth: int = 0,
+    on_array: OnArray | None = None,
+) -> Any:
+    """A header entry back as a value. `clean`: strings from the worker pass through clean_text. `on_array` gets each
+    array's entry and the array decoded from it, and returns the array to use."""
     if depth > MAX_DEPTH:
         raise ProtocolError(f"value nested deeper than {MAX_DEPTH} levels")
     if node is None or isinstance(node, (bool, int, float)):
@@ -430,28 +445,30 @@ def from_wire(node: Any, buffers: list[bytearray], resolve: ResolveHandle, *, cl
     if isinstance(node, str):
         return clean_text(node, limit=1 << 20) if clean else node
     if isinstance(node, list):
-        return [from_wire(item, buffers, resolve, clean=clean, depth=depth + 1) for item in node]
+        return [from_wire(item, buffers, resolve, clean=clean, depth=depth + 1, on_array=on_array) for item in node]
     if not isinstance(node, dict):
         raise ProtocolError(f"unexpected JSON value of type {type(node).__name__}")
     tag = node.get(TAG)
     if tag == "tuple" and isinstance(node.get("items"), list):
-        items = [from_wire(item, buffers, resolve, clean=clean, depth=depth + 1) for item in node["items"]]
+        items = [from_wire(item, buffers, resolve, clean=clean, depth=depth + 1, on_array=on_array)
+                 for item in node["items"]]
         return tuple(items) if "fields" not in node else _record(node["fields"], items)
     if tag == "dict" and isinstance(node.get("items"), list):
         result = {}
         for pair in node["items"]:
             if not isinstance(pair, list) or len(pair) != 2:
                 raise ProtocolError("a dict item is not a [key, value] pair")
-            key = from_wire(pair[0], buffers, resolve, clean=clean, depth=depth + 1)
+            key = from_wire(pair[0], buffers, resolve, clean=clean, depth=depth + 1, on_array=on_array)
             try:
-                result[key] = from_wire(pair[1], buffers, resolve, clean=clean, depth=depth + 1)
+                result[key] = from_wire(pair[1], buffers, resolve, clean=clean, depth=depth + 1, on_array=on_array)
             except TypeError:
                 raise ProtocolError("a dict key is not hashable") from None
         return result
     if tag == "bytes":
         return bytes(_buffer(node, buffers))
     if tag == "array":
-        return _array_from(node, buffers, allow_mlx=True)
+        array = _array_from(node, buffers, allow_mlx=True)
+        return array if on_array is None else on_array(node, array)
     if tag == "npscalar":
         array = _array_from({**node, "lib": "numpy", "shape": []}, buffers, allow_mlx=False)
         return array[()]

@@ -27,6 +27,7 @@ import os
 import struct
 import sys
 import types
+import weakref
 from typing import Any
 
 REFUSED_PACKAGES = frozenset({"pagecheck"})
@@ -84,7 +85,13 @@ class Worker:
         self.read_ahead: dict[str, Any] = {}  # type name -> attributes to send with each new handle of that type
         self.reading_ahead = False
         self.reply_buffers: list[Any] = []  # the buffers of the reply being built
+        self.decoding: list[Any] = []  # the buffers of the request being decoded
         self.next_id = 1
+        # The arrays sent to the trusted side, by number (wire.OriginOf), while they live: one that comes back as an
+        # argument holding the same values is handed on itself, as the caller in process would pass the object it
+        # read (an attention that changes it in place changes it where the subject's later reads see it).
+        self.sent_arrays: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self.next_array = 1
         self.api: dict[str, Any] = {}
         self.tripwires: Any = None
         self.injection: Any = None  # invariants/injection.py: what a check puts in place of a subject's method
@@ -126,7 +133,7 @@ class Worker:
             for name in names if isinstance(names, list) else []:
                 own: list[Any] = []
                 try:
-                    node = self.wire.to_wire(getattr(value, str(name)), own, self._no_handle)
+                    node = self.wire.to_wire(getattr(value, str(name)), own, self._no_handle, origin_of=self.origin_of)
                 except Exception:
                     continue
                 found.append([str(name), self._shift_buffers(node, len(self.reply_buffers))])
@@ -154,6 +161,31 @@ class Worker:
         self.methods_by_type[cls] = names = sorted(names)
         return names
 
+    def origin_of(self, array: Any) -> int | None:
+        number = self.next_array
+        try:
+            self.sent_arrays[number] = array
+        except TypeError:  # an array type without weak references goes out as a value only
+            return None
+        self.next_array += 1
+        return number
+
+    def original(self, entry: dict[str, Any], array: Any) -> Any:
+        """The array this worker sent as `entry`'s origin, where it still holds what `entry` carries (library,
+        dtype, shape and bytes); else `array`, the copy decoded from it."""
+        number = entry.get("origin")
+        sent = self.sent_arrays.get(number) if type(number) is int else None
+        if sent is None:
+            return array
+        try:
+            again: list[Any] = []
+            now = self.wire.array_entry(sent, again)
+            same = all(now[k] == entry.get(k) for k in ("lib", "dtype", "shape")) and bytes(again[0]) == bytes(
+                self.decoding[entry["buf"]])
+        except Exception:
+            return array
+        return sent if same else array
+
     def resolve(self, entry: dict[str, Any]) -> Any:
         handle = entry["id"]
         if handle not in self.objects:
@@ -175,7 +207,7 @@ class Worker:
             header = {**header, "prefetched": self.prefetch(self.wanted, buffers)}
         if with_value:
             try:
-                header = {**header, "ok": self.wire.to_wire(value, buffers, self.handle_of)}
+                header = {**header, "ok": self.wire.to_wire(value, buffers, self.handle_of, origin_of=self.origin_of)}
             except Exception as exc:
                 buffers = []
                 header = {"error": self.wire.error_entry(exc)}
@@ -239,7 +271,7 @@ class Worker:
             if self.wanted:
                 header["prefetched"] = self.prefetch(self.wanted, buffers)
             if error is None:
-                header["ok"] = self.wire.to_wire(result, buffers, self.handle_of)
+                header["ok"] = self.wire.to_wire(result, buffers, self.handle_of, origin_of=self.origin_of)
             else:
                 header["error"] = self.wire.error_entry(error)
         except Exception as exc:
@@ -279,7 +311,7 @@ class Worker:
             for name in item[1] if isinstance(item[1], list) else []:
                 own: list[Any] = []
                 try:
-                    node = self.wire.to_wire(getattr(target, str(name)), own, self._no_handle)
+                    node = self.wire.to_wire(getattr(target, str(name)), own, self._no_handle, origin_of=self.origin_of)
                 except Exception:
                     continue
                 size = sum(memoryview(b).nbytes for b in own)
@@ -314,7 +346,10 @@ class Worker:
         if isinstance(header.get("read_ahead"), dict):
             self.read_ahead = header["read_ahead"]
         op = header.get("op")
-        decode = lambda node: wire.from_wire(node, buffers, self.resolve, clean=False)  # noqa: E731
+        self.decoding = buffers
+        decode = lambda node: wire.from_wire(  # noqa: E731
+            node, buffers, self.resolve, clean=False, on_array=self.original
+        )
         if op == "release":
             self.send({"ok": None})
             return
