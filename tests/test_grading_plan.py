@@ -16,6 +16,7 @@ from pagecheck.commands.grade import run_grading
 from pagecheck.grading.rubric import load_rubric
 from pagecheck.grading.sandbox import Limits
 from pagecheck.grading.worker_process import WorkerLimits, WorkerProcess, WorkerSettings
+from pagecheck.grading.suite_pass import code_roots, import_roots
 from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SECRET_FILE, SEED_FILE_LIMIT, resolve_secret
 from tests.grading_results import result_document
 
@@ -219,3 +220,16 @@ def test_a_place_whose_line_is_not_ascii_digits_is_kept_whole_at_line_0() -> Non
     found = _worker_findings([SimpleNamespace(seed=SimpleNamespace(kind="public"), events=events)], [], "s" * 32)
     assert sorted((f.file, f.line) for f in found) == [("a:b.py", 12), ("attention.py:\u00b2", 0),
                                                        ("attention.py:\u0663", 0), ("no place", 0)]  # fmt: skip
+
+
+def test_the_trusted_child_imports_from_where_the_grader_found_its_libraries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # On the GPU machine MLX and NumPy are staged into a folder on PYTHONPATH: the trusted child, given pagecheck's
+    # root alone, failed every submission with "No module named 'mlx'" (crashed, exit status 3).
+    staged = tmp_path / "site"
+    staged.mkdir()
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["relative/site", str(staged), str(tmp_path / "missing"), ""]))
+    roots = import_roots()
+    assert roots[: len(code_roots())] == code_roots()
+    assert roots[len(code_roots()):] == [staged.resolve()]

@@ -30,10 +30,14 @@ from pagecheck.grading.remote_subject import (
     close_sessions,
     configure,
 )
+from pagecheck.grading.sandbox import default_memory_kind
 from pagecheck.grading.worker_process import WorkerIncident, WorkerLimits, WorkerSettings
 from pagecheck.invariants.subject import Subject, SubjectError, load_subject
+from pagecheck.reference import attention as reference_attention
 
 ROOT = Path(__file__).resolve().parent.parent
+# A file of the harness as installed (a checkout's reference/ folder, or an install's pagecheck/reference/).
+HARNESS_MODULE_FILE = Path(reference_attention.__file__).resolve()
 LINUX = os.uname().sysname == "Linux"
 AS_ROOT = os.geteuid() == 0
 
@@ -223,7 +227,7 @@ def sandboxed(folder: Path, name: str, source: str) -> Iterator[tuple[Subject, S
 
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Iterator[tuple[Subject, Session]]:
-    harness_file = ROOT / "reference" / "attention.py"
+    harness_file = HARNESS_MODULE_FILE
     with sandboxed(tmp_path, "probes.py", f"HARNESS_FILE = {str(harness_file)!r}\n" + textwrap.dedent(PROBES)) as pair:
         yield pair
 
@@ -373,7 +377,8 @@ def test_namespaces_and_limits(sandbox: tuple[Subject, Session]) -> None:
     on = {name for name, state in session.protections.items() if state.startswith("on")}
     assert {"pid_namespace", "network_namespace", "mount_namespace", "disk_quota", "private_proc"} <= on
     # Set in the program's process after init's first report: init reads what the program set before it execs.
-    assert session.protections["rlimits"] == "on (as, cpu, nproc, fsize, nofile, core)"
+    memory = "data" if default_memory_kind() == "data" else "as"  # the data segment where MLX runs on CUDA
+    assert session.protections["rlimits"] == f"on ({memory}, cpu, nproc, fsize, nofile, core)"
     assert probe(subject, "connect")[0] == "refused"
     assert probe(subject, "write_outside")[0] == "refused"
     assert len(probe(subject, "processes")) <= 3  # init and the worker (and a reaped child at most)
@@ -823,7 +828,7 @@ def test_subject_that_does_not_load_is_a_subject_error(tmp_path: Path) -> None:
 def test_a_lesser_machine_says_what_is_off_and_still_grades(tmp_path: Path) -> None:
     """Without namespaces and Landlock (as on macOS or an old kernel): reported off, and the rest still holds."""
     path = tmp_path / "probes.py"
-    path.write_text(f"HARNESS_FILE = {str(ROOT / 'reference' / 'attention.py')!r}\n" + textwrap.dedent(PROBES))
+    path.write_text(f"HARNESS_FILE = {str(HARNESS_MODULE_FILE)!r}\n" + textwrap.dedent(PROBES))
     configure(WorkerSettings(spec="{scratch}/submission/probes.py", copy_in=str(tmp_path), call_timeout_s=20,
                              leave_off=("namespaces", "landlock")))  # fmt: skip
     try:

@@ -28,7 +28,7 @@ from pagecheck.grading.results_store import FORMAT, VERSION, result_path, write_
 from pagecheck.grading.sandbox import LiveChildren, Limits, child_environment
 from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SuitePassSeed, pass_seeds
 from pagecheck.grading.submission import Submission, SubmissionFilesError, content_digest, stage_copy
-from pagecheck.grading.suite_pass import PassOutcome, code_roots, run_suite_pass
+from pagecheck.grading.suite_pass import PassOutcome, import_roots, run_suite_pass
 from pagecheck.grading.verdicts import Verdict
 from pagecheck.grading.wire import PIPE_SWAP, clean_text
 from pagecheck.grading.worker_process import WorkerSettings
@@ -165,7 +165,7 @@ def grade_submission(
     # The digest of what was copied, which is what is graded (not the run's digest of the submission, taken
     # earlier: its files may have changed since), so a rerun over other files grades again.
     digest = content_digest(replace(submission, path=root))
-    env = child_environment(work, code_roots())
+    env = child_environment(work, import_roots())
     hide = [str(out)]  # the worker never sees results, feedback, logs or other submissions
 
     build = None

@@ -63,6 +63,18 @@ def code_roots() -> list[Path]:
     return [Path(__file__).resolve().parent.parent.parent]
 
 
+def import_roots() -> list[Path]:
+    """The trusted child's import path: pagecheck's root, then the folders on the grader's own PYTHONPATH, where
+    it found libraries outside the interpreter's site-packages (MLX, NumPy, pytest staged into a folder of their
+    own, as on a GPU machine): the child imports the same ones. Only existing absolute folders."""
+    roots = code_roots()
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        path = Path(entry)
+        if entry and path.is_absolute() and path.is_dir() and path.resolve() not in roots:
+            roots.append(path.resolve())
+    return roots
+
+
 def suite_command(spec: str, plan: GradePlan, results: Path, journal: Path, settings: Path, seed_fd: int) -> list[str]:
     request = SuiteRequest(
         subject=SANDBOX_PREFIX + spec, device=plan.device, seed=PUBLIC_SEED, profile=plan.profile, jobs=0,
