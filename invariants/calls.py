@@ -112,10 +112,24 @@ def attention_over_metadata(
     paged_attention: PagedAttention, query: np.ndarray, metadata: Any, mask: str | None, own_mask: bool = False
 ) -> np.ndarray:
     """Run the subject's attention on a cache's metadata exactly as handed out, the query in the pages' dtype; with
-    `own_mask`, the subject gets the metadata's own mask, as the course's attention tests pass it (`mask` is then
-    the oracle's only)."""
-    query = like_pages(query, metadata.key_pages)
+    `own_mask`, as the course's attention tests call: the metadata's own mask (`mask` is then the oracle's only)
+    and an MLX query whatever the pages are (course_query)."""
+    query = course_query(query, metadata.key_pages) if own_mask else like_pages(query, metadata.key_pages)
     return to_numpy(_over_metadata(paged_attention, query, metadata, metadata.mask if own_mask else mask), np.float64)
+
+
+def course_query(values: np.ndarray, pages: Any) -> Any:
+    """`values` as the course sends a query: an MLX array, in the pages' dtype, also where a pool keeps its pages
+    as NumPy (float32 host pages get a float32 MLX query). Pages in a dtype MLX lacks (the reference's float64)
+    have no course counterpart and get a query like them (like_pages)."""
+    import mlx.core as mx
+
+    if isinstance(pages, np.ndarray):
+        name = pages.dtype.name
+        if not hasattr(mx, name) or name == "float64":
+            return like_pages(values, pages)
+        return mx.array(values.astype(np.float32)).astype(getattr(mx, name))
+    return like_pages(values, pages)
 
 
 def append_for_the_courses_call(
@@ -156,9 +170,11 @@ def the_subjects_own_mask(
     lens = [int(n) for n in layout.context_lens]
     num_kv_heads, head_dim = layout.key_pages.shape[1], layout.key_pages.shape[3]
     dt = getattr(mx, layout.dtype)
+    rng = np.random.default_rng(0)
 
-    def chunk(length: int) -> Any:
-        return mx.zeros((1, num_kv_heads, length, head_dim), dtype=dt)
+    def chunk(length: int, rows: int = 1) -> Any:
+        """Tokens drawn as the course draws its chunks (zeros only where its batch leaves a slot empty)."""
+        return mx.array(rng.standard_normal((rows, num_kv_heads, length, head_dim)).astype(np.float32)).astype(dt)
 
     rows = layout.query.shape[2]
     pool = pool_type(layout.page_size)
@@ -175,8 +191,9 @@ def the_subjects_own_mask(
                 if n > 1:
                     _append_prefix(cache, chunk(n - 1), chunk(n - 1), dense=True)
                 batch.add_request(cache, slot)
-        keys = mx.zeros((len(lens), num_kv_heads, 1, head_dim), dtype=dt)
-        metadata = read_once(batch.update_and_fetch_paged(keys, keys, mask_length=1, mask="causal"))
+        live = mx.array([n > 0 for n in lens]).reshape(-1, 1, 1, 1)
+        keys, values = (mx.where(live, chunk(1, len(lens)), 0).astype(dt) for _ in range(2))
+        metadata = read_once(batch.update_and_fetch_paged(keys, values, mask_length=1, mask="causal"))
     return metadata.mask, int(to_numpy(metadata.block_table).shape[-1])
 
 

@@ -120,11 +120,12 @@ def same_array(a: Any, b: Any) -> bool:
 
 
 def expect_value_error(invariant: str, what: str, call: Callable[[], object], contains: str | None = None) -> str:
-    """Run `call`, which must raise ValueError (mentioning `contains`, if given); return the message."""
+    """Run `call`, which must raise ValueError (mentioning `contains`, if given); return the message, with the
+    exception's notes (PEP 678) on lines of their own, as pytest.raises(match=...) reads it."""
     try:
         call()
     except ValueError as exc:
-        message = str(exc)
+        message = "\n".join([str(exc), *(note for note in getattr(exc, "__notes__", ()) if isinstance(note, str))])
         if contains is not None and contains.lower() not in message.lower():
             raise InvariantViolation(invariant, f"{what}: ValueError without {contains!r}: {message!r}") from None
         return message

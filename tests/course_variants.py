@@ -2580,3 +2580,130 @@ FORGING_VARIANTS.update({
         "pagecheck.invariants.test_page_storage::test_materialize_evaluates_the_storage_without_a_dense_gather",
     ),
 })
+
+# A rule's phrase in a PEP 678 note, NumPy host pages, pages refused when not finite, all-zero batch rows taken
+# as padding: what the course's tests leave free in how rejections read, what a query is, and which rows are live.
+VARIANTS.update({
+    'rule_phrases_as_exception_notes': (   "paged_attention's validator raises a ValueError that names the offending entry (e.g. 'context_lens[0]=-1'), "
+        "and attaches the rule it breaks, in the course's words, as a PEP 678 note (error.add_note(...)), which "
+        'tracebacks print and pytest.raises(match=...) searches (pytest >= 8 matches the message and its notes)',
+        [   (   '\n'
+                '\n'
+                'def _check_metadata(table: list[list[int]], lens: list[int], num_queries: int, page_size: int, '
+                'num_pages: int) -> None:',
+                '\n'
+                '\n'
+                'def _broken(where: str, rule: str) -> ValueError:\n'
+                '    """A ValueError naming the offending value; the rule it breaks rides along as a PEP 678 note."""\n'
+                '    error = ValueError(where)\n'
+                '    error.add_note(rule)\n'
+                '    return error\n'
+                '\n'
+                '\n'
+                'def _check_metadata(table: list[list[int]], lens: list[int], num_queries: int, page_size: int, '
+                'num_pages: int) -> None:'),
+            (   '            raise ValueError(f"context_lens[{row}]={n} must be nonnegative")',
+                '            raise _broken(f"context_lens[{row}]={n}", "context lengths must be nonnegative")'),
+            (   '            raise ValueError(f"context_lens[{row}]={n} needs {live} pages: not covered by block_table '
+                'width {width}")',
+                '            raise _broken(f"context_lens[{row}]={n} needs {live} pages, block_table has {width} '
+                'columns",\n'
+                '                          "a context\'s tokens must not be left not covered by its block table")'),
+            (   '                raise ValueError(\n'
+                '                    f"block_table[{row}, {col}]={page}: live page id is outside physical page storage '
+                '[0, {num_pages})"\n'
+                '                )',
+                '                raise _broken(f"block_table[{row}, {col}]={page} (pages 0..{num_pages - 1})",\n'
+                '                              "a live page id must not be outside physical page storage")'),
+            (   '                raise ValueError(f"block_table[{row}, {col}]={page}: live page id is aliased (row '
+                '{owner[page]} uses it)")',
+                '                raise _broken(f"block_table[{row}, {col}]={page} (also row {owner[page]})",\n'
+                '                              "a live page id must not be aliased")'),
+            (   '                raise ValueError(\n'
+                '                    f"block_table[{row}, {col}]={table[row][col]} is past context {n} and must use '
+                'the -1 sentinel"\n'
+                '                )',
+                '                raise _broken(f"block_table[{row}, {col}]={table[row][col]} (context {n})",\n'
+                '                              "entries past a context must use the -1 sentinel")'),
+            (   '            raise ValueError(f"context_lens[{row}]={n} must be zero or at least query length '
+                'L={num_queries}")',
+                '            raise _broken(f"context_lens[{row}]={n} with L={num_queries}",\n'
+                '                          "a live context must be zero or at least query length")'),
+            (   '        _check_supported(f"paged_attention ({name} dtype)", array.dtype)\n'
+                '    if not _is_int(page_size) or page_size <= 0:\n'
+                '        raise ValueError(f"page_size must be a positive integer, got {page_size!r}")',
+                '        _check_supported(f"paged_attention ({name} dtype)", array.dtype)\n'
+                '    if not _is_int(page_size) or page_size <= 0:\n'
+                '        raise _broken(f"page_size={page_size!r}", "page_size must be a positive integer")')]),
+    'host_float32_pages_mlx_query': (   'the pool keeps float32 pages in host memory (NumPy arrays, written in place on a copy; bfloat16 pages stay '
+        "MLX), materialize() makes the base's one mx.eval of the pool's pages (mx.eval takes host arrays and leaves "
+        'them as they are), and paged_attention uploads the host arrays the pool and caches hand it (pages, table, '
+        "lengths); its query, from the model, is an MLX array of float32 or bfloat16 (the course's queries always are)",
+        [   ('import mlx.core as mx\n\nSUPPORTED', 'import mlx.core as mx\nimport numpy as np\n\nSUPPORTED'),
+            (   '        return None if self._key_store is None else self._key_store.dtype\n',
+                '        return None if self._key_store is None else self._mx_dtype\n'),
+            ('            if key.dtype != self._key_store.dtype:', '            if key.dtype != self._mx_dtype:'),
+            (   '                    f"{_dtype_name(self._key_store.dtype)}"',
+                '                    f"{_dtype_name(self._mx_dtype)}"'),
+            (   '        at = mx.array([page_id, 0, start, 0])\n',
+                '        if isinstance(self._key_store, np.ndarray):\n'
+                '            self._key_store, self._value_store = self._key_store.copy(), self._value_store.copy()\n'
+                '            self._key_store[page_id, :, start : start + length] = np.array(key[0])\n'
+                '            self._value_store[page_id, :, start : start + length] = np.array(value[0])\n'
+                '            return\n'
+                '        at = mx.array([page_id, 0, start, 0])\n'),
+            (   '        self._key_store = mx.zeros(shape, dtype=like.dtype)\n'
+                '        self._value_store = mx.zeros(shape, dtype=like.dtype)\n',
+                '        self._mx_dtype = like.dtype\n'
+                '        zeros = (lambda: np.zeros(shape, np.float32)) if like.dtype == mx.float32 else (lambda: '
+                'mx.zeros(shape, dtype=like.dtype))\n'
+                '        self._key_store = zeros()\n'
+                '        self._value_store = zeros()\n'),
+            (   '        padding = mx.zeros((rows - old_rows, *self._key_store.shape[1:]), '
+                'dtype=self._key_store.dtype)\n',
+                '        if isinstance(self._key_store, np.ndarray):\n'
+                '            padding = np.zeros((rows - old_rows, *self._key_store.shape[1:]), np.float32)\n'
+                '            self.copied_bytes_on_growth += self.storage_nbytes\n'
+                '            self._key_store = np.concatenate([self._key_store, padding])\n'
+                '            self._value_store = np.concatenate([self._value_store, padding])\n'
+                '            self.storage_growths += 1\n'
+                '            self.copied_pages_on_growth += old_rows\n'
+                '            return\n'
+                '        padding = mx.zeros((rows - old_rows, *self._key_store.shape[1:]), '
+                'dtype=self._key_store.dtype)\n'),
+            (   '        _, num_heads, page_size, head_dim = pages.shape\n        picked',
+                '        pages = mx.array(pages) if isinstance(pages, np.ndarray) else pages\n'
+                '        _, num_heads, page_size, head_dim = pages.shape\n'
+                '        picked'),
+            (   '    table, lens = _check_inputs(query, key_pages',
+                '    # The pool and the caches may hand out host (NumPy) pages, tables and lengths; the query comes '
+                'from\n'
+                '    # the model, an MLX array.\n'
+                '    key_pages, value_pages, block_table, context_lens = (\n'
+                '        mx.array(x) if isinstance(x, np.ndarray) else x\n'
+                '        for x in (key_pages, value_pages, block_table, context_lens)\n'
+                '    )\n'
+                '    table, lens = _check_inputs(query, key_pages')]),
+    'non_finite_pages_are_a_fault': (   'paged_attention first checks that the page storage it is handed is finite (mx.isfinite over key_pages and '
+        'value_pages): a NaN or Inf there is a numerical fault of the cache, raised as FloatingPointError before '
+        "anything else is looked at (storage starts as zeros, so a sound pool never trips it; the course's pages are "
+        'its tokens, or zeros in its rejection tests)',
+        [   (   '    """Attention of query [B, H_q, L, D] over each row\'s pages [P, H_kv, page_size, D]; rows of '
+                'context 0 give zeros."""\n'
+                '    table, lens = _check_inputs(',
+                '    """Attention of query [B, H_q, L, D] over each row\'s pages [P, H_kv, page_size, D]; rows of '
+                'context 0 give zeros."""\n'
+                '    for name, pages in (("key_pages", key_pages), ("value_pages", value_pages)):\n'
+                '        if isinstance(pages, mx.array) and not mx.isfinite(pages).all().item():\n'
+                '            raise FloatingPointError(f"{name} holds NaN or Inf: the KV cache is corrupt")\n'
+                '    table, lens = _check_inputs(')]),
+    'batch_rows_of_zeros_are_padding': (
+        "mask_arrays_in_metadata, and the batch takes a row of keys and values that is all zeros as padding (the serving loop's filler for a slot with no token this step): it appends nothing for it, for a live slot too (the course sends zeros only in its empty slot, and in its mixed-pools batch, refused before any append)",
+        VARIANTS["mask_arrays_in_metadata"][1] + [('            for slot in active:\n'
+          '                self.kv_caches[slot].append(keys[slot : slot + 1], values[slot : slot + 1])',
+          '            for slot in active:\n'
+          '                if not (mx.any(keys[slot]).item() or mx.any(values[slot]).item()):\n'
+          '                    continue  # a row of zeros is padding: no token for this slot this step\n'
+          '                self.kv_caches[slot].append(keys[slot : slot + 1], values[slot : slot + 1])')],
+    ),
+})

@@ -138,6 +138,19 @@ def test_errors_cross_as_builtins_or_subject_error() -> None:
     assert type(wire.error_from({"type": "SystemExit", "message": "1"})) is wire.SubjectError
 
 
+def test_an_errors_notes_cross_with_it() -> None:
+    # pytest.raises(match=...) searches a message's PEP 678 notes too, so the course's phrase may be in one.
+    error = ValueError("context_lens[0]=-1")
+    for note in ("context lengths must be nonnegative", *(f"note {i}" for i in range(40))):
+        error.add_note(note)
+    crossed = wire.error_from(wire.error_entry(error))
+    assert type(crossed) is ValueError and str(crossed) == "context_lens[0]=-1"
+    assert crossed.__notes__ == error.__notes__[: wire.MAX_NOTES]
+    assert "notes" not in wire.error_entry(ValueError("no notes"))
+    forged = wire.error_from({"type": "ValueError", "message": "m", "notes": ["a\x00b", 3, "c"]})
+    assert forged.__notes__ == [wire.clean_text("a\x00b"), "c"]
+
+
 def _frame_bytes(header_text: bytes, lengths: list[int], payload: bytes = b"", magic: bytes = wire.MAGIC) -> bytes:
     prefix = wire.PREFIX.pack(magic, len(header_text), len(lengths))
     return prefix + b"".join(struct.pack("<Q", n) for n in lengths) + header_text + payload

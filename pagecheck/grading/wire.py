@@ -480,7 +480,10 @@ def from_wire(
 # -- errors ------------------------------------------------------------------------------------------------------
 
 
-def error_entry(error: BaseException) -> dict[str, str]:
+MAX_NOTES = 16  # of an exception's notes, the ones that cross
+
+
+def error_entry(error: BaseException) -> dict[str, Any]:
     """How an exception raised by subject code crosses the pipe: a builtin's name, or SubjectError."""
     name = type(error).__name__
     builtin = next((n for n, cls in BUILTIN_ERRORS.items() if type(error) is cls), None)
@@ -491,7 +494,10 @@ def error_entry(error: BaseException) -> dict[str, str]:
         message = f"{name}: {error}" if builtin is not None else str(error)
     else:
         message = str(error.args[0]) if isinstance(error, KeyError) and len(error.args) == 1 else str(error)
-    return {"type": builtin or "SubjectError", "name": clean_text(name, 200), "message": clean_text(message)}
+    # PEP 678 notes: pytest.raises(match=...) searches them with the message, so the course's phrases may be there.
+    notes = [clean_text(note) for note in getattr(error, "__notes__", ())[:MAX_NOTES] if isinstance(note, str)]
+    entry = {"type": builtin or "SubjectError", "name": clean_text(name, 200), "message": clean_text(message)}
+    return {**entry, "notes": notes} if notes else entry
 
 
 def error_from(entry: Any) -> BaseException:
@@ -500,6 +506,10 @@ def error_from(entry: Any) -> BaseException:
         return ProtocolError("an error reply without its entry")
     message = clean_text(entry.get("message", ""))
     cls = BUILTIN_ERRORS.get(str(entry.get("type")))
-    if cls is None:
-        return SubjectError(f"{clean_text(entry.get('name', 'Exception'), 200)}: {message}")
-    return cls(message)
+    error = SubjectError(f"{clean_text(entry.get('name', 'Exception'), 200)}: {message}") if cls is None else cls(message)
+    notes = entry.get("notes")
+    if isinstance(notes, list) and hasattr(error, "add_note"):
+        for note in notes[:MAX_NOTES]:
+            if isinstance(note, str):
+                error.add_note(clean_text(note))
+    return error
