@@ -299,3 +299,23 @@ def test_installed_watch_judges_numpy_contractions_and_follows_T_and_array_metho
         "tensordot": ["numpy.tensordot"], "tensordot_picked": True, "mx_T": ["mlx.core.array.T"],
         "np_T": ["numpy.ndarray.T"], "method_take": ["numpy.ndarray.take"], "walk": [],
     }  # fmt: skip
+
+
+REBOUND_SCRIPT = INSTALLED_PRELUDE + r"""
+results = {}
+# A submission rebinds, after the watch is installed, what a watch's start would read the call's lengths with:
+# numpy.array raising (a red-team submission switched the watch off so, for every call).
+def refusing(*args, **kwargs):
+    raise RuntimeError("no")
+
+np.array = refusing
+tripwires.begin_call(key_pages, key_pages, mx.array([context, 0]))
+mx.concatenate([key_pages[p] for p in request], axis=1)
+tripwires.end_call()
+results["rebound"] = [r["kind"] for r in reports]
+print(json.dumps(results))
+"""
+
+
+def test_installed_watch_reads_each_call_with_what_it_took_before_the_submission_loaded() -> None:
+    assert run_installed(REBOUND_SCRIPT) == {"rebound": ["gather_trap"]}

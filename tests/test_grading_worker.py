@@ -149,6 +149,19 @@ class Holder:
 def holder():
     return Holder()
 
+class Subclassed(np.ndarray):
+    pass
+
+class SubclassHolder:
+    def __init__(self):
+        self.pages = np.array([1.0, 2.0]).view(Subclassed)
+
+def subclassed():
+    return SubclassHolder()
+
+def kind(value):
+    return type(value).__name__
+
 def segfault():
     return ctypes.string_at(0)
 
@@ -353,6 +366,13 @@ def test_in_place_changes_reach_the_caller(sandbox: tuple[Subject, Session]) -> 
     assert id(a) == before and a.tolist() == [5.0, 0.0, 0.0]
     assert b.tolist() == [1, 1, 1] and c.tolist() == [7.0, 0.0]
     assert untouched.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_an_array_of_a_subclass_goes_back_as_a_copy(sandbox: tuple[Subject, Session]) -> None:
+    # A subclass's methods are the submission's code: handed back as itself into a call, they answered the gather
+    # watch's questions there (a red-team submission's pages reported a 3-d shape to the watch alone, unjudged).
+    subject, _ = sandbox
+    assert probe(subject, "kind", probe(subject, "subclassed").pages) == "ndarray"
 
 
 def test_an_array_read_from_the_worker_goes_back_as_itself(sandbox: tuple[Subject, Session]) -> None:

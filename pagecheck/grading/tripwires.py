@@ -137,7 +137,14 @@ def caller_location(depth: int) -> str:
 class GatherWatch:
     """One paged_attention call: which arrays derive from the pages, and how big a dense gather is."""
 
-    def __init__(self, key_pages: Any, value_pages: Any, context_lens: Any, report: Report) -> None:
+    def __init__(
+        self, key_pages: Any, value_pages: Any, context_lens: Any, report: Report,
+        shape_of: Callable[[Any], tuple[int, ...]] = lambda array: tuple(getattr(array, "shape", ())),
+        lengths_of: Callable[[Any], list[int]] | None = None,
+    ) -> None:
+        """`shape_of` and `lengths_of` read the call's pages and context lengths with functions taken before the
+        submission loaded (Tripwires.install_gather_watch): looked up at the call, a rebinding of the submission's
+        (numpy.array raising only for this caller) switched the watch off for every call."""
         self.report = report
         self.derived: set[int] = set()
         self.keep: list[Any] = []  # holds derived arrays alive so their ids stay theirs during the call
@@ -148,14 +155,20 @@ class GatherWatch:
             self.mark(pages)
         # ids of arrays that are a whole pool: the pages themselves, and their casts, copies and views
         self.whole_pools: set[int] = set(self.derived)
-        shape = tuple(getattr(key_pages, "shape", ()))
+        try:
+            shape = shape_of(key_pages)
+        except Exception:
+            return
         if len(shape) != 4:
             return
         _, num_kv_heads, page_size, head_dim = shape
         try:
-            import numpy as np
+            if lengths_of is None:
+                import numpy as np
 
-            lens = [int(n) for n in np.array(context_lens).reshape(-1)]
+                lens = [int(n) for n in np.array(context_lens).reshape(-1)]
+            else:
+                lens = lengths_of(context_lens)
         except Exception:
             return
         longer = [n for n in lens if n > page_size]
@@ -297,6 +310,19 @@ class Tripwires:
         return view
 
     def install_gather_watch(self, mx: Any, np: Any) -> None:
+        # How a call's pages and lengths are read when its watch starts: with what MLX and NumPy are now, before
+        # any wrapper below and before the submission loads.
+        to_numpy, mx_shape, mx_array, np_array = np.array, mx.array.shape.fget, mx.array, np.ndarray
+
+        def shape_of(array: Any) -> tuple[int, ...]:
+            if type(array) is mx_array:
+                return tuple(mx_shape(array))
+            return tuple(array.shape) if type(array) is np_array else ()
+
+        def lengths_of(lens: Any) -> list[int]:
+            return [int(n) for n in to_numpy(lens).reshape(-1).tolist()]
+
+        self._read_call = (shape_of, lengths_of)
         gathering: dict[int, tuple[Any, Callable[..., Any]]] = {}  # id(original) -> (original, its wrapper)
         for owner, prefix, names, gathers in (
             (mx, "mlx.core", (*MLX_GATHERS, *MLX_RESHAPES, *MLX_ELEMENTWISE, *MLX_CONTRACTIONS), MLX_GATHERS),
@@ -375,7 +401,11 @@ class Tripwires:
         self._watched_ndarray = WatchedArray
 
     def begin_call(self, key_pages: Any, value_pages: Any, context_lens: Any) -> None:
-        self.watch = GatherWatch(key_pages, value_pages, context_lens, self.report)
+        shape_of, lengths_of = getattr(self, "_read_call", (None, None))
+        if shape_of is None:
+            self.watch = GatherWatch(key_pages, value_pages, context_lens, self.report)
+        else:
+            self.watch = GatherWatch(key_pages, value_pages, context_lens, self.report, shape_of, lengths_of)
 
     def end_call(self) -> None:
         self.watch = None

@@ -171,11 +171,13 @@ class Worker:
         return number
 
     def original(self, entry: dict[str, Any], array: Any) -> Any:
-        """The array this worker sent as `entry`'s origin, where it still holds what `entry` carries (library,
-        dtype, shape and bytes); else `array`, the copy decoded from it."""
+        """The array this worker sent as `entry`'s origin, where it is of the very type of `array`, the copy decoded
+        from it (a plain mx.array or np.ndarray: a subclass's methods are the submission's code, which would then run
+        inside the call's watch, answering its questions), and still holds what `entry` carries (library, dtype,
+        shape and bytes); else that copy."""
         number = entry.get("origin")
         sent = self.sent_arrays.get(number) if type(number) is int else None
-        if sent is None:
+        if sent is None or type(sent) is not type(array):
             return array
         try:
             again: list[Any] = []
