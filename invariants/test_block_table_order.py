@@ -31,7 +31,7 @@ from pagecheck.invariants.calls import (
 from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.subject import Subject
-from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold, same_tokens
+from pagecheck.invariants.verdict import expect, expect_arrays, expect_close, expect_pages_hold, same_tokens
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.attention import gather_dense
@@ -151,7 +151,11 @@ def test_update_and_fetch_returns_the_tokens_in_order(
     cache = cache_type(pool)
     record = WrittenKv(2, head_dim, "float32")
     for length in (3, 2, 5):
-        keys, values, offset, _ = cache.update_and_fetch(*record.make_chunk(rng, length))
+        chunk = record.make_chunk(rng, length)
+        keys, values, offset, _ = cache.update_and_fetch(*chunk)
+        if geometry.course:  # the course compares with the arrays it appended, read after the call
+            record.read_back(chunk)
+            expect_arrays(INVARIANT, f"update_and_fetch of {length} token(s)", keys, values)
         step = f"update_and_fetch of {length} token(s), {record.length} written in all (page_size={page_size})"
         expect(int(offset) == record.length, INVARIANT, f"{step}: returned offset {offset}")
         keys, values = to_numpy(keys, np.float64), to_numpy(values, np.float64)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pagecheck.invariants.calls import equals_list
 from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, DAY_4, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, seeds
-from pagecheck.invariants.verdict import expect, same_tokens
+from pagecheck.invariants.verdict import expect, expect_arrays, same_tokens
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
 
@@ -163,7 +163,10 @@ def _expect_the_courses_reuse(pool_type: type, cache_type: type, rng: np.random.
         f"{step}: the pool has {pool.num_free_pages} of {pool.num_pages} pages free, expected 2 of 2",
     )
     record = WrittenKv(2, COURSE_HEAD_DIM, "float32")
-    keys, values, offset, _ = second.update_and_fetch(*record.make_chunk(rng, 5))
+    chunk = record.make_chunk(rng, 5)
+    keys, values, offset, _ = second.update_and_fetch(*chunk)
+    record.read_back(chunk)  # the course compares with the arrays it appended, read after the call
+    expect_arrays(INVARIANT, "update_and_fetch of 5 tokens", keys, values)
     step = f"{step}, then a request of 5 tokens through update_and_fetch on a new cache"
     expect(int(offset) == 5, INVARIANT, f"{step}: update_and_fetch returned offset {offset}, expected 5")
     expect(

@@ -132,6 +132,15 @@ def expect_value_error(invariant: str, what: str, call: Callable[[], object], co
     raise InvariantViolation(invariant, f"{what}: no ValueError was raised")
 
 
+def expect_arrays(invariant: str, what: str, *values: Any) -> None:
+    """Each of `values` must be an array (MLX or NumPy): the course's assert_allclose reads a result's dtype
+    before anything else, so a list or a tuple of numbers fails there however right its numbers are."""
+    import mlx.core as mx
+
+    kinds = [type(v).__name__ for v in values if not isinstance(v, (mx.array, np.ndarray))]
+    expect(not kinds, invariant, f"{what}: returned {', '.join(kinds)} where the course reads an array's dtype")
+
+
 def expect_course_phrase(invariant: str, what: str, phrase: str, message: str) -> None:
     """A ValueError's `message` must hold the course's `phrase` as its test matches it (pytest.raises(match=...):
     re.search, case as written): for course cases that send exactly the course's inputs."""

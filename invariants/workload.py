@@ -41,6 +41,17 @@ class WrittenKv:
         dt = getattr(mx, self.dtype)
         return mx.array(key[None]).astype(dt), mx.array(value[None]).astype(dt)
 
+    def read_back(self, chunk: tuple[Any, Any]) -> None:
+        """Record the last chunk appended as its arrays read now: the course compares what a cache hands back with
+        the very arrays it appended, read after the call, so an append that changed them in place (keys scaled
+        where they lie) fails there, and a course check that holds the same record fails it too."""
+        from pagecheck.reference.arrays import to_numpy
+
+        key, value = (to_numpy(x, np.float64)[0] for x in chunk)
+        length = key.shape[1]
+        self.keys = np.concatenate([self.keys[:, : self.length - length], key], axis=1)
+        self.values = np.concatenate([self.values[:, : self.length - length], value], axis=1)
+
     def truncate(self, length: int) -> None:
         """Forget every token from `length` on, as a cache's rewind does."""
         self.keys, self.values = self.keys[:, :length], self.values[:, :length]

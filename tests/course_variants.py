@@ -2707,3 +2707,52 @@ VARIANTS.update({
           '                self.kv_caches[slot].append(keys[slot : slot + 1], values[slot : slot + 1])')],
     ),
 })
+
+
+# Appends that change the caller's chunk in place, and dense tokens handed back as lists: the course reads the
+# arrays it appended, and the dtype of what comes back, after the call.
+FORGING_VARIANTS.update({
+    "appends_prescale_the_callers_keys_in_place": (
+        "the pool keeps keys multiplied by D^-0.5 * log2(e) (the exp2 trick) and divides it out on every read "
+        "(key_pages, read_page); the cache scales the key chunk it was handed in place (key *= factor) before "
+        "writing it, so the caller's own array changes: the course's tests read that array again (its dense "
+        "comparator holds the first chunk; its reuse test compares update_and_fetch's keys with the chunk sent)",
+        [
+            ("SENTINEL = -1  # a block-table entry past a row's context\n"
+             "\n",
+             "SENTINEL = -1  # a block-table entry past a row's context\n"
+             "LOG2E = 1.4426950408889634\n"
+             "\n"
+             "\n"
+             "def _key_factor(head_dim: int) -> float:\n"
+             '    """Keys are kept multiplied by D**-0.5 * log2(e), ready for an exp2 softmax; every read divides it out."""\n'
+             "    return head_dim**-0.5 * LOG2E\n"
+             "\n"),
+            ("        return None if self._key_store is None else self._key_store[: self._num_issued]\n",
+             "        return None if self._key_store is None else self._unscale(self._key_store[: self._num_issued])\n"
+             "\n"
+             "    def _unscale(self, stored: mx.array) -> mx.array:\n"
+             "        return (stored.astype(mx.float32) / _key_factor(stored.shape[3])).astype(stored.dtype)\n"),
+            ("        return self._key_store[page_id : page_id + 1], self._value_store[page_id : page_id + 1]\n",
+             "        return self._unscale(self._key_store[page_id : page_id + 1]), self._value_store[page_id : page_id + 1]\n"),
+            ("        self.pool.check_chunk(key, value)\n"
+             "        pool_before = self.pool.snapshot()\n",
+             "        self.pool.check_chunk(key, value)\n"
+             "        key *= _key_factor(key.shape[3])  # kept prescaled: scaled once per append, in place (no copy)\n"
+             "        pool_before = self.pool.snapshot()\n"),
+        ],
+        "pagecheck.invariants.test_block_table_order::test_update_and_fetch_returns_the_tokens_in_order",
+    ),
+    "update_and_fetch_returns_lists": (
+        "update_and_fetch returns the dense keys and values as nested Python lists (.tolist()), not arrays: the "
+        "course's assert_allclose reads a.dtype and fails ('list' object has no attribute 'dtype'); the suite "
+        "converts whatever comes back with np.asarray (low realism; same cause as gather_dense_on_the_host)",
+        [
+            ("        keys, values = self.gather_dense()\n"
+             "        return keys, values, self.offset, mask\n",
+             "        keys, values = self.gather_dense()\n"
+             "        return keys.tolist(), values.tolist(), self.offset, mask\n"),
+        ],
+        "pagecheck.invariants.test_block_table_order::test_update_and_fetch_returns_the_tokens_in_order",
+    ),
+})
