@@ -81,9 +81,10 @@ def test_context_lens_count_tokens_written(
 
         mask = "causal" if length > 1 or geometry.course else None
         query = written.make_query(rng, 2 * num_kv_heads, rows)
-        got = attention_over_metadata(paged_attention, query, metadata, mask, own_mask=geometry.course)
+        # The pages are read before the attention: the course reads only their shapes after it.
         layout = metadata_layout(query, metadata, "float32", mask, page_size)
         expect_pages_hold(INVARIANT, f"{step}: the metadata", layout, {0: written})
+        got = attention_over_metadata(paged_attention, query, metadata, mask, own_mask=geometry.course)
         expect_close(INVARIANT, f"{step}: attention over the cache", got, written.attention(query, mask), layout)
 
 

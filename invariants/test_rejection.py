@@ -324,8 +324,8 @@ def test_pool_and_cache_reject_bad_calls_unchanged(
     if case.prefill:
         cache.update_and_fetch_paged(*record.make_chunk(rng, case.prefill))
     chunk = record.make_chunk(rng, case.chunk)
-    # The course's rejected appends compare ids, lengths and counters, not page data: slots past the context may
-    # hold anything afterwards, so those cases compare the live tokens instead of whole pages.
+    # The course's rejected appends compare ids, lengths and counters only (its _paged_state), so its cases do;
+    # the twins beyond the course compare whole pages too.
     page_data = not case.course
     # Through cache.pool, as the course's snapshot (_paged_state) reads the pool.
     pool_before, cache_before = pool_state(cache.pool, page_data=page_data), cache_state(cache)
@@ -338,12 +338,6 @@ def test_pool_and_cache_reject_bad_calls_unchanged(
         f"{case.name}: the rejected call changed the pool",
     )
     expect(cache_before == cache_state(cache), INVARIANT, f"{case.name}: the rejected call changed the cache")
-    if not page_data and case.prefill:
-        keys, values = _live_tokens(cache)
-        expect(
-            same_tokens(keys, record.keys[:, : case.prefill]) and same_tokens(values, record.values[:, : case.prefill]),
-            INVARIANT, f"{case.name}: the rejected call changed the cache's tokens",
-        )
 
 
 # The course's invalid metadata, case by case as its test sends it: one request, three pages of 32 in storage, a
@@ -467,10 +461,12 @@ FAILED_WRITE_CASES = pytest.mark.parametrize(
 
 def _append_whose_second_page_write_fails(
     pool_type: type, cache_type: type, others: int, filled: int, appended: int, rng: np.random.Generator,
-    subject: Subject,
+    subject: Subject, read_tokens: bool = False,
 ) -> tuple[Any, WrittenKv, str]:
     """An append of `appended` tokens whose second page write fails (after `others` tokens of another request and
-    `filled` of its own), checked to have changed nothing: (the cache, its record, the step's description)."""
+    `filled` of its own), checked to have changed nothing the course reads (ids, lengths and counters: a cache or
+    pool may refuse reads from then on); with `read_tokens`, the tokens read through gather_dense() too. (The
+    cache, its record, the step's description.)"""
     pool = pool_type(PAGE_SIZE)
     other, cache = cache_type(pool), cache_type(pool)
     if not callable(getattr(cache.pool, "write_page_slice", None)):  # patched there, as the course's test does
@@ -507,7 +503,7 @@ def _append_whose_second_page_write_fails(
     caches_after = [cache_state(other), cache_state(cache)]
     expect(caches_before == caches_after, INVARIANT, f"{step}: the caches changed: {caches_before} -> {caches_after}")
     for name, owner, written in (("the other request", other, other_record), ("the failed request", cache, record)):
-        if written.length:
+        if written.length and read_tokens:
             keys, values = _live_tokens(owner)
             expect(
                 same_tokens(keys, written.keys) and same_tokens(values, written.values), INVARIANT,
@@ -522,7 +518,8 @@ def test_append_whose_second_page_write_fails_changes_nothing(
     pool_type: type, cache_type: type, others: int, filled: int, appended: int, rng: np.random.Generator,
     subject: Subject,
 ) -> None:
-    """The course appends nothing after its injected failure: a cache may refuse appends from then on."""
+    """The course reads only ids, lengths and counters after its injected failure, and appends nothing: a cache
+    may refuse reads and appends from then on."""
     _append_whose_second_page_write_fails(pool_type, cache_type, others, filled, appended, rng, subject)
 
 
@@ -533,7 +530,7 @@ def test_a_cache_whose_page_write_failed_appends_where_it_left_off(
     rng: np.random.Generator, subject: Subject,
 ) -> None:
     cache, record, step = _append_whose_second_page_write_fails(
-        pool_type, cache_type, others, filled, appended, rng, subject
+        pool_type, cache_type, others, filled, appended, rng, subject, read_tokens=True
     )
     # Its last token a decode with mask "causal", whose metadata's own mask the attention gets, as the course calls.
     metadata = append_for_the_courses_call(cache, *record.make_chunk(rng, PAGE_SIZE + 1))

@@ -2756,3 +2756,41 @@ FORGING_VARIANTS.update({
         "pagecheck.invariants.test_block_table_order::test_update_and_fetch_returns_the_tokens_in_order",
     ),
 })
+
+
+# A pool or cache that refuses reads after a failed page write: the course reads only ids, lengths and counters
+# after its injected failure.
+VARIANTS.update({
+    'failed_write_poisons_the_pool': (
+        'a failed page write poisons the pool (as a sticky device error does): the append is rolled back, then the pool refuses to hand out pages or page storage (allocate_page, key_pages, value_pages, read_page raise RuntimeError) until reset(); its ids, counts and counters stay readable, which is all the course reads after its injected failure',
+        [
+            ('        self.copied_pages_on_growth = 0\n        self.copied_bytes_on_growth = 0\n\n    # -- counts',
+             '        self.copied_pages_on_growth = 0\n        self.copied_bytes_on_growth = 0\n        self._poisoned: str | None = None\n\n    def poison(self, reason: str) -> None:\n        """A page write failed: the storage can no longer be trusted until reset()."""\n        self._poisoned = reason\n\n    def _check_usable(self) -> None:\n        if self._poisoned is not None:\n            raise RuntimeError(f"this pool is poisoned by a failed page write ({self._poisoned}); reset() it")\n\n    # -- counts'),
+            ('        """The issued pages\' keys [num_pages, H_kv, page_size, D], or None before the first write."""\n',
+             '        """The issued pages\' keys [num_pages, H_kv, page_size, D], or None before the first write."""\n        self._check_usable()\n'),
+            ('    def value_pages(self) -> mx.array | None:\n',
+             '    def value_pages(self) -> mx.array | None:\n        self._check_usable()\n'),
+            ('        """The most recently freed id, or a fresh one (growing the storage when it is full)."""\n',
+             '        """The most recently freed id, or a fresh one (growing the storage when it is full)."""\n        self._check_usable()\n'),
+            ('        """A live page\'s keys and values, each [1, H_kv, page_size, D]."""\n',
+             '        """A live page\'s keys and values, each [1, H_kv, page_size, D]."""\n        self._check_usable()\n'),
+            ('        except BaseException:\n            self.pool.rollback(pool_before)\n            self.page_ids, self.page_lens, self.offset = cache_before\n            raise\n',
+             '        except BaseException as exc:\n            self.pool.rollback(pool_before)\n            self.page_ids, self.page_lens, self.offset = cache_before\n            self.pool.poison(f"{type(exc).__name__}: {exc}")\n            raise\n'),
+        ],
+    ),
+    'failed_append_poisons_the_cache': (
+        "an append whose page write fails is rolled back, and the cache is then poisoned: every later append, gather_dense() and metadata read raises RuntimeError('... poisoned by a failed append ...') until release() (its bookkeeping, page_ids / page_lens / offset, stays readable; the course reads only that after its injected failure)",
+        [
+            ('        self._table_key: tuple[tuple[int, ...], int] | None = None\n        self._table: mx.array | None = None\n',
+             '        self._table_key: tuple[tuple[int, ...], int] | None = None\n        self._table: mx.array | None = None\n        self._poisoned: str | None = None  # why: a page write failed mid-append\n\n    def _check_usable(self) -> None:\n        if self._poisoned is not None:\n            raise RuntimeError(\n                f"this cache was poisoned by a failed append ({self._poisoned}); release() it"\n            )\n'),
+            ('        self.pool.check_chunk(key, value)\n        pool_before = self.pool.snapshot()\n',
+             '        self._check_usable()\n        self.pool.check_chunk(key, value)\n        pool_before = self.pool.snapshot()\n'),
+            ('        except BaseException:\n            self.pool.rollback(pool_before)\n            self.page_ids, self.page_lens, self.offset = cache_before\n            raise\n',
+             '        except BaseException as exc:\n            self.pool.rollback(pool_before)\n            self.page_ids, self.page_lens, self.offset = cache_before\n            self._poisoned = f"{type(exc).__name__}: {exc}"\n            raise\n'),
+            ('        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n',
+             '        """This request\'s tokens, dense, each [1, H_kv, offset, D]."""\n        self._check_usable()\n'),
+            ('        for page_id in reversed(self.page_ids):\n            self.pool.free_page(page_id)\n',
+             '        self._poisoned = None\n        for page_id in reversed(self.page_ids):\n            self.pool.free_page(page_id)\n'),
+        ],
+    ),
+})
