@@ -504,8 +504,8 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
     # What workers share stays allowed where MLX's CUDA back-end is loaded (on the GPU, or on any device where MLX
     # has it), whose driver may lock its caches and share memory with its own threads; a submission's passes run
     # one after the other, and there `grade` one submission at a time.
-    # The protocol's pipes stay under their numbers: a submission that put a pipe of its own under the reply
-    # descriptor's number (dup2) received every report written while it was there.
+    # The protocol's pipes stay under their numbers: a submission that puts a pipe of its own under the reply
+    # descriptor's number (dup2) would receive every report written while it is there.
     refuse_shared = not config.get("loads_cuda", config.get("device") == "gpu")
     filtered = modules["seccomp"].refuse_new_processes(refuse_shared, keep_fds=(fd_in, fd_out))
     worker.send({"op": "armed", "new_processes": filtered})
