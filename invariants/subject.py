@@ -129,14 +129,18 @@ def is_user_interrupt(exc: BaseException) -> bool:
     """Whether `exc` stops the run rather than failing the subject's call or import.
 
     Under a handler that raises UserInterrupt (one whose `raises` is that class), only a UserInterrupt is the
-    user's: any other KeyboardInterrupt came from the subject. Under another handler (Python's own, in a
-    pytest run or an embedding program) every KeyboardInterrupt may be Ctrl-C, and stops the run.
+    user's: any other KeyboardInterrupt came from the subject. Where SIGINT is ignored (a run started in the
+    background or under nohup), Ctrl-C raises nothing, so none is the user's. Under another handler (Python's
+    own, in a pytest run or an embedding program) every KeyboardInterrupt may be Ctrl-C, and stops the run.
     """
     if not isinstance(exc, KeyboardInterrupt):
         return False
     if isinstance(exc, UserInterrupt):
         return True
-    return getattr(signal.getsignal(signal.SIGINT), "raises", None) is not UserInterrupt
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is signal.SIG_IGN:
+        return False
+    return getattr(handler, "raises", None) is not UserInterrupt
 
 
 class SubjectError(ValueError):

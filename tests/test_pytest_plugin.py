@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -286,3 +287,23 @@ def test_a_subjects_own_keyboard_interrupt_fails_its_check_and_the_run_goes_on(e
     failures = failure_messages(elsewhere / "j.xml")
     assert list(failures.values()) == ["Failed: the subject raised KeyboardInterrupt()"], failures
     assert "passed" in done.stdout.splitlines()[-1]
+
+
+def test_a_subjects_keyboard_interrupt_fails_its_check_where_sigint_is_ignored(elsewhere: Path) -> None:
+    """A run started in the background has SIGINT ignored, so the suite's own Ctrl-C handler is not installed:
+    there the subject's KeyboardInterrupt ended the whole session (seen in a backgrounded fresh-clone run). With
+    Ctrl-C ignored, no KeyboardInterrupt is the user's."""
+    (elsewhere / "interrupts.py").write_text(
+        "from pagecheck.impl import *  # noqa: F403\nfrom pagecheck.impl import paged_attention as _real\n"
+        "calls = []\n\n\ndef paged_attention(*args, **kwargs):\n    calls.append(1)\n"
+        "    if len(calls) == 2:\n        raise KeyboardInterrupt\n    return _real(*args, **kwargs)\n"
+    )  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--pyargs",
+         "pagecheck.invariants", "--pagecheck-subject", "interrupts.py", "--pagecheck-invariant", "gqa_mapping",
+         "--junitxml", str(elsewhere / "j.xml")],
+        cwd=elsewhere, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, capture_output=True,
+        text=True, timeout=RUN_LIMIT_S, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert list(failure_messages(elsewhere / "j.xml").values()) == ["Failed: the subject raised KeyboardInterrupt()"]
