@@ -312,12 +312,14 @@ class Tripwires:
     def install_gather_watch(self, mx: Any, np: Any) -> None:
         # How a call's pages and lengths are read when its watch starts: with what MLX and NumPy are now, before
         # any wrapper below and before the submission loads.
-        to_numpy, mx_shape, mx_array, np_array = np.array, mx.array.shape.fget, mx.array, np.ndarray
+        to_numpy, mx_shape, mx_array = np.array, mx.array.shape.fget, mx.array
+        np_shape, np_array = np.ndarray.shape.__get__, np.ndarray
 
         def shape_of(array: Any) -> tuple[int, ...]:
-            if type(array) is mx_array:
+            """The base classes' own shape, also of a subclass whose `shape` is the submission's."""
+            if isinstance(array, mx_array):
                 return tuple(mx_shape(array))
-            return tuple(array.shape) if type(array) is np_array else ()
+            return tuple(np_shape(array)) if isinstance(array, np_array) else ()
 
         def lengths_of(lens: Any) -> list[int]:
             return [int(n) for n in to_numpy(lens).reshape(-1).tolist()]
