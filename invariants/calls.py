@@ -147,6 +147,15 @@ def append_for_the_courses_call(
     return read_once(cache.update_and_fetch_paged(key[:, :, n - rows :], value[:, :, n - rows :], mask="causal"))
 
 
+def append_for_a_check(cache: Any, key: Any, value: Any, course: bool, rows: int = 1) -> SimpleNamespace:
+    """The metadata of an append, read once: in a course case appended as the course's attention tests append
+    before they attend (append_for_the_courses_call, the last `rows` tokens with mask "causal"), in any other in
+    one update_and_fetch_paged."""
+    if course:
+        return append_for_the_courses_call(cache, key, value, rows)
+    return read_once(cache.update_and_fetch_paged(key, value))
+
+
 def _append_prefix(cache: Any, key: Any, value: Any, dense: bool) -> None:
     import mlx.core as mx
 

@@ -48,19 +48,31 @@ def by_keyword(cls: Callable[..., object], *names: str) -> Callable[..., object]
     return make
 
 
+# Each class the course's tests construct: its arguments in the order they give them, by keyword.
+CONSTRUCTOR_ARGUMENTS = {
+    "TinyKvPagedPool": ("page_size",), "TinyKvPagedCache": ("pool",),
+    "BatchingKvCache": ("max_active_requests", "max_seq_len"),
+}
+
+
+def _constructor(subject: Subject, name: str) -> Callable[..., object]:
+    """The subject's class `name` as the course's tests construct it (by_keyword); skipped where it has none."""
+    return by_keyword(_require(subject, name), *CONSTRUCTOR_ARGUMENTS[name])
+
+
 @pytest.fixture(scope="session")
 def pool_type(subject: Subject) -> Callable[..., object]:
-    return by_keyword(_require(subject, "TinyKvPagedPool"), "page_size")
+    return _constructor(subject, "TinyKvPagedPool")
 
 
 @pytest.fixture(scope="session")
 def cache_type(subject: Subject) -> Callable[..., object]:
-    return by_keyword(_require(subject, "TinyKvPagedCache"), "pool")
+    return _constructor(subject, "TinyKvPagedCache")
 
 
 @pytest.fixture(scope="session")
 def batching_cache_type(subject: Subject) -> Callable[..., object]:
-    return by_keyword(_require(subject, "BatchingKvCache"), "max_active_requests", "max_seq_len")
+    return _constructor(subject, "BatchingKvCache")
 
 
 @pytest.fixture(scope="session")
@@ -101,10 +113,8 @@ def own_mask(subject: Subject) -> Callable[[Any], Any]:
         batch = subject.has("BatchingKvCache")
         try:
             return the_subjects_own_mask(
-                by_keyword(subject.get("TinyKvPagedPool"), "page_size"),
-                by_keyword(subject.get("TinyKvPagedCache"), "pool"),
-                by_keyword(subject.get("BatchingKvCache"), "max_active_requests", "max_seq_len") if batch else None,
-                layout,
+                _constructor(subject, "TinyKvPagedPool"), _constructor(subject, "TinyKvPagedCache"),
+                _constructor(subject, "BatchingKvCache") if batch else None, layout,
             )
         except Exception:  # noqa: BLE001 - caches that cannot serve (an unwritten Day 3): judge the attention alone
             return None

@@ -16,9 +16,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from pagecheck.invariants.calls import (
-    append_for_the_courses_call, attention_over_metadata, current_metadata, metadata_layout, read_once,
-)
+from pagecheck.invariants.calls import append_for_a_check, attention_over_metadata, current_metadata, metadata_layout
 from pagecheck.invariants.course import DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import seeds
 from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
@@ -63,11 +61,8 @@ class SharedPool:
 
     def append(self, request: int, length: int) -> None:
         cache, record, _ = self.requests[request]
-        chunk = record.make_chunk(self.rng, length)
-        if self.course:  # its last token with mask "causal", whose metadata's own mask the decode gets
-            self.latest[request] = append_for_the_courses_call(cache, *chunk)
-        else:
-            self.latest[request] = read_once(cache.update_and_fetch_paged(*chunk))
+        # A course case's last token with mask "causal", whose metadata's own mask the decode gets.
+        self.latest[request] = append_for_a_check(cache, *record.make_chunk(self.rng, length), self.course)
 
     def release(self, request: int) -> None:
         cache, _, _ = self.requests.pop(request)

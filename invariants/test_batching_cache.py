@@ -12,7 +12,6 @@ whose append refuses them before any row changes.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 

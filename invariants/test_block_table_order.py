@@ -24,9 +24,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import (
-    append_for_the_courses_call, attention_output, attention_over_metadata, cache_length, current_metadata, metadata_layout,
-    own_block_table,
-    read_once, result_identity,
+    append_for_a_check, attention_output, attention_over_metadata, cache_length, current_metadata, metadata_layout,
+    own_block_table, result_identity,
 )
 from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
@@ -227,11 +226,8 @@ def test_block_table_is_read_again_when_page_ids_change(
     mask = "causal" if geometry.course else None
 
     def append(name: str, length: int) -> None:
-        chunk = records[name].make_chunk(rng, length)
-        if geometry.course:  # its last token with mask "causal", whose metadata's own mask the attention gets
-            latest[name] = append_for_the_courses_call(caches[name], *chunk)
-        else:
-            latest[name] = read_once(caches[name].update_and_fetch_paged(*chunk))
+        # A course case's last token with mask "causal", whose metadata's own mask the attention gets.
+        latest[name] = append_for_a_check(caches[name], *records[name].make_chunk(rng, length), geometry.course)
 
     def check(step: str) -> None:
         for name, owner in caches.items():

@@ -21,9 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import (
-    append_for_the_courses_call, attention_as_the_course_calls, attention_output, attention_over_metadata, course_rewind,
-    equals_list,
-    metadata_layout, own_context_lens, read_once,
+    append_for_a_check, attention_as_the_course_calls, attention_output, attention_over_metadata, course_rewind,
+    equals_list, metadata_layout, own_context_lens, read_once,
 )
 from pagecheck.invariants.course import (
     COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, DAY_4, Geometry, query_len, split_at_the_course,
@@ -64,12 +63,8 @@ def test_context_lens_count_tokens_written(
     written = WrittenKv(num_kv_heads, geometry.head_dim, "float32")
     for length in plan:
         rows = query_len(length, geometry, written.length + length)
-        if geometry.course:
-            # As the course's attention tests append: the last `rows` tokens with mask "causal", whose metadata's
-            # own mask the attention gets.
-            metadata = append_for_the_courses_call(cache, *written.make_chunk(rng, length), rows)
-        else:
-            metadata = read_once(cache.update_and_fetch_paged(*written.make_chunk(rng, length)))
+        # A course case's last `rows` tokens with mask "causal", whose metadata's own mask the attention gets.
+        metadata = append_for_a_check(cache, *written.make_chunk(rng, length), geometry.course, rows)
         step = f"after appending {length} token(s), {written.length} written in all (page_size={page_size})"
         _expect_own_context_lens(cache, written.length, geometry, step)
         in_metadata = to_numpy(metadata.context_lens).tolist()

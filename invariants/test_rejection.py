@@ -22,7 +22,7 @@ import pytest
 
 from pagecheck.invariants.calls import (
     append_for_the_courses_call, attention_over_metadata, cache_state, call_attention, course_query, fail_on_call,
-    metadata_layout, pool_state, read_once, same_pool_state,
+    metadata_layout, pool_state, same_pool_state,
 )
 from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_PHRASES, DAY_3, DAY_4, INVALID_METADATA
 from pagecheck.invariants.subject import Subject

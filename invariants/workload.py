@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.attention import dense_attention
 from pagecheck.reference.layouts import round_to_dtype
 
@@ -45,8 +46,6 @@ class WrittenKv:
         """Record the last chunk appended as its arrays read now: the course compares what a cache hands back with
         the very arrays it appended, read after the call, so an append that changed them in place (keys scaled
         where they lie) fails there, and a course check that holds the same record fails it too."""
-        from pagecheck.reference.arrays import to_numpy
-
         key, value = (to_numpy(x, np.float64)[0] for x in chunk)
         length = key.shape[1]
         self.keys = np.concatenate([self.keys[:, : self.length - length], key], axis=1)

@@ -30,7 +30,7 @@ from pagecheck.grading.remote_subject import (
     close_sessions,
     configure,
 )
-from pagecheck.grading.sandbox import default_memory_kind
+from pagecheck.grading.sandbox import memory_kind_for
 from pagecheck.grading.worker_process import WorkerIncident, WorkerLimits, WorkerSettings
 from pagecheck.invariants.subject import Subject, SubjectError, load_subject
 from pagecheck.reference import attention as reference_attention
@@ -397,7 +397,7 @@ def test_namespaces_and_limits(sandbox: tuple[Subject, Session]) -> None:
     on = {name for name, state in session.protections.items() if state.startswith("on")}
     assert {"pid_namespace", "network_namespace", "mount_namespace", "disk_quota", "private_proc"} <= on
     # Set in the program's process after init's first report: init reads what the program set before it execs.
-    memory = "data" if default_memory_kind() == "data" else "as"  # the data segment where MLX runs on CUDA
+    memory = "data" if memory_kind_for("cpu") == "data" else "as"  # the data segment where MLX runs on CUDA
     assert session.protections["rlimits"] == f"on ({memory}, cpu, nproc, fsize, nofile, core)"
     assert probe(subject, "connect")[0] == "refused"
     assert probe(subject, "write_outside")[0] == "refused"

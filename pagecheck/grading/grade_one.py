@@ -12,7 +12,6 @@ is removed.
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
 from dataclasses import replace
@@ -23,7 +22,7 @@ from pagecheck.grading.anticheat import Finding, scan_submission
 from pagecheck.grading.build import BuildOutcome, build_command, build_extension
 from pagecheck.grading.launcher import SCRATCH_PLACEHOLDER, SUBMISSION_DIR
 from pagecheck.grading.plan import GradePlan
-from pagecheck.grading.remote_subject import FORGED_EVENT
+from pagecheck.grading.remote_subject import FORGED_EVENT, LINE_NUMBER
 from pagecheck.grading.results_store import FORMAT, VERSION, result_path, write_json_atomic
 from pagecheck.grading.sandbox import LiveChildren, Limits, child_environment
 from pagecheck.grading.seeds import MIN_SECRET_LENGTH, SuitePassSeed, pass_seeds
@@ -75,7 +74,6 @@ EVENT_FINDINGS = {
     FORGED_EVENT: "tamper",
 }
 HIDDEN_PLACE = "(hidden inputs)"
-LINE_NUMBER = re.compile(r"[0-9]{1,9}")
 
 
 def _student_paths(text: str, student_dirs: list[str]) -> str:
@@ -117,7 +115,7 @@ def _worker_findings(passes: list[PassOutcome], student_dirs: list[str], secret:
             seen.setdefault((kind, place), []).append((str(event.get("nodeid", "")), detail, outcome.seed.kind))
     findings = []
     for (kind, place), reports in seen.items():
-        # file:line, the line in ASCII digits (str.isdigit() also takes '²', which int() refuses); else all file.
+        # file:line, the line in ASCII digits (remote_subject.LINE_NUMBER); else all file.
         file, _, line = place.rpartition(":")
         if not LINE_NUMBER.fullmatch(line):
             file, line = place, "0"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pagecheck.invariants.catalog import INVARIANTS, check_invariant_id
-from pagecheck.grading.sandbox import GIB, MAX_BYTES, Limits, check_seconds, gib, loads_cuda
+from pagecheck.grading.sandbox import GIB, MAX_BYTES, Limits, check_seconds, gib, memory_kind_for
 from pagecheck.grading.seeds import fingerprint
 from pagecheck.grading.worker_process import WorkerLimits
 
@@ -98,7 +98,7 @@ class GradePlan:
         """How --memory is enforced: on the address space, or on the data segment where the children load MLX's
         CUDA back-end (on the GPU, or on any device where MLX has it), which reserves more address space than it
         uses."""
-        return "data" if loads_cuda(self.device) else "address_space"
+        return memory_kind_for(self.device)
 
     @property
     def invariants(self) -> list[str]:

@@ -81,8 +81,10 @@ FORGED_EVENT = "forged_event"
 EVENT_FIELDS = frozenset({"detail", "where", "op", "shape", "incident"})
 
 
-# A report's place: the file the worker names (the code object's, which the submission chooses) and an ASCII line.
-PLACE = re.compile(r"(.+):([0-9]{1,9})", re.S)
+# A report's place: the file the worker names (the code object's, which the submission chooses) and a line in ASCII
+# digits (str.isdigit() also takes '²', which int() refuses).
+LINE_NUMBER = re.compile(r"[0-9]{1,9}")
+PLACE = re.compile(rf"(.+):({LINE_NUMBER.pattern})", re.S)
 
 
 def _place(value: Any) -> str:

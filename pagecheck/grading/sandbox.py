@@ -64,10 +64,11 @@ def loads_cuda(device: str) -> bool:
     return device == "gpu" or mlx_runs_on_cuda()
 
 
-def default_memory_kind() -> str:
-    """How a memory limit binds a child that imports MLX here: its data segment where MLX runs on CUDA (whose
-    back-end reserves far more address space than it uses), else its address space."""
-    return "data" if mlx_runs_on_cuda() else "address_space"
+def memory_kind_for(device: str = "cpu") -> str:
+    """How a memory limit binds a child that imports MLX here and computes on `device`: its data segment where it
+    loads MLX's CUDA back-end (loads_cuda; the back-end reserves far more address space than it uses), else its
+    address space."""
+    return "data" if loads_cuda(device) else "address_space"
 
 
 def check_seconds(name: str, seconds: float) -> None:
@@ -81,7 +82,7 @@ class Limits:
     timeout_s: float
     memory_bytes: int
     # "address_space" (RLIMIT_AS), or "data" (RLIMIT_DATA) for a child that loads MLX's CUDA back-end
-    memory_kind: str = field(default_factory=default_memory_kind)
+    memory_kind: str = field(default_factory=memory_kind_for)
 
     def __post_init__(self) -> None:
         check_seconds("timeout", self.timeout_s)

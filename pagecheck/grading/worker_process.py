@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from pagecheck.grading import wire
 from pagecheck.grading.launcher import SCRATCH_PLACEHOLDER, SETUP_FAILED, LaunchConfig, read_status, scratch_mountpoint
-from pagecheck.grading.sandbox import GIB, default_memory_kind, gib, loads_cuda
+from pagecheck.grading.sandbox import GIB, gib, loads_cuda, memory_kind_for
 from pagecheck.grading.worker_main import BOOTSTRAP, bootstrap_message
 
 LOG_LIMIT_BYTES = 1 << 20
@@ -70,7 +70,7 @@ class WorkerLimits:
     max_file_bytes: int = 256 << 20
     disk_bytes: int = 512 << 20
     # "data" for a worker that loads MLX's CUDA back-end (sandbox.Limits.memory_kind)
-    memory_kind: str = field(default_factory=default_memory_kind)
+    memory_kind: str = field(default_factory=memory_kind_for)
 
 
 @dataclass(frozen=True)
