@@ -30,7 +30,8 @@ from pagecheck.grading.remote_subject import (
     close_sessions,
     configure,
 )
-from pagecheck.grading.sandbox import memory_kind_for
+from pagecheck.grading.sandbox import loads_cuda, memory_kind_for
+from pagecheck.grading.suite_pass import code_roots, import_roots
 from pagecheck.grading.worker_process import WorkerIncident, WorkerLimits, WorkerSettings
 from pagecheck.invariants.subject import Subject, SubjectError, load_subject
 from pagecheck.reference import attention as reference_attention
@@ -987,9 +988,11 @@ def test_landlock_leaves_only_a_gpu_worker_its_own_thread_names(tmp_path: Path) 
              "worker = threading.Thread(target=lambda: found.append(name()))\n"
              "worker.start(); worker.join()\n"
              "print(found[0], end='')\n")  # fmt: skip
+    # pagecheck as the grader imports it: from the checkout, or installed apart from the tests (a GPU machine).
+    roots = os.pathsep.join(str(root) for root in import_roots())
     for setting, want in (("on", "written"), ("off", "refused")):
-        done = subprocess.run([sys.executable, "-c", probe, setting, str(ROOT)], capture_output=True, text=True,
-                              timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", probe, setting, str(code_roots()[0])], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "PYTHONPATH": roots})  # fmt: skip
         assert done.stdout == want, done.stderr[-2000:]
 
 
@@ -1150,12 +1153,21 @@ def test_the_worker_shares_nothing_another_worker_could_see(tmp_path: Path) -> N
         pytest.skip("no seccomp filter on this machine")
     with sandboxed(tmp_path, "shared.py", SHARED) as (subject, session):
         session.begin_check("shared")
-        assert subject.get("paged_attention")() == {
-            "notify": "EPERM", "fadvise": "ran", "nowait read": "EOPNOTSUPP", "shared wake": "EPERM",
-            "shared wait": "EAGAIN", "private wake": "ran", "futex_waitv": "ENOSYS", "add_key": "ENOSYS",
-            "keyctl": "ENOSYS", "inotify": "ENOSYS", "cachestat": "ENOSYS", "join": "ran",
-        }
-        assert "nothing shared with other workers" in session.protections.get("new_processes", "")
+        found = subject.get("paged_attention")()
+        said = session.protections.get("new_processes", "")
+    if loads_cuda("cpu"):
+        # MLX's CUDA back-end is loaded in every worker here: its driver shares memory with its own threads, so
+        # sharing stays allowed (seccomp.program's refuse_shared), said so, and `grade` runs one submission at a
+        # time (tests/test_grading_plan.py holds that).
+        assert found["add_key"] != "ENOSYS" and found["inotify"] != "ENOSYS" and found["join"] == "ran", found
+        assert "nothing shared with other workers" not in said and said.startswith("on"), said
+        return
+    assert found == {
+        "notify": "EPERM", "fadvise": "ran", "nowait read": "EOPNOTSUPP", "shared wake": "EPERM",
+        "shared wait": "EAGAIN", "private wake": "ran", "futex_waitv": "ENOSYS", "add_key": "ENOSYS",
+        "keyctl": "ENOSYS", "inotify": "ENOSYS", "cachestat": "ENOSYS", "join": "ran",
+    }
+    assert "nothing shared with other workers" in said
 
 
 def test_the_worker_takes_no_file_lock(tmp_path: Path) -> None:
@@ -1168,5 +1180,10 @@ def test_the_worker_takes_no_file_lock(tmp_path: Path) -> None:
         pytest.skip("no seccomp filter on this machine")
     with sandboxed(tmp_path, "locks.py", LOCKS) as (subject, session):
         session.begin_check("locks")
-        assert subject.get("paged_attention")() == ["ENOLCK"] * 4
-        assert "no file lock" in session.protections.get("new_processes", "")
+        found = subject.get("paged_attention")()
+        said = session.protections.get("new_processes", "")
+    if loads_cuda("cpu"):  # locks stay allowed where MLX's CUDA back-end is loaded (see the test above)
+        assert "ENOLCK" not in found and "no file lock" not in said, (found, said)
+        return
+    assert found == ["ENOLCK"] * 4
+    assert "no file lock" in said
