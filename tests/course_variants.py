@@ -2794,3 +2794,27 @@ VARIANTS.update({
         ],
     ),
 })
+
+VARIANTS["causal_mask_record"] = (
+    "the caches hand out mask='causal' as a record of their own (a typing.NamedTuple CausalMask), and "
+    "paged_attention knows it by isinstance: None, 'causal' or a CausalMask, anything else is ValueError",
+    [("def _is_int(x: object) -> bool:",
+      "from typing import NamedTuple\n\n\n"
+      "class CausalMask(NamedTuple):\n"
+      "    \"\"\"'causal' as the caches hand it out: row i of L sees the context's first n - L + i + 1 keys.\"\"\"\n"
+      "    aligned_to: str = 'end'\n\n\n"
+      "def _resolved(mask):\n"
+      "    return CausalMask() if isinstance(mask, str) and mask == 'causal' else mask\n\n\n"
+      "def _is_int(x: object) -> bool:"),
+     ("            self.pool.page_size, mask,\n        )\n\n    def gather_dense",
+      "            self.pool.page_size, _resolved(mask),\n        )\n\n    def gather_dense"),
+     ("            pool.page_size, mask,\n        )",
+      "            pool.page_size, _resolved(mask),\n        )"),
+     ("    if mask is not None and not (isinstance(mask, str) and mask == \"causal\"):\n"
+      "        raise ValueError(f\"mask={mask!r} must be None or 'causal'\")",
+      "    if mask is not None and not isinstance(mask, CausalMask) and not (isinstance(mask, str) and mask == \"causal\"):\n"
+      "        raise ValueError(f\"mask={mask!r} must be None, 'causal' or a CausalMask\")"),
+     ("        rows.append(_attend(query[row], keys, values, scale, mask == \"causal\"))",
+      "        causal = isinstance(mask, CausalMask) or (isinstance(mask, str) and mask == \"causal\")\n"
+      "        rows.append(_attend(query[row], keys, values, scale, causal))")],
+)

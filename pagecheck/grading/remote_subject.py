@@ -265,8 +265,12 @@ class Session:
             self._decoding = outer
 
     def _note_origin(self, entry: dict[str, Any], array: Any) -> Any:
+        """Keeps the worker's number for an array or named tuple it sent (wire.OriginOf): an array's by its id while
+        it lives, a record's on the record itself, with this worker's generation."""
         number = entry.get("origin")
-        if type(number) is int:
+        if type(number) is int and isinstance(array, wire.RecordOrigin):
+            array._origin = (self.generation, number)
+        elif type(number) is int:
             key = id(array)
             origins = self._origins
 
@@ -281,6 +285,9 @@ class Session:
         return array
 
     def _origin_of(self, array: Any) -> int | None:
+        if isinstance(array, wire.RecordOrigin):
+            generation, number = array._origin or (None, None)
+            return number if generation == self.generation else None
         known = self._origins.get(id(array))
         return known[1] if known is not None and known[0]() is array else None
 

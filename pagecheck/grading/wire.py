@@ -26,6 +26,8 @@ infinities included); every JSON object carries a tag "$t" (TAG):
                   (bfloat16 travels as its 16-bit pattern)
     npscalar      {"$t": "npscalar", "dtype": name, "buf": index}
     handle        {"$t": "handle", "id": n, "type": name, "callable": bool}
+
+An array or named tuple the worker sends also carries "origin": n, its number there (OriginOf), and carries it back.
 """
 
 from __future__ import annotations
@@ -282,9 +284,10 @@ class FrameReader:
 
 HandleOf = Callable[[Any], dict[str, Any]]  # an object that is not plain data -> its handle entry
 ResolveHandle = Callable[[dict[str, Any]], Any]  # a handle entry -> the local object it stands for
-# An array's origin: the worker numbers the arrays it sends (OriginOf: array -> its number, or None), the trusted side
-# sends the number back with the array it decoded from one, and the worker hands on its own array where that still
-# holds the same values (OnArray: an array's entry and the array decoded from it -> the array to use).
+# An array's or a named tuple's origin: the worker numbers the arrays and named tuples it sends (OriginOf: value ->
+# its number, or None; an entry carries it as "origin"), the trusted side sends the number back with the value it
+# decoded from one, and the worker hands on its own object where that still holds the same values (OnArray: an
+# entry and the array or record decoded from it -> the value to use).
 OriginOf = Callable[[Any], "int | None"]
 OnArray = Callable[[dict[str, Any], Any], Any]
 
@@ -346,7 +349,11 @@ def to_wire(
         items = [to_wire(item, buffers, handle_of, depth + 1, origin_of) for item in value]
         if isinstance(value, list):
             return items
-        return {TAG: "tuple", "items": items} if fields is None else {TAG: "tuple", "items": items, "fields": fields}
+        if fields is None:
+            return {TAG: "tuple", "items": items}
+        origin = None if origin_of is None else origin_of(value)
+        entry = {TAG: "tuple", "items": items, "fields": fields}
+        return entry if origin is None else {**entry, "origin": origin}
     if type(value) is dict:
         return {TAG: "dict", "items": [[to_wire(k, buffers, handle_of, depth + 1, origin_of),
                                         to_wire(v, buffers, handle_of, depth + 1, origin_of)]
@@ -376,9 +383,18 @@ def _named_fields(value: tuple[Any, ...] | list[Any]) -> list[str] | None:
     return None
 
 
+class RecordOrigin:
+    """What a RemoteRecord holds beside its fields: where the named tuple it was decoded from came from (the
+    worker's number for it, OriginOf, with what the decoding side needs to send it back), set by the side that
+    decoded it; a record built from it (`_replace`) has none. Underscored, as no field's name may be (_record)."""
+
+    _origin: Any = None
+
+
 @functools.lru_cache(maxsize=256)
 def _record_type(fields: tuple[str, ...]) -> type:
-    return collections.namedtuple("RemoteRecord", fields)
+    # A subclass without __slots__, so that an instance can hold its origin (a tuple takes no weak reference).
+    return type("RemoteRecord", (collections.namedtuple("RemoteRecord", fields), RecordOrigin), {})
 
 
 def _record(fields: Any, items: list[Any]) -> tuple[Any, ...]:
@@ -452,7 +468,10 @@ def from_wire(
     if tag == "tuple" and isinstance(node.get("items"), list):
         items = [from_wire(item, buffers, resolve, clean=clean, depth=depth + 1, on_array=on_array)
                  for item in node["items"]]
-        return tuple(items) if "fields" not in node else _record(node["fields"], items)
+        if "fields" not in node:
+            return tuple(items)
+        record = _record(node["fields"], items)
+        return record if on_array is None or "origin" not in node else on_array(node, record)
     if tag == "dict" and isinstance(node.get("items"), list):
         result = {}
         for pair in node["items"]:

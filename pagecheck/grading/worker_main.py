@@ -22,6 +22,7 @@ requests until the pipe closes.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import struct
@@ -39,6 +40,8 @@ ATTENTION = "paged_attention"
 ATTENTION_ARGUMENTS = ("query", "key_pages", "value_pages", "block_table", "context_lens", "page_size")
 PREFETCH_BYTES = 1 << 20  # array bytes sent unasked with one reply
 SCRATCH_PLACEHOLDER = "{scratch}"  # the same placeholder as launcher.py's (this module may not import it)
+SENT_RECORDS = 256  # named tuples kept to be handed back as themselves (Worker.sent_records)
+PLAIN_ITEMS = (str, int, float, bool, bytes, type(None))  # compared by value in a record that comes back
 
 # Run by `python -I -S -c BOOTSTRAP FD_IN FD_OUT`: one u64 length, then the JSON message.
 BOOTSTRAP = """
@@ -91,6 +94,9 @@ class Worker:
         # argument holding the same values is handed on itself, as the caller in process would pass the object it
         # read (an attention that changes it in place changes it where the subject's later reads see it).
         self.sent_arrays: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        # The named tuples sent, the latest SENT_RECORDS of them (a tuple takes no weak reference): a mask record a
+        # cache handed out comes back to its attention as itself, which may know it by its type.
+        self.sent_records: collections.OrderedDict[int, tuple[Any, ...]] = collections.OrderedDict()
         self.next_array = 1
         self.api: dict[str, Any] = {}
         self.tripwires: Any = None
@@ -161,12 +167,17 @@ class Worker:
         self.methods_by_type[cls] = names = sorted(names)
         return names
 
-    def origin_of(self, array: Any) -> int | None:
+    def origin_of(self, value: Any) -> int | None:
         number = self.next_array
-        try:
-            self.sent_arrays[number] = array
-        except TypeError:  # an array type without weak references goes out as a value only
-            return None
+        if isinstance(value, tuple):  # a named tuple (wire.to_wire asks for no other tuple)
+            self.sent_records[number] = value
+            while len(self.sent_records) > SENT_RECORDS:
+                self.sent_records.popitem(last=False)
+        else:
+            try:
+                self.sent_arrays[number] = value
+            except TypeError:  # an array type without weak references goes out as a value only
+                return None
         self.next_array += 1
         return number
 
@@ -176,6 +187,8 @@ class Worker:
         inside the call's watch, answering its questions), and still holds what `entry` carries (library, dtype,
         shape and bytes); else that copy."""
         number = entry.get("origin")
+        if entry.get(self.wire.TAG) == "tuple":
+            return self._original_record(number, array)
         sent = self.sent_arrays.get(number) if type(number) is int else None
         if sent is None or type(sent) is not type(array):
             return array
@@ -187,6 +200,15 @@ class Worker:
         except Exception:
             return array
         return sent if same else array
+
+    def _original_record(self, number: Any, record: tuple[Any, ...]) -> Any:
+        """The named tuple this worker sent as `number`, where `record` (decoded from what came back, its arrays
+        already their originals where unchanged) holds the same fields and items: each item the very object, or an
+        equal plain value; else `record`."""
+        sent = self.sent_records.get(number) if type(number) is int else None
+        if sent is None or list(getattr(type(sent), "_fields", ())) != list(record._fields) or len(sent) != len(record):
+            return record
+        return sent if all(_same_item(a, b) for a, b in zip(sent, record)) else record
 
     def resolve(self, entry: dict[str, Any]) -> Any:
         handle = entry["id"]
@@ -403,6 +425,22 @@ class Worker:
             except self.wire.ProtocolError:
                 return  # the trusted side closed the pipe: the sandbox ends with this process
             self.serve_one(header, buffers)
+
+
+def _same_item(sent: Any, back: Any) -> bool:
+    """Whether an item of a named tuple that came back stands for the one sent: the very object (an array handed
+    back as itself, a handle), an equal value of the same plain type, or a plain list or tuple of such items. Only
+    builtin types are compared: a submission's own __eq__ would run here."""
+    if sent is back:
+        return True
+    kind = type(sent)
+    if kind is not type(back):
+        return False
+    if kind in PLAIN_ITEMS:
+        return sent == back or (kind is float and sent != sent and back != back)  # NaN stands for NaN
+    if kind in (list, tuple):
+        return len(sent) == len(back) and all(_same_item(a, b) for a, b in zip(sent, back))
+    return False
 
 
 def _student_frame() -> str:
