@@ -160,10 +160,13 @@ def pytest_configure(config: pytest.Config) -> None:
     seconds = config.getoption("pagecheck_check_timeout") or 0.0
     if subject.call_time_limit is not None and seconds > 0:
         subject.call_time_limit(seconds)  # its calls cross a pipe: bounded there, not by the alarm (runtest_call)
-    if config.getoption("pagecheck_device") == "gpu" and _gpu_available():
+    device = config.getoption("pagecheck_device")
+    if device == "cpu" or _gpu_available():
         import mlx.core as mx
 
-        mx.set_default_device(mx.gpu)
+        # Said in both directions: MLX built with a GPU back-end (CUDA, Metal) starts on the GPU, so "cpu" left
+        # alone ran the suite on the GPU there.
+        mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
     config.pluginmanager.import_plugin(FIXTURES_PLUGIN)
     results = config.getoption("pagecheck_results")
     if results and not hasattr(config, "workerinput"):

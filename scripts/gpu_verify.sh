@@ -50,7 +50,7 @@ step() {
   warn_prefill_fallback "$name" "$out/$name.log"  # scripts/gpu_checkout.sh
 }
 
-GPU_TESTS="tests/test_gpu_attention.py tests/test_gpu_launcher.py tests/test_gpu_plan_agreement.py
+GPU_TESTS="tests/test_gpu_attention.py tests/test_gpu_device_choice.py tests/test_gpu_launcher.py tests/test_gpu_plan_agreement.py
   tests/test_gpu_percall.py tests/test_gpu_profile.py tests/test_gpu_program.py tests/test_gpu_stream_probe.py
   tests/test_ext_*.py tests/test_impl_*.py tests/test_validated_inputs.py
   tests/test_quantized_embedding.py tests/test_qk_norm_rope.py tests/test_node_cost.py tests/test_qwen3_model.py tests/test_serving_*.py

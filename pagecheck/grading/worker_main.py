@@ -532,6 +532,8 @@ def main(modules: dict[str, types.ModuleType], config: dict[str, Any], fd_in: in
         if not mx.is_available(mx.gpu):
             raise RuntimeError("device='gpu' was asked for, but MLX reports no GPU inside the sandboxed worker")
         mx.set_default_device(mx.gpu)
+    else:  # MLX built with a GPU back-end starts on the GPU: the CPU is asked for by name
+        mx.set_default_device(mx.cpu)
     worker.tripwires = modules["tripwires"].Tripwires(worker.report)
     worker.tripwires.install_sdpa_trap(mx.fast)
     worker.tripwires.install_gather_watch(mx, np)
