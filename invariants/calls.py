@@ -162,48 +162,57 @@ def _append_prefix(cache: Any, key: Any, value: Any, dense: bool) -> None:
     (cache.update_and_fetch if dense or key.dtype == mx.bfloat16 else cache.update_and_fetch_paged)(key, value)
 
 
-def the_subjects_own_mask(
+def the_subjects_own_metadata(
     pool_type: Callable[..., Any], cache_type: Callable[..., Any], batching_cache_type: Callable[..., Any] | None,
     layout: PagedLayout,
-) -> tuple[Any, int] | None:
-    """The mask the subject's own caches hand paged_attention for `layout`'s call, and the width of the block
-    table they hand with it: the course's attention tests pass only a metadata's own mask (which a cache may
-    resolve "causal" into, as an array shaped for its own table), so a course check over pages of its own asks
-    the subject for the mask of the same call. One request: a cache of the layout's context whose last
-    `num_queries` tokens were appended with mask "causal"; a batch (decode only, as the course batches): a
-    BatchingKvCache with each live row's request in its slot, then one decode token each with mask_length 1 and
-    mask "causal" (as the course's batch decodes, a layout's batch has no context one past a full page: that
-    decode token stays in its request's tail page). None where the subject has no batch to ask."""
+) -> Any:
+    """`layout`'s keys and values written through the subject's own caches as the course's attention tests write
+    theirs, and the metadata the caches hand out for the call (read once): the course attends only over a cache's
+    metadata, its pages, table and mask as handed out (a cache may resolve "causal" into an array shaped for its
+    own table, or over its pool's slots), so a course check over a layout of its own calls the same way. One
+    request: a pool and cache of the subject's whose last `num_queries` tokens were appended with mask "causal"
+    (append_for_the_courses_call); a batch (decode only, as the course batches): a BatchingKvCache with each live
+    row's request in its slot, then each row's last token in one decode step with mask_length 1 and mask "causal",
+    zeros in an empty slot (as the course's batch decodes, a layout's batch has no context one past a full page:
+    that token stays in its request's tail page). The layout's reference is then the call's oracle. None where the
+    subject has no batch to ask."""
     import mlx.core as mx
 
-    lens = [int(n) for n in layout.context_lens]
-    num_kv_heads, head_dim = layout.key_pages.shape[1], layout.key_pages.shape[3]
-    dt = getattr(mx, layout.dtype)
-    rng = np.random.default_rng(0)
+    from pagecheck.reference.attention import gather_request
 
-    def chunk(length: int, rows: int = 1) -> Any:
-        """Tokens drawn as the course draws its chunks (zeros only where its batch leaves a slot empty)."""
-        return mx.array(rng.standard_normal((rows, num_kv_heads, length, head_dim)).astype(np.float32)).astype(dt)
+    lens = [int(n) for n in layout.context_lens]
+    dt = getattr(mx, layout.dtype)
+
+    def written(pages: np.ndarray, row: int) -> Any:
+        """Row `row`'s tokens [1, H_kv, n, D] in the layout's dtype (its pages hold values already rounded to it)."""
+        dense = gather_request(pages, layout.block_table[row], lens[row], layout.page_size)
+        return mx.array(dense[None].astype(np.float32)).astype(dt)
 
     rows = layout.query.shape[2]
     pool = pool_type(layout.page_size)
     if len(lens) == 1:
         cache = cache_type(pool)
-        metadata = append_for_the_courses_call(cache, chunk(lens[0]), chunk(lens[0]), rows, dense_prefix=True)
-    elif batching_cache_type is None or rows != 1:
+        return append_for_the_courses_call(
+            cache, written(layout.key_pages, 0), written(layout.value_pages, 0), rows, dense_prefix=True
+        )
+    if batching_cache_type is None or rows != 1:
         return None
-    else:
-        batch = batching_cache_type(len(lens), max(16, *lens))
-        for slot, n in enumerate(lens):
-            if n > 0:
-                cache = cache_type(pool)
-                if n > 1:
-                    _append_prefix(cache, chunk(n - 1), chunk(n - 1), dense=True)
-                batch.add_request(cache, slot)
-        live = mx.array([n > 0 for n in lens]).reshape(-1, 1, 1, 1)
-        keys, values = (mx.where(live, chunk(1, len(lens)), 0).astype(dt) for _ in range(2))
-        metadata = read_once(batch.update_and_fetch_paged(keys, values, mask_length=1, mask="causal"))
-    return metadata.mask, int(to_numpy(metadata.block_table).shape[-1])
+    batch = batching_cache_type(len(lens), max(16, *lens))
+    last: dict[str, list[Any]] = {"keys": [], "values": []}
+    for slot, n in enumerate(lens):
+        if n == 0:
+            for name in last:
+                last[name].append(mx.zeros((1, layout.key_pages.shape[1], 1, layout.key_pages.shape[3]), dtype=dt))
+            continue
+        keys, values = written(layout.key_pages, slot), written(layout.value_pages, slot)
+        cache = cache_type(pool)
+        if n > 1:
+            _append_prefix(cache, keys[:, :, : n - 1], values[:, :, : n - 1], dense=True)
+        batch.add_request(cache, slot)
+        last["keys"].append(keys[:, :, n - 1 :])
+        last["values"].append(values[:, :, n - 1 :])
+    step = (mx.concatenate(last[name], axis=0) for name in ("keys", "values"))
+    return read_once(batch.update_and_fetch_paged(*step, mask_length=1, mask="causal"))
 
 
 def _over_metadata(paged_attention: PagedAttention, query: Any, metadata: Any, mask: Any) -> Any:
@@ -221,21 +230,17 @@ def attention_as_the_course_calls(paged_attention: PagedAttention, query: Any, m
 
 
 def course_call_on_a_layout(
-    paged_attention: PagedAttention, layout: PagedLayout, own_mask: Callable[[PagedLayout], Any]
-) -> tuple[np.ndarray, PagedLayout]:
-    """The subject's output for pages of a check's own, called as the course's attention tests call: with the mask
-    the subject's own caches hand out for the same call (`own_mask`, the fixture), over a block table padded with
-    -1 to the width their table has, where it is wider. The output as float64 and the layout it was called on (the
-    oracle's). Where the subject has no cache to ask, the layout's own mask."""
-    asked = own_mask(layout)
-    if asked is None:
-        return attention_output(paged_attention, layout), layout
-    mask, width = asked
-    extra = width - layout.block_table.shape[1]
-    if extra > 0:
-        padding = np.full((layout.block_table.shape[0], extra), -1, dtype=layout.block_table.dtype)
-        layout = replace(layout, block_table=np.concatenate([layout.block_table, padding], axis=1))
-    return attention_output(paged_attention, layout, mask=mask), layout
+    paged_attention: PagedAttention, layout: PagedLayout, own_metadata: Callable[[PagedLayout], Any]
+) -> np.ndarray:
+    """The subject's output for a layout of a check's own, called as the course's attention tests call: over the
+    metadata the subject's own caches hand out once the layout's tokens are written through them (`own_metadata`,
+    the fixture; calls.the_subjects_own_metadata), with its own mask, the query as the course sends one. The
+    output as float64; the layout's reference is its oracle. Where the subject has no cache to ask, or its caches
+    cannot serve the call, the layout itself with its own mask."""
+    metadata = own_metadata(layout)
+    if metadata is None:
+        return attention_output(paged_attention, layout)
+    return attention_over_metadata(paged_attention, layout.query, metadata, layout.mask, own_mask=True)
 
 
 # The course's pool counters (test_week_3_day_3.py's _paged_state); a pool that has them must keep them too.

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pagecheck.invariants.calls import the_subjects_own_mask
+from pagecheck.invariants.calls import the_subjects_own_metadata
 from pagecheck.invariants.plugin import SUBJECT_KEY
 from pagecheck.invariants.subject import Subject
 from pagecheck.invariants.verdict import ADVICE_PROPERTY
@@ -100,19 +100,20 @@ def advise(request: pytest.FixtureRequest) -> Callable[[str], None]:
 
 
 @pytest.fixture(scope="session")
-def own_mask(subject: Subject) -> Callable[[Any], Any]:
-    """layout -> (the mask the subject's own caches hand paged_attention for that call, their table's width), or
-    None where the subject has no cache to ask or its caches fail to serve the call (calls.the_subjects_own_mask):
-    for course checks over pages of their own, which call as the course's attention tests do, with a metadata's
-    own mask. With None they call with "causal", so an attention written before its caches is still judged; an
-    implementation the course accepts has caches that serve."""
+def own_metadata(subject: Subject) -> Callable[[Any], Any]:
+    """layout -> the metadata the subject's own caches hand out once the layout's tokens are written through them,
+    or None where the subject has no cache to ask or its caches fail to serve the call
+    (calls.the_subjects_own_metadata): for course checks over layouts of their own, which call as the course's
+    attention tests do, over a cache's metadata and its own mask. With None they call over the layout with
+    "causal", so an attention written before its caches is still judged; an implementation the course accepts
+    has caches that serve."""
 
     def ask(layout: Any) -> Any:
         if not (subject.has("TinyKvPagedPool") and subject.has("TinyKvPagedCache")):
             return None
         batch = subject.has("BatchingKvCache")
         try:
-            return the_subjects_own_mask(
+            return the_subjects_own_metadata(
                 _constructor(subject, "TinyKvPagedPool"), _constructor(subject, "TinyKvPagedCache"),
                 _constructor(subject, "BatchingKvCache") if batch else None, layout,
             )

@@ -35,17 +35,17 @@ def _row(layout: PagedLayout, b: int, exact_width: bool = False) -> PagedLayout:
 
 def _check_rows(
     paged_attention: object, layout: PagedLayout, live_only: bool = False,
-    own_mask: Callable[[PagedLayout], Any] | None = None,
+    own_metadata: Callable[[PagedLayout], Any] | None = None,
 ) -> None:
     """The batched call against the reference and each row against its request alone. `live_only` is the course's
     view: only live rows are compared, and a request alone has a table exactly as wide as its pages. With
-    `own_mask`, each call gets the mask the subject's own caches hand out for it, as the course calls
-    (calls.course_call_on_a_layout)."""
+    `own_metadata`, each call goes over the metadata the subject's own caches hand out once its tokens are written
+    through them, as the course calls (calls.course_call_on_a_layout)."""
 
     def output(called: PagedLayout) -> np.ndarray:
-        if own_mask is None:
+        if own_metadata is None:
             return attention_output(paged_attention, called)
-        return course_call_on_a_layout(paged_attention, called, own_mask)[0]
+        return course_call_on_a_layout(paged_attention, called, own_metadata)
 
     batched = output(layout)
     want = layout.reference_output()
@@ -80,15 +80,16 @@ CONTEXTS = [6, COURSE_MAX_PAGES * COURSE_PAGE_SIZE, 0, 10]
 ])
 def test_rows_of_different_lengths(
     paged_attention: object, num_queries: int, context_lens: list[int], rng: np.random.Generator,
-    own_mask: Callable[[PagedLayout], Any],
+    own_metadata: Callable[[PagedLayout], Any],
 ) -> None:
-    # The course's geometry and call: 4 query heads over 2 kv heads of head dim 4, pages of 4; its decode gets the
-    # mask the subject's own batch hands out for it (the cases beyond the course, "causal"), asked of a decode
-    # step that stays in each request's tail page, as the course's does (no context one past a full page).
+    # The course's geometry and call: 4 query heads over 2 kv heads of head dim 4, pages of 4; its decode goes over
+    # the metadata the subject's own batch hands out once the layout's tokens are in it (the cases beyond the
+    # course: the layout itself, "causal"), a decode step that stays in each request's tail page, as the course's
+    # does (no context one past a full page).
     course = context_lens is COURSE_CONTEXTS
     layout = random_layout(
         rng, context_lens=context_lens, page_size=COURSE_PAGE_SIZE, num_queries=num_queries,
         num_q_heads=4, num_kv_heads=2, head_dim=COURSE_HEAD_DIM, mask="causal", extra_columns=0,
         unused_fill=COURSE_UNUSED_FILL,
     )
-    _check_rows(paged_attention, layout, live_only=True, own_mask=own_mask if course else None)
+    _check_rows(paged_attention, layout, live_only=True, own_metadata=own_metadata if course else None)

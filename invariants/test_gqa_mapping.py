@@ -51,7 +51,7 @@ def _group_params() -> list:
 @pytest.mark.parametrize("group, num_kv_heads, head_dim, dtype, course", _group_params())
 def test_query_heads_read_their_groups_kv_head(
     paged_attention: object, group: int, num_kv_heads: int, head_dim: int, dtype: str, course: bool,
-    rng: np.random.Generator, own_mask: Callable[[PagedLayout], Any],
+    rng: np.random.Generator, own_metadata: Callable[[PagedLayout], Any],
 ) -> None:
     for num_queries, contexts, page_size in COURSE_CALLS[group] if course else WIDER_CALLS:
         mask = "causal" if course or num_queries > 1 else None
@@ -64,9 +64,9 @@ def test_query_heads_read_their_groups_kv_head(
         if not course:
             expect_reference(INVARIANT, what, paged_attention, layout)
             continue
-        # As the course calls: with the mask the subject's own caches hand out for this call.
-        got, called = course_call_on_a_layout(paged_attention, layout, own_mask)
-        expect_close(INVARIANT, what, got, called.reference_output(), called)
+        # As the course calls: over the metadata the subject's own caches hand out, the layout's tokens in them.
+        got = course_call_on_a_layout(paged_attention, layout, own_metadata)
+        expect_close(INVARIANT, what, got, layout.reference_output(), layout)
 
 
 @pytest.mark.beyond_course

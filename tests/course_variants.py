@@ -2818,3 +2818,32 @@ VARIANTS["causal_mask_record"] = (
       "        causal = isinstance(mask, CausalMask) or (isinstance(mask, str) and mask == \"causal\")\n"
       "        rows.append(_attend(query[row], keys, values, scale, causal))")],
 )
+
+VARIANTS["causal_resolved_over_pool_slots"] = (
+    "mask_arrays_in_metadata, but the caches' array mask spans the pool's page slots (slot = page id * page_size + "
+    "position in the page, as many as the pool's pages hold), and paged_attention reads it at each position's slot",
+    VARIANTS["mask_arrays_in_metadata"][1] + [
+        ("_as_array_mask(mask, [self.offset], self.block_table(max_pages).shape[-1] * self.pool.page_size, "
+         "getattr(self, '_last_len', 1))",
+         "_slot_mask(mask, [self.page_ids], [self.offset], self.pool, getattr(self, '_last_len', 1))"),
+        ("_as_array_mask(mask, lens, width * pool.page_size, getattr(self, '_last_len', 1))",
+         "_slot_mask(mask, table, lens, pool, getattr(self, '_last_len', 1))"),
+        ("\n\ndef _as_array_mask(",
+         "\n\ndef _slot_mask(mask, table, lens, pool, num_queries):\n"
+         "    \"\"\"'causal' as an additive [B, 1, L, slots] array over the pool's page slots: row i of a row of context n "
+         "sees the slots of its positions <= n - L + i.\"\"\"\n"
+         "    if not (isinstance(mask, str) and mask == 'causal'):\n        return mask\n"
+         "    size = pool.page_size\n"
+         "    out = [[[[-float('inf')] * (pool.key_pages.shape[0] * size) for _ in range(num_queries)]] for _ in lens]\n"
+         "    for b, n in enumerate(lens):\n"
+         "        for j in range(n):\n"
+         "            for i in range(num_queries):\n"
+         "                if j <= n - num_queries + i:\n"
+         "                    out[b][0][i][table[b][j // size] * size + j % size] = 0.0\n"
+         "    return mx.array(out, dtype=mx.float32)\n\n\n"
+         "def _as_array_mask("),
+        ("        extra = None if not isinstance(mask, mx.array) else mask[min(row, mask.shape[0] - 1), 0, :, :n]\n",
+         "        slots = mx.array([table[row][j // page_size] * page_size + j % page_size for j in range(n)])\n"
+         "        extra = None if not isinstance(mask, mx.array) else mask[min(row, mask.shape[0] - 1), 0][:, slots]\n"),
+    ],
+)
