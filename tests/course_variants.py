@@ -2847,3 +2847,28 @@ VARIANTS["causal_resolved_over_pool_slots"] = (
          "        extra = None if not isinstance(mask, mx.array) else mask[min(row, mask.shape[0] - 1), 0][:, slots]\n"),
     ],
 )
+
+VARIANTS["metadata_valid_until_the_next_append"] = (
+    "a paged append's metadata holds its block table and context lengths in the pool's one host staging buffer "
+    "(NumPy views), rewritten by the next paged append on that pool (a serving loop's one transfer per step): a "
+    "metadata is valid until then, and the course attends over each right after the append that returned it",
+    [("import mlx.core as mx\n", "import mlx.core as mx\nimport numpy as np\n"),
+     ("        self._free: list[int] = []\n        self.reused_page_allocations = 0\n",
+      "        self._free: list[int] = []\n"
+      "        self._staging_table = np.full((1, 8), -1, dtype=np.int32)\n"
+      "        self._staging_lens = np.zeros(1, dtype=np.int32)\n"
+      "        self.reused_page_allocations = 0\n"),
+     ("        self.append(key, value)\n        return self.paged_metadata(mask=mask)\n",
+      "        self.append(key, value)\n        return self._staged_metadata(mask)\n\n"
+      "    def _staged_metadata(self, mask):\n"
+      "        width, pool = self.num_pages, self.pool\n"
+      "        if pool._staging_table.shape[1] < width:\n"
+      "            pool._staging_table = np.full((1, 2 * width), -1, dtype=np.int32)\n"
+      "        pool._staging_table[0, :width] = self.page_ids\n"
+      "        pool._staging_lens[0] = self.offset\n"
+      "        return PagedKvMetadata(pool.key_pages, pool.value_pages, pool._staging_table[:, :width],\n"
+      "                               pool._staging_lens, pool.page_size, mask)\n"),
+     ("    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n",
+      "    block_table, context_lens = mx.array(block_table), mx.array(context_lens)\n"
+      "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n")],
+)
