@@ -2872,3 +2872,25 @@ VARIANTS["metadata_valid_until_the_next_append"] = (
       "    block_table, context_lens = mx.array(block_table), mx.array(context_lens)\n"
       "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n")],
 )
+
+VARIANTS["str_enum_mask"] = (
+    "the caches hand out mask='causal' as a member of a str enum of their own (MaskKind.CAUSAL), and paged_attention "
+    "takes the mask as the caches hand it out: once the metadata is validated, a plain string is refused (the course "
+    "passes 'causal' itself only in calls it expects to be rejected for their metadata)",
+    [("def _is_int(x: object) -> bool:",
+      "import enum\n\n\n"
+      "class MaskKind(str, enum.Enum):\n"
+      "    \"\"\"The masks the caches hand out.\"\"\"\n"
+      "    CAUSAL = \"causal\"\n\n\n"
+      "def _resolved(mask):\n"
+      "    return MaskKind.CAUSAL if isinstance(mask, str) and mask == \"causal\" else mask\n\n\n"
+      "def _is_int(x: object) -> bool:"),
+     ("            self.pool.page_size, mask,\n        )\n\n    def gather_dense",
+      "            self.pool.page_size, _resolved(mask),\n        )\n\n    def gather_dense"),
+     ("            pool.page_size, mask,\n        )",
+      "            pool.page_size, _resolved(mask),\n        )"),
+     ("    _check_metadata(table, lens, query.shape[2], page_size, key_pages.shape[0])\n",
+      "    _check_metadata(table, lens, query.shape[2], page_size, key_pages.shape[0])\n"
+      "    if isinstance(mask, str) and not isinstance(mask, MaskKind):\n"
+      "        raise ValueError(f\"mask={mask!r}: pass the mask a cache's metadata carries (MaskKind.CAUSAL)\")\n")],
+)
