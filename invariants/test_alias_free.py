@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from pagecheck.invariants.calls import append_for_a_check, attention_over_metadata, current_metadata, metadata_layout
 from pagecheck.invariants.course import DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import seeds
-from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold
+from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold, gathered, same_tokens
 from pagecheck.invariants.workload import WrittenKv
 
 INVARIANT = "alias_free"
@@ -63,6 +63,10 @@ class SharedPool:
         cache, record, _ = self.requests[request]
         # A course case's last token with mask "causal", whose metadata's own mask the decode gets.
         self.latest[request] = append_for_a_check(cache, *record.make_chunk(self.rng, length), self.course)
+        if self.course:
+            # Attended right away, as the course attends over a metadata before anything else is appended to its
+            # pool: a metadata may hold only until the pool's next append (a staging buffer reused per append).
+            self.check_output(request, f"after appending {length} to request {request}")
 
     def release(self, request: int) -> None:
         cache, _, _ = self.requests.pop(request)
@@ -89,17 +93,31 @@ class SharedPool:
                 owner[page] = request
 
     def check_outputs(self, step: str) -> None:
-        for request, (cache, record, query) in self.requests.items():
-            if record.length == 0:
-                continue
-            metadata = self.latest[request] if self.course else current_metadata(self.pool, cache, self.page_size)
-            layout = metadata_layout(query, metadata, "float32", self.mask, self.page_size)
-            expect_pages_hold(INVARIANT, f"{step}: request {request}'s metadata", layout, {0: record})
-            expect_close(
-                INVARIANT, f"{step}: request {request}'s decode output vs the tokens it wrote",
-                attention_over_metadata(self.paged_attention, query, metadata, self.mask, own_mask=self.course),
-                record.attention(query, self.mask), layout,
-            )
+        """Every live request's decode output over its pages, read now. A course case checks each request's output
+        right after its append, over the metadata that append returned; here it reads each request's tokens through
+        gather_dense(), as the course's reuse test reads them, so a write of another request into its pages shows."""
+        for request, (cache, record, _) in self.requests.items():
+            if not self.course:
+                self.check_output(request, step)
+            elif record.length:
+                keys, values = gathered(cache)
+                expect(
+                    same_tokens(keys[0], record.keys) and same_tokens(values[0], record.values), INVARIANT,
+                    f"{step}: request {request}'s tokens read through gather_dense() differ from the ones it wrote",
+                )
+
+    def check_output(self, request: int, step: str) -> None:
+        cache, record, query = self.requests[request]
+        if record.length == 0:
+            return
+        metadata = self.latest[request] if self.course else current_metadata(self.pool, cache, self.page_size)
+        layout = metadata_layout(query, metadata, "float32", self.mask, self.page_size)
+        expect_pages_hold(INVARIANT, f"{step}: request {request}'s metadata", layout, {0: record})
+        expect_close(
+            INVARIANT, f"{step}: request {request}'s decode output vs the tokens it wrote",
+            attention_over_metadata(self.paged_attention, query, metadata, self.mask, own_mask=self.course),
+            record.attention(query, self.mask), layout,
+        )
 
 
 class SharedPoolMachine(RuleBasedStateMachine):

@@ -30,7 +30,7 @@ from pagecheck.invariants.calls import (
 from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.subject import Subject
-from pagecheck.invariants.verdict import expect, expect_arrays, expect_close, expect_pages_hold, same_tokens
+from pagecheck.invariants.verdict import expect, expect_arrays, expect_close, expect_pages_hold, gathered, same_tokens
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.attention import gather_dense
@@ -228,31 +228,49 @@ def test_block_table_is_read_again_when_page_ids_change(
     def append(name: str, length: int) -> None:
         # A course case's last token with mask "causal", whose metadata's own mask the attention gets.
         latest[name] = append_for_a_check(caches[name], *records[name].make_chunk(rng, length), geometry.course)
+        if geometry.course:
+            # Attended right away, as the course attends over a metadata before anything else is appended to its
+            # pool: a metadata may hold only until the pool's next append (a staging buffer reused per append).
+            check_one(name, f"after appending {length} to {name}")
 
     def check(step: str) -> None:
+        # Beyond the course, each cache's table now. A course case checked each cache right after its append
+        # (append); here it reads each cache's tokens through gather_dense(), as the course reads them, so a write
+        # of the other request into its pages shows.
         for name, owner in caches.items():
-            where = f"{step}: {name} (page_size={page_size})"
-            # The course attends over the metadata an append returns; a cache's own block_table() (any width of
-            # -1 padding) with the pool's arrays is beyond it.
-            metadata = latest[name] if geometry.course else current_metadata(pool, owner, page_size)
-            what = "the metadata's block_table" if geometry.course else "block_table()"
-            row = [int(p) for p in to_numpy(metadata.block_table).reshape(-1)]
-            pages = [int(p) for p in owner.page_ids]
-            # The course pins the ids of a metadata's table only where they are the pool's first (its prefill's
-            # [[0, 1]]): a metadata may carry pages of its own, numbered its own way, so long as they hold the
-            # request's tokens (read below through that table). block_table() lists the cache's page ids.
-            same_ids = geometry.course or row[: len(pages)] == pages
+            if not geometry.course:
+                check_one(name, step)
+                continue
+            keys, values = gathered(owner)
             expect(
-                same_ids and all(p == -1 for p in row[len(pages) :]), INVARIANT,
-                f"{where}: {what} is {row}, the page ids are {pages} (then only -1 padding)",
+                same_tokens(keys[0], records[name].keys) and same_tokens(values[0], records[name].values), INVARIANT,
+                f"{step}: {name}'s tokens read through gather_dense() differ from the ones written (page_size={page_size})",
             )
-            layout = metadata_layout(query, metadata, "float32", mask, page_size)
-            expect_pages_hold(INVARIANT, f"{where}: the metadata", layout, {0: records[name]})
-            expect_close(
-                INVARIANT, f"{where}: decode attention over {what}",
-                attention_over_metadata(paged_attention, query, metadata, mask, own_mask=geometry.course),
-                records[name].attention(query, mask), layout,
-            )
+
+    def check_one(name: str, step: str) -> None:
+        owner = caches[name]
+        where = f"{step}: {name} (page_size={page_size})"
+        # The course attends over the metadata an append returns; a cache's own block_table() (any width of
+        # -1 padding) with the pool's arrays is beyond it.
+        metadata = latest[name] if geometry.course else current_metadata(pool, owner, page_size)
+        what = "the metadata's block_table" if geometry.course else "block_table()"
+        row = [int(p) for p in to_numpy(metadata.block_table).reshape(-1)]
+        pages = [int(p) for p in owner.page_ids]
+        # The course pins the ids of a metadata's table only where they are the pool's first (its prefill's
+        # [[0, 1]]): a metadata may carry pages of its own, numbered its own way, so long as they hold the
+        # request's tokens (read below through that table). block_table() lists the cache's page ids.
+        same_ids = geometry.course or row[: len(pages)] == pages
+        expect(
+            same_ids and all(p == -1 for p in row[len(pages) :]), INVARIANT,
+            f"{where}: {what} is {row}, the page ids are {pages} (then only -1 padding)",
+        )
+        layout = metadata_layout(query, metadata, "float32", mask, page_size)
+        expect_pages_hold(INVARIANT, f"{where}: the metadata", layout, {0: records[name]})
+        expect_close(
+            INVARIANT, f"{where}: decode attention over {what}",
+            attention_over_metadata(paged_attention, query, metadata, mask, own_mask=geometry.course),
+            records[name].attention(query, mask), layout,
+        )
 
     append("cache", 2 * page_size - 1)
     append("other", 1)

@@ -2847,3 +2847,50 @@ VARIANTS["causal_resolved_over_pool_slots"] = (
          "        extra = None if not isinstance(mask, mx.array) else mask[min(row, mask.shape[0] - 1), 0][:, slots]\n"),
     ],
 )
+
+VARIANTS["metadata_valid_until_the_next_append"] = (
+    "a paged append's metadata holds its block table and context lengths in the pool's one host staging buffer "
+    "(NumPy views), rewritten by the next paged append on that pool (a serving loop's one transfer per step): a "
+    "metadata is valid until then, and the course attends over each right after the append that returned it",
+    [("import mlx.core as mx\n", "import mlx.core as mx\nimport numpy as np\n"),
+     ("        self._free: list[int] = []\n        self.reused_page_allocations = 0\n",
+      "        self._free: list[int] = []\n"
+      "        self._staging_table = np.full((1, 8), -1, dtype=np.int32)\n"
+      "        self._staging_lens = np.zeros(1, dtype=np.int32)\n"
+      "        self.reused_page_allocations = 0\n"),
+     ("        self.append(key, value)\n        return self.paged_metadata(mask=mask)\n",
+      "        self.append(key, value)\n        return self._staged_metadata(mask)\n\n"
+      "    def _staged_metadata(self, mask):\n"
+      "        width, pool = self.num_pages, self.pool\n"
+      "        if pool._staging_table.shape[1] < width:\n"
+      "            pool._staging_table = np.full((1, 2 * width), -1, dtype=np.int32)\n"
+      "        pool._staging_table[0, :width] = self.page_ids\n"
+      "        pool._staging_lens[0] = self.offset\n"
+      "        return PagedKvMetadata(pool.key_pages, pool.value_pages, pool._staging_table[:, :width],\n"
+      "                               pool._staging_lens, pool.page_size, mask)\n"),
+     ("    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n",
+      "    block_table, context_lens = mx.array(block_table), mx.array(context_lens)\n"
+      "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n")],
+)
+
+VARIANTS["str_enum_mask"] = (
+    "the caches hand out mask='causal' as a member of a str enum of their own (MaskKind.CAUSAL), and paged_attention "
+    "takes the mask as the caches hand it out: once the metadata is validated, a plain string is refused (the course "
+    "passes 'causal' itself only in calls it expects to be rejected for their metadata)",
+    [("def _is_int(x: object) -> bool:",
+      "import enum\n\n\n"
+      "class MaskKind(str, enum.Enum):\n"
+      "    \"\"\"The masks the caches hand out.\"\"\"\n"
+      "    CAUSAL = \"causal\"\n\n\n"
+      "def _resolved(mask):\n"
+      "    return MaskKind.CAUSAL if isinstance(mask, str) and mask == \"causal\" else mask\n\n\n"
+      "def _is_int(x: object) -> bool:"),
+     ("            self.pool.page_size, mask,\n        )\n\n    def gather_dense",
+      "            self.pool.page_size, _resolved(mask),\n        )\n\n    def gather_dense"),
+     ("            pool.page_size, mask,\n        )",
+      "            pool.page_size, _resolved(mask),\n        )"),
+     ("    _check_metadata(table, lens, query.shape[2], page_size, key_pages.shape[0])\n",
+      "    _check_metadata(table, lens, query.shape[2], page_size, key_pages.shape[0])\n"
+      "    if isinstance(mask, str) and not isinstance(mask, MaskKind):\n"
+      "        raise ValueError(f\"mask={mask!r}: pass the mask a cache's metadata carries (MaskKind.CAUSAL)\")\n")],
+)

@@ -60,10 +60,11 @@ def test_a_course_accepted_variant_fails_no_course_clause(name: str, tmp_path: P
 # in the grader's sandbox (where the suite sees them through the worker, and its input guard watches every call)
 # they must fail no course clause either. (page_lens_live_view failed there alone: a handle compared with a list was
 # never equal; so did prefill_prescales_keys_in_place: the guard failed a change the course never reads; and
-# causal_mask_record, whose mask record came back to its attention as a copy of another type, not as itself.)
+# causal_mask_record, whose mask record came back to its attention as a copy of another type, not as itself; and
+# str_enum_mask, whose str enum mask came back as a plain str.)
 SANDBOXED = ("page_lens_live_view", "numpy_block_table", "key_pages_stored_transposed", "batch_pads_with_last_page",
              "string_causal_aligned_to_the_start", "prefill_prescales_keys_in_place", "rule_phrases_as_exception_notes",
-             "causal_mask_record")
+             "causal_mask_record", "str_enum_mask")
 # Every course-rejected variant fails its check in the sandbox too, where the suite sees the subject through the
 # worker (arrays copied across a pipe, in-place changes reported back, identity asked there).
 SANDBOXED_FORGING = tuple(sorted(FORGING_VARIANTS))

@@ -43,7 +43,7 @@ LINUX = os.uname().sysname == "Linux"
 AS_ROOT = os.geteuid() == 0
 
 PROBES = '''
-import ctypes, gc, importlib, json, os, signal, socket, struct, subprocess, sys, time, typing
+import ctypes, enum, gc, importlib, json, os, signal, socket, struct, subprocess, sys, time, typing
 from concurrent.futures import ThreadPoolExecutor
 import mlx.core as mx
 import numpy as np
@@ -182,6 +182,15 @@ def is_held(holder, value, field="mask"):
 
 def record_holder():
     return RecordHolder()
+
+class MaskKind(str, enum.Enum):
+    CAUSAL = "causal"
+
+def str_enum_mask():
+    return MaskKind.CAUSAL
+
+def is_str_enum_mask(value):
+    return value is MaskKind.CAUSAL
 
 def segfault():
     return ctypes.string_at(0)
@@ -428,6 +437,18 @@ def test_a_named_tuple_read_from_the_worker_goes_back_as_itself(sandbox: tuple[S
     changed = holder.mask
     changed.table[0] = 7  # its array changed here: the record goes as a copy, the change with it
     assert probe(subject, "is_held", holder, changed) is False
+
+
+def test_a_str_subclass_read_from_the_worker_goes_back_as_itself(sandbox: tuple[Subject, Session]) -> None:
+    """A cache's mask as a str enum's member crossed as a plain str, and came back to its attention as one: an
+    attention that knows its mask by identity or type, which the course accepts, failed 10 course clauses in the
+    sandbox. A str subclass now crosses as a handle: itself when it comes back; a plain str is still a str."""
+    subject, _ = sandbox
+    mask = probe(subject, "str_enum_mask")
+    assert not isinstance(mask, str)
+    assert probe(subject, "is_str_enum_mask", mask) is True
+    assert probe(subject, "is_str_enum_mask", "causal") is False
+    assert probe(subject, "kind", "causal") == "str"
 
 
 @pytest.mark.skipif(not LINUX, reason="Linux namespaces")

@@ -335,8 +335,12 @@ def to_wire(
     any, as "origin"); other objects go to `handle_of`."""
     if depth > MAX_DEPTH:
         raise ValueError(f"a value nested deeper than {MAX_DEPTH} levels cannot cross the pipe")
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, bool) or type(value) is str:
         return value
+    if isinstance(value, str):
+        # A str subclass (a str enum's member, say) is an object of its own type: it crosses as a handle, so the
+        # code that made it gets it back as itself, which it may know by its type or identity.
+        return handle_of(value)
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
