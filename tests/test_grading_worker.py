@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 import mlx.core as mx
+import numpy as np
 import pytest
 
 from pagecheck.grading import landlock
@@ -449,6 +450,8 @@ def test_a_str_subclass_read_from_the_worker_goes_back_as_itself(sandbox: tuple[
     assert probe(subject, "is_str_enum_mask", mask) is True
     assert probe(subject, "is_str_enum_mask", "causal") is False
     assert probe(subject, "kind", "causal") == "str"
+    # A str subclass of the suite's own (NumPy's) was never the worker's: it goes as its text.
+    assert probe(subject, "kind", np.str_("causal")) == "str"
 
 
 @pytest.mark.skipif(not LINUX, reason="Linux namespaces")

@@ -306,7 +306,10 @@ class Session:
                 self._reads[(handle, item[0])] = self._decode(item[1], self._decoding)
         return proxy
 
-    def handle_of(self, value: Any) -> dict[str, Any]:
+    def handle_of(self, value: Any) -> Any:
+        if isinstance(value, str):
+            # A str subclass of the suite's own (NumPy's str_, say) was never the worker's: its text is what counts.
+            return str(value)
         if isinstance(value, RemoteObject):
             session, generation, handle = object.__getattribute__(value, "_where")
             if session is not self or generation != self.generation:
