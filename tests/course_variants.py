@@ -2847,3 +2847,32 @@ VARIANTS["causal_resolved_over_pool_slots"] = (
          "        extra = None if not isinstance(mask, mx.array) else mask[min(row, mask.shape[0] - 1), 0][:, slots]\n"),
     ],
 )
+
+# What the course hands its assert_allclose and its dense attention must be arrays: a.dtype and .shape are read
+# first, whatever the numbers.
+FORGING_VARIANTS["gather_dense_returns_lists"] = (
+    "gather_dense() returns the dense keys and values as nested Python lists (.tolist(), for the host side); "
+    "update_and_fetch still returns arrays: the course's rewind test hands them to assert_allclose ('list' object "
+    "has no attribute 'dtype') and its attention tests to its dense attention (no attribute 'shape'): course 4 "
+    "failed, while the suite converted them with np.asarray",
+    [
+        ("        self.append(key, value)\n        keys, values = self.gather_dense()\n"
+         "        return keys, values, self.offset, mask",
+         "        self.append(key, value)\n"
+         "        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages), self.offset, mask"),
+        ("        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages)\n\n",
+         "        return self._gather(self.pool.key_pages).tolist(), self._gather(self.pool.value_pages).tolist()\n\n"),
+    ],
+    "pagecheck.invariants.test_context_len::test_the_courses_prefill_after_an_append",
+)
+FORGING_VARIANTS["float32_attention_returns_lists"] = (
+    "paged_attention returns a float32 output as nested Python lists (.tolist()) and a bfloat16 one as an MLX "
+    "array: the course's prefill and batch tests hand the float32 output to assert_allclose, which reads its dtype "
+    "first (course 2 failed); the suite converted it with np.asarray (the grader's worker refuses a list already)",
+    [
+        ("    return mx.stack(rows).astype(query.dtype)",
+         "    out = mx.stack(rows).astype(query.dtype)\n"
+         "    return out if out.dtype == mx.bfloat16 else out.tolist()"),
+    ],
+    "pagecheck.invariants.test_context_len::test_the_courses_prefill_after_an_append",
+)
