@@ -2876,3 +2876,21 @@ FORGING_VARIANTS["float32_attention_returns_lists"] = (
     ],
     "pagecheck.invariants.test_context_len::test_the_courses_prefill_after_an_append",
 )
+
+# The course snapshots a pool's used ids as frozenset(pool.used_page_ids): items hashed by identity never compare
+# equal across two reads.
+FORGING_VARIANTS["used_page_ids_as_an_mlx_array"] = (
+    "pool.used_page_ids is an MLX int32 array (the live pages as the device sees them): iterating it gives new 0-d "
+    "arrays, hashed by identity, so the course's snapshot frozenset(pool.used_page_ids) differs between any two reads "
+    "while a page is live; its dtype-rejection test, whose cache holds a page, fails its `_paged_state(cache) == "
+    "before` (course 1 failed) where the suite compared the ids as ints",
+    [
+        ("        free = set(self._free)\n"
+         "        return [page_id for page_id in range(self._num_issued) if page_id not in free]",
+         "        free = set(self._free)\n"
+         "        return mx.array([page_id for page_id in range(self._num_issued) if page_id not in free], dtype=mx.int32)"),
+        ("        live = self.used_page_ids\n        if live:",
+         "        live = self.used_page_ids.tolist()\n        if live:"),
+    ],
+    "pagecheck.invariants.test_rejection::test_pool_and_cache_reject_bad_calls_unchanged[append_dtype_differs_from_pool]",
+)
