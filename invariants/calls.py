@@ -255,15 +255,17 @@ def pool_state(pool: Any, *, page_data: bool = True) -> dict[str, Any]:
     The free list keeps its order (it decides which page is reused next).
     `page_data=False` reads as the course's own snapshot (_paged_state)
     does: the page arrays unread (a pool may make them only at its first
-    write, and a check that passes it compares the live tokens on its own)
-    and every counter of POOL_COUNTERS read, so a pool lacking one fails as
-    there; otherwise the counters a pool has.
+    write, and a check that passes it compares the live tokens on its own),
+    every counter of POOL_COUNTERS read, so a pool lacking one fails as
+    there, and the used ids as the course's frozenset holds them
+    (course_id_set); otherwise the counters a pool has.
     """
+    used = pool.used_page_ids
     state: dict[str, Any] = {
         "num_pages": pool.num_pages,
         "num_free_pages": pool.num_free_pages,
         "free_page_ids": [int(i) for i in pool.free_page_ids],
-        "used_page_ids": sorted(int(i) for i in pool.used_page_ids),
+        "used_page_ids": course_id_set(used) if not page_data else sorted(int(i) for i in used),
     }
     state.update({name: getattr(pool, name) for name in POOL_COUNTERS if not page_data or hasattr(pool, name)})
     if page_data:
@@ -271,6 +273,22 @@ def pool_state(pool: Any, *, page_data: bool = True) -> dict[str, Any]:
             pages = getattr(pool, name)
             state[name] = None if pages is None else to_numpy(pages, np.float64).copy()
     return state
+
+
+def course_id_set(ids: Any) -> Any:
+    """`ids` as the course's snapshot keeps a pool's used ids, frozenset(pool.used_page_ids), for comparing two reads:
+    the items of an MLX array are new 0-d arrays at every iteration, hashed by identity, so two reads of a non-empty
+    one never compare equal there (the course's snapshot comparison fails); anything else as its ints (an int's or a
+    NumPy integer's hash is its value)."""
+    if type(ids).__module__.startswith("mlx"):
+        return _ItemsByIdentity(ids)
+    return sorted(int(i) for i in ids)
+
+
+class _ItemsByIdentity(frozenset):
+    def __repr__(self) -> str:
+        return (f"frozenset of {len(self)} MLX 0-d arrays {sorted(int(i) for i in self)} (hashed by identity: the course's "
+                "frozenset(pool.used_page_ids) of another read differs)")
 
 
 def same_pool_state(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -21,8 +21,8 @@ from pagecheck.invariants.calls import (
 )
 from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_BATCH, COURSE_PHRASES, DAY_3, DAY_4
 from pagecheck.invariants.verdict import (
-    expect, expect_close, expect_close_to_its_gather, expect_course_phrase, expect_pages_hold, expect_value_error,
-    gathered,
+    expect, expect_arrays, expect_close, expect_close_to_its_gather, expect_course_phrase, expect_pages_hold,
+    expect_value_error, gathered,
 )
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
@@ -151,7 +151,10 @@ def test_the_courses_batch_of_two_requests_and_an_empty_slot(
     metadata = read_once(handed)  # what the attention gets
     where = "the course's batch (3 and 6 tokens in slots 0 and 2 of 3, then one decode token each)"
     given = mx.array(rng.standard_normal((3, 4, 1, COURSE_HEAD_DIM)).astype(np.float32))
-    got = to_numpy(attention_as_the_course_calls(paged_attention, given, metadata), np.float64)
+    out = attention_as_the_course_calls(paged_attention, given, metadata)
+    # The course slices it per row (paged_output[0:1]) into assert_allclose, which reads an array's dtype first.
+    expect_arrays(INVARIANT, f"{where}: paged_attention", out)
+    got = to_numpy(out, np.float64)
     # After the attention, as the course's test reads them: the query it passed (its dense outputs are computed from
     # that very array after the call) and the metadata's fields, read again (a field that changed in place or is
     # gone by then fails there).
@@ -170,7 +173,7 @@ def test_the_courses_batch_of_two_requests_and_an_empty_slot(
                      record.attention(query[slot : slot + 1], "causal"), layout)  # fmt: skip
         # After the attention, as the course's batch test reads it.
         expect_close_to_its_gather(INVARIANT, f"{where}: slot {slot}'s output", got[slot : slot + 1],
-                                   query[slot : slot + 1], gathered(cache), layout)  # fmt: skip
+                                   query[slot : slot + 1], gathered(INVARIANT, cache), layout)  # fmt: skip
 
 
 # Prefill chunks appended through the batch, each crossing a page boundary for some row, then a decode step.

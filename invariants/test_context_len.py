@@ -29,7 +29,7 @@ from pagecheck.invariants.course import (
 )
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.verdict import (
-    expect, expect_close, expect_close_to_its_gather, expect_pages_hold, gathered, same_tokens,
+    expect, expect_arrays, expect_close, expect_close_to_its_gather, expect_pages_hold, gathered, same_tokens,
 )
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
@@ -101,9 +101,10 @@ def test_the_courses_prefill_after_an_append(
     metadata = read_once(handed)  # what the attention gets
     where = "3 tokens, then 3 more with mask 'causal' (the course's prefill)"
     query = written.make_query(rng, 4, 3)
-    tokens = gathered(cache)  # before the attention, as the course's test reads it
-    got = to_numpy(attention_as_the_course_calls(paged_attention, mx.array(query.astype(np.float32)), metadata),
-                   np.float64)  # fmt: skip
+    tokens = gathered(INVARIANT, cache)  # before the attention, as the course's test reads it
+    out = attention_as_the_course_calls(paged_attention, mx.array(query.astype(np.float32)), metadata)
+    expect_arrays(INVARIANT, f"{where}: paged_attention", out)  # the course's assert_allclose reads its dtype first
+    got = to_numpy(out, np.float64)
     # The metadata's fields read again after the attention, as the course's asserts read them (a field that changed
     # in place or is gone by then fails there).
     seen = read_once(handed)
@@ -187,6 +188,8 @@ def _expect_the_courses_rewind(pool_type: type, cache_type: type, rng: np.random
     )
     capacity = [int(pool.read_page(page_id)[0].shape[2]) for page_id in cache.page_ids]
     expect(capacity == [4, 4], INVARIANT, f"{step}: read_page() gives pages of {capacity} slots, expected [4, 4]")
+    # The course compares them with assert_allclose, which reads an array's dtype first.
+    expect_arrays(INVARIANT, f"{step}: gather_dense()", *gathered)
     keys, values = (to_numpy(x, np.float64)[0] for x in gathered)
     expect(
         same_tokens(keys, written.keys) and same_tokens(values, written.values), INVARIANT,

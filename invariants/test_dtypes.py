@@ -49,7 +49,7 @@ def test_bfloat16_decode_keeps_bfloat16(
     blocker.update_and_fetch(*WrittenKv(2, 128, "bfloat16").make_chunk(rng, 32))
     metadata = read_once(cache.update_and_fetch_paged(*written.make_chunk(rng, 1), mask="causal"))
     query = written.make_query(rng, 8, 1)
-    tokens = gathered(cache)  # before the attention, as the course's test reads it
+    tokens = gathered(INVARIANT, cache)  # before the attention, as the course's test reads it
     out = attention_as_the_course_calls(paged_attention, mx.array(query).astype(mx.bfloat16), metadata)
     layout = metadata_layout(query, metadata, "bfloat16", "causal", 32)
     # Read by the oracle: an attention that finds the tokens elsewhere passes the comparison below over pages

@@ -79,10 +79,13 @@ def expect_pages_hold(invariant: str, what: str, layout: PagedLayout, written: d
         )
 
 
-def gathered(cache: Any) -> tuple[np.ndarray, np.ndarray]:
+def gathered(invariant: str, cache: Any) -> tuple[np.ndarray, np.ndarray]:
     """A cache's gather_dense() as float64 [1, H_kv, T, D] each (any leading axes of one dropped, as the course's
-    dense attention broadcasts them), read when the course's test reads it."""
-    keys, values = (to_numpy(x, np.float64) for x in cache.gather_dense())
+    dense attention broadcasts them), read when the course's test reads it. Each must be an array: the course's
+    dense attention reads their shapes (expect_arrays)."""
+    keys, values = cache.gather_dense()
+    expect_arrays(invariant, "gather_dense()", keys, values)
+    keys, values = to_numpy(keys, np.float64), to_numpy(values, np.float64)
     return keys.reshape((1, *keys.shape[-3:])), values.reshape((1, *values.shape[-3:]))
 
 

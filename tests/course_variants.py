@@ -2894,3 +2894,50 @@ VARIANTS["str_enum_mask"] = (
       "    if isinstance(mask, str) and not isinstance(mask, MaskKind):\n"
       "        raise ValueError(f\"mask={mask!r}: pass the mask a cache's metadata carries (MaskKind.CAUSAL)\")\n")],
 )
+
+# What the course hands its assert_allclose and its dense attention must be arrays: a.dtype and .shape are read
+# first, whatever the numbers.
+FORGING_VARIANTS["gather_dense_returns_lists"] = (
+    "gather_dense() returns the dense keys and values as nested Python lists (.tolist(), for the host side); "
+    "update_and_fetch still returns arrays: the course's rewind test hands them to assert_allclose ('list' object "
+    "has no attribute 'dtype') and its attention tests to its dense attention (no attribute 'shape'): course 4 "
+    "failed, while the suite converted them with np.asarray",
+    [
+        ("        self.append(key, value)\n        keys, values = self.gather_dense()\n"
+         "        return keys, values, self.offset, mask",
+         "        self.append(key, value)\n"
+         "        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages), self.offset, mask"),
+        ("        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages)\n\n",
+         "        return self._gather(self.pool.key_pages).tolist(), self._gather(self.pool.value_pages).tolist()\n\n"),
+    ],
+    "pagecheck.invariants.test_context_len::test_the_courses_prefill_after_an_append",
+)
+FORGING_VARIANTS["float32_attention_returns_lists"] = (
+    "paged_attention returns a float32 output as nested Python lists (.tolist()) and a bfloat16 one as an MLX "
+    "array: the course's prefill and batch tests hand the float32 output to assert_allclose, which reads its dtype "
+    "first (course 2 failed); the suite converted it with np.asarray (the grader's worker refuses a list already)",
+    [
+        ("    return mx.stack(rows).astype(query.dtype)",
+         "    out = mx.stack(rows).astype(query.dtype)\n"
+         "    return out if out.dtype == mx.bfloat16 else out.tolist()"),
+    ],
+    "pagecheck.invariants.test_context_len::test_the_courses_prefill_after_an_append",
+)
+
+# The course snapshots a pool's used ids as frozenset(pool.used_page_ids): items hashed by identity never compare
+# equal across two reads.
+FORGING_VARIANTS["used_page_ids_as_an_mlx_array"] = (
+    "pool.used_page_ids is an MLX int32 array (the live pages as the device sees them): iterating it gives new 0-d "
+    "arrays, hashed by identity, so the course's snapshot frozenset(pool.used_page_ids) differs between any two reads "
+    "while a page is live; its dtype-rejection test, whose cache holds a page, fails its `_paged_state(cache) == "
+    "before` (course 1 failed) where the suite compared the ids as ints",
+    [
+        ("        free = set(self._free)\n"
+         "        return [page_id for page_id in range(self._num_issued) if page_id not in free]",
+         "        free = set(self._free)\n"
+         "        return mx.array([page_id for page_id in range(self._num_issued) if page_id not in free], dtype=mx.int32)"),
+        ("        live = self.used_page_ids\n        if live:",
+         "        live = self.used_page_ids.tolist()\n        if live:"),
+    ],
+    "pagecheck.invariants.test_rejection::test_pool_and_cache_reject_bad_calls_unchanged[append_dtype_differs_from_pool]",
+)
