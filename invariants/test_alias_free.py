@@ -100,7 +100,7 @@ class SharedPool:
             if not self.course:
                 self.check_output(request, step)
             elif record.length:
-                keys, values = gathered(cache)
+                keys, values = gathered(INVARIANT, cache)
                 expect(
                     same_tokens(keys[0], record.keys) and same_tokens(values[0], record.values), INVARIANT,
                     f"{step}: request {request}'s tokens read through gather_dense() differ from the ones it wrote",
