@@ -15,7 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import equals_list
-from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, DAY_4, Geometry, split_at_the_course
+from pagecheck.invariants.course import (
+    COURSE_FIRST_PAGED_APPEND, COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, DAY_4, Geometry, split_at_the_course,
+)
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, seeds
 from pagecheck.invariants.verdict import expect, expect_arrays, same_tokens
 from pagecheck.invariants.workload import WrittenKv
@@ -48,9 +50,9 @@ def test_decode_takes_a_page_only_when_the_tail_is_full(
     data: st.DataObject,
 ) -> None:
     page_size = data.draw(st.sampled_from(geometry.page_sizes), label="page_size")
-    if geometry.course:  # a request of the course's size: COURSE_MAX_PAGES pages at most
+    if geometry.course:  # a request of the course's size (COURSE_MAX_PAGES pages at most), opened as the course does
         most = COURSE_MAX_PAGES * page_size
-        prefill = min(prefill, most - 1)
+        prefill = max(min(prefill, most - 1), COURSE_FIRST_PAGED_APPEND)
         decode_steps = min(decode_steps, most - prefill)
     rng = np.random.default_rng(seed)
     pool = pool_type(page_size)

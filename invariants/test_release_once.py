@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import course_rewind, equals_list, pool_state, same_pool_state
-from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, Geometry, split_at_the_course
+from pagecheck.invariants.course import COURSE_FIRST_PAGED_APPEND, COURSE_HEAD_DIM, DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import chunk_plans, seeds
 from pagecheck.invariants.verdict import expect, expect_value_error
 from pagecheck.invariants.workload import WrittenKv
@@ -74,13 +74,14 @@ def _check_free_lists(pools: list[object], expected: list[set[int]], step: str, 
 
 def _taking_turns(
     cache_type: type, pools: list[Any], page_size: int, seed: int, data: st.DataObject, names: tuple[str, ...],
-    head_dim: int = HEAD_DIM, max_total: int | None = None,
+    head_dim: int = HEAD_DIM, max_total: int | None = None, min_first: int = 1,
 ) -> list[Request]:
     """One Request per name over every layer's pool, each given a drawn chunk plan (labelled by its name, at most
-    `max_total` tokens), the requests appending their chunks in turn."""
+    `max_total` tokens, `min_first` at least in its first chunk), the requests appending their chunks in turn."""
     rng = np.random.default_rng(seed)
     requests = [Request(cache_type, pools, head_dim) for _ in names]
-    plans = [data.draw(chunk_plans(page_size=page_size, max_total=max_total), label=name) for name in names]
+    plans = [data.draw(chunk_plans(page_size=page_size, max_total=max_total, min_first=min_first), label=name)
+             for name in names]  # fmt: skip
     for step in range(max(map(len, plans))):
         for request, plan in zip(requests, plans):
             if step < len(plan):
@@ -97,9 +98,12 @@ def test_release_returns_every_page_of_every_layer_once(
     page_size = data.draw(st.sampled_from(geometry.page_sizes), label="page_size")
     pools = [pool_type(page_size) for _ in range(layers)]
     # The course's requests hold 2 pages (its 6 tokens in pages of 4), and the request that takes the freed pages
-    # back all of them: so do the course case's, a request never past the course's largest (5 pages).
-    leaving, staying = _taking_turns(cache_type, pools, page_size, seed, data, ("leaving", "staying"),
-                                     geometry.head_dim, 2 * page_size if geometry.course else None)  # fmt: skip
+    # back all of them: so do the course case's, a request never past the course's largest (5 pages), each opened as
+    # the course opens a cache.
+    leaving, staying = _taking_turns(
+        cache_type, pools, page_size, seed, data, ("leaving", "staying"), geometry.head_dim,
+        2 * page_size if geometry.course else None, COURSE_FIRST_PAGED_APPEND if geometry.course else 1,
+    )
 
     held = leaving.pages()
     if geometry.course:  # the course compares page_ids with a list: `first.page_ids == [0, 1]`

@@ -2847,3 +2847,14 @@ VARIANTS["causal_resolved_over_pool_slots"] = (
          "        extra = None if not isinstance(mask, mx.array) else mask[min(row, mask.shape[0] - 1), 0][:, slots]\n"),
     ],
 )
+
+VARIANTS["decode_needs_a_prefilled_cache"] = (
+    "a one-token update_and_fetch_paged is a decode step and needs a prefilled request: on an empty cache it is "
+    "ValueError before anything changes (a prompt's first token goes through update_and_fetch, or in a chunk of "
+    "more); every one-token paged append of the course extends a context, and it opens caches through "
+    "update_and_fetch_paged with 3, 4, 5 or 17 tokens",
+    [("        self.append(key, value)\n        return self.paged_metadata(mask=mask)\n",
+      "        if self.offset == 0 and key.shape[2] == 1:\n"
+      "            raise ValueError(\"update_and_fetch_paged: a decode step (one token) needs a prefilled request\")\n"
+      "        self.append(key, value)\n        return self.paged_metadata(mask=mask)\n")],
+)
