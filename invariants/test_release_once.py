@@ -50,14 +50,19 @@ class Request:
             cache.release()
 
 
-def _check_free_lists(pools: list[object], expected: list[set[int]], step: str, course: bool = False) -> None:
+def _check_free_lists(
+    pools: list[object], expected: list[set[int]], step: str, course: bool = False, live: list[set[int]] | None = None
+) -> None:
     """Each pool counts its free pages as `expected`; beyond the course, its free_page_ids lists exactly those
-    (the course reads that list only as a before/after snapshot, so a course case counts)."""
+    (the course reads that list only as a before/after snapshot, so a course case counts, and counts a page a released
+    request had taken ahead for its next decode as free too: at least the `expected` pages, at most all the pages
+    not `live`, held by a request still live)."""
     for layer, (pool, want) in enumerate(zip(pools, expected)):
         if course:
+            most = pool.num_pages - len(live[layer]) if live else pool.num_pages
             expect(
-                pool.num_free_pages == len(want), INVARIANT,
-                f"{step}: layer {layer} num_free_pages={pool.num_free_pages}, expected {len(want)}",
+                len(want) <= pool.num_free_pages <= most, INVARIANT,
+                f"{step}: layer {layer} num_free_pages={pool.num_free_pages}, expected {len(want)} (at most {most})",
             )
             continue
         free = [int(p) for p in pool.free_page_ids]
@@ -120,9 +125,10 @@ def test_release_returns_every_page_of_every_layer_once(
             cache.num_pages == 0 and len(cache.page_ids) == 0, INVARIANT,
             f"layer {layer} still holds pages {list(cache.page_ids)} after release",
         )
-    _check_free_lists(pools, held, f"after releasing a request holding {[sorted(h) for h in held]}", geometry.course)
-
     held_by_staying = staying.pages()
+    _check_free_lists(pools, held, f"after releasing a request holding {[sorted(h) for h in held]}", geometry.course,
+                      held_by_staying)  # fmt: skip
+
     staying.release()
     everything = [a | b for a, b in zip(held, held_by_staying)]
     _check_free_lists(pools, everything, "after releasing both requests", geometry.course)
@@ -145,8 +151,10 @@ def test_release_returns_every_page_of_every_layer_once(
         taker = Request(cache_type, [pool], geometry.head_dim)
         taker.append(rng, issued[layer] * page_size, method)
         taken = taker.pages()[0]
+        # In the course's case the taker may also take a page a released request had taken ahead (counted free).
+        reused = taken >= freed if geometry.course else taken == freed
         expect(
-            taken == freed and pool.num_pages == issued[layer] and pool.num_free_pages == 0, INVARIANT,
+            reused and pool.num_pages == issued[layer] and pool.num_free_pages == 0, INVARIANT,
             f"layer {layer}: after every release, a request of {issued[layer] * page_size} tokens through "
             f"{method} (page_size={page_size}) holds pages {sorted(taken)}, the pool issued {pool.num_pages} with "
             f"{pool.num_free_pages} free; expected the freed pages {sorted(freed)} reused and no new id",
