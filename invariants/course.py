@@ -56,6 +56,11 @@ COURSE_PREFILL_CONTEXT = 6
 # The widest block table the course's tests attend over (its bfloat16 decode's 3 pages; its batch's 2): an
 # implementation the course accepts may refuse wider ones, so course cases keep each request to 3 pages.
 COURSE_MAX_PAGES = 3
+# Every one-token update_and_fetch_paged of the course's tests extends a context (a decode step: its block-table
+# test's tokens after 3, its bfloat16 decode after 64); it opens a cache through update_and_fetch_paged only with
+# several tokens (3, 4, 5 or 17). An implementation the course accepts may refuse a decode on an empty cache, so course
+# cases open a cache through update_and_fetch_paged with at least this many tokens.
+COURSE_FIRST_PAGED_APPEND = 2
 # The widest batch the course's tests attend over (its BatchingKvCache of 3 slots; every other call is one
 # request): an implementation the course accepts may refuse more rows, so course cases batch 3 rows at most.
 COURSE_MAX_BATCH = 3

@@ -150,26 +150,32 @@ def _paged_layouts(
 
 
 def chunk_plans(
-    *, page_size: int, max_chunks: int = 3, max_decode: int = 6, max_total: int | None = None
+    *, page_size: int, max_chunks: int = 3, max_decode: int = 6, max_total: int | None = None, min_first: int = 1
 ) -> SearchStrategy[list[int]]:
     """Token counts to append, prefill chunks first, then one-token decode steps.
 
     Each prefill chunk, given where the previous one ended, either ends on a
     page boundary, crosses one by a token, or has any length up to three pages.
-    With `max_total`, the plan writes at most that many tokens (chunks are cut
-    short and the plan ends there).
+    The first chunk holds at least `min_first` tokens. With `max_total`, the
+    plan writes at most that many tokens (chunks are cut short and the plan
+    ends there).
     """
     _check_positive("page_size", page_size)
     _check_positive("max_chunks", max_chunks)
+    _check_positive("min_first", min_first)
     if max_total is not None:
         _check_positive("max_total", max_total)
+        if max_total < min_first:
+            raise ValueError(f"max_total={max_total} leaves no room for a first chunk of min_first={min_first}")
     if not isinstance(max_decode, int) or max_decode < 0:
         raise ValueError(f"max_decode must be a non-negative int, got {max_decode!r}")
-    return _chunk_plans(page_size, max_chunks, max_decode, max_total)
+    return _chunk_plans(page_size, max_chunks, max_decode, max_total, min_first)
 
 
 @st.composite
-def _chunk_plans(draw: st.DrawFn, page_size: int, max_chunks: int, max_decode: int, max_total: int | None) -> list[int]:
+def _chunk_plans(
+    draw: st.DrawFn, page_size: int, max_chunks: int, max_decode: int, max_total: int | None, min_first: int
+) -> list[int]:
     plan: list[int] = []
     written = 0
     most = max_total if max_total is not None else float("inf")
@@ -184,6 +190,8 @@ def _chunk_plans(draw: st.DrawFn, page_size: int, max_chunks: int, max_decode: i
                 st.integers(min_value=1, max_value=3 * page_size),
             )
         )
+        if not plan:
+            length = max(length, min_first)
         length = int(min(length, most - written))
         plan.append(length)
         written += length

@@ -27,7 +27,9 @@ from pagecheck.invariants.calls import (
     append_for_a_check, attention_output, attention_over_metadata, cache_length, current_metadata, metadata_layout,
     own_block_table, result_identity,
 )
-from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, Geometry, split_at_the_course
+from pagecheck.invariants.course import (
+    COURSE_FIRST_PAGED_APPEND, COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, Geometry, split_at_the_course,
+)
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.subject import Subject
 from pagecheck.invariants.verdict import expect, expect_arrays, expect_close, expect_pages_hold, gathered, same_tokens
@@ -57,8 +59,9 @@ def test_gather_reproduces_tokens_in_logical_order(
     pool = pool_type(page_size)
     caches = [cache_type(pool) for _ in range(requests)]
     records = [WrittenKv(2, geometry.head_dim, "float32") for _ in range(requests)]
-    plans = [data.draw(chunk_plans(page_size=page_size, max_decode=3, max_total=most), label=f"request {r}")
-             for r in range(requests)]  # fmt: skip
+    first = COURSE_FIRST_PAGED_APPEND if geometry.course else 1  # a course case opens a cache as the course does
+    plans = [data.draw(chunk_plans(page_size=page_size, max_decode=3, max_total=most, min_first=first),
+                       label=f"request {r}") for r in range(requests)]  # fmt: skip
     # Round-robin appends interleave the requests' pages in the pool.
     for step in range(max(len(p) for p in plans)):
         for cache, record, plan in zip(caches, records, plans):
@@ -273,7 +276,9 @@ def test_block_table_is_read_again_when_page_ids_change(
         )
 
     append("cache", 2 * page_size - 1)
-    append("other", 1)
+    # A course case opens a cache as the course does: a prefix of COURSE_FIRST_PAGED_APPEND tokens at least, then the
+    # last token on its own.
+    append("other", COURSE_FIRST_PAGED_APPEND + 1 if geometry.course else 1)
     first = cache.block_table()
     check("two pages, the tail not full")
     append("cache", 1)

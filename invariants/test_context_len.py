@@ -25,7 +25,7 @@ from pagecheck.invariants.calls import (
     equals_list, metadata_layout, own_context_lens, read_once,
 )
 from pagecheck.invariants.course import (
-    COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, DAY_4, Geometry, query_len, split_at_the_course,
+    COURSE_FIRST_PAGED_APPEND, COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, DAY_4, Geometry, query_len, split_at_the_course,
 )
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.verdict import (
@@ -57,7 +57,10 @@ def test_context_lens_count_tokens_written(
     page_size = data.draw(st.sampled_from(geometry.page_sizes), label="page_size")
     num_kv_heads = data.draw(st.sampled_from(geometry.kv_heads), label="num_kv_heads")
     most = COURSE_MAX_PAGES * page_size if geometry.course else None
-    plan = data.draw(chunk_plans(page_size=page_size, max_total=most), label="append lengths")
+    # A course case opens the cache as the course does, with a prefix of COURSE_FIRST_PAGED_APPEND tokens at least
+    # before the first append's last token (which goes on its own, with mask "causal").
+    first = COURSE_FIRST_PAGED_APPEND + 1 if geometry.course else 1
+    plan = data.draw(chunk_plans(page_size=page_size, max_total=most, min_first=first), label="append lengths")
     rng = np.random.default_rng(seed)
     cache = cache_type(pool_type(page_size))
     written = WrittenKv(num_kv_heads, geometry.head_dim, "float32")

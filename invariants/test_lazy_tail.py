@@ -1,10 +1,11 @@
 """lazy_tail: a cache holds ceil(context / page_size) pages, and takes a new one only when its tail is full.
 
 During decode, page counts are checked at every step: the cache's pages, the
-fill of each page, and the pool's issued-page count, which may never run
-ahead of what the live caches hold, and whose ids stay below that count (a
-page taken without being counted shows as an id past it): pages a release
-gave back are reused before any new id is issued.
+fill of each page, and (beyond the course, which never counts them after a
+decode) the pool's issued-page count, which may never run ahead of what the
+live caches hold, and whose ids stay below that count (a page taken without
+being counted shows as an id past it): pages a release gave back are reused
+before any new id is issued.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import equals_list
-from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, DAY_4, Geometry, split_at_the_course
+from pagecheck.invariants.course import (
+    COURSE_FIRST_PAGED_APPEND, COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, DAY_4, Geometry, split_at_the_course,
+)
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, seeds
 from pagecheck.invariants.verdict import expect, expect_arrays, same_tokens
 from pagecheck.invariants.workload import WrittenKv
@@ -48,9 +51,9 @@ def test_decode_takes_a_page_only_when_the_tail_is_full(
     data: st.DataObject,
 ) -> None:
     page_size = data.draw(st.sampled_from(geometry.page_sizes), label="page_size")
-    if geometry.course:  # a request of the course's size: COURSE_MAX_PAGES pages at most
+    if geometry.course:  # a request of the course's size (COURSE_MAX_PAGES pages at most), opened as the course does
         most = COURSE_MAX_PAGES * page_size
-        prefill = min(prefill, most - 1)
+        prefill = max(min(prefill, most - 1), COURSE_FIRST_PAGED_APPEND)
         decode_steps = min(decode_steps, most - prefill)
     rng = np.random.default_rng(seed)
     pool = pool_type(page_size)
@@ -69,10 +72,13 @@ def test_decode_takes_a_page_only_when_the_tail_is_full(
             cache.num_pages - before == int(tail_full), INVARIANT,
             f"{step}: pages went {before} -> {cache.num_pages} with the tail {'full' if tail_full else 'not full'}",
         )
-        expect(
-            pool.num_pages == cache.num_pages, INVARIANT,
-            f"{step}: the pool issued {pool.num_pages} pages for a cache holding {cache.num_pages}",
-        )
+        if not geometry.course:
+            # The course never counts a pool's pages after a one-token update_and_fetch_paged: there a cache may take
+            # its next page ahead once a decode fills the tail (held in reserve, not in page_ids).
+            expect(
+                pool.num_pages == cache.num_pages, INVARIANT,
+                f"{step}: the pool issued {pool.num_pages} pages for a cache holding {cache.num_pages}",
+            )
 
 
 @pytest.mark.course(f"{DAY_4}::test_paged_attention_preserves_bfloat16_for_decode")

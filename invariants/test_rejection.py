@@ -24,7 +24,9 @@ from pagecheck.invariants.calls import (
     append_for_the_courses_call, attention_over_metadata, cache_state, call_attention, course_query, fail_on_call,
     metadata_layout, pool_state, same_pool_state,
 )
-from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_PHRASES, DAY_3, DAY_4, INVALID_METADATA
+from pagecheck.invariants.course import (
+    COURSE_FIRST_PAGED_APPEND, COURSE_HEAD_DIM, COURSE_PHRASES, DAY_3, DAY_4, INVALID_METADATA,
+)
 from pagecheck.invariants.subject import Subject
 from pagecheck.invariants.verdict import (
     InvariantViolation, expect, expect_close, expect_course_phrase, expect_pages_hold, expect_value_error, same_array,
@@ -234,7 +236,7 @@ def test_rejected_call_on_cache_metadata_leaves_pool_and_caches_unchanged(
 ) -> None:
     pool = pool_type(PAGE_SIZE)
     caches = [cache_type(pool) for _ in range(3)]
-    for cache, tokens in zip(caches, (*CONTEXTS, 1)):
+    for cache, tokens in zip(caches, (*CONTEXTS, COURSE_FIRST_PAGED_APPEND)):  # each opened as the course does
         cache.update_and_fetch_paged(*WrittenKv(2, HEAD_DIM, "float32").make_chunk(rng, tokens))
     caches.pop().release()  # leaves a free page, so a spare id exists
     table = np.full((2, WIDTH), -1, dtype=np.int32)
@@ -451,10 +453,12 @@ def _live_tokens(cache: Any) -> tuple[np.ndarray, np.ndarray]:
 INJECTED_FAILURE = "injected page write failure"
 
 
-# (another request first, tokens already in the cache, tokens appended): the course's own case is a fresh pool
-# and 5 tokens (its counters, storage included, must be as they were); the others fill the tail page first.
+# (tokens of another request first, tokens already in the cache, tokens appended): the course's own case is a fresh
+# pool and 5 tokens (its counters, storage included, must be as they were); the others fill the tail page first. Each
+# cache is opened as the course opens one, with COURSE_FIRST_PAGED_APPEND tokens at least.
 FAILED_WRITE_CASES = pytest.mark.parametrize(
-    "others, filled, appended", [(0, 0, 5), (1, 0, 2 * PAGE_SIZE + 1), (1, 2, 2 * PAGE_SIZE - 1)],
+    "others, filled, appended",
+    [(0, 0, 5), (COURSE_FIRST_PAGED_APPEND, 0, 2 * PAGE_SIZE + 1), (COURSE_FIRST_PAGED_APPEND, 2, 2 * PAGE_SIZE - 1)],
     ids=["fresh-pool", "fresh-cache", "tail-half-full"],
 )
 
@@ -473,7 +477,7 @@ def _append_whose_second_page_write_fails(
         pytest.skip("the subject's cache.pool has no write_page_slice to inject a failure into")
     other_record, record = WrittenKv(2, HEAD_DIM, "float32"), WrittenKv(2, HEAD_DIM, "float32")
     if others:
-        other.update_and_fetch_paged(*other_record.make_chunk(rng, 1))
+        other.update_and_fetch_paged(*other_record.make_chunk(rng, others))
     if filled:
         cache.update_and_fetch_paged(*record.make_chunk(rng, filled))
     # Page data is left out of the comparison: slots past a context may hold anything (the course compares none).

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import course_rewind, equals_list, pool_state, same_pool_state
-from pagecheck.invariants.course import COURSE_HEAD_DIM, DAY_3, Geometry, split_at_the_course
+from pagecheck.invariants.course import COURSE_FIRST_PAGED_APPEND, COURSE_HEAD_DIM, DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import chunk_plans, seeds
 from pagecheck.invariants.verdict import expect, expect_value_error
 from pagecheck.invariants.workload import WrittenKv
@@ -50,14 +50,19 @@ class Request:
             cache.release()
 
 
-def _check_free_lists(pools: list[object], expected: list[set[int]], step: str, course: bool = False) -> None:
+def _check_free_lists(
+    pools: list[object], expected: list[set[int]], step: str, course: bool = False, live: list[set[int]] | None = None
+) -> None:
     """Each pool counts its free pages as `expected`; beyond the course, its free_page_ids lists exactly those
-    (the course reads that list only as a before/after snapshot, so a course case counts)."""
+    (the course reads that list only as a before/after snapshot, so a course case counts, and counts a page a released
+    request had taken ahead for its next decode as free too: at least the `expected` pages, at most all the pages
+    not `live`, held by a request still live)."""
     for layer, (pool, want) in enumerate(zip(pools, expected)):
         if course:
+            most = pool.num_pages - len(live[layer]) if live else pool.num_pages
             expect(
-                pool.num_free_pages == len(want), INVARIANT,
-                f"{step}: layer {layer} num_free_pages={pool.num_free_pages}, expected {len(want)}",
+                len(want) <= pool.num_free_pages <= most, INVARIANT,
+                f"{step}: layer {layer} num_free_pages={pool.num_free_pages}, expected {len(want)} (at most {most})",
             )
             continue
         free = [int(p) for p in pool.free_page_ids]
@@ -74,13 +79,14 @@ def _check_free_lists(pools: list[object], expected: list[set[int]], step: str, 
 
 def _taking_turns(
     cache_type: type, pools: list[Any], page_size: int, seed: int, data: st.DataObject, names: tuple[str, ...],
-    head_dim: int = HEAD_DIM, max_total: int | None = None,
+    head_dim: int = HEAD_DIM, max_total: int | None = None, min_first: int = 1,
 ) -> list[Request]:
     """One Request per name over every layer's pool, each given a drawn chunk plan (labelled by its name, at most
-    `max_total` tokens), the requests appending their chunks in turn."""
+    `max_total` tokens, `min_first` at least in its first chunk), the requests appending their chunks in turn."""
     rng = np.random.default_rng(seed)
     requests = [Request(cache_type, pools, head_dim) for _ in names]
-    plans = [data.draw(chunk_plans(page_size=page_size, max_total=max_total), label=name) for name in names]
+    plans = [data.draw(chunk_plans(page_size=page_size, max_total=max_total, min_first=min_first), label=name)
+             for name in names]  # fmt: skip
     for step in range(max(map(len, plans))):
         for request, plan in zip(requests, plans):
             if step < len(plan):
@@ -97,9 +103,12 @@ def test_release_returns_every_page_of_every_layer_once(
     page_size = data.draw(st.sampled_from(geometry.page_sizes), label="page_size")
     pools = [pool_type(page_size) for _ in range(layers)]
     # The course's requests hold 2 pages (its 6 tokens in pages of 4), and the request that takes the freed pages
-    # back all of them: so do the course case's, a request never past the course's largest (5 pages).
-    leaving, staying = _taking_turns(cache_type, pools, page_size, seed, data, ("leaving", "staying"),
-                                     geometry.head_dim, 2 * page_size if geometry.course else None)  # fmt: skip
+    # back all of them: so do the course case's, a request never past the course's largest (5 pages), each opened as
+    # the course opens a cache.
+    leaving, staying = _taking_turns(
+        cache_type, pools, page_size, seed, data, ("leaving", "staying"), geometry.head_dim,
+        2 * page_size if geometry.course else None, COURSE_FIRST_PAGED_APPEND if geometry.course else 1,
+    )
 
     held = leaving.pages()
     if geometry.course:  # the course compares page_ids with a list: `first.page_ids == [0, 1]`
@@ -116,9 +125,10 @@ def test_release_returns_every_page_of_every_layer_once(
             cache.num_pages == 0 and len(cache.page_ids) == 0, INVARIANT,
             f"layer {layer} still holds pages {list(cache.page_ids)} after release",
         )
-    _check_free_lists(pools, held, f"after releasing a request holding {[sorted(h) for h in held]}", geometry.course)
-
     held_by_staying = staying.pages()
+    _check_free_lists(pools, held, f"after releasing a request holding {[sorted(h) for h in held]}", geometry.course,
+                      held_by_staying)  # fmt: skip
+
     staying.release()
     everything = [a | b for a, b in zip(held, held_by_staying)]
     _check_free_lists(pools, everything, "after releasing both requests", geometry.course)
@@ -141,8 +151,10 @@ def test_release_returns_every_page_of_every_layer_once(
         taker = Request(cache_type, [pool], geometry.head_dim)
         taker.append(rng, issued[layer] * page_size, method)
         taken = taker.pages()[0]
+        # In the course's case the taker may also take a page a released request had taken ahead (counted free).
+        reused = taken >= freed if geometry.course else taken == freed
         expect(
-            taken == freed and pool.num_pages == issued[layer] and pool.num_free_pages == 0, INVARIANT,
+            reused and pool.num_pages == issued[layer] and pool.num_free_pages == 0, INVARIANT,
             f"layer {layer}: after every release, a request of {issued[layer] * page_size} tokens through "
             f"{method} (page_size={page_size}) holds pages {sorted(taken)}, the pool issued {pool.num_pages} with "
             f"{pool.num_free_pages} free; expected the freed pages {sorted(freed)} reused and no new id",

@@ -2941,3 +2941,79 @@ FORGING_VARIANTS["used_page_ids_as_an_mlx_array"] = (
     ],
     "pagecheck.invariants.test_rejection::test_pool_and_cache_reject_bad_calls_unchanged[append_dtype_differs_from_pool]",
 )
+
+VARIANTS["decode_needs_a_prefilled_cache"] = (
+    "a one-token update_and_fetch_paged is a decode step and needs a prefilled request: on an empty cache it is "
+    "ValueError before anything changes (a prompt's first token goes through update_and_fetch, or in a chunk of "
+    "more); every one-token paged append of the course extends a context, and it opens caches through "
+    "update_and_fetch_paged with 3, 4, 5 or 17 tokens",
+    [("        self.append(key, value)\n        return self.paged_metadata(mask=mask)\n",
+      "        if self.offset == 0 and key.shape[2] == 1:\n"
+      "            raise ValueError(\"update_and_fetch_paged: a decode step (one token) needs a prefilled request\")\n"
+      "        self.append(key, value)\n        return self.paged_metadata(mask=mask)\n")],
+)
+
+VARIANTS["decode_takes_its_next_page_ahead"] = (
+    'a one-token update_and_fetch_paged (a decode) that fills its tail page takes the next page ahead, '
+    "held in reserve (not in page_ids), so the next step allocates nothing; the cache's next new page is "
+    "that one, and rewind and release give it back first. The course never counts a pool's pages after "
+    "such a decode (its block-table test reads only the table's identity; its batch appends below "
+    'update_and_fetch_paged)',
+    [
+        ('        self._table: mx.array | None = None\n'
+         '\n'
+         '    @property\n'
+         '    def num_pages(self) -> int:\n'
+         '        return len(self.page_ids)\n',
+         '        self._table: mx.array | None = None\n'
+         '        self._reserve: int | None = None  # a page taken ahead for the next decode step\n'
+         '\n'
+         '    @property\n'
+         '    def num_pages(self) -> int:\n'
+         '        return len(self.page_ids)\n'),
+        ('        self.append(key, value)\n'
+         '        return self.paged_metadata(mask=mask)\n',
+         '        self.append(key, value)\n'
+         '        if key.shape[2] == 1 and self._reserve is None and self.page_lens[-1] == self.pool.page_size:\n'
+         "            self._reserve = self.pool.allocate_page()  # the next decode step's page, taken ahead\n"
+         '        return self.paged_metadata(mask=mask)\n'),
+        ('        cache_before = (list(self.page_ids), list(self.page_lens), self.offset)\n'
+         '        try:\n'
+         '            self._write(key, value)\n'
+         '        except BaseException:\n'
+         '            self.pool.rollback(pool_before)\n'
+         '            self.page_ids, self.page_lens, self.offset = cache_before\n'
+         '            raise\n',
+         '        cache_before = (list(self.page_ids), list(self.page_lens), self.offset, self._reserve)\n'
+         '        try:\n'
+         '            self._write(key, value)\n'
+         '        except BaseException:\n'
+         '            self.pool.rollback(pool_before)\n'
+         '            self.page_ids, self.page_lens, self.offset, self._reserve = cache_before\n'
+         '            raise\n'),
+        ('                self.page_ids.append(self.pool.allocate_page())\n'
+         '                self.page_lens.append(0)\n',
+         '                if self._reserve is not None:\n'
+         '                    page_id, self._reserve = self._reserve, None\n'
+         '                else:\n'
+         '                    page_id = self.pool.allocate_page()\n'
+         '                self.page_ids.append(page_id)\n'
+         '                self.page_lens.append(0)\n'),
+        ('            raise ValueError(f"rewind n={n!r} must be an integer in [0, offset={self.offset}]")\n'
+         '        left = n\n',
+         '            raise ValueError(f"rewind n={n!r} must be an integer in [0, offset={self.offset}]")\n'
+         '        if n and self._reserve is not None:\n'
+         '            self.pool.free_page(self._reserve)\n'
+         '            self._reserve = None\n'
+         '        left = n\n'),
+        ('        for page_id in reversed(self.page_ids):\n'
+         '            self.pool.free_page(page_id)\n'
+         '        self.page_ids, self.page_lens, self.offset = [], [], 0\n',
+         '        if self._reserve is not None:\n'
+         '            self.pool.free_page(self._reserve)\n'
+         '            self._reserve = None\n'
+         '        for page_id in reversed(self.page_ids):\n'
+         '            self.pool.free_page(page_id)\n'
+         '        self.page_ids, self.page_lens, self.offset = [], [], 0\n'),
+    ],
+)
