@@ -52,6 +52,10 @@ def _check_rows(
     # The course compares only the live rows of its batch; what a row of context 0 gives is beyond it (empty_rows).
     rows = [b for b, n in enumerate(layout.context_lens) if n > 0 or not live_only]
     expect_close(INVARIANT, "the batched call vs the reference", batched[rows], want[rows], layout)
+    if own_metadata is not None:
+        # The course compares its batch's rows with dense attention alone (the reference above): a request called
+        # on its own would be a float32 decode of one request, which the course never makes (course.attends_alone).
+        return
     for b in rows:
         alone = _row(layout, b, exact_width=live_only)
         expect_close(

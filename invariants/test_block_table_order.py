@@ -28,7 +28,7 @@ from pagecheck.invariants.calls import (
     own_block_table, result_identity,
 )
 from pagecheck.invariants.course import (
-    COURSE_FIRST_PAGED_APPEND, COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, Geometry, split_at_the_course,
+    COURSE_FIRST_PAGED_APPEND, COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, Geometry, attends_alone, split_at_the_course,
 )
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.subject import Subject
@@ -269,6 +269,8 @@ def test_block_table_is_read_again_when_page_ids_change(
         )
         layout = metadata_layout(query, metadata, "float32", mask, page_size)
         expect_pages_hold(INVARIANT, f"{where}: the metadata", layout, {0: records[name]})
+        if not attends_alone(geometry.course, query.shape[2], records[name].length):
+            return  # a course case's float32 decode of one request: the course decodes float32 only in a batch
         expect_close(
             INVARIANT, f"{where}: decode attention over {what}",
             attention_over_metadata(paged_attention, query, metadata, mask, own_mask=geometry.course),

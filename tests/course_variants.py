@@ -3017,3 +3017,14 @@ VARIANTS["decode_takes_its_next_page_ahead"] = (
          '        self.page_ids, self.page_lens, self.offset = [], [], 0\n'),
     ],
 )
+
+VARIANTS["float32_decodes_only_in_a_batch"] = (
+    "float32 attention serves one-row queries (decode) only in a batch (B > 1): a float32 decode of one request is "
+    "NotImplementedError once validated (the course decodes float32 only in its batch of 3; its one-request calls "
+    "are a float32 prefill of 3 rows and a bfloat16 decode)",
+    [("    batch, num_q_heads, num_queries, head_dim = query.shape\n    scale = head_dim**-0.5 if scale is None else scale\n",
+      "    batch, num_q_heads, num_queries, head_dim = query.shape\n"
+      "    if query.dtype == mx.float32 and num_queries == 1 and batch == 1:\n"
+      "        raise NotImplementedError('float32 decode runs batched (B > 1) only')\n"
+      "    scale = head_dim**-0.5 if scale is None else scale\n")],
+)
