@@ -251,6 +251,74 @@ def test_installed_watch_judges_an_array_filled_with_pages_in_place() -> None:
     }
 
 
+NUMPY_BUFFER_SCRIPT = INSTALLED_PRELUDE + r"""
+results = {}
+expected = np.concatenate([np.asarray(key_pages)[p] for p in request], axis=1)
+
+def judged(name, gather):
+    reports.clear()
+    tripwires.begin_call(key_pages, key_pages, mx.array([context, 0]))
+    gathered = gather()
+    tripwires.end_call()
+    results[name] = sorted({r["op"] for r in reports})
+    results[name + "_copied"] = bool(np.array_equal(np.asarray(gathered), expected))
+
+def filled(make, write):
+    pool = np.asarray(key_pages)
+    dense = make((heads, len(request) * page, dim), np.float32)
+    for position, page_id in enumerate(request):
+        write(dense, position, pool[page_id])
+    return dense
+
+def into_slice(dense, position, one_page):
+    dense[:, position * page : (position + 1) * page] = one_page
+
+def into_view(dense, position, one_page):
+    view = dense[:, position * page : (position + 1) * page]
+    view[...] = one_page
+
+def with_copyto(dense, position, one_page):
+    np.copyto(dense[:, position * page : (position + 1) * page], one_page)
+
+judged("zeros", lambda: filled(np.zeros, into_slice))
+judged("empty_view", lambda: filled(np.empty, into_view))
+judged("copyto", lambda: filled(np.zeros, with_copyto))
+judged("copyto_plain", lambda: filled(lambda *a: np.zeros(*a).view(np.ndarray), with_copyto))
+
+# The honest NumPy walk: one page at a time into a page-sized buffer, results into a preallocated output.
+reports.clear()
+tripwires.begin_call(key_pages, key_pages, mx.array([context, 0]))
+pool = np.asarray(key_pages)
+out = np.zeros((heads, 3, dim), dtype=np.float32)
+query = np.ones((heads, 3, dim), dtype=np.float32)
+for page_id in request:
+    buffer = np.empty((heads, page, dim), dtype=np.float32)
+    buffer[...] = pool[page_id]
+    out[...] = out + np.exp(query @ buffer.swapaxes(-1, -2) * 0.1) @ buffer
+tripwires.end_call()
+results["walk"] = [r["op"] for r in reports]
+# Outside a call the makers give plain arrays.
+results["outside"] = type(np.zeros(2)).__name__
+print(json.dumps(results))
+"""
+
+
+def test_installed_watch_judges_a_numpy_buffer_filled_with_pages() -> None:
+    """Pages written one by one into a NumPy array the call made (np.zeros, np.empty; by slice, through a view,
+    with np.copyto) are a gather, as into an MLX one: a plain NumPy buffer's __setitem__ reached no wrapper, and a
+    dense gather written so went unreported (course_conformant's attention gathering each request into np.zeros
+    graded 80/80 and 90/90 beyond the course with no finding; now 0/90 beyond, gather_trap). A page-sized buffer
+    is still the page walk."""
+    results = run_installed(NUMPY_BUFFER_SCRIPT)
+    assert results == {
+        "zeros": ["numpy.ndarray.__setitem__"], "zeros_copied": True,
+        "empty_view": ["numpy.ndarray.__setitem__"], "empty_view_copied": True,
+        "copyto": ["numpy.copyto"], "copyto_copied": True,
+        "copyto_plain": ["numpy.copyto"], "copyto_plain_copied": True,
+        "walk": [], "outside": "ndarray",
+    }
+
+
 CONTRACTION_SCRIPT = INSTALLED_PRELUDE + r"""
 results = {}
 one_hot = np.zeros((len(request), pages), dtype=np.float32)

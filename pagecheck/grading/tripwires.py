@@ -22,9 +22,11 @@ pagecheck), so it imports only the standard library at module level.
   K/V: it stands for the pool, and what is gathered from it is judged.
   Elementwise arithmetic keeps a whole pool a whole pool (`key_pages + 0` is
   a copy of it), and a contraction fed a whole pool is judged (a one-hot
-  matrix times the pool gathers); an MLX array written in place with page
-  data (`dense[:, a:b] = key_pages[p]`) is judged whole, so pages copied one
-  by one into a preallocated array are a gather; on one page's slice neither is judged,
+  matrix times the pool gathers); an MLX array, or a NumPy array made during
+  the call (NUMPY_MAKERS), written in place with page data
+  (`dense[:, a:b] = key_pages[p]`, np.copyto) is judged whole (a NumPy view's
+  write, as the array it views), so pages copied one by one into a
+  preallocated array are a gather; on one page's slice neither is judged,
   since that is the page walk itself. The watch follows only what the
   wrapped functions and properties make (NumPy arithmetic and matmul are
   followed on arrays it already follows, through their ufuncs; np.dot,
@@ -93,6 +95,11 @@ ARRAY_METHODS = ("__getitem__", "split", *ARRAY_WHOLE)
 NUMPY_GATHERS = ("concatenate", "stack", "vstack", "hstack", "dstack", "take", "take_along_axis", "repeat", "tile",
                  "broadcast_to", "pad", "frombuffer")  # fmt: skip
 NUMPY_FUNCTIONS = (*NUMPY_WHOLE, *NUMPY_GATHERS, *NUMPY_CONTRACTIONS)
+# NumPy's array makers: during a call their arrays come back as the watched subclass, so that pages written into
+# one in place (`dense[:, a:b] = pages[p]`, which no module function sees on a plain array) are judged as MLX's
+# `__setitem__` is. np.copyto is that write as a function, judged on the array its target views.
+NUMPY_MAKERS = ("zeros", "empty", "ones", "full", "zeros_like", "empty_like", "ones_like", "full_like")
+NUMPY_ASSIGNS = ("copyto",)
 # Where else a loaded module holds the very same gathering functions (numpy._core.multiarray.concatenate is
 # numpy.concatenate): those names are pointed at the wrappers too. Conversions are not (NumPy's own code
 # converts with them, and must keep getting plain arrays).
@@ -141,11 +148,14 @@ class GatherWatch:
         self, key_pages: Any, value_pages: Any, context_lens: Any, report: Report,
         shape_of: Callable[[Any], tuple[int, ...]] = lambda array: tuple(getattr(array, "shape", ())),
         lengths_of: Callable[[Any], list[int]] | None = None,
+        root_of: Callable[[Any], Any] = lambda array: array,
     ) -> None:
         """`shape_of` and `lengths_of` read the call's pages and context lengths with functions taken before the
         submission loaded (Tripwires.install_gather_watch): looked up at the call, a rebinding of the submission's
-        (numpy.array raising only for this caller) switched the watch off for every call."""
+        (numpy.array raising only for this caller) switched the watch off for every call. `root_of` gives the array
+        whose memory a NumPy view shows (itself for any other array): a write into a view fills that array."""
         self.report = report
+        self.root_of = root_of
         self.derived: set[int] = set()
         self.keep: list[Any] = []  # holds derived arrays alive so their ids stay theirs during the call
         self.reported: set[tuple[str, str]] = set()
@@ -210,9 +220,11 @@ class GatherWatch:
         as a concatenate does)."""
         if not self.is_derived(value):
             return
+        whole = self.root_of(target)  # a NumPy view written into fills the array it views
         self.mark(target)
-        if id(target) not in self.whole_pools:
-            self._judge(op, target)
+        self.mark(whole)
+        if id(target) not in self.whole_pools and id(whole) not in self.whole_pools:
+            self._judge(op, whole)
 
     def same_array(self, original: Any, view: Any) -> None:
         """`view` shows `original`'s data under another type: it is derived, and a whole pool, as it is."""
@@ -324,7 +336,18 @@ class Tripwires:
         def lengths_of(lens: Any) -> list[int]:
             return [int(n) for n in to_numpy(lens).reshape(-1).tolist()]
 
-        self._read_call = (shape_of, lengths_of)
+        np_base = np.ndarray.base.__get__
+
+        def root_of(array: Any) -> Any:
+            """The NumPy array whose memory `array` views (itself when it views none, or is no NumPy array)."""
+            while isinstance(array, np_array):
+                base = np_base(array)
+                if not isinstance(base, np_array):
+                    break
+                array = base
+            return array
+
+        self._read_call = (shape_of, lengths_of, root_of)
         gathering: dict[int, tuple[Any, Callable[..., Any]]] = {}  # id(original) -> (original, its wrapper)
         for owner, prefix, names, gathers in (
             (mx, "mlx.core", (*MLX_GATHERS, *MLX_RESHAPES, *MLX_ELEMENTWISE, *MLX_CONTRACTIONS), MLX_GATHERS),
@@ -402,12 +425,42 @@ class Tripwires:
             setattr(WatchedArray, name, followed(name, is_property=True))
         self._watched_ndarray = WatchedArray
 
+        def maker(original: Callable[..., Any]) -> Callable[..., Any]:
+            def made(*args: Any, **kwargs: Any) -> Any:
+                result = original(*args, **kwargs)
+                if tripwires.watch is not None and type(result) is np_array:
+                    result = result.view(WatchedArray)  # not derived: only what is written into it makes it so
+                return result
+
+            made.__name__ = getattr(original, "__name__", "maker")
+            made.__doc__ = getattr(original, "__doc__", None)
+            return made
+
+        def assigner(original: Callable[..., Any], op: str) -> Callable[..., Any]:
+            def assign(target: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+                result = original(target, value, *args, **kwargs)
+                watch = tripwires.watch
+                if watch is not None:
+                    watch.assigned(op, target, value)
+                return result
+
+            assign.__name__ = getattr(original, "__name__", op)
+            assign.__doc__ = getattr(original, "__doc__", None)
+            return assign
+
+        for name in NUMPY_MAKERS:
+            if hasattr(np, name):
+                setattr(np, name, maker(getattr(np, name)))
+        for name in NUMPY_ASSIGNS:
+            if hasattr(np, name):
+                setattr(np, name, assigner(getattr(np, name), f"numpy.{name}"))
+
     def begin_call(self, key_pages: Any, value_pages: Any, context_lens: Any) -> None:
-        shape_of, lengths_of = getattr(self, "_read_call", (None, None))
+        shape_of, lengths_of, root_of = getattr(self, "_read_call", (None, None, None))
         if shape_of is None:
             self.watch = GatherWatch(key_pages, value_pages, context_lens, self.report)
         else:
-            self.watch = GatherWatch(key_pages, value_pages, context_lens, self.report, shape_of, lengths_of)
+            self.watch = GatherWatch(key_pages, value_pages, context_lens, self.report, shape_of, lengths_of, root_of)
 
     def end_call(self) -> None:
         self.watch = None
