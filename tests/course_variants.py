@@ -3028,3 +3028,80 @@ VARIANTS["float32_decodes_only_in_a_batch"] = (
       "        raise NotImplementedError('float32 decode runs batched (B > 1) only')\n"
       "    scale = head_dim**-0.5 if scale is None else scale\n")],
 )
+
+VARIANTS["page_ids_live_view"] = (
+    "page_ids is a read-only view of the cache's own id list (==, iteration, len, indexing and slicing, all the "
+    "course uses: its bfloat16 decode test compares cache.page_ids[:2] with a list)",
+    [
+        ("self.page_ids", "self._ids"),
+        ('\n'
+         'class TinyKvPagedCache:\n',
+         '\n'
+         'class PageIdsView:\n'
+         '    """A read-only view of a cache\'s page ids: callers read them (==, iteration, len, indexing, slicing) but\n'
+         '    cannot change the cache\'s own list, and never hold a stale copy."""\n'
+         '\n'
+         '    __slots__ = ("_ids",)\n'
+         '\n'
+         '    def __init__(self, ids: list[int]) -> None:\n'
+         '        self._ids = ids\n'
+         '\n'
+         '    def __len__(self) -> int:\n'
+         '        return len(self._ids)\n'
+         '\n'
+         '    def __getitem__(self, i):\n'
+         '        return self._ids[i]\n'
+         '\n'
+         '    def __iter__(self):\n'
+         '        return iter(self._ids)\n'
+         '\n'
+         '    def __eq__(self, other: object) -> bool:\n'
+         '        if isinstance(other, PageIdsView):\n'
+         '            other = other._ids\n'
+         '        return self._ids == other\n'
+         '\n'
+         '    __hash__ = None\n'
+         '\n'
+         '    def __repr__(self) -> str:\n'
+         '        return f"PageIdsView({self._ids!r})"\n'
+         '\n'
+         '\n'
+         'class TinyKvPagedCache:\n'),
+        ('    def num_pages(self) -> int:\n'
+         '        return len(self._ids)\n',
+         '    def num_pages(self) -> int:\n'
+         '        return len(self._ids)\n'
+         '\n'
+         '    @property\n'
+         '    def page_ids(self) -> PageIdsView:\n'
+         '        return PageIdsView(self._ids)\n'
+         '\n'
+         '    @page_ids.setter\n'
+         '    def page_ids(self, ids: list[int]) -> None:\n'
+         '        self._ids = list(ids)\n'),
+    ],
+)
+
+VARIANTS["value_and_runtime_error_class"] = (
+    "an append whose page write fails is rolled back and re-raised as a PagedKvError, an error class that is both a "
+    "ValueError (a bad input) and a RuntimeError (a failed operation), its message keeping the failure's (the "
+    "course's pytest.raises(RuntimeError, match=...) takes it)",
+    [
+        ("def _dtype_name(dtype: mx.Dtype) -> str:\n",
+         "class PagedKvError(ValueError, RuntimeError):\n"
+         '    """Every error of the paged KV cache: a bad input (a ValueError) or a failed operation (a RuntimeError)."""\n'
+         "\n"
+         "\n"
+         "def _dtype_name(dtype: mx.Dtype) -> str:\n"),
+        ("        except BaseException:\n"
+         "            self.pool.rollback(pool_before)\n"
+         "            self.page_ids, self.page_lens, self.offset = cache_before\n"
+         "            raise\n",
+         "        except BaseException as exc:\n"
+         "            self.pool.rollback(pool_before)\n"
+         "            self.page_ids, self.page_lens, self.offset = cache_before\n"
+         "            if isinstance(exc, Exception):\n"
+         '                raise PagedKvError(f"append rolled back: {exc}") from exc\n'
+         "            raise\n"),
+    ],
+)

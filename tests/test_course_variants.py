@@ -61,10 +61,13 @@ def test_a_course_accepted_variant_fails_no_course_clause(name: str, tmp_path: P
 # they must fail no course clause either. (page_lens_live_view failed there alone: a handle compared with a list was
 # never equal; so did prefill_prescales_keys_in_place: the guard failed a change the course never reads; and
 # causal_mask_record, whose mask record came back to its attention as a copy of another type, not as itself; and
-# str_enum_mask, whose str enum mask came back as a plain str.)
+# str_enum_mask, whose str enum mask came back as a plain str; page_ids_live_view, whose view the course slices,
+# and a slice could not cross; value_and_runtime_error_class, whose error, a ValueError and a RuntimeError, crossed
+# as a ValueError alone.)
 SANDBOXED = ("page_lens_live_view", "numpy_block_table", "key_pages_stored_transposed", "batch_pads_with_last_page",
              "string_causal_aligned_to_the_start", "prefill_prescales_keys_in_place", "rule_phrases_as_exception_notes",
-             "causal_mask_record", "str_enum_mask", "causal_resolved_over_pool_slots")
+             "causal_mask_record", "str_enum_mask", "causal_resolved_over_pool_slots", "page_ids_live_view",
+             "value_and_runtime_error_class")
 # Every course-rejected variant fails its check in the sandbox too, where the suite sees the subject through the
 # worker (arrays copied across a pipe, in-place changes reported back, identity asked there).
 SANDBOXED_FORGING = tuple(sorted(FORGING_VARIANTS))

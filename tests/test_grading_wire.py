@@ -138,6 +138,37 @@ def test_errors_cross_as_builtins_or_subject_error() -> None:
     assert type(wire.error_from({"type": "SystemExit", "message": "1"})) is wire.SubjectError
 
 
+def test_a_slice_crosses_as_a_slice() -> None:
+    """The course's `cache.page_ids[:2] == [0, 1]` hands a slice to page_ids' __getitem__: where page_ids is a view
+    (a handle), the slice crossed as nothing ("a slice cannot be sent") and a course clause failed."""
+    assert round_trip([slice(None, 2), slice(1, -1, 2)]) == [slice(None, 2), slice(1, -1, 2)]
+    with pytest.raises(wire.ProtocolError):
+        wire.from_wire({wire.TAG: "slice", "items": [1, 2]}, [], lambda entry: None, clean=True)
+
+
+def test_an_error_deriving_from_several_builtins_is_each_of_them() -> None:
+    """class KvError(ValueError, RuntimeError) re-raising the course's injected page write failure: the course's
+    pytest.raises(RuntimeError) takes it, and it crossed as a ValueError alone, which a check catching RuntimeError
+    missed."""
+
+    class KvError(ValueError, RuntimeError):
+        pass
+
+    class Declined(NotImplementedError, TypeError):
+        pass
+
+    crossed = wire.error_from(wire.error_entry(KvError("append rolled back: injected page write failure")))
+    assert isinstance(crossed, ValueError) and isinstance(crossed, RuntimeError)
+    assert type(crossed).__name__ == "ValueError"
+    assert str(crossed) == "KvError: append rolled back: injected page write failure"
+    declined = wire.error_from(wire.error_entry(Declined("bfloat16")))
+    assert isinstance(declined, TypeError) and isinstance(declined, NotImplementedError)
+    assert "also" not in wire.error_entry(NotImplementedError("n")) and "also" not in wire.error_entry(KeyError("k"))
+    # Only the builtins a subclass may cross as are taken from the worker's word.
+    forged = wire.error_from({"type": "ValueError", "message": "m", "also": ["SystemExit", "AssertionError", 3, []]})
+    assert type(forged) is ValueError
+
+
 def test_an_errors_notes_cross_with_it() -> None:
     # pytest.raises(match=...) searches a message's PEP 678 notes too, so the course's phrase may be in one.
     error = ValueError("context_lens[0]=-1")

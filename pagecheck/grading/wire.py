@@ -22,6 +22,7 @@ infinities included); every JSON object carries a tag "$t" (TAG):
                   positions both read)
     dict          {"$t": "dict", "items": [[key, value], ...]}
     bytes         {"$t": "bytes", "buf": index}
+    slice         {"$t": "slice", "items": [start, stop, step]}
     array         {"$t": "array", "lib": "mlx"|"numpy", "dtype": name, "shape": [...], "buf": index}
                   (bfloat16 travels as its 16-bit pattern)
     npscalar      {"$t": "npscalar", "dtype": name, "buf": index}
@@ -365,6 +366,9 @@ def to_wire(
     if isinstance(value, (bytes, bytearray)):
         buffers.append(bytes(value))
         return {TAG: "bytes", "buf": len(buffers) - 1}
+    if type(value) is slice:  # an index, as `ids[:2]` hands one to a handle's __getitem__
+        return {TAG: "slice", "items": [to_wire(part, buffers, handle_of, depth + 1, origin_of)
+                                        for part in (value.start, value.stop, value.step)]}  # fmt: skip
     mx = _mlx_module()
     if _is_numpy(value, "ndarray") or (mx is not None and isinstance(value, mx.array)):
         entry = array_entry(value, buffers)
@@ -489,6 +493,9 @@ def from_wire(
         return result
     if tag == "bytes":
         return bytes(_buffer(node, buffers))
+    if tag == "slice" and isinstance(node.get("items"), list) and len(node["items"]) == 3:
+        return slice(*(from_wire(part, buffers, resolve, clean=clean, depth=depth + 1, on_array=on_array)
+                       for part in node["items"]))  # fmt: skip
     if tag == "array":
         array = _array_from(node, buffers, allow_mlx=True)
         return array if on_array is None else on_array(node, array)
@@ -504,6 +511,8 @@ def from_wire(
 
 
 MAX_NOTES = 16  # of an exception's notes, the ones that cross
+# The builtins a subclass crosses as (SubjectError is a RuntimeError); one deriving from several of them is each.
+ALSO_ERRORS = ("ValueError", "TypeError", "NotImplementedError", "RuntimeError")
 
 
 def error_entry(error: BaseException) -> dict[str, Any]:
@@ -519,8 +528,30 @@ def error_entry(error: BaseException) -> dict[str, Any]:
         message = str(error.args[0]) if isinstance(error, KeyError) and len(error.args) == 1 else str(error)
     # PEP 678 notes: pytest.raises(match=...) searches them with the message, so the course's phrases may be there.
     notes = [clean_text(note) for note in getattr(error, "__notes__", ())[:MAX_NOTES] if isinstance(note, str)]
-    entry = {"type": builtin or "SubjectError", "name": clean_text(name, 200), "message": clean_text(message)}
+    entry: dict[str, Any] = {"type": builtin or "SubjectError", "name": clean_text(name, 200),
+                             "message": clean_text(message)}  # fmt: skip
+    # A subclass of several builtins (class KvError(ValueError, RuntimeError)) is each of them in process: the others
+    # of ALSO_ERRORS it derives from cross beside its type, so that a check catching any of them catches it here too.
+    crossing = BUILTIN_ERRORS.get(builtin or "", SubjectError)
+    also = [n for n in ALSO_ERRORS if isinstance(error, BUILTIN_ERRORS[n])
+            and not issubclass(crossing, BUILTIN_ERRORS[n])]
+    if also and builtin != "MemoryError":
+        entry["also"] = also
     return {**entry, "notes": notes} if notes else entry
+
+
+@functools.lru_cache(maxsize=64)
+def _error_class(base: type[BaseException], also: tuple[type[BaseException], ...]) -> type[BaseException]:
+    """An exception class, named as `base`, that derives from `base` and each of `also` (only the most derived of
+    them); `base` where they do not combine."""
+    kinds = [base, *also]
+    kinds = [k for k in kinds if not any(o is not k and issubclass(o, k) for o in kinds)]
+    if kinds == [base]:
+        return base
+    try:
+        return type(base.__name__, tuple(kinds), {"__module__": base.__module__, "__qualname__": base.__qualname__})
+    except TypeError:
+        return base
 
 
 def error_from(entry: Any) -> BaseException:
@@ -529,7 +560,14 @@ def error_from(entry: Any) -> BaseException:
         return ProtocolError("an error reply without its entry")
     message = clean_text(entry.get("message", ""))
     cls = BUILTIN_ERRORS.get(str(entry.get("type")))
-    error = SubjectError(f"{clean_text(entry.get('name', 'Exception'), 200)}: {message}") if cls is None else cls(message)
+    also = entry.get("also")
+    if isinstance(also, list) and cls is not MemoryError:
+        kinds = tuple(dict.fromkeys(BUILTIN_ERRORS[n] for n in also[: len(ALSO_ERRORS)] if n in ALSO_ERRORS))
+        combined = _error_class(SubjectError if cls is None else cls, kinds)
+    else:
+        combined = SubjectError if cls is None else cls
+    named = issubclass(combined, SubjectError)
+    error = combined(f"{clean_text(entry.get('name', 'Exception'), 200)}: {message}" if named else message)
     notes = entry.get("notes")
     if isinstance(notes, list) and hasattr(error, "add_note"):
         for note in notes[:MAX_NOTES]:
