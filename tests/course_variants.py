@@ -3028,3 +3028,19 @@ VARIANTS["float32_decodes_only_in_a_batch"] = (
       "        raise NotImplementedError('float32 decode runs batched (B > 1) only')\n"
       "    scale = head_dim**-0.5 if scale is None else scale\n")],
 )
+
+VARIANTS["failed_append_raises_its_own_error"] = (
+    "an append whose page write fails is rolled back and raises a RuntimeError of its own ('append of N tokens "
+    "failed and was rolled back'), the failure's own message attached as a PEP 678 note (the course's "
+    "pytest.raises(RuntimeError, match=...) reads notes too)",
+    [('        except BaseException:\n'
+      '            self.pool.rollback(pool_before)\n'
+      '            self.page_ids, self.page_lens, self.offset = cache_before\n'
+      '            raise\n',
+      '        except Exception as exc:\n'
+      '            self.pool.rollback(pool_before)\n'
+      '            self.page_ids, self.page_lens, self.offset = cache_before\n'
+      '            error = RuntimeError(f"append of {key.shape[2]} tokens failed and was rolled back")\n'
+      '            error.add_note(f"cause: {type(exc).__name__}: {exc}")\n'
+      '            raise error from exc\n')],
+)
