@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from pagecheck.invariants import injection
+from pagecheck.invariants.course import COURSE_PAGE_SIZE
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.cache import PagedKvMetadata
 from pagecheck.reference.layouts import PagedLayout
@@ -159,7 +160,24 @@ def append_for_a_check(cache: Any, key: Any, value: Any, course: bool, rows: int
 def _append_prefix(cache: Any, key: Any, value: Any, dense: bool) -> None:
     import mlx.core as mx
 
-    (cache.update_and_fetch if dense or key.dtype == mx.bfloat16 else cache.update_and_fetch_paged)(key, value)
+    if dense or key.dtype == mx.bfloat16:
+        cache.update_and_fetch(key, value)
+    else:
+        course_paged_append(cache, key, value)
+
+
+def course_paged_append(cache: Any, key: Any, value: Any) -> None:
+    """Append a chunk [1, H_kv, n, D] through update_and_fetch_paged in pieces of COURSE_PAGE_SIZE tokens at most,
+    so that each piece opens one new page at most (pages of COURSE_PAGE_SIZE or more). The course reads a cache's
+    tokens (through gather_dense(), a metadata's pages or attention over them) only after paged appends that open
+    one new page at most (its prefill fills the tail page and opens one); what its appends of 5 and 17 tokens
+    leave it reads only through counts and shapes. So a cache may spread the tokens of a paged append that opens
+    several pages over them its own way (balanced_new_pages in tests/course_variants.py), and a course case that
+    reads tokens afterwards appends in such pieces. The first piece opens an empty cache with COURSE_PAGE_SIZE tokens,
+    or all of a shorter chunk (the caller opens it with COURSE_FIRST_PAGED_APPEND at least)."""
+    for start in range(0, key.shape[2], COURSE_PAGE_SIZE):
+        stop = start + COURSE_PAGE_SIZE
+        cache.update_and_fetch_paged(key[:, :, start:stop], value[:, :, start:stop])
 
 
 def the_subjects_own_metadata(

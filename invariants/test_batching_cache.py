@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from pagecheck.invariants.calls import (
-    attention_as_the_course_calls, attention_over_metadata, cache_state, metadata_layout, pool_state, read_once,
-    same_pool_state,
+    attention_as_the_course_calls, attention_over_metadata, cache_state, course_paged_append, metadata_layout, pool_state,
+    read_once, same_pool_state,
 )
 from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_BATCH, COURSE_PHRASES, DAY_3, DAY_4
 from pagecheck.invariants.verdict import (
@@ -93,7 +93,13 @@ def test_batch_metadata_pads_rows_and_empties_slots(
         for _, action, slot, prefill in (event for event in schedule if event[0] == step):
             if action == "add":
                 cache, record = cache_type(pool), WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32")
-                cache.update_and_fetch_paged(*record.make_chunk(rng, prefill))
+                chunk = record.make_chunk(rng, prefill)
+                # A course case's prefill in pieces that each open one new page at most, as the course's paged
+                # appends whose pages it reads (calls.course_paged_append).
+                if course:
+                    course_paged_append(cache, *chunk)
+                else:
+                    cache.update_and_fetch_paged(*chunk)
                 batching.add_request(cache, slot)
                 live[slot] = (cache, record)
             else:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagecheck.invariants.calls import equals_list
+from pagecheck.invariants.calls import course_paged_append, equals_list
 from pagecheck.invariants.course import (
     COURSE_FIRST_PAGED_APPEND, COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, DAY_4, Geometry, split_at_the_course,
 )
@@ -60,7 +60,13 @@ def test_decode_takes_a_page_only_when_the_tail_is_full(
     cache = cache_type(pool)
     record = WrittenKv(2, geometry.head_dim, "float32")
     if prefill:
-        cache.update_and_fetch_paged(*record.make_chunk(rng, prefill))
+        chunk = record.make_chunk(rng, prefill)
+        # A course case's prefill in pieces that each open one new page at most, as the course's paged appends whose
+        # pages it reads (calls.course_paged_append).
+        if geometry.course:
+            course_paged_append(cache, *chunk)
+        else:
+            cache.update_and_fetch_paged(*chunk)
         _check_pages(cache, prefill, page_size, f"after a prefill of {prefill}")
     for _ in range(decode_steps):
         before = cache.num_pages

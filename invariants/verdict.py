@@ -122,13 +122,18 @@ def same_array(a: Any, b: Any) -> bool:
     return bool(np.array_equal(x, y))
 
 
+def raised_message(exc: BaseException) -> str:
+    """An exception's message with its notes (PEP 678) on lines of their own, as pytest.raises(match=...) reads it."""
+    return "\n".join([str(exc), *(note for note in getattr(exc, "__notes__", ()) if isinstance(note, str))])
+
+
 def expect_value_error(invariant: str, what: str, call: Callable[[], object], contains: str | None = None) -> str:
     """Run `call`, which must raise ValueError (mentioning `contains`, if given); return the message, with the
-    exception's notes (PEP 678) on lines of their own, as pytest.raises(match=...) reads it."""
+    exception's notes (PEP 678) on lines of their own, as pytest.raises(match=...) reads it (raised_message)."""
     try:
         call()
     except ValueError as exc:
-        message = "\n".join([str(exc), *(note for note in getattr(exc, "__notes__", ()) if isinstance(note, str))])
+        message = raised_message(exc)
         if contains is not None and contains.lower() not in message.lower():
             raise InvariantViolation(invariant, f"{what}: ValueError without {contains!r}: {message!r}") from None
         return message

@@ -3105,3 +3105,79 @@ VARIANTS["value_and_runtime_error_class"] = (
          "            raise\n"),
     ],
 )
+
+VARIANTS["failed_append_raises_its_own_error"] = (
+    "an append whose page write fails is rolled back and raises a RuntimeError of its own ('append of N tokens "
+    "failed and was rolled back'), the failure's own message attached as a PEP 678 note (the course's "
+    "pytest.raises(RuntimeError, match=...) reads notes too)",
+    [('        except BaseException:\n'
+      '            self.pool.rollback(pool_before)\n'
+      '            self.page_ids, self.page_lens, self.offset = cache_before\n'
+      '            raise\n',
+      '        except Exception as exc:\n'
+      '            self.pool.rollback(pool_before)\n'
+      '            self.page_ids, self.page_lens, self.offset = cache_before\n'
+      '            error = RuntimeError(f"append of {key.shape[2]} tokens failed and was rolled back")\n'
+      '            error.add_note(f"cause: {type(exc).__name__}: {exc}")\n'
+      '            raise error from exc\n')],
+)
+
+VARIANTS["balanced_new_pages"] = (
+    "update_and_fetch_paged spreads the tokens of an append that open new pages evenly over those pages (5 tokens "
+    "on an empty cache: [3, 2]), after filling the tail page; gather_dense() reads each page's own fill. The metadata "
+    "of such an append is wrong for a kernel that reads pages full but the last: the course reads tokens only after "
+    "paged appends that open one new page at most (its 5 and 17 tokens only through counts and shapes)",
+    [('        self.append(key, value)\n'
+      '        return self.paged_metadata(mask=mask)\n',
+      '        self.append(key, value, balanced=True)\n'
+      '        return self.paged_metadata(mask=mask)\n'),
+     ('    def append(self, key: mx.array, value: mx.array) -> None:\n',
+      '    def append(self, key: mx.array, value: mx.array, balanced: bool = False) -> None:\n'),
+     ('            self._write(key, value)\n        except BaseException:\n',
+      '            self._write(key, value, balanced)\n        except BaseException:\n'),
+     ('    def _write(self, key: mx.array, value: mx.array) -> None:\n'
+      '        page_size = self.pool.page_size\n'
+      '        length = key.shape[2]\n'
+      '        written = 0\n'
+      '        while written < length:\n'
+      '            if not self.page_ids or self.page_lens[-1] == page_size:\n'
+      '                self.page_ids.append(self.pool.allocate_page())\n'
+      '                self.page_lens.append(0)\n'
+      '            start = self.page_lens[-1]\n'
+      '            stop = written + min(page_size - start, length - written)\n'
+      '            self.pool.write_page_slice(self.page_ids[-1], start, key[:, :, written:stop], value[:, :, written:stop])\n'
+      '            self.page_lens[-1] += stop - written\n'
+      '            self.offset += stop - written\n'
+      '            written = stop\n',
+      '    def _write(self, key: mx.array, value: mx.array, balanced: bool = False) -> None:\n'
+      '        page_size = self.pool.page_size\n'
+      '        length = key.shape[2]\n'
+      '        spans = []  # (a new page?, tokens)\n'
+      '        if self.page_ids and self.page_lens[-1] < page_size:\n'
+      '            spans.append((False, min(page_size - self.page_lens[-1], length)))\n'
+      '        rest = length - sum(n for _, n in spans)\n'
+      '        if rest:\n'
+      '            k = -(-rest // page_size)\n'
+      '            if balanced:  # the tokens that need new pages spread evenly over them\n'
+      '                sizes = [rest // k + (1 if i < rest % k else 0) for i in range(k)]\n'
+      '            else:\n'
+      '                sizes = [page_size] * (k - 1) + [rest - (k - 1) * page_size]\n'
+      '            spans += [(True, n) for n in sizes]\n'
+      '        written = 0\n'
+      '        for new, n in spans:\n'
+      '            if new:\n'
+      '                self.page_ids.append(self.pool.allocate_page())\n'
+      '                self.page_lens.append(0)\n'
+      '            start, stop = self.page_lens[-1], written + n\n'
+      '            self.pool.write_page_slice(self.page_ids[-1], start, key[:, :, written:stop], value[:, :, written:stop])\n'
+      '            self.page_lens[-1] += n\n'
+      '            self.offset += n\n'
+      '            written = stop\n'),
+     ('        picked = pages[mx.array(self.page_ids, dtype=mx.int32)] if self.page_ids else pages[:0]\n'
+      '        tokens = picked.transpose(1, 0, 2, 3).reshape(num_heads, self.num_pages * page_size, head_dim)\n'
+      '        return tokens[None, :, : self.offset]\n',
+      '        parts = [pages[p][:, :n] for p, n in zip(self.page_ids, self.page_lens)]\n'
+      '        if not parts:\n'
+      '            return pages[:0].transpose(1, 0, 2, 3).reshape(num_heads, 0, head_dim)[None]\n'
+      '        return mx.concatenate(parts, axis=1)[None]\n')],
+)
