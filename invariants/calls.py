@@ -216,20 +216,18 @@ def the_subjects_own_metadata(
     if batching_cache_type is None or rows != 1:
         return None
     batch = batching_cache_type(len(lens), max(16, *lens))
-    last: dict[str, list[Any]] = {"keys": [], "values": []}
+    empty = mx.zeros((1, layout.key_pages.shape[1], 1, layout.key_pages.shape[3]), dtype=dt)
+    last_keys, last_values = [], []  # each slot's decode token
     for slot, n in enumerate(lens):
-        if n == 0:
-            for name in last:
-                last[name].append(mx.zeros((1, layout.key_pages.shape[1], 1, layout.key_pages.shape[3]), dtype=dt))
-            continue
-        keys, values = written(layout.key_pages, slot), written(layout.value_pages, slot)
-        cache = cache_type(pool)
-        if n > 1:
-            _append_prefix(cache, keys[:, :, : n - 1], values[:, :, : n - 1], dense=True)
-        batch.add_request(cache, slot)
-        last["keys"].append(keys[:, :, n - 1 :])
-        last["values"].append(values[:, :, n - 1 :])
-    step = (mx.concatenate(last[name], axis=0) for name in ("keys", "values"))
+        keys, values = (written(layout.key_pages, slot), written(layout.value_pages, slot)) if n else (empty, empty)
+        if n:
+            cache = cache_type(pool)
+            if n > 1:
+                _append_prefix(cache, keys[:, :, : n - 1], values[:, :, : n - 1], dense=True)
+            batch.add_request(cache, slot)
+        last_keys.append(keys[:, :, -1:])
+        last_values.append(values[:, :, -1:])
+    step = mx.concatenate(last_keys, axis=0), mx.concatenate(last_values, axis=0)
     return read_once(batch.update_and_fetch_paged(*step, mask_length=1, mask="causal"))
 
 

@@ -78,8 +78,8 @@ def query_len(length: int, geometry: Geometry, context: int) -> int:
 
 def attends_alone(course: bool, rows: int, context: int) -> bool:
     """Whether a check attends over one request's own metadata after an append of `rows` query rows, `context` in
-    all (float32): always beyond the course (`course` false); in its course case only at the course's own one-request float32 call,
-    its prefill of COURSE_PREFILL_ROWS rows over COURSE_PREFILL_CONTEXT. The course decodes float32 only in its
+    all (float32): always beyond the course (`course` false); in its course case only at the course's own
+    one-request float32 call, its prefill of COURSE_PREFILL_ROWS rows over COURSE_PREFILL_CONTEXT. The course decodes float32 only in its
     batch (its one-request decode is bfloat16), so an implementation it accepts may refuse a float32 decode of one
     request; such a course case checks the request's pages through the metadata alone."""
     return not course or (rows == COURSE_PREFILL_ROWS and context == COURSE_PREFILL_CONTEXT)

@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from pagecheck.invariants.calls import append_for_a_check, attention_over_metadata, current_metadata, metadata_layout
 from pagecheck.invariants.course import DAY_3, Geometry, attends_alone, split_at_the_course
 from pagecheck.invariants.strategies import seeds
-from pagecheck.invariants.verdict import expect, expect_close, expect_pages_hold, gathered, same_tokens
+from pagecheck.invariants.verdict import expect, expect_close, expect_gathered_tokens, expect_pages_hold
 from pagecheck.invariants.workload import WrittenKv
 
 INVARIANT = "alias_free"
@@ -100,11 +100,7 @@ class SharedPool:
             if not self.course:
                 self.check_output(request, step)
             elif record.length:
-                keys, values = gathered(INVARIANT, cache)
-                expect(
-                    same_tokens(keys[0], record.keys) and same_tokens(values[0], record.values), INVARIANT,
-                    f"{step}: request {request}'s tokens read through gather_dense() differ from the ones it wrote",
-                )
+                expect_gathered_tokens(INVARIANT, f"{step}: request {request}", cache, record)
 
     def check_output(self, request: int, step: str) -> None:
         cache, record, query = self.requests[request]

@@ -32,7 +32,9 @@ from pagecheck.invariants.course import (
 )
 from pagecheck.invariants.strategies import SMALL_PAGE_SIZES, chunk_plans, paged_layouts, seeds
 from pagecheck.invariants.subject import Subject
-from pagecheck.invariants.verdict import expect, expect_arrays, expect_close, expect_pages_hold, gathered, same_tokens
+from pagecheck.invariants.verdict import (
+    expect, expect_arrays, expect_close, expect_gathered_tokens, expect_pages_hold, same_tokens,
+)
 from pagecheck.invariants.workload import WrittenKv
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.attention import gather_dense
@@ -244,11 +246,7 @@ def test_block_table_is_read_again_when_page_ids_change(
             if not geometry.course:
                 check_one(name, step)
                 continue
-            keys, values = gathered(INVARIANT, owner)
-            expect(
-                same_tokens(keys[0], records[name].keys) and same_tokens(values[0], records[name].values), INVARIANT,
-                f"{step}: {name}'s tokens read through gather_dense() differ from the ones written (page_size={page_size})",
-            )
+            expect_gathered_tokens(INVARIANT, f"{step}: {name} (page_size={page_size})", owner, records[name])
 
     def check_one(name: str, step: str) -> None:
         owner = caches[name]

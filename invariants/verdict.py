@@ -122,6 +122,15 @@ def same_array(a: Any, b: Any) -> bool:
     return bool(np.array_equal(x, y))
 
 
+def expect_gathered_tokens(invariant: str, what: str, cache: Any, record: Any) -> None:
+    """A cache's tokens read through its gather_dense() (gathered) are the ones `record` (a WrittenKv) holds."""
+    keys, values = gathered(invariant, cache)
+    expect(
+        same_tokens(keys[0], record.keys) and same_tokens(values[0], record.values), invariant,
+        f"{what}: the tokens read through gather_dense() differ from the ones written",
+    )
+
+
 def raised_message(exc: BaseException) -> str:
     """An exception's message with its notes (PEP 678) on lines of their own, as pytest.raises(match=...) reads it."""
     return "\n".join([str(exc), *(note for note in getattr(exc, "__notes__", ()) if isinstance(note, str))])

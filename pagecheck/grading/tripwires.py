@@ -274,6 +274,9 @@ class Tripwires:
     def __init__(self, report: Report) -> None:
         self.report = report
         self.watch: GatherWatch | None = None
+        # How a call's watch reads its pages and lengths (GatherWatch's shape_of, lengths_of, root_of): set by
+        # install_gather_watch; the watch's own defaults until then.
+        self._read_call: tuple[Callable[..., Any], ...] = ()
         self.sdpa_calls = 0
         # While the subject is imported: a call of the trap raises but is not reported. Only paged_attention's
         # source must be free of SDPA (the course's test reads that alone), and a self-test at import that
@@ -456,11 +459,7 @@ class Tripwires:
                 setattr(np, name, assigner(getattr(np, name), f"numpy.{name}"))
 
     def begin_call(self, key_pages: Any, value_pages: Any, context_lens: Any) -> None:
-        shape_of, lengths_of, root_of = getattr(self, "_read_call", (None, None, None))
-        if shape_of is None:
-            self.watch = GatherWatch(key_pages, value_pages, context_lens, self.report)
-        else:
-            self.watch = GatherWatch(key_pages, value_pages, context_lens, self.report, shape_of, lengths_of, root_of)
+        self.watch = GatherWatch(key_pages, value_pages, context_lens, self.report, *self._read_call)
 
     def end_call(self) -> None:
         self.watch = None
