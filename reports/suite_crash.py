@@ -57,9 +57,12 @@ def crash_cause(log_text: str) -> str:
     pytest's INTERNALERROR lines, its usage-error lines; else the log's end.
     """
     lines = [line for line in log_text.splitlines() if not line.startswith("$ ")]
-    starts = [i for i, line in enumerate(lines) if line.startswith(FAULT_START)]
+    # faulthandler writes to stderr mid-line when pytest's progress dots have
+    # no newline yet: the dump starts where its phrase does.
+    starts = [i for i, line in enumerate(lines) if FAULT_START in line]
     if starts:
-        dump = [line for line in lines[starts[-1] :] if line.strip()]
+        first = lines[starts[-1]]
+        dump = [first[first.index(FAULT_START) :], *(line for line in lines[starts[-1] + 1 :] if line.strip())]
         # Of the threads faulthandler lists, the current one crashed.
         current = next((i for i, line in enumerate(dump) if line.startswith(CURRENT_THREAD)), None)
         if current is not None:

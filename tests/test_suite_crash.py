@@ -108,8 +108,9 @@ some trailing line
 """
 
 
-def test_the_cause_is_the_crashing_thread_of_a_fault_dump() -> None:
-    cause = crash_cause(FAULT_LOG)
+@pytest.mark.parametrize("log", [FAULT_LOG, FAULT_LOG.replace("....\nFatal", "....Fatal")], ids=["own_line", "after_progress_dots"])
+def test_the_cause_is_the_crashing_thread_of_a_fault_dump(log: str) -> None:
+    cause = crash_cause(log)
     assert cause.splitlines()[0] == "Fatal Python error: Segmentation fault"
     assert cause.splitlines()[1].startswith("Current thread")
     assert "attention.py" in cause and "execnet" not in cause and "$ python" not in cause
