@@ -3181,3 +3181,29 @@ VARIANTS["balanced_new_pages"] = (
       '            return pages[:0].transpose(1, 0, 2, 3).reshape(num_heads, 0, head_dim)[None]\n'
       '        return mx.concatenate(parts, axis=1)[None]\n')],
 )
+
+VARIANTS["int_enum_mask"] = (
+    "the caches hand out mask='causal' as a member of an int enum of their own (MaskKind.CAUSAL = 1), and "
+    "paged_attention takes the mask only as the caches hand it out (isinstance), refusing a plain string or int once "
+    "the metadata is validated: the course passes every paged call it expects to succeed the mask its metadata carries",
+    [("def _is_int(x: object) -> bool:",
+      "import enum\n\n\n"
+      "class MaskKind(enum.IntEnum):\n"
+      "    \"\"\"The masks the caches hand out.\"\"\"\n"
+      "    CAUSAL = 1\n\n\n"
+      "def _resolved(mask):\n"
+      "    return MaskKind.CAUSAL if isinstance(mask, str) and mask == \"causal\" else mask\n\n\n"
+      "def _is_int(x: object) -> bool:"),
+     ("            self.pool.page_size, mask,\n        )\n\n    def gather_dense",
+      "            self.pool.page_size, _resolved(mask),\n        )\n\n    def gather_dense"),
+     ("            pool.page_size, mask,\n        )",
+      "            pool.page_size, _resolved(mask),\n        )"),
+     ("    if mask is not None and not (isinstance(mask, str) and mask == \"causal\"):\n",
+      "    if mask is not None and not (isinstance(mask, MaskKind) or (isinstance(mask, str) and mask == \"causal\")):\n"),
+     ("    _check_metadata(table, lens, query.shape[2], page_size, key_pages.shape[0])\n",
+      "    _check_metadata(table, lens, query.shape[2], page_size, key_pages.shape[0])\n"
+      "    if mask is not None and not isinstance(mask, MaskKind):\n"
+      "        raise ValueError(f\"mask={mask!r} must be None or MaskKind.CAUSAL, as a cache's metadata carries it\")\n"),
+     ("        rows.append(_attend(query[row], keys, values, scale, mask == \"causal\"))",
+      "        rows.append(_attend(query[row], keys, values, scale, mask is MaskKind.CAUSAL))")],
+)

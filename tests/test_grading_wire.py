@@ -85,6 +85,22 @@ def test_a_tuple_subclass_with_properties_of_its_own_crosses_as_an_object() -> N
     assert round_trip(ids) == [3, 4] and type(round_trip(ids)) is list  # a list subclass is still its items
 
 
+def test_an_int_subclass_crosses_as_its_value_and_with_its_origin_as_a_remote_int() -> None:
+    """An IntEnum's member from the worker: a plain int where no origin is asked (the suite's own, and in this codec
+    alone), else its value with the origin, decoded as a RemoteInt that carries it back."""
+    import enum
+
+    member = enum.IntEnum("Kind", "ONE TWO").TWO
+    assert round_trip(member) == 2 and type(round_trip(member)) is int
+    buffers: list[object] = []
+    node = wire.to_wire([member, 3], buffers, lambda obj: {}, origin_of=lambda value: 41)
+    assert node == [{wire.TAG: "int", "value": 2, "origin": 41}, 3]  # a plain int asks for no origin
+    seen: list[object] = []
+    back = wire.from_wire(node, [], lambda entry: None, clean=True, on_array=lambda entry, value: seen.append(entry) or value)
+    assert back == [2, 3] and type(back[0]) is wire.RemoteInt and seen == [node[0]]
+    assert type(wire.from_wire(node[0], [], lambda entry: None, clean=True)) is int
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "int32", "int64", "uint16", "bool", "complex64"])
 def test_numpy_arrays_round_trip_exactly(dtype: str) -> None:
     array = (np.arange(24).reshape(2, 3, 4) % 5).astype(dtype)
@@ -237,9 +253,13 @@ def test_frame_over_the_reader_limit_is_refused_before_reading_it() -> None:
         {wire.TAG: "tuple", "items": [1], "fields": ["not a name"]},
         {wire.TAG: "tuple", "items": [1], "fields": ["def"]},
         {wire.TAG: "tuple", "items": [1], "fields": "a"},
+        {wire.TAG: "int", "value": "1", "origin": 1},
+        {wire.TAG: "int", "value": True, "origin": 1},
+        {wire.TAG: "int", "value": 1.5, "origin": 1},
     ],
     ids=["size", "negative", "object", "library", "buffer-index", "unknown-tag", "unhashable-key", "too-deep",
-         "fields-count", "fields-repeated", "field-dunder", "field-not-identifier", "field-keyword", "fields-not-list"],
+         "fields-count", "fields-repeated", "field-dunder", "field-not-identifier", "field-keyword", "fields-not-list",
+         "int-text", "int-bool", "int-float"],
 )
 def test_malformed_values_are_protocol_errors(node: object) -> None:
     with pytest.raises(wire.ProtocolError):

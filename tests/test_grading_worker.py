@@ -6,6 +6,7 @@ probes run inside the worker; their answers come back as values.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import subprocess
@@ -192,6 +193,18 @@ def str_enum_mask():
 
 def is_str_enum_mask(value):
     return value is MaskKind.CAUSAL
+
+class PageKind(enum.IntEnum):
+    CAUSAL = 1
+
+def int_enum_mask():
+    return PageKind.CAUSAL
+
+def int_enum_pair():
+    return [PageKind.CAUSAL, PageKind.CAUSAL]
+
+def is_int_enum_mask(value):
+    return value is PageKind.CAUSAL
 
 def segfault():
     return ctypes.string_at(0)
@@ -452,6 +465,24 @@ def test_a_str_subclass_read_from_the_worker_goes_back_as_itself(sandbox: tuple[
     assert probe(subject, "kind", "causal") == "str"
     # A str subclass of the suite's own (NumPy's) was never the worker's: it goes as its text.
     assert probe(subject, "kind", np.str_("causal")) == "str"
+
+
+def test_an_int_subclass_read_from_the_worker_goes_back_as_itself(sandbox: tuple[Subject, Session]) -> None:
+    """A cache's mask as an IntEnum's member crossed as a plain int, and came back to its attention as one: an
+    attention that knows its mask by identity or type, which the course accepts, failed 10 course clauses in the
+    sandbox. An int subclass now crosses as an int that remembers its origin, as a named tuple does: itself when it
+    comes back; an equal int made here is still a plain int."""
+    subject, _ = sandbox
+    mask = probe(subject, "int_enum_mask")
+    assert mask == 1 and isinstance(mask, int) and mask + 1 == 2  # an int to the suite
+    assert probe(subject, "is_int_enum_mask", mask) is True
+    assert probe(subject, "is_int_enum_mask", 1) is False
+    assert probe(subject, "is_int_enum_mask", mask + 0) is False  # arithmetic here makes a plain int
+    assert probe(subject, "kind", 1) == "int"
+    first, second = probe(subject, "int_enum_pair")
+    assert probe(subject, "is_int_enum_mask", second) is True and probe(subject, "is_int_enum_mask", first) is True
+    # An int subclass of the suite's own (bool aside) was never the worker's: it goes as its value.
+    assert probe(subject, "kind", enum.IntEnum("Local", "ONE")(1)) == "int"
 
 
 @pytest.mark.skipif(not LINUX, reason="Linux namespaces")

@@ -26,9 +26,12 @@ infinities included); every JSON object carries a tag "$t" (TAG):
     array         {"$t": "array", "lib": "mlx"|"numpy", "dtype": name, "shape": [...], "buf": index}
                   (bfloat16 travels as its 16-bit pattern)
     npscalar      {"$t": "npscalar", "dtype": name, "buf": index}
+    int subclass  {"$t": "int", "value": n}   (an IntEnum's member, say; only with its origin, else a plain int; back
+                  as a RemoteInt)
     handle        {"$t": "handle", "id": n, "type": name, "callable": bool}
 
-An array or named tuple the worker sends also carries "origin": n, its number there (OriginOf), and carries it back.
+An array, named tuple or int subclass the worker sends also carries "origin": n, its number there (OriginOf), and
+carries it back.
 """
 
 from __future__ import annotations
@@ -285,7 +288,7 @@ class FrameReader:
 
 HandleOf = Callable[[Any], dict[str, Any]]  # an object that is not plain data -> its handle entry
 ResolveHandle = Callable[[dict[str, Any]], Any]  # a handle entry -> the local object it stands for
-# An array's or a named tuple's origin: the worker numbers the arrays and named tuples it sends (OriginOf: value ->
+# An array's, a named tuple's or an int subclass's origin: the worker numbers those it sends (OriginOf: value ->
 # its number, or None; an entry carries it as "origin"), the trusted side sends the number back with the value it
 # decoded from one, and the worker hands on its own object where that still holds the same values (OnArray: an
 # entry and the array or record decoded from it -> the value to use).
@@ -343,7 +346,11 @@ def to_wire(
         # code that made it gets it back as itself, which it may know by its type or identity.
         return handle_of(value)
     if isinstance(value, int):
-        return int(value)
+        # An int subclass (an IntEnum's member, say) may be known by its type where it goes back: it carries its
+        # origin, and the worker hands back its own object for the same number (the trusted side's own, or one
+        # whose origin is unknown, crosses as the plain int).
+        origin = None if type(value) is int or origin_of is None else origin_of(value)
+        return int(value) if origin is None else {TAG: "int", "value": int(value), "origin": origin}
     if isinstance(value, float):
         return float(value)
     if isinstance(value, (list, tuple)):
@@ -397,6 +404,11 @@ class RecordOrigin:
     decoded it; a record built from it (`_replace`) has none. Underscored, as no field's name may be (_record)."""
 
     _origin: Any = None
+
+
+class RemoteInt(int, RecordOrigin):
+    """An int subclass's value from the worker (an IntEnum's member, say): an int here, which goes back to the worker
+    as the object it was decoded from."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -499,6 +511,9 @@ def from_wire(
     if tag == "array":
         array = _array_from(node, buffers, allow_mlx=True)
         return array if on_array is None else on_array(node, array)
+    if tag == "int" and type(node.get("value")) is int:
+        number = node["value"]
+        return number if on_array is None or "origin" not in node else on_array(node, RemoteInt(number))
     if tag == "npscalar":
         array = _array_from({**node, "lib": "numpy", "shape": []}, buffers, allow_mlx=False)
         return array[()]

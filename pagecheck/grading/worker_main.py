@@ -40,7 +40,7 @@ ATTENTION = "paged_attention"
 ATTENTION_ARGUMENTS = ("query", "key_pages", "value_pages", "block_table", "context_lens", "page_size")
 PREFETCH_BYTES = 1 << 20  # array bytes sent unasked with one reply
 SCRATCH_PLACEHOLDER = "{scratch}"  # the same placeholder as launcher.py's (this module may not import it)
-SENT_RECORDS = 256  # named tuples kept to be handed back as themselves (Worker.sent_records)
+SENT_RECORDS = 256  # named tuples and int subclasses kept to be handed back as themselves (Worker.sent_records)
 PLAIN_ITEMS = (str, int, float, bool, bytes, type(None))  # compared by value in a record that comes back
 
 # Run by `python -I -S -c BOOTSTRAP FD_IN FD_OUT`: one u64 length, then the JSON message.
@@ -94,8 +94,9 @@ class Worker:
         # argument holding the same values is handed on itself, as the caller in process would pass the object it
         # read (an attention that changes it in place changes it where the subject's later reads see it).
         self.sent_arrays: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-        # The named tuples sent, the latest SENT_RECORDS of them (a tuple takes no weak reference): a mask record a
-        # cache handed out comes back to its attention as itself, which may know it by its type.
+        # The named tuples and int subclasses sent, the latest SENT_RECORDS of them (neither takes a weak
+        # reference): a mask record or an IntEnum's member a cache handed out comes back to its attention as itself,
+        # which may know it by its type.
         self.sent_records: collections.OrderedDict[int, tuple[Any, ...]] = collections.OrderedDict()
         self.next_array = 1
         self.api: dict[str, Any] = {}
@@ -169,7 +170,7 @@ class Worker:
 
     def origin_of(self, value: Any) -> int | None:
         number = self.next_array
-        if isinstance(value, tuple):  # a named tuple (wire.to_wire asks for no other tuple)
+        if isinstance(value, (tuple, int)):  # a named tuple or an int subclass (wire.to_wire asks for no other)
             self.sent_records[number] = value
             while len(self.sent_records) > SENT_RECORDS:
                 self.sent_records.popitem(last=False)
@@ -189,6 +190,9 @@ class Worker:
         number = entry.get("origin")
         if entry.get(self.wire.TAG) == "tuple":
             return self._original_record(number, array)
+        if entry.get(self.wire.TAG) == "int":
+            sent = self.sent_records.get(number) if type(number) is int else None
+            return sent if isinstance(sent, int) and int.__eq__(sent, int(array)) is True else int(array)
         sent = self.sent_arrays.get(number) if type(number) is int else None
         if sent is None or type(sent) is not type(array):
             return array
