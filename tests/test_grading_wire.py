@@ -198,6 +198,19 @@ def test_an_errors_notes_cross_with_it() -> None:
     assert forged.__notes__ == [wire.clean_text("a\x00b"), "c"]
 
 
+def test_a_course_phrase_after_a_long_message_still_crosses() -> None:
+    """A message that leads with the whole block table lost its course phrase past the first 4,000 characters,
+    where pytest.raises(match=...) in process finds it: an error's message and notes keep MAX_ERROR_TEXT."""
+    table = [[page, -1] for page in range(2000)]  # 16,000 characters of table
+    error = ValueError(f"block_table={table}: live page id is aliased")
+    error.add_note(f"context_lens={[7] * 2000}: must be zero or at least query length")
+    crossed = wire.error_from(wire.error_entry(error))
+    assert str(crossed) == str(error) and len(str(crossed)) > wire.MAX_TEXT
+    assert crossed.__notes__ == error.__notes__
+    huge = wire.error_from(wire.error_entry(ValueError("x" * (wire.MAX_ERROR_TEXT + 10))))
+    assert len(str(huge)) == wire.MAX_ERROR_TEXT and str(huge).endswith("...")
+
+
 def _frame_bytes(header_text: bytes, lengths: list[int], payload: bytes = b"", magic: bytes = wire.MAGIC) -> bytes:
     prefix = wire.PREFIX.pack(magic, len(header_text), len(lengths))
     return prefix + b"".join(struct.pack("<Q", n) for n in lengths) + header_text + payload

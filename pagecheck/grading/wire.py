@@ -57,6 +57,9 @@ MAX_FRAME_BYTES = 512 << 20
 MAX_DEPTH = 64
 MAX_DIMS = 32
 MAX_TEXT = 4000  # characters kept of any message text that crosses from the worker
+# An error's message and each of its notes keep more: a check searches them whole for the course's phrase, as
+# pytest.raises(match=...) does, and a message may lead with the whole metadata before it (results keep less).
+MAX_ERROR_TEXT = 1 << 16
 MAX_FIELDS = 64  # of a named tuple
 MAX_FIELD_NAME = 64
 READ_CHUNK = 1 << 20
@@ -542,9 +545,10 @@ def error_entry(error: BaseException) -> dict[str, Any]:
     else:
         message = str(error.args[0]) if isinstance(error, KeyError) and len(error.args) == 1 else str(error)
     # PEP 678 notes: pytest.raises(match=...) searches them with the message, so the course's phrases may be there.
-    notes = [clean_text(note) for note in getattr(error, "__notes__", ())[:MAX_NOTES] if isinstance(note, str)]
+    notes = [clean_text(note, MAX_ERROR_TEXT) for note in getattr(error, "__notes__", ())[:MAX_NOTES]
+             if isinstance(note, str)]  # fmt: skip
     entry: dict[str, Any] = {"type": builtin or "SubjectError", "name": clean_text(name, 200),
-                             "message": clean_text(message)}  # fmt: skip
+                             "message": clean_text(message, MAX_ERROR_TEXT)}  # fmt: skip
     # A subclass of several builtins (class KvError(ValueError, RuntimeError)) is each of them in process: the others
     # of ALSO_ERRORS it derives from cross beside its type, so that a check catching any of them catches it here too.
     crossing = BUILTIN_ERRORS.get(builtin or "", SubjectError)
@@ -573,7 +577,7 @@ def error_from(entry: Any) -> BaseException:
     """The exception to raise on the trusted side for an error entry from the worker."""
     if not isinstance(entry, dict):
         return ProtocolError("an error reply without its entry")
-    message = clean_text(entry.get("message", ""))
+    message = clean_text(entry.get("message", ""), MAX_ERROR_TEXT)
     cls = BUILTIN_ERRORS.get(str(entry.get("type")))
     also = entry.get("also")
     if isinstance(also, list) and cls is not MemoryError:
@@ -587,5 +591,5 @@ def error_from(entry: Any) -> BaseException:
     if isinstance(notes, list) and hasattr(error, "add_note"):
         for note in notes[:MAX_NOTES]:
             if isinstance(note, str):
-                error.add_note(clean_text(note))
+                error.add_note(clean_text(note, MAX_ERROR_TEXT))
     return error
