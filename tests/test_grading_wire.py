@@ -110,6 +110,14 @@ def test_numpy_arrays_round_trip_exactly(dtype: str) -> None:
     back[0, 0, 0] = 1  # a decoded array is writable, as one the subject made would be
 
 
+@pytest.mark.parametrize("dtype", [">f4", ">i8", "<f8", ">c8"])
+def test_arrays_of_either_byte_order_round_trip_as_their_numbers(dtype: str) -> None:
+    array = np.array([[1.5, -2.0, 3.25]]).astype(dtype)
+    back = round_trip(array)
+    assert back.dtype == array.dtype.newbyteorder("=") and back.dtype.isnative
+    np.testing.assert_array_equal(back, array)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "int32", "uint32", "bool_"])
 def test_mlx_arrays_round_trip_bit_for_bit(dtype: str) -> None:
     values = mx.array(np.linspace(-3.3, 7.7, 30).reshape(5, 6)).astype(getattr(mx, dtype))

@@ -322,7 +322,9 @@ def array_entry(array: Any, buffers: list[Any]) -> dict[str, Any]:
     else:
         if array.dtype.kind not in NUMPY_KINDS or array.dtype.fields is not None:
             raise TypeError(f"a NumPy array of dtype {array.dtype} cannot cross to the worker")
-        raw, name, lib = array, array.dtype.name, "numpy"
+        # Bytes cross in this machine's order: a big-endian array would otherwise be read back as another number.
+        raw = array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
+        name, lib = array.dtype.name, "numpy"
     raw = np.ascontiguousarray(raw).view(np.ndarray)
     buffers.append(raw.reshape(-1).view(np.uint8) if raw.size else b"")
     return {TAG: "array", "lib": lib, "dtype": name, "shape": list(array.shape), "buf": len(buffers) - 1}
