@@ -64,23 +64,49 @@ METADATA_FIELDS = ("key_pages", "value_pages", "block_table", "context_lens", "p
 
 
 METADATA_ARRAYS = METADATA_FIELDS[:4]  # mx.array in the course's PagedKvMetadata
+METADATA_PAGES = METADATA_FIELDS[:2]
 
 
 def read_once(metadata: Any) -> SimpleNamespace:
     """A subject's metadata with each field read once, here: the subject's attention, the oracle and every check
     then see the same objects (a property answering each read differently could show the attention one set of
     pages and the check another). A field the metadata lacks stays absent, so reading it fails as it would have.
-    The four array fields must be arrays (MLX, as the course's PagedKvMetadata types them, or NumPy): any other
-    object could answer a check's reading of it one way and the attention another."""
+    The pages must be arrays (MLX, as the course's PagedKvMetadata types them, or NumPy): any other object could
+    answer a check's reading of it one way and the attention another. The table and the lengths are read once
+    into arrays where they are not (read_table), which the attention then gets too: the course reads only their
+    .tolist() and .shape, so a table of the subject's own that has those is one it accepts."""
     fields = {}
     for name in METADATA_FIELDS:
         try:
             fields[name] = getattr(metadata, name)
         except AttributeError:
             continue
-        if name in METADATA_ARRAYS:
+        if name in METADATA_PAGES:
             _require_array(f"metadata.{name}", fields[name])
+        elif name in METADATA_ARRAYS:
+            fields[name] = read_table(f"metadata.{name}", fields[name])
     return SimpleNamespace(**fields)
+
+
+def read_table(what: str, value: Any) -> Any:
+    """A block table or context lengths as an array: an array (MLX or NumPy) or None as it is; any other object
+    (a list, a table class of the subject's own) read once, through its .tolist() where it has one (as the course
+    reads it), as an MLX int32 array. TypeError naming `what` where those values are no array of integers."""
+    import mlx.core as mx
+
+    if value is None or isinstance(value, (mx.array, np.ndarray)):
+        return value
+    rows = value.tolist() if callable(getattr(value, "tolist", None)) else value
+    try:
+        numbers = np.asarray(rows)
+        if numbers.dtype.kind not in "iu" and numbers.size:
+            raise TypeError(f"its values are {numbers.dtype}")
+        limits = np.iinfo(np.int32)
+        if numbers.size and not limits.min <= int(numbers.min()) <= int(numbers.max()) <= limits.max:
+            raise OverflowError(f"its values {int(numbers.min())}..{int(numbers.max())} pass int32")
+        return mx.array(numbers.astype(np.int32))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TypeError(f"{what} is a {type(value).__name__} whose values are no array of integers ({exc})") from None
 
 
 def _require_array(what: str, value: Any) -> Any:
@@ -387,12 +413,10 @@ def _one_row(array: Any, ndim: int) -> Any:
 def own_block_table(cache: Any) -> Any:
     """cache.block_table() as a batch of one row, [1, W], in the subject's own array type; anything else (a list:
     the course pins only that the same object comes back until the pages change) read once, as an MLX int32
-    array, so that the check and the subject's attention see the same table."""
+    array, so that the check and the subject's attention see the same table (read_table)."""
     import mlx.core as mx
 
-    table = cache.block_table()
-    if not isinstance(table, (mx.array, np.ndarray)):
-        table = mx.array(np.asarray(table, dtype=np.int32))
+    table = read_table("cache.block_table()", cache.block_table())
     # A copy, as a sandboxed subject's crosses the pipe: an attention that writes into the table it is given must
     # not change the one the cache hands out again (the course asks block_table() for the same object).
     table = table.copy() if isinstance(table, np.ndarray) else mx.array(table)

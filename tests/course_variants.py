@@ -3207,3 +3207,26 @@ VARIANTS["int_enum_mask"] = (
      ("        rows.append(_attend(query[row], keys, values, scale, mask == \"causal\"))",
       "        rows.append(_attend(query[row], keys, values, scale, mask is MaskKind.CAUSAL))")],
 )
+
+VARIANTS["host_page_table"] = (
+    "block tables stay on the host as a list subclass of their own (PageTable: rows of ids, with the .shape and "
+    ".tolist() the course reads), made by the caches and turned into an int32 array by paged_attention; tables the "
+    "caller builds as arrays are taken as they are",
+    [("def _is_int(x: object) -> bool:",
+      "class PageTable(list):\n"
+      "    \"\"\"A block table kept on the host: rows of page ids, -1 past each row's pages.\"\"\"\n\n"
+      "    @property\n"
+      "    def shape(self) -> tuple[int, int]:\n"
+      "        return (len(self), len(self[0]) if self else 0)\n\n"
+      "    def tolist(self) -> list[list[int]]:\n"
+      "        return [list(row) for row in self]\n\n\n"
+      "def _is_int(x: object) -> bool:"),
+     ("            self._table = mx.array([self.page_ids + [SENTINEL] * (width - self.num_pages)], dtype=mx.int32)\n",
+      "            self._table = PageTable([self.page_ids + [SENTINEL] * (width - self.num_pages)])\n"),
+     ("            pool.key_pages, pool.value_pages, mx.array(table, dtype=mx.int32), mx.array(lens, dtype=mx.int32),\n",
+      "            pool.key_pages, pool.value_pages, PageTable(table), mx.array(lens, dtype=mx.int32),\n"),
+     ("    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n",
+      "    if isinstance(block_table, PageTable):\n"
+      "        block_table = mx.array(block_table.tolist(), dtype=mx.int32)\n"
+      "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n")],
+)

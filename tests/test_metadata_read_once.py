@@ -42,13 +42,53 @@ class PagesObject:
         return iter(np.ones(self.shape, np.float32))
 
 
-@pytest.mark.parametrize("field", ["key_pages", "value_pages", "block_table", "context_lens"])
-def test_an_array_field_that_is_no_array_is_refused(field: str) -> None:
+@pytest.mark.parametrize("field", ["key_pages", "value_pages"])
+def test_pages_that_are_no_array_are_refused(field: str) -> None:
     fields = {"key_pages": mx.zeros((1, 2, 4, 4)), "value_pages": np.zeros((1, 2, 4, 4), np.float32),
               "block_table": mx.array([[0]]), "context_lens": mx.array([3]), "page_size": 4, "mask": "causal"}
     assert read_once(type("Metadata", (), fields)()).mask == "causal"
     fields[field] = PagesObject()
     with pytest.raises(TypeError, match=f"metadata.{field} is a PagesObject, not an array"):
+        read_once(type("Metadata", (), fields)())
+
+
+class HostTable(list):
+    """A table of the subject's own with the .shape and .tolist() the course reads; a second read answers
+    otherwise."""
+
+    reads = 0
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self), len(self[0]))
+
+    def tolist(self) -> list:
+        HostTable.reads += 1
+        return [list(row) for row in self] if HostTable.reads == 1 else [[9] * len(row) for row in self]
+
+
+@pytest.mark.parametrize("field", ["block_table", "context_lens"])
+def test_a_table_that_is_no_array_is_read_once_into_one_the_attention_gets_too(field: str) -> None:
+    """A block table kept as a list subclass with .shape and .tolist() passes the course, which reads only those:
+    the suite refused it as no array (course clauses failed). It is read once, through tolist(), into an MLX int32
+    array, which the check and the subject's attention both get."""
+    HostTable.reads = 0
+    fields = {"key_pages": mx.zeros((1, 2, 4, 4)), "value_pages": np.zeros((1, 2, 4, 4), np.float32),
+              "block_table": mx.array([[0]]), "context_lens": mx.array([3]), "page_size": 4, "mask": "causal"}
+    fields[field] = HostTable([[0, -1]] if field == "block_table" else [[3]])
+    held = read_once(type("Metadata", (), fields)())
+    table = getattr(held, field)
+    assert isinstance(table, mx.array) and table.dtype == mx.int32 and HostTable.reads == 1
+    assert table.tolist() == ([[0, -1]] if field == "block_table" else [[3]])
+    assert getattr(held, field) is table  # the same array for every later reader
+    fields[field] = PagesObject()  # iterates as float pages: no table of integers
+    with pytest.raises(TypeError, match=f"metadata.{field} is a PagesObject whose values are no array of integers"):
+        read_once(type("Metadata", (), fields)())
+    fields[field] = [[2**31]]
+    with pytest.raises(TypeError, match=f"metadata.{field} is a list whose values .* pass int32"):
+        read_once(type("Metadata", (), fields)())
+    fields[field] = [[0, [1]]]
+    with pytest.raises(TypeError, match=f"metadata.{field} is a list whose values are no array of integers"):
         read_once(type("Metadata", (), fields)())
 
 
