@@ -2873,22 +2873,30 @@ VARIANTS["metadata_valid_until_the_next_append"] = (
       "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n")],
 )
 
+def _caches_hand_out_mask_kind(bases: str, value: str) -> list[tuple[str, str]]:
+    """Edits by which the caches hand out mask='causal' as MaskKind.CAUSAL, a member (of value `value`) of an enum
+    of their own deriving from `bases`; what paged_attention makes of it is the variant's own edit."""
+    return [
+        ("def _is_int(x: object) -> bool:",
+         "import enum\n\n\n"
+         f"class MaskKind({bases}):\n"
+         "    \"\"\"The masks the caches hand out.\"\"\"\n"
+         f"    CAUSAL = {value}\n\n\n"
+         "def _resolved(mask):\n"
+         "    return MaskKind.CAUSAL if isinstance(mask, str) and mask == \"causal\" else mask\n\n\n"
+         "def _is_int(x: object) -> bool:"),
+        ("            self.pool.page_size, mask,\n        )\n\n    def gather_dense",
+         "            self.pool.page_size, _resolved(mask),\n        )\n\n    def gather_dense"),
+        ("            pool.page_size, mask,\n        )",
+         "            pool.page_size, _resolved(mask),\n        )"),
+    ]
+
+
 VARIANTS["str_enum_mask"] = (
     "the caches hand out mask='causal' as a member of a str enum of their own (MaskKind.CAUSAL), and paged_attention "
     "takes the mask as the caches hand it out: once the metadata is validated, a plain string is refused (the course "
     "passes 'causal' itself only in calls it expects to be rejected for their metadata)",
-    [("def _is_int(x: object) -> bool:",
-      "import enum\n\n\n"
-      "class MaskKind(str, enum.Enum):\n"
-      "    \"\"\"The masks the caches hand out.\"\"\"\n"
-      "    CAUSAL = \"causal\"\n\n\n"
-      "def _resolved(mask):\n"
-      "    return MaskKind.CAUSAL if isinstance(mask, str) and mask == \"causal\" else mask\n\n\n"
-      "def _is_int(x: object) -> bool:"),
-     ("            self.pool.page_size, mask,\n        )\n\n    def gather_dense",
-      "            self.pool.page_size, _resolved(mask),\n        )\n\n    def gather_dense"),
-     ("            pool.page_size, mask,\n        )",
-      "            pool.page_size, _resolved(mask),\n        )"),
+    [*_caches_hand_out_mask_kind("str, enum.Enum", "\"causal\""),
      ("    _check_metadata(table, lens, query.shape[2], page_size, key_pages.shape[0])\n",
       "    _check_metadata(table, lens, query.shape[2], page_size, key_pages.shape[0])\n"
       "    if isinstance(mask, str) and not isinstance(mask, MaskKind):\n"
@@ -3186,18 +3194,7 @@ VARIANTS["int_enum_mask"] = (
     "the caches hand out mask='causal' as a member of an int enum of their own (MaskKind.CAUSAL = 1), and "
     "paged_attention takes the mask only as the caches hand it out (isinstance), refusing a plain string or int once "
     "the metadata is validated: the course passes every paged call it expects to succeed the mask its metadata carries",
-    [("def _is_int(x: object) -> bool:",
-      "import enum\n\n\n"
-      "class MaskKind(enum.IntEnum):\n"
-      "    \"\"\"The masks the caches hand out.\"\"\"\n"
-      "    CAUSAL = 1\n\n\n"
-      "def _resolved(mask):\n"
-      "    return MaskKind.CAUSAL if isinstance(mask, str) and mask == \"causal\" else mask\n\n\n"
-      "def _is_int(x: object) -> bool:"),
-     ("            self.pool.page_size, mask,\n        )\n\n    def gather_dense",
-      "            self.pool.page_size, _resolved(mask),\n        )\n\n    def gather_dense"),
-     ("            pool.page_size, mask,\n        )",
-      "            pool.page_size, _resolved(mask),\n        )"),
+    [*_caches_hand_out_mask_kind("enum.IntEnum", "1"),
      ("    if mask is not None and not (isinstance(mask, str) and mask == \"causal\"):\n",
       "    if mask is not None and not (isinstance(mask, MaskKind) or (isinstance(mask, str) and mask == \"causal\")):\n"),
      ("    _check_metadata(table, lens, query.shape[2], page_size, key_pages.shape[0])\n",
