@@ -168,7 +168,9 @@ def test_the_courses_batch_of_two_requests_and_an_empty_slot(
     seen = read_once(handed)
     lens, table = to_numpy(seen.context_lens).tolist(), to_numpy(seen.block_table)
     expect(lens == [4, 0, 7], INVARIANT, f"{where}: context_lens {lens}, expected [4, 0, 7]")
-    expect(table.shape == (3, 2), INVARIANT, f"{where}: block_table shape {table.shape}, expected (3, 2)")
+    # The course reads the table's own .shape: a table of the subject's own answers it itself.
+    shape = table.shape if isinstance(handed.block_table, (mx.array, np.ndarray)) else handed.block_table.shape
+    expect(shape == (3, 2), INVARIANT, f"{where}: block_table shape {shape!r}, expected (3, 2)")
     expect(table[1].tolist() == [-1, -1], INVARIANT, f"{where}: the empty slot's row is {table[1].tolist()}")
     shapes = (tuple(seen.key_pages.shape), tuple(seen.value_pages.shape))
     expect(shapes == ((3, NUM_KV_HEADS, 4, COURSE_HEAD_DIM),) * 2, INVARIANT,

@@ -3227,3 +3227,13 @@ VARIANTS["host_page_table"] = (
       "        block_table = mx.array(block_table.tolist(), dtype=mx.int32)\n"
       "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n")],
 )
+
+# The course reads a block table's own .shape, which must equal a tuple.
+FORGING_VARIANTS["host_page_table_with_a_list_shape"] = (
+    "host_page_table, its table's .shape a list ([3, 2]): the course's batch test compares it with (3, 2) and fails "
+    "(course: 1 failed), while the suite read the shape of the array it made from the table's .tolist()",
+    [(old, new.replace("        return (len(self), len(self[0]) if self else 0)\n",
+                       "        return [len(self), len(self[0]) if self else 0]\n"))
+     for old, new in VARIANTS["host_page_table"][1]],
+    "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
+)

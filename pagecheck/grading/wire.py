@@ -363,6 +363,10 @@ def to_wire(
         if isinstance(value, tuple) and type(value) is not tuple and fields is None:
             # A tuple subclass with properties of its own (a hand-made record) keeps them only as an object.
             return handle_of(value)
+        if isinstance(value, list) and _names_of_its_own(type(value), list):
+            # So does a list subclass with methods or properties (a table with the .shape and .tolist() the course
+            # reads); one with none is its items.
+            return handle_of(value)
         items = [to_wire(item, buffers, handle_of, depth + 1, origin_of) for item in value]
         if isinstance(value, list):
             return items
@@ -392,6 +396,13 @@ def to_wire(
         buffers.append(np.array(value).tobytes())
         return {TAG: "npscalar", "dtype": value.dtype.name, "buf": len(buffers) - 1}
     return handle_of(value)
+
+
+def _names_of_its_own(cls: type, base: type) -> bool:
+    """Whether `cls`, a subclass of `base`, or a class between them defines a name that is not a dunder."""
+    mro = cls.__mro__
+    return any(not (name.startswith("__") and name.endswith("__"))
+               for klass in mro[: mro.index(base)] for name in vars(klass))  # fmt: skip
 
 
 def _named_fields(value: tuple[Any, ...] | list[Any]) -> list[str] | None:
