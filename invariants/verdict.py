@@ -55,7 +55,12 @@ def expect_pages_hold(invariant: str, what: str, layout: PagedLayout, written: d
     proves nothing about the pages by itself: an attention that recognises the metadata and reads a private
     dense copy of the tokens passes it with pages that were never written. Read by the oracle, the pages
     cannot be forged that way.
+
+    In a course clause the pages may also be laid out [P, H_kv, D, page_size] (keys as K^T for the QK^T
+    product, say), each of keys and values on its own: the course pins their shape only where page_size equals
+    D (its pages of 4 at head dim 4), and reads what they hold only through the subject's own attention.
     """
+    course = IN_COURSE_CLAUSE.get()
     pools = (to_numpy(layout.key_pages, np.float64), to_numpy(layout.value_pages, np.float64))
     for row, record in written.items():
         n = int(record.keys.shape[1])
@@ -65,8 +70,9 @@ def expect_pages_hold(invariant: str, what: str, layout: PagedLayout, written: d
             held = (
                 int(layout.context_lens[row]) == n and bool((live >= 0).all())
                 and all(
-                    compare(gather_request(pages, ids, n, layout.page_size), want, record.dtype,
-                            course=IN_COURSE_CLAUSE.get()).passed
+                    any(compare(gather_request(laid_out, ids, n, layout.page_size), want, record.dtype,
+                                course=course).passed
+                        for laid_out in _page_layouts(pages, layout.page_size, want.shape[-1], course))
                     for pages, want in zip(pools, (record.keys, record.values))
                 )
             )  # fmt: skip
@@ -77,6 +83,15 @@ def expect_pages_hold(invariant: str, what: str, layout: PagedLayout, written: d
             f"{what}: row {row}'s pages, read through its block table, do not hold the {n} tokens written to it",
             layout,
         )
+
+
+def _page_layouts(pages: np.ndarray, page_size: int, head_dim: int, course: bool) -> list[np.ndarray]:
+    """`pages` read as [P, H_kv, page_size, D]: as they are where their last two axes fit that, and in a course
+    clause also with those two axes swapped where they are [D, page_size] (both where the two are equal)."""
+    found = [pages] if pages.ndim == 4 and pages.shape[2:] == (page_size, head_dim) else []
+    if course and pages.ndim == 4 and pages.shape[2:] == (head_dim, page_size):
+        found.append(pages.swapaxes(2, 3))
+    return found or [pages]
 
 
 def gathered(invariant: str, cache: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -1862,6 +1862,48 @@ VARIANTS.update({
              '            pool.kernel_key_pages, pool.value_pages, mx.array(table, dtype=mx.int32)'),
         ],
     ),
+    "metadata_keys_transposed": (
+        'the pool stores keys as K^T pages, [capacity, H_kv, D, page_size], and hands them out so everywhere '
+        "(pool.key_pages and every metadata; the course pins their shape only at its pages of 4 at head dim 4); "
+        'read_page and gather_dense give keys in [.., page_size, D]. paged_attention reads K^T pages, and '
+        'checks the metadata before the shapes (the course rejects metadata over [P, H_kv, page_size, D] pages)',
+        [
+            ('        shape = (rows, like.shape[1], self.page_size, like.shape[3])\n'
+             '        self._key_store = mx.zeros(shape, dtype=like.dtype)\n',
+             '        shape = (rows, like.shape[1], self.page_size, like.shape[3])\n'
+             '        self._key_store = mx.zeros((rows, like.shape[1], like.shape[3], self.page_size), dtype=like.dtype)\n'),
+            ('        padding = mx.zeros((rows - old_rows, *self._key_store.shape[1:]), dtype=self._key_store.dtype)\n'
+             '        self.copied_bytes_on_growth += self.storage_nbytes\n'
+             '        self._key_store = mx.concatenate([self._key_store, padding])\n',
+             '        padding = mx.zeros((rows - old_rows, *self._value_store.shape[1:]), dtype=self._value_store.dtype)\n'
+             '        self.copied_bytes_on_growth += self.storage_nbytes\n'
+             '        self._key_store = mx.concatenate([self._key_store, padding.swapaxes(2, 3)])\n'),
+            ('            _, heads, _, dim = self._key_store.shape',
+             '            _, heads, _, dim = self._value_store.shape'),
+            ('        self._key_store = mx.slice_update(self._key_store, key, at, axes=(0, 1, 2, 3))',
+             '        self._key_store = mx.slice_update(self._key_store, key.swapaxes(2, 3), mx.array([page_id, 0, 0, start]),\n'
+             '                                          axes=(0, 1, 2, 3))'),
+            ('        return self._key_store[page_id : page_id + 1], self._value_store[page_id : page_id + 1]',
+             '        return self._key_store[page_id : page_id + 1].swapaxes(2, 3), self._value_store[page_id : page_id + 1]'),
+            ('        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages)',
+             '        return self._gather(self.pool.key_pages.swapaxes(2, 3)), self._gather(self.pool.value_pages)'),
+            ('    if query.ndim != 4 or key_pages.ndim != 4:',
+             '    for name, array in (("block_table", block_table), ("context_lens", context_lens)):\n'
+             '        if not mx.issubdtype(array.dtype, mx.integer):\n'
+             '            raise ValueError(f"{name} dtype={array.dtype} must be an integer type")\n'
+             '    table, lens = block_table.tolist(), context_lens.tolist()\n'
+             '    _check_metadata(table, lens, query.shape[2], page_size, key_pages.shape[0])\n'
+             '    if query.ndim != 4 or key_pages.ndim != 4:'),
+            ('    if key_pages.shape != value_pages.shape:', '    if key_pages.swapaxes(2, 3).shape != value_pages.shape:'),
+            ('    _, num_kv_heads, slots, kv_dim = key_pages.shape', '    _, num_kv_heads, kv_dim, slots = key_pages.shape'),
+            ('    table, lens = block_table.tolist(), context_lens.tolist()\n'
+             '    _check_metadata(table, lens, query.shape[2], page_size, key_pages.shape[0])\n'
+             '    return table, lens',
+             '    return table, lens'),
+            ('        keys = key_pages[pages].transpose(1, 0, 2, 3)',
+             '        keys = key_pages[pages].swapaxes(2, 3).transpose(1, 0, 2, 3)'),
+        ],
+    ),
 })
 
 
