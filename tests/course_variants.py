@@ -1904,6 +1904,31 @@ VARIANTS.update({
              '        keys = key_pages[pages].swapaxes(2, 3).transpose(1, 0, 2, 3)'),
         ],
     ),
+    "metadata_keys_prescaled": (
+        "the pool stores keys multiplied by D^-0.5, the softmax scale folded in at write time, and hands them out so "
+        "(pool.key_pages and every metadata); read_page and gather_dense divide it out, and paged_attention divides "
+        "its scale by it. The course reads what the pages hold only through the subject's own attention",
+        [
+            ("SENTINEL = -1  # a block-table entry past a row's context\n",
+             "SENTINEL = -1  # a block-table entry past a row's context\n\n\n"
+             "def _key_factor(head_dim: int) -> float:\n"
+             "    \"\"\"Keys are stored multiplied by D**-0.5, the softmax scale folded in at write time.\"\"\"\n"
+             "    return head_dim**-0.5\n"),
+            ("        self._key_store = mx.slice_update(self._key_store, key, at, axes=(0, 1, 2, 3))\n",
+             "        kept = (key.astype(mx.float32) * _key_factor(key.shape[3])).astype(key.dtype)\n"
+             "        self._key_store = mx.slice_update(self._key_store, kept, at, axes=(0, 1, 2, 3))\n"),
+            ("        return self._key_store[page_id : page_id + 1], self._value_store[page_id : page_id + 1]\n",
+             "        stored = self._key_store[page_id : page_id + 1]\n"
+             "        key = (stored.astype(mx.float32) / _key_factor(stored.shape[3])).astype(stored.dtype)\n"
+             "        return key, self._value_store[page_id : page_id + 1]\n"),
+            ("        return self._gather(self.pool.key_pages), self._gather(self.pool.value_pages)\n",
+             "        keys = self._gather(self.pool.key_pages)\n"
+             "        keys = (keys.astype(mx.float32) / _key_factor(keys.shape[3])).astype(keys.dtype)\n"
+             "        return keys, self._gather(self.pool.value_pages)\n"),
+            ("    scale = head_dim**-0.5 if scale is None else scale\n    rows = []\n",
+             "    scale = (head_dim**-0.5 if scale is None else scale) / _key_factor(head_dim)\n    rows = []\n"),
+        ],
+    ),
 })
 
 
