@@ -67,15 +67,25 @@ METADATA_ARRAYS = METADATA_FIELDS[:4]  # mx.array in the course's PagedKvMetadat
 METADATA_PAGES = METADATA_FIELDS[:2]
 
 
-def read_once(metadata: Any) -> SimpleNamespace:
+class MetadataRead(SimpleNamespace):
+    """A metadata's fields read once (read_once). `handed`: the objects the subject handed out for a table or
+    lengths that were no arrays, by field name, which its attention gets in their place (_over_metadata)."""
+
+    __slots__ = ("handed",)
+
+
+def read_once(metadata: Any) -> MetadataRead:
     """A subject's metadata with each field read once, here: the subject's attention, the oracle and every check
     then see the same objects (a property answering each read differently could show the attention one set of
     pages and the check another). A field the metadata lacks stays absent, so reading it fails as it would have.
     The pages must be arrays (MLX, as the course's PagedKvMetadata types them, or NumPy): any other object could
-    answer a check's reading of it one way and the attention another. The table and the lengths are read once
-    into arrays where they are not (read_table), which the attention then gets too: the course reads only their
-    .tolist() and .shape, so a table of the subject's own that has those is one it accepts."""
-    fields = {}
+    answer a check's reading of it one way and the attention another. A table or lengths that are no arrays are
+    read once into arrays for the checks and the oracle (read_table), while the subject's attention gets the
+    object handed out, as the course hands it (`handed`): the course reads only their .tolist() and .shape, so a
+    table of the subject's own that has those is one it accepts, and an attention that reads such a table of its
+    own otherwise than its .tolist() says is judged on what it computes from it, as in the course (its output is
+    compared with the oracle over the table the check read)."""
+    fields, handed = {}, {}
     for name in METADATA_FIELDS:
         try:
             fields[name] = getattr(metadata, name)
@@ -84,8 +94,13 @@ def read_once(metadata: Any) -> SimpleNamespace:
         if name in METADATA_PAGES:
             _require_array(f"metadata.{name}", fields[name])
         elif name in METADATA_ARRAYS:
-            fields[name] = read_table(f"metadata.{name}", fields[name])
-    return SimpleNamespace(**fields)
+            read = read_table(f"metadata.{name}", fields[name])
+            if read is not fields[name]:
+                handed[name] = fields[name]
+            fields[name] = read
+    seen = MetadataRead(**fields)
+    seen.handed = handed
+    return seen
 
 
 def read_table(what: str, value: Any) -> Any:
@@ -258,10 +273,12 @@ def the_subjects_own_metadata(
 
 
 def _over_metadata(paged_attention: PagedAttention, query: Any, metadata: Any, mask: Any) -> Any:
-    """paged_attention(query, then the metadata's pages, table, lengths and page size in order, mask=mask)."""
+    """paged_attention(query, then the metadata's pages, table, lengths and page size in order, mask=mask): the
+    table and lengths as the subject handed them out (MetadataRead.handed) where they were no arrays."""
+    handed = getattr(metadata, "handed", {})
     return paged_attention(
-        query, metadata.key_pages, metadata.value_pages, metadata.block_table, metadata.context_lens,
-        metadata.page_size, mask=mask,
+        query, metadata.key_pages, metadata.value_pages, handed.get("block_table", metadata.block_table),
+        handed.get("context_lens", metadata.context_lens), metadata.page_size, mask=mask,
     )
 
 

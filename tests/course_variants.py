@@ -3304,3 +3304,14 @@ FORGING_VARIANTS["host_page_table_with_a_list_shape"] = (
      for old, new in VARIANTS["host_page_table"][1]],
     "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
 )
+
+# The course hands the attention the table object the cache handed out, not an array made from its .tolist().
+FORGING_VARIANTS["host_page_table_read_apart_from_its_tolist"] = (
+    "host_page_table, whose attention reads a PageTable's first row for every row (its .tolist() is right): the "
+    "course's batch attends over the PageTable itself and fails (course: 1 failed), while the suite handed the "
+    "attention the MLX array it made from the table's .tolist()",
+    [(old, new.replace("        block_table = mx.array(block_table.tolist(), dtype=mx.int32)\n",
+                       "        block_table = mx.array([block_table.tolist()[0]] * len(block_table), dtype=mx.int32)\n"))
+     for old, new in VARIANTS["host_page_table"][1]],
+    "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
+)
