@@ -69,9 +69,10 @@ METADATA_PAGES = METADATA_FIELDS[:2]
 
 class MetadataRead(SimpleNamespace):
     """A metadata's fields read once (read_once). `handed`: the objects the subject handed out for a table or
-    lengths that were no arrays, by field name, which its attention gets in their place (_over_metadata)."""
+    lengths that were no arrays, by field name, which its attention gets in their place (_over_metadata);
+    `listed`: what their own .tolist() gave, which the course's asserts compare with lists (course_tolist)."""
 
-    __slots__ = ("handed",)
+    __slots__ = ("handed", "listed")
 
 
 def read_once(metadata: Any) -> MetadataRead:
@@ -85,7 +86,7 @@ def read_once(metadata: Any) -> MetadataRead:
     table of the subject's own that has those is one it accepts, and an attention that reads such a table of its
     own otherwise than its .tolist() says is judged on what it computes from it, as in the course (its output is
     compared with the oracle over the table the check read)."""
-    fields, handed = {}, {}
+    fields, handed, listed = {}, {}, {}
     for name in METADATA_FIELDS:
         try:
             fields[name] = getattr(metadata, name)
@@ -94,24 +95,45 @@ def read_once(metadata: Any) -> MetadataRead:
         if name in METADATA_PAGES:
             _require_array(f"metadata.{name}", fields[name])
         elif name in METADATA_ARRAYS:
-            read = read_table(f"metadata.{name}", fields[name])
+            read, rows = _read_table(f"metadata.{name}", fields[name])
             if read is not fields[name]:
                 handed[name] = fields[name]
+            if rows is not NOT_LISTED:
+                listed[name] = rows
             fields[name] = read
     seen = MetadataRead(**fields)
-    seen.handed = handed
+    seen.handed, seen.listed = handed, listed
     return seen
+
+
+def course_tolist(seen: MetadataRead, name: str) -> Any:
+    """A metadata's table or lengths as the course's asserts read them, through their own .tolist(): an array's,
+    and for one that is no array what read_once read of it (AttributeError where it has none, as in the course).
+    Compare it as the course does, with equals_list: rows that are tuples, say, are not the course's lists."""
+    if name in seen.listed:
+        return seen.listed[name]
+    return getattr(seen, name).tolist() if name not in seen.handed else seen.handed[name].tolist()
+
+
+NOT_LISTED = object()  # _read_table's rows of an object without .tolist()
 
 
 def read_table(what: str, value: Any) -> Any:
     """A block table or context lengths as an array: an array (MLX or NumPy) or None as it is; any other object
     (a list, a table class of the subject's own) read once, through its .tolist() where it has one (as the course
     reads it), as an MLX int32 array. TypeError naming `what` where those values are no array of integers."""
+    return _read_table(what, value)[0]
+
+
+def _read_table(what: str, value: Any) -> tuple[Any, Any]:
+    """read_table's array, and what the object's .tolist() gave (NOT_LISTED for an array, None or an object
+    without one)."""
     import mlx.core as mx
 
     if value is None or isinstance(value, (mx.array, np.ndarray)):
-        return value
-    rows = value.tolist() if callable(getattr(value, "tolist", None)) else value
+        return value, NOT_LISTED
+    listed = callable(getattr(value, "tolist", None))
+    rows = value.tolist() if listed else value
     try:
         numbers = np.asarray(rows)
         if numbers.dtype.kind not in "iu" and numbers.size:
@@ -119,7 +141,7 @@ def read_table(what: str, value: Any) -> Any:
         limits = np.iinfo(np.int32)
         if numbers.size and not limits.min <= int(numbers.min()) <= int(numbers.max()) <= limits.max:
             raise OverflowError(f"its values {int(numbers.min())}..{int(numbers.max())} pass int32")
-        return mx.array(numbers.astype(np.int32))
+        return mx.array(numbers.astype(np.int32)), rows if listed else NOT_LISTED
     except (TypeError, ValueError, OverflowError) as exc:
         raise TypeError(f"{what} is a {type(value).__name__} whose values are no array of integers ({exc})") from None
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from pagecheck.invariants.calls import (
     append_for_a_check, attention_as_the_course_calls, attention_output, attention_over_metadata, course_rewind,
-    equals_list, metadata_layout, own_context_lens, read_once,
+    course_tolist, equals_list, metadata_layout, own_context_lens, read_once,
 )
 from pagecheck.invariants.course import (
     COURSE_FIRST_PAGED_APPEND, COURSE_HEAD_DIM, COURSE_MAX_PAGES, DAY_3, DAY_4, Geometry, attends_alone, query_len,
@@ -114,9 +114,11 @@ def test_the_courses_prefill_after_an_append(
     # The metadata's fields read again after the attention, as the course's asserts read them (a field that changed
     # in place or is gone by then fails there).
     seen = read_once(handed)
-    table, lens = to_numpy(seen.block_table).tolist(), to_numpy(seen.context_lens).tolist()
-    expect(table == [[0, 1]], INVARIANT, f"{where}: metadata block_table {table}, expected [[0, 1]]")
-    expect(lens == [6], INVARIANT, f"{where}: metadata context_lens {lens}, expected [6]")
+    table, lens = course_tolist(seen, "block_table"), course_tolist(seen, "context_lens")
+    # Compared as the course compares them, their own .tolist() with lists.
+    expect(equals_list(table, [[0, 1]]), INVARIANT,
+           f"{where}: metadata block_table.tolist() {table!r:.200}, expected [[0, 1]]")  # fmt: skip
+    expect(equals_list(lens, [6]), INVARIANT, f"{where}: metadata context_lens.tolist() {lens!r:.200}, expected [6]")
     shapes = (tuple(seen.key_pages.shape), tuple(seen.value_pages.shape))
     expect(shapes == ((2, 2, 4, COURSE_HEAD_DIM),) * 2, INVARIANT,
            f"{where}: key/value_pages shapes {shapes}, expected the pool's 2 pages, (2, 2, 4, 4)")  # fmt: skip

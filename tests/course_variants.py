@@ -3305,6 +3305,16 @@ FORGING_VARIANTS["host_page_table_with_a_list_shape"] = (
     "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
 )
 
+# The course compares a table's own .tolist() with lists.
+FORGING_VARIANTS["host_page_table_lists_tuples"] = (
+    "host_page_table, its table's .tolist() a list of tuples ([(0, 1)]): the course's asserts compare it with "
+    "[[0, 1]] and a row with [-1, -1] and fail (course: 2 failed), while the suite compared the values of the array "
+    "it made from it",
+    [(old, new.replace("        return [list(row) for row in self]\n", "        return [tuple(row) for row in self]\n"))
+     for old, new in VARIANTS["host_page_table"][1]],
+    "pagecheck.invariants.test_context_len::test_the_courses_prefill_after_an_append",
+)
+
 # The course hands the attention the table object the cache handed out, not an array made from its .tolist().
 FORGING_VARIANTS["host_page_table_read_apart_from_its_tolist"] = (
     "host_page_table, whose attention reads a PageTable's first row for every row (its .tolist() is right): the "
