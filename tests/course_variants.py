@@ -3315,6 +3315,16 @@ FORGING_VARIANTS["host_page_table_lists_tuples"] = (
     "pagecheck.invariants.test_context_len::test_the_courses_prefill_after_an_append",
 )
 
+FORGING_VARIANTS["host_page_table_without_tolist"] = (
+    "host_page_table, its table without .tolist() (paged_attention reads its rows): the course's asserts call "
+    "metadata.block_table.tolist() and fail (course: 2 failed), while the suite read the rows themselves",
+    [(old, new.replace("    def tolist(self) -> list[list[int]]:\n        return [list(row) for row in self]\n", "")
+      .replace("mx.array(block_table.tolist(), dtype=mx.int32)",
+               "mx.array([list(row) for row in block_table], dtype=mx.int32)"))
+     for old, new in VARIANTS["host_page_table"][1]],
+    "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
+)
+
 # The course hands the attention the table object the cache handed out, not an array made from its .tolist().
 FORGING_VARIANTS["host_page_table_read_apart_from_its_tolist"] = (
     "host_page_table, whose attention reads a PageTable's first row for every row (its .tolist() is right): the "
