@@ -104,6 +104,25 @@ def test_an_int_subclass_crosses_as_its_value_and_with_its_origin_as_a_remote_in
     assert type(wire.from_wire(node[0], [], lambda entry: None, clean=True)) is int
 
 
+def test_an_int_or_float_subclass_crosses_as_the_number_it_is_not_what_its_own_int_says() -> None:
+    """The course compares a pool's counters with int's own == (pool.num_free_pages == 0): a subclass whose __int__,
+    __index__ or __float__ answers another number crosses as the number it holds, with or without an origin."""
+
+    class Count(int):
+        def __int__(self) -> int:
+            return int.__int__(self) - 1
+
+        __index__ = __int__
+
+    class Scale(float):
+        def __float__(self) -> float:
+            return 0.0
+
+    assert round_trip(Count(1)) == 1 and round_trip(Scale(0.5)) == 0.5
+    node = wire.to_wire(Count(1), [], lambda obj: {}, origin_of=lambda value: 7)
+    assert node == {wire.TAG: "int", "value": 1, "origin": 7}
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "int32", "int64", "uint16", "bool", "complex64"])
 def test_numpy_arrays_round_trip_exactly(dtype: str) -> None:
     array = (np.arange(24).reshape(2, 3, 4) % 5).astype(dtype)

@@ -354,10 +354,12 @@ def to_wire(
         # An int subclass (an IntEnum's member, say) may be known by its type where it goes back: it carries its
         # origin, and the worker hands back its own object for the same number (the trusted side's own, or one
         # whose origin is unknown, crosses as the plain int).
+        # Its value is the int it is, as int's own == compares it: not what an __int__ of its own answers.
         origin = None if type(value) is int or origin_of is None else origin_of(value)
-        return int(value) if origin is None else {TAG: "int", "value": int(value), "origin": origin}
+        number = int.__int__(value)
+        return number if origin is None else {TAG: "int", "value": number, "origin": origin}
     if isinstance(value, float):
-        return float(value)
+        return float.__float__(value)  # a float subclass's own value, as with an int
     if isinstance(value, (list, tuple)):
         fields = _named_fields(value)
         if isinstance(value, tuple) and type(value) is not tuple and fields is None:
