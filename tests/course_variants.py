@@ -3321,6 +3321,25 @@ FORGING_VARIANTS["free_page_count_whose_int_lies"] = (
     "pagecheck.invariants.test_page_storage::test_reset_empties_an_idle_pool",
 )
 
+# The course slices a cache's page_ids in the worker's process, through the list's own __getitem__.
+FORGING_VARIANTS["page_ids_slice_as_tuples"] = (
+    "a cache's page_ids a list subclass whose __getitem__ gives a slice as a tuple: the course's "
+    "cache.page_ids[:2] == [0, 1] fails (course: 1 failed), while in the sandbox the list crossed the worker's pipe "
+    "as its items (its __iter__), so every course clause passed there",
+    [("def _is_int(x: object) -> bool:",
+      "class _Ids(list):\n"
+      "    def __getitem__(self, i):\n"
+      "        got = list.__getitem__(self, i)\n"
+      "        return tuple(got) if isinstance(i, slice) else got\n\n\n"
+      "def _is_int(x: object) -> bool:"),
+     ("        self.page_ids: list[int] = []\n", "        self.page_ids: list[int] = _Ids()\n"),
+     ("self.page_ids, self.page_lens, self.offset = [], [], 0",
+      "self.page_ids, self.page_lens, self.offset = _Ids(), [], 0"),
+     ("            self.page_ids, self.page_lens, self.offset = cache_before\n",
+      "            self.page_ids, self.page_lens, self.offset = _Ids(cache_before[0]), *cache_before[1:]\n")],
+    "pagecheck.invariants.test_lazy_tail::test_a_decode_after_another_request_takes_the_next_page",
+)
+
 # The course compares a table's own .tolist() with lists.
 FORGING_VARIANTS["host_page_table_lists_tuples"] = (
     "host_page_table, its table's .tolist() a list of tuples ([(0, 1)]): the course's asserts compare it with "

@@ -86,6 +86,10 @@ def test_a_tuple_subclass_with_properties_of_its_own_crosses_as_an_object() -> N
     table = type("Table", (list,), {"shape": property(lambda self: (len(self),))})([3, 4])
     table.number = 6
     assert round_trip(table).number == 6  # ...unless it has names of its own (the course reads a table's .shape)
+    sliced = type("Ids", (list,), {"__getitem__": lambda self, i: tuple(list.__getitem__(self, i))})([3, 4])
+    sliced.number = 7
+    assert round_trip(sliced).number == 7  # ...or special methods (the course slices page ids: ids[:2] == [0, 1])
+    assert round_trip(type("Ids", (list,), {"__init__": list.__init__, "__doc__": "ids"})([3, 4])) == [3, 4]
 
 
 def test_an_int_subclass_crosses_as_its_value_and_with_its_origin_as_a_remote_int() -> None:

@@ -366,8 +366,9 @@ def to_wire(
             # A tuple subclass with properties of its own (a hand-made record) keeps them only as an object.
             return handle_of(value)
         if isinstance(value, list) and _names_of_its_own(type(value), list):
-            # So does a list subclass with methods or properties (a table with the .shape and .tolist() the course
-            # reads); one with none is its items.
+            # So does a list subclass with methods, properties or special methods of its own (a table with the .shape
+            # and .tolist() the course reads, page ids whose __getitem__ the course's slice calls); one with none is
+            # its items.
             return handle_of(value)
         items = [to_wire(item, buffers, handle_of, depth + 1, origin_of) for item in value]
         if isinstance(value, list):
@@ -400,11 +401,20 @@ def to_wire(
     return handle_of(value)
 
 
+# What a class body defines without changing how its instances read: one that defines nothing else is its items.
+CLASS_BOOKKEEPING = frozenset({
+    "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__slots__", "__annotations__",
+    "__annotate__", "__orig_bases__", "__parameters__", "__type_params__", "__firstlineno__",
+    "__static_attributes__", "__classcell__", "__init__", "__new__",
+})
+
+
 def _names_of_its_own(cls: type, base: type) -> bool:
-    """Whether `cls`, a subclass of `base`, or a class between them defines a name that is not a dunder."""
+    """Whether `cls`, a subclass of `base`, or a class between them defines a name beyond CLASS_BOOKKEEPING: a
+    method or property, or a special method (a __getitem__ or __eq__ of its own is what the course's asserts read,
+    where the items crossed would be what its __iter__ gives)."""
     mro = cls.__mro__
-    return any(not (name.startswith("__") and name.endswith("__"))
-               for klass in mro[: mro.index(base)] for name in vars(klass))  # fmt: skip
+    return any(name not in CLASS_BOOKKEEPING for klass in mro[: mro.index(base)] for name in vars(klass))
 
 
 def _named_fields(value: tuple[Any, ...] | list[Any]) -> list[str] | None:
