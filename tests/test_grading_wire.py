@@ -108,6 +108,22 @@ def test_an_int_subclass_crosses_as_its_value_and_with_its_origin_as_a_remote_in
     assert type(wire.from_wire(node[0], [], lambda entry: None, clean=True)) is int
 
 
+def test_a_named_tuple_crosses_with_the_fields_it_holds_not_what_its_own_iter_gives() -> None:
+    """The course reads a metadata's fields by name, from what the tuple holds: an __iter__ of its own that gives
+    other items must not change what crosses."""
+    from typing import NamedTuple
+
+    class Metadata(NamedTuple):
+        block_table: list
+        context_lens: list
+
+        def __iter__(self):
+            return iter(([[9]], [9]))
+
+    back = round_trip(Metadata([[0, 1]], [6]))
+    assert back.block_table == [[0, 1]] and back.context_lens == [6]
+
+
 def test_an_int_or_float_subclass_crosses_as_the_number_it_is_not_what_its_own_int_says() -> None:
     """The course compares a pool's counters with int's own == (pool.num_free_pages == 0): a subclass whose __int__,
     __index__ or __float__ answers another number crosses as the number it holds, with or without an origin."""

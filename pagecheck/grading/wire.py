@@ -370,7 +370,9 @@ def to_wire(
             # and .tolist() the course reads, page ids whose __getitem__ the course's slice calls); one with none is
             # its items.
             return handle_of(value)
-        items = [to_wire(item, buffers, handle_of, depth + 1, origin_of) for item in value]
+        # Its items as it holds them (a named tuple's fields read them so), not as an __iter__ of its own gives them.
+        held = tuple.__iter__(value) if isinstance(value, tuple) else list.__iter__(value)
+        items = [to_wire(item, buffers, handle_of, depth + 1, origin_of) for item in held]
         if isinstance(value, list):
             return items
         if fields is None:
