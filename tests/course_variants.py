@@ -3317,3 +3317,10 @@ VARIANTS["batch_max_seq_len_counts_every_token"] = (
          "            raise ValueError(f\"the batch would hold {total} tokens, over its max_seq_len={self.max_seq_len}\")\n"
          "        for slot in active:")],
 )
+
+VARIANTS["float_page_count"] = (
+    "pool.num_pages is a float (2.0): the course compares it with ints only (pool.num_pages == 2, "
+    "pool.key_pages.shape[0] == pool.num_pages)",
+    [('        """Page ids issued so far, live or free."""\n        return self._num_issued',
+      '        """Page ids issued so far, live or free."""\n        return float(self._num_issued)')],
+)
