@@ -257,8 +257,9 @@ def the_subjects_own_metadata(
     (append_for_the_courses_call); a batch (decode only, as the course batches): a BatchingKvCache with each live
     row's request in its slot, then each row's last token in one decode step with mask_length 1 and mask "causal",
     zeros in an empty slot (as the course's batch decodes, a layout's batch has no context one past a full page:
-    that token stays in its request's tail page). The layout's reference is then the call's oracle. None where the
-    subject has no batch to ask."""
+    that token stays in its request's tail page), under a max_seq_len that holds every token of the batch (the
+    course's 16 holds its 4 + 7). The layout's reference is then the call's oracle. None where the subject has no
+    batch to ask."""
     import mlx.core as mx
 
     from pagecheck.reference.attention import gather_request
@@ -280,7 +281,9 @@ def the_subjects_own_metadata(
         )
     if batching_cache_type is None or rows != 1:
         return None
-    batch = batching_cache_type(len(lens), max(16, *lens))
+    # The course's batch holds every token of its requests within its max_seq_len (4 + 7 under 16), so a batch may
+    # read max_seq_len as its budget of tokens in all, as well as per request: this one's covers both readings.
+    batch = batching_cache_type(len(lens), max(16, sum(lens)))
     empty = mx.zeros((1, layout.key_pages.shape[1], 1, layout.key_pages.shape[3]), dtype=dt)
     last_keys, last_values = [], []  # each slot's decode token
     for slot, n in enumerate(lens):

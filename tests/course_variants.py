@@ -3370,3 +3370,23 @@ FORGING_VARIANTS["host_page_table_read_apart_from_its_tolist"] = (
      for old, new in VARIANTS["host_page_table"][1]],
     "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
 )
+
+VARIANTS["batch_max_seq_len_counts_every_token"] = (
+    "int_enum_mask, and BatchingKvCache reads max_seq_len as its budget of tokens in all: a step after which its "
+    "requests would hold more than max_seq_len tokens together is ValueError before anything changes (the course's "
+    "batch holds 4 + 7 under its 16; its mixed pools hold none under 8)",
+    VARIANTS["int_enum_mask"][1] + [
+        ("        length = keys.shape[2]\n        for slot in active:",
+         "        length = keys.shape[2]\n"
+         "        total = sum(self.kv_caches[slot].offset + length for slot in active)\n"
+         "        if self.max_seq_len is not None and total > self.max_seq_len:\n"
+         "            raise ValueError(f\"the batch would hold {total} tokens, over its max_seq_len={self.max_seq_len}\")\n"
+         "        for slot in active:")],
+)
+
+VARIANTS["float_page_count"] = (
+    "pool.num_pages is a float (2.0): the course compares it with ints only (pool.num_pages == 2, "
+    "pool.key_pages.shape[0] == pool.num_pages)",
+    [('        """Page ids issued so far, live or free."""\n        return self._num_issued',
+      '        """Page ids issued so far, live or free."""\n        return float(self._num_issued)')],
+)
