@@ -3295,13 +3295,22 @@ VARIANTS["host_page_table"] = (
       "    table, lens = _check_inputs(query, key_pages, value_pages, block_table, context_lens, page_size, mask)\n")],
 )
 
+def _host_page_table_with(*changes: tuple[str, str]) -> list[tuple[str, str]]:
+    """host_page_table's edits, each (text, instead) of `changes` made in the replacements (each text is found)."""
+    edits = VARIANTS["host_page_table"][1]
+    for text, _ in changes:
+        assert any(text in new for _, new in edits), f"host_page_table writes no {text!r}"
+    for text, instead in changes:
+        edits = [(old, new.replace(text, instead)) for old, new in edits]
+    return edits
+
+
 # The course reads a block table's own .shape, which must equal a tuple.
 FORGING_VARIANTS["host_page_table_with_a_list_shape"] = (
     "host_page_table, its table's .shape a list ([3, 2]): the course's batch test compares it with (3, 2) and fails "
     "(course: 1 failed), while the suite read the shape of the array it made from the table's .tolist()",
-    [(old, new.replace("        return (len(self), len(self[0]) if self else 0)\n",
-                       "        return [len(self), len(self[0]) if self else 0]\n"))
-     for old, new in VARIANTS["host_page_table"][1]],
+    _host_page_table_with(("        return (len(self), len(self[0]) if self else 0)\n",
+                           "        return [len(self), len(self[0]) if self else 0]\n")),
     "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
 )
 
@@ -3345,18 +3354,16 @@ FORGING_VARIANTS["host_page_table_lists_tuples"] = (
     "host_page_table, its table's .tolist() a list of tuples ([(0, 1)]): the course's asserts compare it with "
     "[[0, 1]] and a row with [-1, -1] and fail (course: 2 failed), while the suite compared the values of the array "
     "it made from it",
-    [(old, new.replace("        return [list(row) for row in self]\n", "        return [tuple(row) for row in self]\n"))
-     for old, new in VARIANTS["host_page_table"][1]],
+    _host_page_table_with(("        return [list(row) for row in self]\n", "        return [tuple(row) for row in self]\n")),
     "pagecheck.invariants.test_context_len::test_the_courses_prefill_after_an_append",
 )
 
 FORGING_VARIANTS["host_page_table_without_tolist"] = (
     "host_page_table, its table without .tolist() (paged_attention reads its rows): the course's asserts call "
     "metadata.block_table.tolist() and fail (course: 2 failed), while the suite read the rows themselves",
-    [(old, new.replace("    def tolist(self) -> list[list[int]]:\n        return [list(row) for row in self]\n", "")
-      .replace("mx.array(block_table.tolist(), dtype=mx.int32)",
-               "mx.array([list(row) for row in block_table], dtype=mx.int32)"))
-     for old, new in VARIANTS["host_page_table"][1]],
+    _host_page_table_with(("    def tolist(self) -> list[list[int]]:\n        return [list(row) for row in self]\n", ""),
+                          ("mx.array(block_table.tolist(), dtype=mx.int32)",
+                           "mx.array([list(row) for row in block_table], dtype=mx.int32)")),
     "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
 )
 
@@ -3365,9 +3372,8 @@ FORGING_VARIANTS["host_page_table_read_apart_from_its_tolist"] = (
     "host_page_table, whose attention reads a PageTable's first row for every row (its .tolist() is right): the "
     "course's batch attends over the PageTable itself and fails (course: 1 failed), while the suite handed the "
     "attention the MLX array it made from the table's .tolist()",
-    [(old, new.replace("        block_table = mx.array(block_table.tolist(), dtype=mx.int32)\n",
-                       "        block_table = mx.array([block_table.tolist()[0]] * len(block_table), dtype=mx.int32)\n"))
-     for old, new in VARIANTS["host_page_table"][1]],
+    _host_page_table_with(("        block_table = mx.array(block_table.tolist(), dtype=mx.int32)\n",
+                           "        block_table = mx.array([block_table.tolist()[0]] * len(block_table), dtype=mx.int32)\n")),
     "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
 )
 
