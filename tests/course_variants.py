@@ -3396,3 +3396,40 @@ VARIANTS["float_page_count"] = (
     [('        """Page ids issued so far, live or free."""\n        return self._num_issued',
       '        """Page ids issued so far, live or free."""\n        return float(self._num_issued)')],
 )
+
+# The course reads a block table's own .shape, which must equal a tuple: also that of an array subclass.
+_ARRAY_TABLE = "pool.key_pages, pool.value_pages, mx.array(table, dtype=mx.int32), mx.array(lens, dtype=mx.int32),"
+FORGING_VARIANTS["numpy_table_subclass_with_a_list_shape"] = (
+    "the batch's block_table a NumPy int32 array of a subclass whose .shape property answers a list ([3, 2]); the "
+    "attention reads it as an MLX array: the course's batch test compares the shape with (3, 2) and fails (course: "
+    "1 failed), while in the sandbox the table crossed the worker's pipe as a plain array, its own .shape lost",
+    [("import mlx.core as mx\n",
+      "import mlx.core as mx\nimport numpy as np\n\n\n"
+      "class _ListShape(np.ndarray):\n"
+      "    @property\n"
+      "    def shape(self):\n"
+      "        return list(np.ndarray.shape.__get__(self))\n"),
+     (_ARRAY_TABLE,
+      "pool.key_pages, pool.value_pages, np.array(table, dtype=np.int32).view(_ListShape), "
+      "mx.array(lens, dtype=mx.int32),"),
+     ("    table, lens = _check_inputs(query,",
+      "    if isinstance(block_table, np.ndarray):\n"
+      "        block_table = mx.array(np.ndarray.view(block_table, np.ndarray))\n"
+      "    table, lens = _check_inputs(query,")],
+    "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
+)
+FORGING_VARIANTS["mlx_table_subclass_with_a_list_shape"] = (
+    "the batch's block_table an MLX int32 array of a subclass whose .shape property answers a list ([3, 2]): the "
+    "course's batch test compares the shape with (3, 2) and fails (course: 1 failed), while the suite read the shape "
+    "of a NumPy copy (and in the sandbox the table crossed the worker's pipe as a plain array)",
+    [("import mlx.core as mx\n",
+      "import mlx.core as mx\n\n\n"
+      "class _ListShape(mx.array):\n"
+      "    @property\n"
+      "    def shape(self):\n"
+      "        return list(mx.array.shape.__get__(self))\n"),
+     (_ARRAY_TABLE,
+      "pool.key_pages, pool.value_pages, _ListShape(mx.array(table, dtype=mx.int32)), "
+      "mx.array(lens, dtype=mx.int32),")],
+    "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
+)
