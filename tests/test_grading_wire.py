@@ -92,6 +92,40 @@ def test_a_tuple_subclass_with_properties_of_its_own_crosses_as_an_object() -> N
     assert round_trip(type("Ids", (list,), {"__init__": list.__init__, "__doc__": "ids"})([3, 4])) == [3, 4]
 
 
+def test_an_array_subclass_with_names_of_its_own_crosses_with_its_handle() -> None:
+    """An ndarray subclass whose .shape property answers a list crossed as a plain array, its own .shape lost: it
+    carries its handle and those names (the trusted side reads them there), its values as the bytes it holds, not
+    what its own .shape or .dtype say; a subclass with special methods alone, or one the handle_of refuses (None),
+    crosses as its values."""
+
+    class ListShape(np.ndarray):
+        @property
+        def shape(self):
+            return list(np.ndarray.shape.__get__(self))
+
+        dtype = property(lambda self: np.dtype(np.float64))
+
+    table = np.arange(6, dtype=np.int32).reshape(3, 2).view(ListShape)
+    table.number = 4
+    buffers: list[object] = []
+    node = wire.to_wire(table, buffers, lambda obj: {wire.TAG: "handle", "id": obj.number})
+    assert node["own"] == {wire.TAG: "handle", "id": 4} and node["names"] == ["dtype", "shape"]
+    assert node["dtype"] == "int32" and node["shape"] == [3, 2] and wire.own_names(node) == {"dtype", "shape"}
+    back = round_trip(table)
+    assert type(back) is np.ndarray and back.dtype == np.int32 and back.tolist() == [[0, 1], [2, 3], [4, 5]]
+    assert "own" not in wire.to_wire(table, [], lambda obj: None)
+    finalized = type("Finalized", (np.ndarray,), {"__array_finalize__": lambda self, obj: None})
+    assert "own" not in wire.to_wire(np.zeros(2).view(finalized), [], lambda obj: {wire.TAG: "handle", "id": 1})
+    listed = type("ListShape", (mx.array,), {"shape": property(lambda self: list(mx.array.shape.__get__(self)))})
+    node = wire.to_wire(listed(mx.zeros((3, 2))), [], lambda obj: {wire.TAG: "handle", "id": 2})
+    assert node["lib"] == "mlx" and node["names"] == ["shape"] and node["shape"] == [3, 2]
+    for bad in ({wire.TAG: "handle"}, None, 3):
+        with pytest.raises(wire.ProtocolError):
+            wire.own_names({**node, "own": bad})
+    with pytest.raises(wire.ProtocolError):
+        wire.own_names({**node, "names": ["not a name"]})
+
+
 def test_an_int_subclass_crosses_as_its_value_and_with_its_origin_as_a_remote_int() -> None:
     """An IntEnum's member from the worker: a plain int where no origin is asked (the suite's own, and in this codec
     alone), else its value with the origin, decoded as a RemoteInt that carries it back."""

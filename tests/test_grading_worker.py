@@ -1280,3 +1280,53 @@ def test_the_worker_takes_no_file_lock(tmp_path: Path) -> None:
         return
     assert found == ["ENOLCK"] * 4
     assert "no file lock" in said
+
+
+ARRAY_SUBCLASSES = '''
+import mlx.core as mx
+import numpy as np
+
+
+class ListShape(np.ndarray):
+    @property
+    def shape(self):
+        return list(np.ndarray.shape.__get__(self))
+
+    def tolist(self):
+        return "its own"
+
+
+class MxListShape(mx.array):
+    @property
+    def shape(self):
+        return list(mx.array.shape.__get__(self))
+
+
+class Finalized(np.ndarray):
+    def __array_finalize__(self, obj):
+        pass
+
+
+def paged_attention(kind, given=None):
+    if kind == "back":
+        return type(given).__name__
+    table = np.arange(6, dtype=np.int32).reshape(3, 2)
+    return {"numpy": table.view(ListShape), "mlx": MxListShape(mx.array(table)), "plain": table.view(Finalized)}[kind]
+'''
+
+
+def test_an_array_subclass_answers_its_own_names_on_the_trusted_side(tmp_path: Path) -> None:
+    """A table of an ndarray subclass whose .shape property answers a list crossed as a plain array, so the suite
+    read (3, 2) where the course's `block_table.shape == (3, 2)` reads [3, 2] and fails (Rule 2): its own names
+    are read on the worker's object, its values cross as before, and it goes back to the worker as a plain copy."""
+    with sandboxed(tmp_path, "subclasses.py", ARRAY_SUBCLASSES) as (subject, session):
+        attention = subject.get("paged_attention")
+        table = attention("numpy")
+        assert isinstance(table, np.ndarray) and table.shape == [3, 2] and table.tolist() == "its own"
+        assert np.ndarray.tolist(table) == [[0, 1], [2, 3], [4, 5]] and table[1].shape == (2,)
+        assert attention("back", table) == "ndarray"
+        table = attention("mlx")
+        assert isinstance(table, mx.array) and table.shape == [3, 2] and table.tolist() == [[0, 1], [2, 3], [4, 5]]
+        assert attention("back", table) == "array"
+        plain = attention("plain")  # special methods alone (NumPy's protocols): its values
+        assert type(plain) is np.ndarray and plain.shape == (3, 2)

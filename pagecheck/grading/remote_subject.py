@@ -35,6 +35,7 @@ from __future__ import annotations
 import atexit
 import collections
 import dataclasses
+import functools
 import re
 import shutil
 import tempfile
@@ -266,7 +267,11 @@ class Session:
 
     def _note_origin(self, entry: dict[str, Any], array: Any) -> Any:
         """Keeps the worker's number for an array or named tuple it sent (wire.OriginOf): an array's by its id while
-        it lives, a record's on the record itself, with this worker's generation."""
+        it lives, a record's on the record itself, with this worker's generation. An array of a subclass with names
+        of its own comes as a SandboxedArray that reads them on the worker's object (wire.own_names)."""
+        names = wire.own_names(entry) if entry.get(wire.TAG) == "array" else None
+        if names:
+            array = sandboxed_array(array, self._resolve(entry["own"]), names)
         number = entry.get("origin")
         if type(number) is int and isinstance(array, wire.RecordOrigin):
             array._origin = (self.generation, number)
@@ -315,6 +320,10 @@ class Session:
             if session is not self or generation != self.generation:
                 raise StaleHandleError(f"{value!r} belongs to a worker that has ended")
             return {wire.TAG: "handle", "id": handle}
+        if _is_array(value):
+            # An array of a subclass (a SandboxedArray among them) crosses as its values (wire.to_wire), as a
+            # copy: the worker's own objects never run inside a call's watch in the place of the arrays it gets.
+            return None
         raise TypeError(f"a {type(value).__name__} cannot be sent to the sandboxed subject")
 
     def released(self, generation: int, handle: int) -> None:
@@ -359,7 +368,7 @@ class ReadPlan:
         if _is_small(value):
             self.plain.setdefault(handle, set()).add(name)
             self.type_plain.setdefault(type_name, set()).add(name)
-        elif hasattr(value, "shape"):
+        elif _is_array(value) or hasattr(value, "shape"):
             self.arrays.add((handle, name))
             if self.newest.get(type_name) == handle:
                 self.type_arrays.setdefault(type_name, set()).add(name)
@@ -396,6 +405,48 @@ def _is_small(value: Any, depth: int = 0) -> bool:
     if type(value) in (list, tuple) and len(value) <= SMALL_VALUE_ITEMS and depth < 2:
         return all(_is_small(item, depth + 1) for item in value)
     return False
+
+
+def _is_array(value: Any) -> bool:
+    import sys
+
+    numpy, mlx = sys.modules.get("numpy"), sys.modules.get("mlx.core")
+    return (numpy is not None and isinstance(value, numpy.ndarray)) or (mlx is not None and isinstance(value, mlx.array))
+
+
+SANDBOXED_OWN = "_pagecheck_sandboxed_own"  # a SandboxedArray's (handle, names), in its __dict__
+
+
+@functools.lru_cache(maxsize=None)
+def _sandboxed_array_type(base: type) -> type:
+    """SandboxedArray over `base` (np.ndarray or mx.array)."""
+
+    def __getattribute__(self: Any, name: str) -> Any:
+        if not name.startswith("__"):
+            own = object.__getattribute__(self, "__dict__").get(SANDBOXED_OWN)
+            if own is not None and name in own[1]:
+                return getattr(own[0], name)
+        return base.__getattribute__(self, name)
+
+    doc = ("An array from the worker of a subclass with attributes or methods of its own: its values here, and those "
+           "names read on the worker's object (its handle), as they would answer in process. A view or a result made "
+           "from it here holds no handle and reads as a plain array.")  # fmt: skip
+    return type("SandboxedArray", (base,), {"__getattribute__": __getattribute__, "__doc__": doc,
+                                            "__module__": __name__})  # fmt: skip
+
+
+def sandboxed_array(array: Any, handle: RemoteObject, names: frozenset[str]) -> Any:
+    """`array` (decoded from the worker, NumPy or MLX) as a SandboxedArray that reads `names` on `handle`."""
+    import numpy as np
+
+    if isinstance(array, np.ndarray):
+        wrapped = array.view(_sandboxed_array_type(np.ndarray))
+    else:
+        import mlx.core as mx
+
+        wrapped = _sandboxed_array_type(mx.array)(array)
+    object.__getattribute__(wrapped, "__dict__")[SANDBOXED_OWN] = (handle, names)
+    return wrapped
 
 
 class _Success:

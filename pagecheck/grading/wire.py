@@ -31,7 +31,9 @@ infinities included); every JSON object carries a tag "$t" (TAG):
     handle        {"$t": "handle", "id": n, "type": name, "callable": bool}
 
 An array, named tuple or int subclass the worker sends also carries "origin": n, its number there (OriginOf), and
-carries it back.
+carries it back. An array of a subclass that defines attributes or methods of its own (a .shape property, a
+.tolist(), beyond NumPy's or MLX's special methods) also carries "own": its handle entry, and "names": those names
+(own_names), so that the trusted side reads them on the object itself, as the course would in process.
 """
 
 from __future__ import annotations
@@ -320,14 +322,43 @@ def array_entry(array: Any, buffers: list[Any]) -> dict[str, Any]:
         raw = np.array(mx.view(array, mx.uint16)) if name == "bfloat16" else np.array(array)
         lib = "mlx"
     else:
-        if array.dtype.kind not in NUMPY_KINDS or array.dtype.fields is not None:
-            raise TypeError(f"a NumPy array of dtype {array.dtype} cannot cross to the worker")
+        # Read as a plain ndarray: a subclass's own .dtype, .shape or .astype() describe no bytes that cross.
+        plain = np.ndarray.view(array, np.ndarray)
+        if plain.dtype.kind not in NUMPY_KINDS or plain.dtype.fields is not None:
+            raise TypeError(f"a NumPy array of dtype {plain.dtype} cannot cross to the worker")
         # Bytes cross in this machine's order: a big-endian array would otherwise be read back as another number.
-        raw = array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
-        name, lib = array.dtype.name, "numpy"
+        raw = plain if plain.dtype.isnative else plain.astype(plain.dtype.newbyteorder("="))
+        name, lib = plain.dtype.name, "numpy"
     raw = np.ascontiguousarray(raw).view(np.ndarray)
     buffers.append(raw.reshape(-1).view(np.uint8) if raw.size else b"")
-    return {TAG: "array", "lib": lib, "dtype": name, "shape": list(array.shape), "buf": len(buffers) - 1}
+    return {TAG: "array", "lib": lib, "dtype": name, "shape": list(raw.shape), "buf": len(buffers) - 1}
+
+
+MAX_OWN_NAMES = 64  # of an array subclass, the names that cross with it
+
+
+def _array_names_of_its_own(array: Any, base: type) -> list[str]:
+    """The attributes and methods (not special methods: NumPy's and MLX's protocols, which read the bytes that cross)
+    that the class of `array`, a subclass of `base`, or a class between them defines beyond CLASS_BOOKKEEPING."""
+    if type(array) is base:
+        return []
+    mro = type(array).__mro__
+    names = {name for klass in mro[: mro.index(base)] for name in vars(klass)
+             if name not in CLASS_BOOKKEEPING and not (name.startswith("__") and name.endswith("__"))}  # fmt: skip
+    return sorted(name for name in names if isinstance(name, str))[:MAX_OWN_NAMES]
+
+
+def own_names(entry: dict[str, Any]) -> frozenset[str] | None:
+    """An array entry's "names" (those its subclass defines of its own, read on its "own" handle), checked; None
+    where it carries none."""
+    if "own" not in entry:
+        return None
+    names, own = entry.get("names"), entry.get("own")
+    if (not isinstance(own, dict) or own.get(TAG) != "handle" or type(own.get("id")) is not int
+            or not isinstance(names, list) or len(names) > MAX_OWN_NAMES
+            or not all(isinstance(n, str) and n.isidentifier() and len(n) <= MAX_FIELD_NAME for n in names)):
+        raise ProtocolError("an array's own names are not a handle and a list of at most 64 identifiers")
+    return frozenset(names)
 
 
 def _is_numpy(value: Any, attribute: str) -> bool:
@@ -392,9 +423,17 @@ def to_wire(
                                         for part in (value.start, value.stop, value.step)]}  # fmt: skip
     mx = _mlx_module()
     if _is_numpy(value, "ndarray") or (mx is not None and isinstance(value, mx.array)):
+        import numpy as np
+
         entry = array_entry(value, buffers)
         origin = None if origin_of is None else origin_of(value)
-        return entry if origin is None else {**entry, "origin": origin}
+        entry = entry if origin is None else {**entry, "origin": origin}
+        # An array of a subclass with attributes or methods of its own (a .shape property, a .tolist()) also crosses
+        # with its handle, so that those answer as the object itself does: the course reads a table's own .shape.
+        # A handle_of that answers None (the trusted side's, for an array of its own) sends the values alone.
+        names = _array_names_of_its_own(value, mx.array if entry["lib"] == "mlx" else np.ndarray)
+        own = handle_of(value) if names else None
+        return entry if own is None else {**entry, "own": own, "names": names}
     if _is_numpy(value, "generic") and value.dtype.kind in NUMPY_KINDS:
         import numpy as np
 
