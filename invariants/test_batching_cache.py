@@ -175,7 +175,7 @@ def test_the_courses_batch_of_two_requests_and_an_empty_slot(
     expect(shape == (3, 2), INVARIANT, f"{where}: block_table shape {shape!r}, expected (3, 2)")
     empty = _item(course_tolist(seen, "block_table"), 1)
     expect(equals_list(empty, [-1, -1]), INVARIANT, f"{where}: the empty slot's row is {empty!r:.200}")
-    shapes = (tuple(seen.key_pages.shape), tuple(seen.value_pages.shape))
+    shapes = (seen.key_pages.shape, seen.value_pages.shape)  # their own .shape, as the course compares it
     expect(shapes == ((3, NUM_KV_HEADS, 4, COURSE_HEAD_DIM),) * 2, INVARIANT,
            f"{where}: key/value_pages shapes {shapes}, expected the pool's 3 pages, (3, 2, 4, 4)")  # fmt: skip
     layout = metadata_layout(query, metadata, "float32", "causal", 4)

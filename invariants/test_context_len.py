@@ -119,7 +119,7 @@ def test_the_courses_prefill_after_an_append(
     expect(equals_list(table, [[0, 1]]), INVARIANT,
            f"{where}: metadata block_table.tolist() {table!r:.200}, expected [[0, 1]]")  # fmt: skip
     expect(equals_list(lens, [6]), INVARIANT, f"{where}: metadata context_lens.tolist() {lens!r:.200}, expected [6]")
-    shapes = (tuple(seen.key_pages.shape), tuple(seen.value_pages.shape))
+    shapes = (seen.key_pages.shape, seen.value_pages.shape)  # their own .shape, as the course compares it
     expect(shapes == ((2, 2, 4, COURSE_HEAD_DIM),) * 2, INVARIANT,
            f"{where}: key/value_pages shapes {shapes}, expected the pool's 2 pages, (2, 2, 4, 4)")  # fmt: skip
     layout = metadata_layout(query, metadata, "float32", "causal", 4)

@@ -3433,3 +3433,20 @@ FORGING_VARIANTS["mlx_table_subclass_with_a_list_shape"] = (
       "mx.array(lens, dtype=mx.int32),")],
     "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
 )
+
+# The course compares a metadata's pages' own .shape with a tuple.
+FORGING_VARIANTS["pages_with_a_list_shape"] = (
+    "a cache's metadata hands out its pool's pages as MLX arrays of a subclass whose .shape property answers a list "
+    "([2, 2, 4, 4]): the course's prefill test compares it with (2, 2, page_size, 4) and fails (course: failed), "
+    "while the suite compared tuple(shape)",
+    [("import mlx.core as mx\n",
+      "import mlx.core as mx\n\n\n"
+      "class _ListShape(mx.array):\n"
+      "    @property\n"
+      "    def shape(self):\n"
+      "        return list(mx.array.shape.__get__(self))\n"),
+     ("            self.pool.key_pages, self.pool.value_pages, self.block_table(max_pages), self.context_lens(),",
+      "            _ListShape(self.pool.key_pages), _ListShape(self.pool.value_pages), self.block_table(max_pages), "
+      "self.context_lens(),")],
+    "pagecheck.invariants.test_context_len::test_the_courses_prefill_after_an_append",
+)
