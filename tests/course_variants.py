@@ -3418,16 +3418,20 @@ FORGING_VARIANTS["numpy_table_subclass_with_a_list_shape"] = (
       "    table, lens = _check_inputs(query,")],
     "pagecheck.invariants.test_batching_cache::test_the_courses_batch_of_two_requests_and_an_empty_slot",
 )
+
+# An edit adding an MLX array subclass whose .shape answers a list.
+_LIST_SHAPE_CLASS = ("import mlx.core as mx\n",
+                     "import mlx.core as mx\n\n\n"
+                     "class _ListShape(mx.array):\n"
+                     "    @property\n"
+                     "    def shape(self):\n"
+                     "        return list(mx.array.shape.__get__(self))\n")
+
 FORGING_VARIANTS["mlx_table_subclass_with_a_list_shape"] = (
     "the batch's block_table an MLX int32 array of a subclass whose .shape property answers a list ([3, 2]): the "
     "course's batch test compares the shape with (3, 2) and fails (course: 1 failed), while the suite read the shape "
     "of a NumPy copy (and in the sandbox the table crossed the worker's pipe as a plain array)",
-    [("import mlx.core as mx\n",
-      "import mlx.core as mx\n\n\n"
-      "class _ListShape(mx.array):\n"
-      "    @property\n"
-      "    def shape(self):\n"
-      "        return list(mx.array.shape.__get__(self))\n"),
+    [_LIST_SHAPE_CLASS,
      (_ARRAY_TABLE,
       "pool.key_pages, pool.value_pages, _ListShape(mx.array(table, dtype=mx.int32)), "
       "mx.array(lens, dtype=mx.int32),")],
@@ -3439,12 +3443,7 @@ FORGING_VARIANTS["pages_with_a_list_shape"] = (
     "a cache's metadata hands out its pool's pages as MLX arrays of a subclass whose .shape property answers a list "
     "([2, 2, 4, 4]): the course's prefill test compares it with (2, 2, page_size, 4) and fails (course: failed), "
     "while the suite compared tuple(shape)",
-    [("import mlx.core as mx\n",
-      "import mlx.core as mx\n\n\n"
-      "class _ListShape(mx.array):\n"
-      "    @property\n"
-      "    def shape(self):\n"
-      "        return list(mx.array.shape.__get__(self))\n"),
+    [_LIST_SHAPE_CLASS,
      ("            self.pool.key_pages, self.pool.value_pages, self.block_table(max_pages), self.context_lens(),",
       "            _ListShape(self.pool.key_pages), _ListShape(self.pool.value_pages), self.block_table(max_pages), "
       "self.context_lens(),")],
