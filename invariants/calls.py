@@ -8,14 +8,14 @@ kernel always sees one dtype across its inputs.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from pagecheck.invariants import injection
-from pagecheck.invariants.course import COURSE_PAGE_SIZE
+from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_PAGE_SIZE
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.cache import PagedKvMetadata
 from pagecheck.reference.layouts import PagedLayout
@@ -317,6 +317,64 @@ def the_subjects_own_metadata(
     return read_once(batch.update_and_fetch_paged(*step, mask_length=1, mask="causal"))
 
 
+@dataclass(frozen=True)
+class CachesRefused:
+    """What the own_metadata fixture gives where the subject's caches refused to write a layout but handed out a
+    mask for the course's own call of its kind (the_courses_own_mask): course_call_on_a_layout calls the subject
+    over the layout itself with that mask."""
+
+    mask: Any
+
+
+def the_courses_own_mask(
+    pool_type: Callable[..., Any], cache_type: Callable[..., Any], batching_cache_type: Callable[..., Any] | None,
+    layout: PagedLayout,
+) -> CachesRefused | None:
+    """The mask the subject's caches hand out for mask "causal" at the course's own call of `layout`'s kind, read
+    once: its batch's decode step (requests of 3 and 6 tokens in slots 0 and 2 of 3, max_seq_len 16) for a batch,
+    its bfloat16 decode (64 tokens, a blocker of 32, then one, in pages of 32, head dim 128) or float32 prefill (3
+    tokens, then 3 in pages of 4) for one request; 2 kv heads, tokens of a fixed generator. None where the caches
+    refuse that call too, or hand out an array (shaped for that call's table, not the layout's)."""
+    import mlx.core as mx
+
+    values = np.random.default_rng(0)
+
+    def chunk(n: int, head_dim: int = COURSE_HEAD_DIM, dtype: Any = None) -> tuple[Any, Any]:
+        pair = [mx.array(values.standard_normal((1, 2, n, head_dim)).astype(np.float32)) for _ in range(2)]
+        return (pair[0], pair[1]) if dtype is None else (pair[0].astype(dtype), pair[1].astype(dtype))
+
+    try:
+        if len(layout.context_lens) > 1:
+            if batching_cache_type is None:
+                return None
+            pool = pool_type(COURSE_PAGE_SIZE)
+            first, second = cache_type(pool), cache_type(pool)
+            first.update_and_fetch(*chunk(3))
+            second.update_and_fetch(*chunk(6))
+            batch = batching_cache_type(3, 16)
+            batch.add_request(first, 0)
+            batch.add_request(second, 2)
+            (k0, v0), (k2, v2) = chunk(1), chunk(1)
+            empty = mx.zeros(k0.shape, dtype=k0.dtype)
+            metadata = batch.update_and_fetch_paged(
+                mx.concatenate([k0, empty, k2]), mx.concatenate([v0, empty, v2]), mask_length=1, mask="causal"
+            )
+        elif layout.dtype == "bfloat16":
+            pool = pool_type(32)
+            cache, blocker = cache_type(pool), cache_type(pool)
+            cache.update_and_fetch(*chunk(64, 128, mx.bfloat16))
+            blocker.update_and_fetch(*chunk(32, 128, mx.bfloat16))
+            metadata = cache.update_and_fetch_paged(*chunk(1, 128, mx.bfloat16), mask="causal")
+        else:
+            cache = cache_type(pool_type(COURSE_PAGE_SIZE))
+            cache.update_and_fetch(*chunk(3))
+            metadata = cache.update_and_fetch_paged(*chunk(3), mask="causal")
+        mask = read_once(metadata).mask
+    except Exception:  # noqa: BLE001 - caches that cannot serve the course's call either
+        return None
+    return None if hasattr(mask, "shape") else CachesRefused(mask)
+
+
 def batch_max_seq_len(lens: list[int], page_size: int) -> int:
     """A max_seq_len for a batch whose requests hold `lens` tokens after its step that holds them however a batch
     reads it, as the course's 16 holds its batch of 4 + 7 tokens in pages of 4 every way: per request or as a
@@ -352,11 +410,14 @@ def course_call_on_a_layout(
     """The subject's output for a layout of a check's own, called as the course's attention tests call: over the
     metadata the subject's own caches hand out once the layout's tokens are written through them (`own_metadata`,
     the fixture; calls.the_subjects_own_metadata), with its own mask, the query as the course sends one. The
-    output as float64; the layout's reference is its oracle. Where the subject has no cache to ask, or its caches
-    cannot serve the call, the layout itself with its own mask."""
+    output as float64; the layout's reference is its oracle. Where the caches refused to write the layout, the
+    layout itself with the mask they hand out at the course's own call of its kind (CachesRefused); where the
+    subject has no cache to ask, or its caches serve neither, the layout itself with its own mask."""
     metadata = own_metadata(layout)
     if metadata is None:
         return attention_output(paged_attention, layout)
+    if isinstance(metadata, CachesRefused):
+        return attention_output(paged_attention, layout, mask=metadata.mask)
     return attention_over_metadata(paged_attention, layout.query, metadata, layout.mask, own_mask=True)
 
 

@@ -3419,6 +3419,21 @@ VARIANTS["batch_max_seq_len_in_whole_pages"] = (
          "            raise ValueError(f\"max_seq_len={self.max_seq_len} is no whole number of pages of {page_size}\")\n"
          "        for slot in active:")],
 )
+# A refusal no course case's layout stays clear of (its batch's rows hold 3 pages): where the caches refuse to
+# write a layout, the course case calls over the layout with the mask they hand out at the course's own call.
+VARIANTS["batch_rows_of_at_most_2_pages"] = (
+    "int_enum_mask, and BatchingKvCache keeps each request's table row in a fixed room of 2 pages "
+    "(max_blocks_per_seq = 2; its metadata is still exactly as wide as its widest row): a step after which a request "
+    "would hold a third page is ValueError before anything changes (the course's batched requests hold 1 and 2 pages)",
+    VARIANTS["int_enum_mask"][1] + [
+        (_BATCH_STEP,
+         "        length = keys.shape[2]\n"
+         "        page_size = self.kv_caches[active[0]].pool.page_size\n"
+         "        for slot in active:\n"
+         "            if -(-(self.kv_caches[slot].offset + length) // page_size) > 2:\n"
+         "                raise ValueError(f\"slot {slot} would need a third page, past the batch's room of 2 a row\")\n"
+         "        for slot in active:")],
+)
 VARIANTS["dense_appends_of_at_most_2_pages"] = (
     "int_enum_mask, and update_and_fetch (the dense path) takes at most two pages of tokens a call (its gather "
     "buffer): a longer chunk is NotImplementedError before anything changes (the course's longest are 6 tokens in "
