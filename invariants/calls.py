@@ -8,14 +8,14 @@ kernel always sees one dtype across its inputs.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from pagecheck.invariants import injection
-from pagecheck.invariants.course import COURSE_PAGE_SIZE
+from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_PAGE_SIZE
 from pagecheck.reference.arrays import to_numpy
 from pagecheck.reference.cache import PagedKvMetadata
 from pagecheck.reference.layouts import PagedLayout
@@ -199,14 +199,14 @@ def course_query(values: np.ndarray, pages: Any) -> Any:
 
 
 def append_for_the_courses_call(
-    cache: Any, key: Any, value: Any, rows: int = 1, dense_prefix: bool = False
+    cache: Any, key: Any, value: Any, rows: int = 1, dense_prefix: int | None = None
 ) -> SimpleNamespace:
     """Append a chunk [1, H_kv, n, D] as the course's attention tests append before they attend: the last `rows`
     tokens in one update_and_fetch_paged with mask "causal", whose metadata's own mask is what they hand
     paged_attention for a query of `rows` rows; the tokens before them first, through update_and_fetch_paged, or
-    through update_and_fetch with `dense_prefix` or in bfloat16 (the course's attention tests append their
-    prefixes so, and bfloat16 to a paged cache one decode token at a time). The last append's metadata, read
-    once."""
+    through update_and_fetch in bfloat16, or with `dense_prefix` (the page size of an empty cache) in the course's
+    pieces (course_dense_append) (the course's attention tests append their prefixes so, and bfloat16 to a paged
+    cache one decode token at a time). The last append's metadata, read once."""
     n = key.shape[2]
     if n > rows:
         _append_prefix(cache, key[:, :, : n - rows], value[:, :, : n - rows], dense_prefix)
@@ -222,13 +222,29 @@ def append_for_a_check(cache: Any, key: Any, value: Any, course: bool, rows: int
     return read_once(cache.update_and_fetch_paged(key, value))
 
 
-def _append_prefix(cache: Any, key: Any, value: Any, dense: bool) -> None:
+def _append_prefix(cache: Any, key: Any, value: Any, dense_page_size: int | None) -> None:
     import mlx.core as mx
 
-    if dense or key.dtype == mx.bfloat16:
+    if dense_page_size is not None:
+        course_dense_append(cache, key, value, dense_page_size)
+    elif key.dtype == mx.bfloat16:
         cache.update_and_fetch(key, value)
     else:
         course_paged_append(cache, key, value)
+
+
+def course_dense_append(cache: Any, key: Any, value: Any, page_size: int) -> None:
+    """Append a chunk [1, H_kv, n, D] to an empty cache of pages of `page_size` through update_and_fetch in pieces
+    that open pages as the course's update_and_fetch calls do: two pages' worth of tokens at most first (the
+    course's longest, 6 tokens in pages of 4 and 64 in pages of 32, open an empty cache's first two pages), then a
+    page's worth at a time (each of its later calls opens one new page at most). So a cache whose update_and_fetch
+    takes no more than two pages of tokens a call (dense_appends_of_at_most_2_pages in tests/course_variants.py),
+    which the course accepts, takes what a course case writes through it."""
+    first = min(key.shape[2], 2 * page_size)
+    cache.update_and_fetch(key[:, :, :first], value[:, :, :first])
+    for start in range(first, key.shape[2], page_size):
+        stop = start + page_size
+        cache.update_and_fetch(key[:, :, start:stop], value[:, :, start:stop])
 
 
 def course_paged_append(cache: Any, key: Any, value: Any) -> None:
@@ -254,11 +270,13 @@ def the_subjects_own_metadata(
     metadata, its pages, table and mask as handed out (a cache may resolve "causal" into an array shaped for its
     own table, or over its pool's slots), so a course check over a layout of its own calls the same way. One
     request: a pool and cache of the subject's whose last `num_queries` tokens were appended with mask "causal"
-    (append_for_the_courses_call); a batch (decode only, as the course batches): a BatchingKvCache with each live
-    row's request in its slot, then each row's last token in one decode step with mask_length 1 and mask "causal",
+    (append_for_the_courses_call, the tokens before them through update_and_fetch in the course's pieces,
+    course_dense_append); a batch (decode only, as the course batches): each live row's request prefilled so, then
+    added to a BatchingKvCache in its slot (every request prefilled before the first is added, slots in order, as
+    the course adds its two), then each row's last token in one decode step with mask_length 1 and mask "causal",
     zeros in an empty slot (as the course's batch decodes, a layout's batch has no context one past a full page:
-    that token stays in its request's tail page), under a max_seq_len that holds every token of the batch (the
-    course's 16 holds its 4 + 7). The layout's reference is then the call's oracle. None where the subject has no
+    that token stays in its request's tail page), under a max_seq_len (batch_max_seq_len) that holds the batch
+    however a batch reads it. The layout's reference is then the call's oracle. None where the subject has no
     batch to ask."""
     import mlx.core as mx
 
@@ -277,26 +295,97 @@ def the_subjects_own_metadata(
     if len(lens) == 1:
         cache = cache_type(pool)
         return append_for_the_courses_call(
-            cache, written(layout.key_pages, 0), written(layout.value_pages, 0), rows, dense_prefix=True
+            cache, written(layout.key_pages, 0), written(layout.value_pages, 0), rows, dense_prefix=layout.page_size
         )
     if batching_cache_type is None or rows != 1:
         return None
-    # The course's batch holds every token of its requests within its max_seq_len (4 + 7 under 16), so a batch may
-    # read max_seq_len as its budget of tokens in all, as well as per request: this one's covers both readings.
-    batch = batching_cache_type(len(lens), max(16, sum(lens)))
     empty = mx.zeros((1, layout.key_pages.shape[1], 1, layout.key_pages.shape[3]), dtype=dt)
+    requests = {}  # slot -> its prefilled cache
     last_keys, last_values = [], []  # each slot's decode token
     for slot, n in enumerate(lens):
         keys, values = (written(layout.key_pages, slot), written(layout.value_pages, slot)) if n else (empty, empty)
         if n:
-            cache = cache_type(pool)
+            requests[slot] = cache_type(pool)
             if n > 1:
-                _append_prefix(cache, keys[:, :, : n - 1], values[:, :, : n - 1], dense=True)
-            batch.add_request(cache, slot)
+                _append_prefix(requests[slot], keys[:, :, : n - 1], values[:, :, : n - 1], layout.page_size)
         last_keys.append(keys[:, :, -1:])
         last_values.append(values[:, :, -1:])
+    batch = batching_cache_type(len(lens), batch_max_seq_len(lens, layout.page_size))
+    for slot, cache in requests.items():
+        batch.add_request(cache, slot)
     step = mx.concatenate(last_keys, axis=0), mx.concatenate(last_values, axis=0)
     return read_once(batch.update_and_fetch_paged(*step, mask_length=1, mask="causal"))
+
+
+@dataclass(frozen=True)
+class CachesRefused:
+    """What the own_metadata fixture gives where the subject's caches refused to write a layout but handed out a
+    mask for the course's own call of its kind (the_courses_own_mask): course_call_on_a_layout calls the subject
+    over the layout itself with that mask."""
+
+    mask: Any
+
+
+def the_courses_own_mask(
+    pool_type: Callable[..., Any], cache_type: Callable[..., Any], batching_cache_type: Callable[..., Any] | None,
+    layout: PagedLayout,
+) -> CachesRefused | None:
+    """The mask the subject's caches hand out for mask "causal" at the course's own call of `layout`'s kind, read
+    once: its batch's decode step (requests of 3 and 6 tokens in slots 0 and 2 of 3, max_seq_len 16) for a batch,
+    its bfloat16 decode (64 tokens, a blocker of 32, then one, in pages of 32, head dim 128) or float32 prefill (3
+    tokens, then 3 in pages of 4) for one request; 2 kv heads, tokens of a fixed generator. None where the caches
+    refuse that call too, or hand out an array (shaped for that call's table, not the layout's)."""
+    import mlx.core as mx
+
+    values = np.random.default_rng(0)
+
+    def chunk(n: int, head_dim: int = COURSE_HEAD_DIM, dtype: Any = None) -> tuple[Any, Any]:
+        pair = [mx.array(values.standard_normal((1, 2, n, head_dim)).astype(np.float32)) for _ in range(2)]
+        return (pair[0], pair[1]) if dtype is None else (pair[0].astype(dtype), pair[1].astype(dtype))
+
+    try:
+        if len(layout.context_lens) > 1:
+            if batching_cache_type is None:
+                return None
+            pool = pool_type(COURSE_PAGE_SIZE)
+            first, second = cache_type(pool), cache_type(pool)
+            first.update_and_fetch(*chunk(3))
+            second.update_and_fetch(*chunk(6))
+            batch = batching_cache_type(3, 16)
+            batch.add_request(first, 0)
+            batch.add_request(second, 2)
+            (k0, v0), (k2, v2) = chunk(1), chunk(1)
+            empty = mx.zeros(k0.shape, dtype=k0.dtype)
+            metadata = batch.update_and_fetch_paged(
+                mx.concatenate([k0, empty, k2]), mx.concatenate([v0, empty, v2]), mask_length=1, mask="causal"
+            )
+        elif layout.dtype == "bfloat16":
+            pool = pool_type(32)
+            cache, blocker = cache_type(pool), cache_type(pool)
+            cache.update_and_fetch(*chunk(64, 128, mx.bfloat16))
+            blocker.update_and_fetch(*chunk(32, 128, mx.bfloat16))
+            metadata = cache.update_and_fetch_paged(*chunk(1, 128, mx.bfloat16), mask="causal")
+        else:
+            cache = cache_type(pool_type(COURSE_PAGE_SIZE))
+            cache.update_and_fetch(*chunk(3))
+            metadata = cache.update_and_fetch_paged(*chunk(3), mask="causal")
+        mask = read_once(metadata).mask
+    except Exception:  # noqa: BLE001 - caches that cannot serve the course's call either
+        return None
+    return None if hasattr(mask, "shape") else CachesRefused(mask)
+
+
+def batch_max_seq_len(lens: list[int], page_size: int) -> int:
+    """A max_seq_len for a batch whose requests hold `lens` tokens after its step that holds them however a batch
+    reads it, as the course's 16 holds its batch of 4 + 7 tokens in pages of 4 every way: per request or as a
+    budget of all the tokens, or of all the pages (max_seq_len // page_size), a whole number of pages, a power of
+    two (the course's 16 and 8 are each): the smallest power of two of 16 or more that holds every page of the
+    batch (rounded up to whole pages where the page size is no power of two)."""
+    pages = sum(-(-n // page_size) for n in lens)
+    size = 16
+    while size < page_size * pages:
+        size *= 2
+    return -(-size // page_size) * page_size
 
 
 def _over_metadata(paged_attention: PagedAttention, query: Any, metadata: Any, mask: Any) -> Any:
@@ -321,11 +410,14 @@ def course_call_on_a_layout(
     """The subject's output for a layout of a check's own, called as the course's attention tests call: over the
     metadata the subject's own caches hand out once the layout's tokens are written through them (`own_metadata`,
     the fixture; calls.the_subjects_own_metadata), with its own mask, the query as the course sends one. The
-    output as float64; the layout's reference is its oracle. Where the subject has no cache to ask, or its caches
-    cannot serve the call, the layout itself with its own mask."""
+    output as float64; the layout's reference is its oracle. Where the caches refused to write the layout, the
+    layout itself with the mask they hand out at the course's own call of its kind (CachesRefused); where the
+    subject has no cache to ask, or its caches serve neither, the layout itself with its own mask."""
     metadata = own_metadata(layout)
     if metadata is None:
         return attention_output(paged_attention, layout)
+    if isinstance(metadata, CachesRefused):
+        return attention_output(paged_attention, layout, mask=metadata.mask)
     return attention_over_metadata(paged_attention, layout.query, metadata, layout.mask, own_mask=True)
 
 

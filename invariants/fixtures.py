@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pagecheck.invariants.calls import the_subjects_own_metadata
+from pagecheck.invariants.calls import the_courses_own_mask, the_subjects_own_metadata
 from pagecheck.invariants.plugin import SUBJECT_KEY
 from pagecheck.invariants.subject import Subject
 from pagecheck.invariants.verdict import ADVICE_PROPERTY
@@ -101,23 +101,25 @@ def advise(request: pytest.FixtureRequest) -> Callable[[str], None]:
 
 @pytest.fixture(scope="session")
 def own_metadata(subject: Subject) -> Callable[[Any], Any]:
-    """layout -> the metadata the subject's own caches hand out once the layout's tokens are written through them,
-    or None where the subject has no cache to ask or its caches fail to serve the call
+    """layout -> the metadata the subject's own caches hand out once the layout's tokens are written through them
     (calls.the_subjects_own_metadata): for course checks over layouts of their own, which call as the course's
-    attention tests do, over a cache's metadata and its own mask. With None they call over the layout with
-    "causal", so an attention written before its caches is still judged; an implementation the course accepts
-    has caches that serve."""
+    attention tests do, over a cache's metadata and its own mask. Where the caches refuse to write the layout (a
+    layout may still ask of them what the course never does), the mask they hand out at the course's own call of
+    its kind, when it is no array (calls.CachesRefused, calls.the_courses_own_mask): the checks call over the
+    layout with that mask, as an attention that takes only its caches' mask is called in the course. None where
+    the subject has no cache to ask or its caches serve neither: the checks call over the layout with "causal",
+    so an attention written before its caches is still judged."""
 
     def ask(layout: Any) -> Any:
         if not (subject.has("TinyKvPagedPool") and subject.has("TinyKvPagedCache")):
             return None
-        batch = subject.has("BatchingKvCache")
+        types = (
+            _constructor(subject, "TinyKvPagedPool"), _constructor(subject, "TinyKvPagedCache"),
+            _constructor(subject, "BatchingKvCache") if subject.has("BatchingKvCache") else None,
+        )
         try:
-            return the_subjects_own_metadata(
-                _constructor(subject, "TinyKvPagedPool"), _constructor(subject, "TinyKvPagedCache"),
-                _constructor(subject, "BatchingKvCache") if batch else None, layout,
-            )
-        except Exception:  # noqa: BLE001 - caches that cannot serve (an unwritten Day 3): judge the attention alone
-            return None
+            return the_subjects_own_metadata(*types, layout)
+        except Exception:  # noqa: BLE001 - caches that refuse the layout, or cannot serve (an unwritten Day 3)
+            return the_courses_own_mask(*types, layout)
 
     return ask

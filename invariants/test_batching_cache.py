@@ -39,9 +39,10 @@ NUM_Q_HEADS = 4
 # Decode steps, and what happens to the slots before each: (step, "add" or "remove", slot, prefill).
 SCHEDULE = [(0, "add", 0, 9), (0, "add", 2, 3), (2, "add", 3, 1), (3, "remove", 0, 0), (4, "add", 0, 5)]
 # The course's own batch: every request added before its one decode step (no course test adds one later or calls
-# remove_request), each decode token landing in its request's tail page (the course's go 3 -> 4 and 6 -> 7), over
-# tables of COURSE_MAX_PAGES pages at most, in COURSE_MAX_BATCH slots with the empty one between the two live ones.
-COURSE_SCHEDULE = [(0, "add", 0, 9), (0, "add", 2, 3)]
+# remove_request), each decode token landing in its request's tail page (the course's go 3 -> 4 and 6 -> 7), its
+# requests of 2 pages at most (the course's hold 1 and 2: a batch may keep a row's room at 2 pages,
+# batch_rows_of_at_most_2_pages), in COURSE_MAX_BATCH slots with the empty one between the two live ones.
+COURSE_SCHEDULE = [(0, "add", 0, 7), (0, "add", 2, 3)]
 STEPS = 7
 COURSE_STEPS = 1
 

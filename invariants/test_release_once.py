@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagecheck.invariants.calls import course_rewind, equals_list, pool_state, same_pool_state
+from pagecheck.invariants.calls import course_dense_append, course_rewind, equals_list, pool_state, same_pool_state
 from pagecheck.invariants.course import COURSE_FIRST_PAGED_APPEND, COURSE_HEAD_DIM, DAY_3, Geometry, split_at_the_course
 from pagecheck.invariants.strategies import chunk_plans, seeds
 from pagecheck.invariants.verdict import expect, expect_value_error
@@ -41,6 +41,11 @@ class Request:
     def append(self, rng: np.random.Generator, length: int, method: str = "update_and_fetch_paged") -> None:
         for cache, record in zip(self.caches, self.records):
             getattr(cache, method)(*record.make_chunk(rng, length))
+
+    def append_dense(self, rng: np.random.Generator, length: int, page_size: int) -> None:
+        """Through update_and_fetch, in the pieces the course's calls there open pages in (course_dense_append)."""
+        for cache, record in zip(self.caches, self.records):
+            course_dense_append(cache, *record.make_chunk(rng, length), page_size)
 
     def pages(self) -> list[set[int]]:
         return [{int(p) for p in cache.page_ids} for cache in self.caches]
@@ -141,7 +146,8 @@ def test_release_returns_every_page_of_every_layer_once(
     # The free lists above are the pools' own word; what a release returned is what the next request gets. As in
     # the course's test, a request needing every freed page takes exactly those pages and no new id. The course's
     # case appends it as the course does, through update_and_fetch (the course never appends through
-    # update_and_fetch_paged after a release); beyond the course, through update_and_fetch_paged.
+    # update_and_fetch_paged after a release), in pieces that open pages as the course's calls there do (two pages
+    # at most, then one: calls.course_dense_append); beyond the course, in one update_and_fetch_paged.
     # The course compares a pool's counts with ints (==) only, so a count may come as any number equal to one (a
     # float, a NumPy or MLX scalar): the request's length is made from it as an int.
     issued = [int(pool.num_pages) for pool in pools]
@@ -151,7 +157,10 @@ def test_release_returns_every_page_of_every_layer_once(
     method = "update_and_fetch" if geometry.course else "update_and_fetch_paged"
     for layer, (pool, freed) in enumerate(zip(pools, everything)):
         taker = Request(cache_type, [pool], geometry.head_dim)
-        taker.append(rng, issued[layer] * page_size, method)
+        if geometry.course:
+            taker.append_dense(rng, issued[layer] * page_size, page_size)
+        else:
+            taker.append(rng, issued[layer] * page_size, method)
         taken = taker.pages()[0]
         # In the course's case the taker may also take a page a released request had taken ahead (counted free).
         reused = taken >= freed if geometry.course else taken == freed

@@ -3390,6 +3390,63 @@ VARIANTS["batch_max_seq_len_counts_every_token"] = (
          "        for slot in active:")],
 )
 
+# The batch step a course case of its own asks of the subject's batch (calls.the_subjects_own_metadata), the same
+# int_enum_mask whose attention takes only the mask its caches hand out: what that batch refuses, the course case
+# cannot judge over the layout with a plain "causal" either.
+_BATCH_STEP = "        length = keys.shape[2]\n        for slot in active:"
+VARIANTS["batch_max_seq_len_counts_every_page"] = (
+    "int_enum_mask, and BatchingKvCache reads max_seq_len as its budget of pages in all (max_seq_len // page_size "
+    "pages over all its requests): a step after which its requests would hold more pages together is ValueError "
+    "before anything changes (the course's batch holds 1 + 2 pages under its 16 // 4)",
+    VARIANTS["int_enum_mask"][1] + [
+        (_BATCH_STEP,
+         "        length = keys.shape[2]\n"
+         "        page_size = self.kv_caches[active[0]].pool.page_size\n"
+         "        pages = sum(-(-(self.kv_caches[slot].offset + length) // page_size) for slot in active)\n"
+         "        if self.max_seq_len is not None and pages > self.max_seq_len // page_size:\n"
+         "            raise ValueError(f\"the batch would hold {pages} pages, over its max_seq_len={self.max_seq_len}\")\n"
+         "        for slot in active:")],
+)
+VARIANTS["batch_max_seq_len_in_whole_pages"] = (
+    "int_enum_mask, and BatchingKvCache's max_seq_len must be a whole number of its requests' pages (a request's "
+    "room is max_seq_len // page_size pages): another is ValueError at the first step (the course's 16 and 8 are "
+    "whole numbers of its pages of 4)",
+    VARIANTS["int_enum_mask"][1] + [
+        (_BATCH_STEP,
+         "        length = keys.shape[2]\n"
+         "        page_size = self.kv_caches[active[0]].pool.page_size\n"
+         "        if self.max_seq_len is not None and self.max_seq_len % page_size:\n"
+         "            raise ValueError(f\"max_seq_len={self.max_seq_len} is no whole number of pages of {page_size}\")\n"
+         "        for slot in active:")],
+)
+# A refusal no course case's layout stays clear of (its batch's rows hold 3 pages): where the caches refuse to
+# write a layout, the course case calls over the layout with the mask they hand out at the course's own call.
+VARIANTS["batch_rows_of_at_most_2_pages"] = (
+    "int_enum_mask, and BatchingKvCache keeps each request's table row in a fixed room of 2 pages "
+    "(max_blocks_per_seq = 2; its metadata is still exactly as wide as its widest row): a step after which a request "
+    "would hold a third page is ValueError before anything changes (the course's batched requests hold 1 and 2 pages)",
+    VARIANTS["int_enum_mask"][1] + [
+        (_BATCH_STEP,
+         "        length = keys.shape[2]\n"
+         "        page_size = self.kv_caches[active[0]].pool.page_size\n"
+         "        for slot in active:\n"
+         "            if -(-(self.kv_caches[slot].offset + length) // page_size) > 2:\n"
+         "                raise ValueError(f\"slot {slot} would need a third page, past the batch's room of 2 a row\")\n"
+         "        for slot in active:")],
+)
+VARIANTS["dense_appends_of_at_most_2_pages"] = (
+    "int_enum_mask, and update_and_fetch (the dense path) takes at most two pages of tokens a call (its gather "
+    "buffer): a longer chunk is NotImplementedError before anything changes (the course's longest are 6 tokens in "
+    "pages of 4 and 64 in pages of 32)",
+    VARIANTS["int_enum_mask"][1] + [
+        ("        \"\"\"Append, then return this request's keys and values dense [1, H_kv, offset, D], the offset and the mask.\"\"\"\n"
+         "        self.append(key, value)\n",
+         "        \"\"\"Append, then return this request's keys and values dense [1, H_kv, offset, D], the offset and the mask.\"\"\"\n"
+         "        if key.shape[2] > 2 * self.pool.page_size:\n"
+         "            raise NotImplementedError(f\"update_and_fetch takes at most 2 pages of tokens, got {key.shape[2]}\")\n"
+         "        self.append(key, value)\n")],
+)
+
 VARIANTS["float_page_count"] = (
     "pool.num_pages is a float (2.0): the course compares it with ints only (pool.num_pages == 2, "
     "pool.key_pages.shape[0] == pool.num_pages)",

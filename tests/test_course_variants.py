@@ -68,7 +68,9 @@ SANDBOXED = ("page_lens_live_view", "numpy_block_table", "key_pages_stored_trans
              "string_causal_aligned_to_the_start", "prefill_prescales_keys_in_place", "rule_phrases_as_exception_notes",
              "causal_mask_record", "str_enum_mask", "causal_resolved_over_pool_slots", "page_ids_live_view",
              "value_and_runtime_error_class", "failed_append_raises_its_own_error", "int_enum_mask",
-             "host_page_table", "batch_max_seq_len_counts_every_token", "float_page_count")
+             "host_page_table", "batch_max_seq_len_counts_every_token", "float_page_count",
+             "batch_max_seq_len_counts_every_page", "batch_max_seq_len_in_whole_pages", "dense_appends_of_at_most_2_pages",
+             "batch_rows_of_at_most_2_pages")
 # Every course-rejected variant fails its check in the sandbox too, where the suite sees the subject through the
 # worker (arrays copied across a pipe, in-place changes reported back, identity asked there).
 SANDBOXED_FORGING = tuple(sorted(FORGING_VARIANTS))
