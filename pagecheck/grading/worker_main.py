@@ -110,7 +110,11 @@ class Worker:
 
     # -- handles -------------------------------------------------------------------------------------------------
 
-    def handle_of(self, value: Any) -> dict[str, Any]:
+    def handle_of(self, value: Any) -> dict[str, Any] | None:
+        if type(value) is getattr(self.tripwires, "_watched_ndarray", None):
+            # The gather watch's own ndarray subclass (an output the subject made with np.zeros during a call):
+            # its names answer as ndarray's do, so it crosses as its values alone (wire.to_wire's "own").
+            return None
         key = id(value)
         handle = self.ids_by_object.get(key)
         if handle is None or self.objects.get(handle) is not value:
