@@ -337,17 +337,6 @@ def array_entry(array: Any, buffers: list[Any]) -> dict[str, Any]:
 MAX_OWN_NAMES = 64  # of an array subclass, the names that cross with it
 
 
-def _array_names_of_its_own(array: Any, base: type) -> list[str]:
-    """The attributes and methods (not special methods: NumPy's and MLX's protocols, which read the bytes that cross)
-    that the class of `array`, a subclass of `base`, or a class between them defines beyond CLASS_BOOKKEEPING."""
-    if type(array) is base:
-        return []
-    mro = type(array).__mro__
-    names = {name for klass in mro[: mro.index(base)] for name in vars(klass)
-             if name not in CLASS_BOOKKEEPING and not (name.startswith("__") and name.endswith("__"))}  # fmt: skip
-    return sorted(name for name in names if isinstance(name, str))[:MAX_OWN_NAMES]
-
-
 def own_names(entry: dict[str, Any]) -> frozenset[str] | None:
     """An array entry's "names" (those its subclass defines of its own, read on its "own" handle), checked; None
     where it carries none."""
@@ -396,7 +385,7 @@ def to_wire(
         if isinstance(value, tuple) and type(value) is not tuple and fields is None:
             # A tuple subclass with properties of its own (a hand-made record) keeps them only as an object.
             return handle_of(value)
-        if isinstance(value, list) and _names_of_its_own(type(value), list):
+        if isinstance(value, list) and _names_of_its_own(type(value), list, special=True):
             # So does a list subclass with methods, properties or special methods of its own (a table with the .shape
             # and .tolist() the course reads, page ids whose __getitem__ the course's slice calls); one with none is
             # its items.
@@ -431,7 +420,9 @@ def to_wire(
         # An array of a subclass with attributes or methods of its own (a .shape property, a .tolist()) also crosses
         # with its handle, so that those answer as the object itself does: the course reads a table's own .shape.
         # A handle_of that answers None (the trusted side's, for an array of its own) sends the values alone.
-        names = _array_names_of_its_own(value, mx.array if entry["lib"] == "mlx" else np.ndarray)
+        # Special methods do not count: NumPy's and MLX's protocols read the bytes that cross.
+        base = mx.array if entry["lib"] == "mlx" else np.ndarray
+        names = _names_of_its_own(type(value), base, special=False)[:MAX_OWN_NAMES]
         own = handle_of(value) if names else None
         return entry if own is None else {**entry, "own": own, "names": names}
     if _is_numpy(value, "generic") and value.dtype.kind in NUMPY_KINDS:
@@ -450,12 +441,16 @@ CLASS_BOOKKEEPING = frozenset({
 })
 
 
-def _names_of_its_own(cls: type, base: type) -> bool:
-    """Whether `cls`, a subclass of `base`, or a class between them defines a name beyond CLASS_BOOKKEEPING: a
-    method or property, or a special method (a __getitem__ or __eq__ of its own is what the course's asserts read,
-    where the items crossed would be what its __iter__ gives)."""
+def _names_of_its_own(cls: type, base: type, *, special: bool) -> list[str]:
+    """The names, sorted, that `cls`, a subclass of `base`, or a class between them defines beyond
+    CLASS_BOOKKEEPING: methods and properties, and with `special` special methods too (a list's __getitem__ or
+    __eq__ of its own is what the course's asserts read, where the items crossed would be what its __iter__
+    gives)."""
     mro = cls.__mro__
-    return any(name not in CLASS_BOOKKEEPING for klass in mro[: mro.index(base)] for name in vars(klass))
+    names = {name for klass in mro[: mro.index(base)] for name in vars(klass)
+             if isinstance(name, str) and name not in CLASS_BOOKKEEPING
+             and (special or not (name.startswith("__") and name.endswith("__")))}  # fmt: skip
+    return sorted(names)
 
 
 def _named_fields(value: tuple[Any, ...] | list[Any]) -> list[str] | None:
