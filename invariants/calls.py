@@ -347,18 +347,7 @@ def the_courses_own_mask(
         if len(layout.context_lens) > 1:
             if batching_cache_type is None:
                 return None
-            pool = pool_type(COURSE_PAGE_SIZE)
-            first, second = cache_type(pool), cache_type(pool)
-            first.update_and_fetch(*chunk(3))
-            second.update_and_fetch(*chunk(6))
-            batch = batching_cache_type(3, 16)
-            batch.add_request(first, 0)
-            batch.add_request(second, 2)
-            (k0, v0), (k2, v2) = chunk(1), chunk(1)
-            empty = mx.zeros(k0.shape, dtype=k0.dtype)
-            metadata = batch.update_and_fetch_paged(
-                mx.concatenate([k0, empty, k2]), mx.concatenate([v0, empty, v2]), mask_length=1, mask="causal"
-            )
+            _, metadata = the_courses_batch_step(pool_type, cache_type, batching_cache_type, lambda _, n: chunk(n))
         elif layout.dtype == "bfloat16":
             pool = pool_type(32)
             cache, blocker = cache_type(pool), cache_type(pool)
@@ -373,6 +362,31 @@ def the_courses_own_mask(
     except Exception:  # noqa: BLE001 - caches that cannot serve the course's call either
         return None
     return None if hasattr(mask, "shape") else CachesRefused(mask)
+
+
+def the_courses_batch_step(
+    pool_type: Callable[..., Any], cache_type: Callable[..., Any], batching_cache_type: Callable[..., Any],
+    chunk: Callable[[int, int], tuple[Any, Any]],
+) -> tuple[list[Any], Any]:
+    """The course's batch: two requests on one pool of pages of 4, of 3 and 6 tokens (`chunk(request, n)`: their
+    next n keys and values [1, H_kv, n, D], drawn in the course's order), added in slots 0 and 2 of a
+    BatchingKvCache of 3 slots and max_seq_len 16, then one decode step of a token each, zeros in slot 1, with
+    mask_length 1 and mask "causal": the two caches, and the metadata that step handed out, unread."""
+    import mlx.core as mx
+
+    pool = pool_type(COURSE_PAGE_SIZE)
+    caches = [cache_type(pool), cache_type(pool)]
+    caches[0].update_and_fetch(*chunk(0, 3))
+    caches[1].update_and_fetch(*chunk(1, 6))
+    batch = batching_cache_type(3, 16)
+    batch.add_request(caches[0], 0)
+    batch.add_request(caches[1], 2)
+    (k0, v0), (k2, v2) = chunk(0, 1), chunk(1, 1)
+    empty = mx.zeros(k0.shape, dtype=k0.dtype)
+    handed = batch.update_and_fetch_paged(
+        mx.concatenate([k0, empty, k2]), mx.concatenate([v0, empty, v2]), mask_length=1, mask="causal"
+    )
+    return caches, handed
 
 
 def batch_max_seq_len(lens: list[int], page_size: int) -> int:

@@ -17,7 +17,7 @@ import pytest
 
 from pagecheck.invariants.calls import (
     attention_as_the_course_calls, attention_over_metadata, cache_state, course_paged_append, course_tolist,
-    equals_list, metadata_layout, pool_state, read_once, same_pool_state,
+    equals_list, metadata_layout, pool_state, read_once, same_pool_state, the_courses_batch_step,
 )
 from pagecheck.invariants.course import COURSE_HEAD_DIM, COURSE_MAX_BATCH, COURSE_PHRASES, DAY_3, DAY_4
 from pagecheck.invariants.verdict import (
@@ -142,18 +142,9 @@ def test_the_courses_batch_of_two_requests_and_an_empty_slot(
     exactly 2 wide with slot 1 all -1, and contexts 4, 0 and 7."""
     import mlx.core as mx
 
-    pool = pool_type(4)
-    first, second = cache_type(pool), cache_type(pool)
     records = [WrittenKv(NUM_KV_HEADS, COURSE_HEAD_DIM, "float32") for _ in range(2)]
-    first.update_and_fetch(*records[0].make_chunk(rng, 3))
-    second.update_and_fetch(*records[1].make_chunk(rng, 6))
-    batching = batching_cache_type(3, 16)
-    batching.add_request(first, 0)
-    batching.add_request(second, 2)
-    empty = mx.zeros((1, NUM_KV_HEADS, 1, COURSE_HEAD_DIM), dtype=mx.float32)
-    (k0, v0), (k2, v2) = records[0].make_chunk(rng, 1), records[1].make_chunk(rng, 1)
-    handed = batching.update_and_fetch_paged(
-        mx.concatenate([k0, empty, k2]), mx.concatenate([v0, empty, v2]), mask_length=1, mask="causal"
+    (first, second), handed = the_courses_batch_step(
+        pool_type, cache_type, batching_cache_type, lambda request, n: records[request].make_chunk(rng, n)
     )
     metadata = read_once(handed)  # what the attention gets
     where = "the course's batch (3 and 6 tokens in slots 0 and 2 of 3, then one decode token each)"
