@@ -1307,7 +1307,7 @@ class Finalized(np.ndarray):
         pass
 
 
-def paged_attention(kind, given=None):
+def TinyKvPagedPool(kind, given=None):  # a call other than the attention: its arrays keep their own names
     if kind == "back":
         return type(given).__name__
     table = np.arange(6, dtype=np.int32).reshape(3, 2)
@@ -1320,13 +1320,43 @@ def test_an_array_subclass_answers_its_own_names_on_the_trusted_side(tmp_path: P
     read (3, 2) where the course's `block_table.shape == (3, 2)` reads [3, 2] and fails (Rule 2): its own names
     are read on the worker's object, its values cross as before, and it goes back to the worker as a plain copy."""
     with sandboxed(tmp_path, "subclasses.py", ARRAY_SUBCLASSES) as (subject, session):
-        attention = subject.get("paged_attention")
-        table = attention("numpy")
+        call = subject.get("TinyKvPagedPool")
+        table = call("numpy")
         assert isinstance(table, np.ndarray) and table.shape == [3, 2] and table.tolist() == "its own"
         assert np.ndarray.tolist(table) == [[0, 1], [2, 3], [4, 5]] and table[1].shape == (2,)
-        assert attention("back", table) == "ndarray"
-        table = attention("mlx")
+        assert call("back", table) == "ndarray"
+        table = call("mlx")
         assert isinstance(table, mx.array) and table.shape == [3, 2] and table.tolist() == [[0, 1], [2, 3], [4, 5]]
-        assert attention("back", table) == "array"
-        plain = attention("plain")  # special methods alone (NumPy's protocols): its values
+        assert call("back", table) == "array"
+        plain = call("plain")  # special methods alone (NumPy's protocols): its values
         assert type(plain) is np.ndarray and plain.shape == (3, 2)
+
+
+DEFERRED_OUTPUT = """
+import numpy as np
+
+
+class Deferred(np.ndarray):
+    def astype(self, dtype, *args, **kwargs):
+        return np.full(self.shape, 7.0).astype(dtype)
+
+
+def paged_attention(*args):
+    return np.zeros((1, 2, 1, 4), dtype=np.float32).view(Deferred)
+
+
+def TinyKvPagedPool(*args):  # any other call: a table of such a class, say
+    return np.zeros((1, 2), dtype=np.int32).view(Deferred)
+"""
+
+
+def test_an_attention_output_of_an_array_class_of_its_own_crosses_as_its_values(tmp_path: Path) -> None:
+    """An output whose class defines an astype of its own came back as a SandboxedArray, whose astype the checks'
+    conversion then ran in the worker after the call, outside its watch (a red-team submission computed its output
+    there with MLX's fused attention; it failed only because a dtype cannot cross). The attention's output now
+    crosses as its values alone; any other call's array of such a class still reads its names on the worker."""
+    with sandboxed(tmp_path, "deferred.py", DEFERRED_OUTPUT) as (subject, _):
+        out = subject.get("paged_attention")()
+        assert type(out) is np.ndarray and out.astype(np.float64).tolist() == [[[[0.0] * 4] * 1] * 2]
+        other = subject.get("TinyKvPagedPool")()
+        assert type(other) is not np.ndarray and isinstance(other, np.ndarray)  # a SandboxedArray

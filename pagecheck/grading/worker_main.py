@@ -303,13 +303,25 @@ class Worker:
             if self.wanted:
                 header["prefetched"] = self.prefetch(self.wanted, buffers)
             if error is None:
-                header["ok"] = self.wire.to_wire(result, buffers, self.handle_of, origin_of=self.origin_of)
+                # The attention's output crosses as its values alone, whatever its array class defines: a method of
+                # its own read after the call (an astype) would run the submission's code outside the call's watch.
+                handle_of = self._values_alone if is_attention else self.handle_of
+                header["ok"] = self.wire.to_wire(result, buffers, handle_of, origin_of=self.origin_of)
             else:
                 header["error"] = self.wire.error_entry(error)
         except Exception as exc:
             buffers, header = [], {"error": self.wire.error_entry(exc)}
         self.write_frame(header, buffers)
         self.reply_buffers = []
+
+    def _values_alone(self, value: Any) -> dict[str, Any] | None:
+        """handle_of for an attention's output: None (values alone) for an array, a handle for anything else."""
+        import numpy as np
+
+        mx = sys.modules.get("mlx.core")
+        if isinstance(value, np.ndarray) or (mx is not None and isinstance(value, mx.array)):
+            return None
+        return self.handle_of(value)
 
     def special(self, target: Any, name: str, args: list[Any]) -> Any:
         import operator
